@@ -1,0 +1,182 @@
+package hal
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// Wire layout of a frame header (little-endian), HeaderLen bytes:
+//
+//	 0 magic   u16  'W','F'
+//	 2 version u8
+//	 3 type    u8   FrameType
+//	 4 flags   u8   FlagCRC, ...
+//	 5 srcDev  u8   device index at the source
+//	 6 dstDev  u8
+//	 7 srcWin  u8   window on that device
+//	 8 dstWin  u8
+//	 9 -       u8   zero
+//	10 length  u16  payload bytes after the header
+//	12 crc     u32  CRC32C over header (this field zero) and payload, if FlagCRC
+//	16 jobKey  u64
+//	24 src     u32  source rank
+//	28 dst     u32  destination rank
+const (
+	HeaderLen = 32
+	// Magic is the first two bytes of every frame, "WF" read little-endian.
+	Magic uint16 = 'W' | 'F'<<8
+	// Version is the wire format's version; frames of another are dropped.
+	Version = 1
+	// MaxPayload is the largest payload the length field can describe that
+	// still fits one UDP datagram (65507 bytes) with the header.
+	MaxPayload = 65507 - HeaderLen
+)
+
+// FrameType says what a frame carries.
+type FrameType uint8
+
+// Frame types. HAL interprets the RDMA and reintegration types; FrameData
+// payloads belong to the layer above.
+const (
+	FrameData         FrameType = 1 + iota // packet mode: a payload for the ULP
+	FrameRDMAWrite                         // self-describing RDMA write data
+	FrameRDMAReadReq                       // ask the target to send a region
+	FrameRDMAReadResp                      // self-describing RDMA read data
+	FrameRDMADone                          // header-only RDMA completion
+	FrameBooting                           // reintegration: a device is joining
+	FrameBootAck                           // reintegration: peer has cleaned up
+	FrameBootNack                          // reintegration: peer cannot answer
+	FrameRDMAReady                         // reintegration: RDMA enabled
+	FrameTPTUpdate                         // TPT entries pushed to a peer's replica
+	frameTypeEnd
+)
+
+var frameTypeNames = [...]string{"invalid", "data", "rdma-write", "rdma-read-req",
+	"rdma-read-resp", "rdma-done", "booting", "boot-ack", "boot-nack", "rdma-ready", "tpt-update"}
+
+func (t FrameType) String() string {
+	if t < frameTypeEnd {
+		return frameTypeNames[t]
+	}
+	return "unknown"
+}
+
+// Header flags.
+const (
+	// FlagCRC: the crc field holds a CRC32C over header and payload.
+	FlagCRC uint8 = 1 << iota
+)
+
+// Header is a decoded frame header.
+type Header struct {
+	Type           FrameType
+	Flags          uint8
+	SrcDev, DstDev uint8
+	SrcWin, DstWin uint8
+	Len            uint16 // payload length
+	JobKey         uint64
+	Src, Dst       Rank
+}
+
+// castagnoli is the CRC32C table; hash/crc32 switches to the SSE4.2 CRC32
+// instruction for this polynomial when the CPU has it.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRCHardware reports whether CRC32C runs on the CPU's CRC32 instruction
+// (SSE4.2 on amd64, the CRC extension on arm64).
+var CRCHardware = cpuid.CPU.Supports(cpuid.SSE42) || cpuid.CPU.Supports(cpuid.CRC32)
+
+// EncodeHeader writes h into b[:HeaderLen] with a zero crc field.
+// It panics if b is shorter than HeaderLen, as a slice index would.
+func EncodeHeader(b []byte, h *Header) {
+	_ = b[HeaderLen-1]
+	binary.LittleEndian.PutUint16(b[0:], Magic)
+	b[2] = Version
+	b[3] = byte(h.Type)
+	b[4] = h.Flags &^ FlagCRC
+	b[5] = h.SrcDev
+	b[6] = h.DstDev
+	b[7] = h.SrcWin
+	b[8] = h.DstWin
+	b[9] = 0
+	binary.LittleEndian.PutUint16(b[10:], h.Len)
+	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint64(b[16:], h.JobKey)
+	binary.LittleEndian.PutUint32(b[24:], uint32(h.Src))
+	binary.LittleEndian.PutUint32(b[28:], uint32(h.Dst))
+}
+
+// Seal sets FlagCRC in an encoded header and stores the CRC32C of the header
+// and payload, for devices that are not Reliable.
+func Seal(hdr, payload []byte) {
+	hdr[4] |= FlagCRC
+	binary.LittleEndian.PutUint32(hdr[12:], 0)
+	c := crc32.Update(0, castagnoli, hdr[:HeaderLen])
+	c = crc32.Update(c, castagnoli, payload)
+	binary.LittleEndian.PutUint32(hdr[12:], c)
+}
+
+// DecodeHeader parses the structure of b's header into h: size, magic,
+// version, type and length. It checks neither CRC nor job key (see Check).
+func DecodeHeader(b []byte, h *Header) error {
+	if len(b) < HeaderLen {
+		return frameErrs[DropShort]
+	}
+	if binary.LittleEndian.Uint16(b[0:]) != Magic {
+		return frameErrs[DropMagic]
+	}
+	if b[2] != Version {
+		return frameErrs[DropVersion]
+	}
+	h.Type = FrameType(b[3])
+	if h.Type == 0 || h.Type >= frameTypeEnd {
+		return frameErrs[DropType]
+	}
+	h.Flags = b[4]
+	h.SrcDev, h.DstDev, h.SrcWin, h.DstWin = b[5], b[6], b[7], b[8]
+	h.Len = binary.LittleEndian.Uint16(b[10:])
+	if int(h.Len) != len(b)-HeaderLen {
+		return frameErrs[DropLength]
+	}
+	h.JobKey = binary.LittleEndian.Uint64(b[16:])
+	h.Src = Rank(binary.LittleEndian.Uint32(b[24:]))
+	h.Dst = Rank(binary.LittleEndian.Uint32(b[28:]))
+	return nil
+}
+
+// Check decodes and validates a whole received frame for a device of the
+// given job: structure, CRC when the frame carries one (and always when
+// needCRC), and job key. It returns the payload, a sub-slice of frame.
+func Check(frame []byte, jobKey uint64, needCRC bool, h *Header) ([]byte, error) {
+	if err := DecodeHeader(frame, h); err != nil {
+		return nil, err
+	}
+	if h.Flags&FlagCRC != 0 {
+		want := binary.LittleEndian.Uint32(frame[12:])
+		c := crc32.Update(0, castagnoli, frame[:12])
+		c = crc32.Update(c, castagnoli, zero4[:])
+		c = crc32.Update(c, castagnoli, frame[16:])
+		if c != want {
+			return nil, frameErrs[DropCRC]
+		}
+	} else if needCRC {
+		return nil, frameErrs[DropCRC]
+	}
+	if h.JobKey != jobKey {
+		return nil, frameErrs[DropJobKey]
+	}
+	return frame[HeaderLen:], nil
+}
+
+var zero4 [4]byte
+
+// frameErrs holds one preallocated error per reason so rejecting a frame
+// does not allocate.
+var frameErrs = func() (e [NumDropReasons]*FrameError) {
+	for i := range e {
+		e[i] = &FrameError{DropReason(i)}
+	}
+	return e
+}()

@@ -1,0 +1,92 @@
+package hal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Rank is a process's index in a job, 0-based.
+type Rank uint32
+
+// Caps are the properties a device guarantees.
+type Caps struct {
+	// MTU is the largest payload, in bytes, one frame may carry (header excluded).
+	MTU int
+	// Reliable devices deliver every frame exactly once and intact.
+	Reliable bool
+	// Ordered devices deliver frames between two windows in send order.
+	Ordered bool
+	// NativeRDMA devices place RDMA data without the software engine.
+	NativeRDMA bool
+	// Broadcast devices can send one frame to every peer.
+	Broadcast bool
+}
+
+// Config is what a device needs to know about the job when it is opened.
+type Config struct {
+	// JobKey is the random per-job key from the launcher. Frames carrying
+	// another key are dropped and counted (DropJobKey): they belong to an
+	// earlier job that used the same addresses.
+	JobKey uint64
+	// Rank is this process's rank and Size the number of ranks in the job.
+	Rank Rank
+	Size int
+	// Index is this device's index among the rank's devices (for striping).
+	Index uint8
+}
+
+// Device is one adapter opened by this process: its window's send FIFO and
+// receive FIFO. Methods other than Counters and Caps must not be called
+// concurrently; the driver above serialises them (a progress lock).
+type Device interface {
+	// Caps reports what the device guarantees.
+	Caps() Caps
+	// Addr is the address peers use to reach this device, published through
+	// PMI by the bootstrap. It is printable ASCII without spaces or ';'.
+	Addr() string
+	// Connect tells the device where peer's device of the same index listens.
+	Connect(peer Rank, addr string) error
+	// Send queues one frame to the rank in hdr's destination. hdr is a header
+	// encoded by EncodeHeader (and sealed by Seal when the device is not
+	// Reliable); payload follows it on the wire. The device may keep
+	// references to both until the next Flush returns. A full queue returns
+	// ErrNoResource: the caller flushes, polls, and retries.
+	Send(hdr, payload []byte) error
+	// Flush hands every queued frame to the wire. It may return
+	// ErrNoResource when the wire is full; frames not yet sent stay queued.
+	Flush() error
+	// Poll calls fn for each frame that has arrived, without blocking, and
+	// returns how many it delivered. Frames that fail Check are dropped and
+	// counted, never delivered. h and payload are valid only during fn.
+	Poll(fn func(h *Header, payload []byte)) (int, error)
+	// Wait blocks until Poll may deliver a frame, ctx is done (returning
+	// ctx.Err()), or the device is closed (ErrClosed). It may return early.
+	Wait(ctx context.Context) error
+	// Counters are the device's statistics.
+	Counters() *Counters
+	// Close releases the device. Later calls return ErrClosed.
+	Close() error
+}
+
+// Sentinel errors. Devices wrap them with context; callers test with errors.Is.
+var (
+	// ErrNoResource: a queue is full; retry after progress (UCX's NO_RESOURCE).
+	ErrNoResource = errors.New("hal: no resource, retry")
+	// ErrClosed: the device or window was closed.
+	ErrClosed = errors.New("hal: device closed")
+	// ErrUnknownPeer: no address is known for the destination rank.
+	ErrUnknownPeer = errors.New("hal: unknown peer")
+	// ErrTooLarge: the payload exceeds the device's MTU.
+	ErrTooLarge = errors.New("hal: payload larger than MTU")
+	// ErrBadFrame: a frame failed validation; the DropReason says why.
+	ErrBadFrame = errors.New("hal: bad frame")
+)
+
+// FrameError is the error Check returns: which validation a frame failed.
+type FrameError struct{ Reason DropReason }
+
+func (e *FrameError) Error() string { return fmt.Sprintf("hal: bad frame: %v", e.Reason) }
+
+// Unwrap makes errors.Is(err, ErrBadFrame) true.
+func (e *FrameError) Unwrap() error { return ErrBadFrame }
