@@ -108,12 +108,14 @@ func EncodeHeader(b []byte, h *Header) {
 	binary.LittleEndian.PutUint32(b[28:], uint32(h.Dst))
 }
 
-// Seal sets FlagCRC in an encoded header and stores the CRC32C of the header
-// and payload, for devices that are not Reliable.
+// Seal sets FlagCRC in an encoded header and stores the CRC32C of the whole
+// frame, hdr then payload, for devices that are not Reliable. hdr starts with
+// the frame header and may continue with the upper layer's own header (see
+// Device.Send): every byte of both slices is covered.
 func Seal(hdr, payload []byte) {
 	hdr[4] |= FlagCRC
 	binary.LittleEndian.PutUint32(hdr[12:], 0)
-	c := crc32.Update(0, castagnoli, hdr[:HeaderLen])
+	c := crc32.Update(0, castagnoli, hdr)
 	c = crc32.Update(c, castagnoli, payload)
 	binary.LittleEndian.PutUint32(hdr[12:], c)
 }

@@ -47,9 +47,14 @@ type Device interface {
 	Addr() string
 	// Connect tells the device where peer's device of the same index listens.
 	Connect(peer Rank, addr string) error
-	// Send queues one frame to the rank in hdr's destination. hdr is a header
-	// encoded by EncodeHeader (and sealed by Seal when the device is not
-	// Reliable); payload follows it on the wire. The device may keep
+	// Send queues one frame to the rank in hdr's destination. The frame on
+	// the wire is hdr followed by payload: hdr starts with a header encoded
+	// by EncodeHeader, whose Len counts every byte after the first
+	// HeaderLen of hdr plus len(payload), and may continue with the upper
+	// layer's own header. When the device is not Reliable the caller Seals
+	// the frame first, and the device drops frames whose CRC is missing or
+	// wrong; a Reliable device may skip the check. The device never modifies
+	// hdr or payload. The device may keep
 	// references to both until the next Flush returns. A full queue returns
 	// ErrNoResource: the caller flushes, polls, and retries.
 	Send(hdr, payload []byte) error

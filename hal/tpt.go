@@ -1,0 +1,154 @@
+package hal
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Access is what a region allows remote peers to do.
+type Access uint8
+
+// Access rights.
+const (
+	AccessRead  Access = 1 << iota // remote Get and RDMA Read
+	AccessWrite                    // remote Put, RDMA Write and Rmw
+)
+
+// PVO is a protocol virtual offset: the name of a place in a registered
+// region that a peer may use. It carries the entry's key, so that a PVO from
+// before a deregistration, or from an earlier process, is refused.
+type PVO struct {
+	Entry  uint32 // TPT entry index
+	Offset uint64 // bytes from the start of the region
+	Key    uint64 // the entry's key when it was registered
+}
+
+// PVOLen is the encoded size of a PVO.
+const PVOLen = 20
+
+// PutPVO encodes p into b[:PVOLen].
+func PutPVO(b []byte, p PVO) {
+	binary.LittleEndian.PutUint32(b, p.Entry)
+	binary.LittleEndian.PutUint64(b[4:], p.Offset)
+	binary.LittleEndian.PutUint64(b[12:], p.Key)
+}
+
+// GetPVO decodes a PVO from b[:PVOLen].
+func GetPVO(b []byte) PVO {
+	return PVO{
+		Entry:  binary.LittleEndian.Uint32(b),
+		Offset: binary.LittleEndian.Uint64(b[4:]),
+		Key:    binary.LittleEndian.Uint64(b[12:]),
+	}
+}
+
+// Add returns the PVO n bytes further into the region.
+func (p PVO) Add(n uint64) PVO { p.Offset += n; return p }
+
+// ErrProtection is wrapped by every TPT check failure; the ProtectionError
+// says which check failed.
+var ErrProtection = errors.New("hal: protection violation")
+
+// ProtectionError names the check a remote access failed.
+type ProtectionError struct {
+	Check string // "entry", "key", "bounds" or "access"
+	PVO   PVO
+	Len   uint64
+}
+
+func (e *ProtectionError) Error() string {
+	return fmt.Sprintf("hal: protection violation: %s check failed for entry %d offset %d len %d",
+		e.Check, e.PVO.Entry, e.PVO.Offset, e.Len)
+}
+
+// Unwrap makes errors.Is(err, ErrProtection) true.
+func (e *ProtectionError) Unwrap() error { return ErrProtection }
+
+// TPT is a rank's translation and protection table: PVO → memory, length,
+// access. It is global to the rank, so a key issued through one device
+// resolves on every device the rank has open. Safe for concurrent use.
+type TPT struct {
+	mu      sync.RWMutex
+	entries []tptEntry
+	free    []uint32
+	nextKey uint64
+}
+
+type tptEntry struct {
+	mem    []byte
+	access Access
+	key    uint64 // 0: free
+}
+
+// NewTPT makes an empty table whose keys start from a random seed, so keys
+// of an earlier process (trickle traffic across a restart) do not match.
+func NewTPT() *TPT {
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails on Linux; a zero seed is still correct
+	return &TPT{nextKey: binary.LittleEndian.Uint64(b[:]) | 1}
+}
+
+// Register makes mem reachable with the given access and returns its PVO.
+// The caller must keep mem alive and not move it until Deregister.
+func (t *TPT) Register(mem []byte, acc Access) (PVO, error) {
+	if acc&^(AccessRead|AccessWrite) != 0 || acc == 0 {
+		return PVO{}, fmt.Errorf("hal: register: bad access %#x", acc)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nextKey += 0x9e3779b97f4a7c15 // golden-ratio step: keys never repeat soon
+	if t.nextKey == 0 {
+		t.nextKey++
+	}
+	e := tptEntry{mem: mem, access: acc, key: t.nextKey}
+	var idx uint32
+	if n := len(t.free); n > 0 {
+		idx = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.entries[idx] = e
+	} else {
+		idx = uint32(len(t.entries))
+		t.entries = append(t.entries, e)
+	}
+	return PVO{Entry: idx, Key: e.key}, nil
+}
+
+// Deregister removes the region p names. Later accesses with its PVO fail
+// the key check.
+func (t *TPT) Deregister(p PVO) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := t.lookup(p, 0, 0); err != nil {
+		return fmt.Errorf("hal: deregister: %w", err)
+	}
+	t.entries[p.Entry] = tptEntry{}
+	t.free = append(t.free, p.Entry)
+	return nil
+}
+
+// Resolve checks an access of n bytes at p and returns the memory.
+func (t *TPT) Resolve(p PVO, n uint64, acc Access) ([]byte, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.lookup(p, n, acc)
+}
+
+func (t *TPT) lookup(p PVO, n uint64, acc Access) ([]byte, error) {
+	if uint64(p.Entry) >= uint64(len(t.entries)) {
+		return nil, &ProtectionError{Check: "entry", PVO: p, Len: n}
+	}
+	e := &t.entries[p.Entry]
+	if e.key == 0 || e.key != p.Key {
+		return nil, &ProtectionError{Check: "key", PVO: p, Len: n}
+	}
+	if p.Offset > uint64(len(e.mem)) || n > uint64(len(e.mem))-p.Offset {
+		return nil, &ProtectionError{Check: "bounds", PVO: p, Len: n}
+	}
+	if e.access&acc != acc {
+		return nil, &ProtectionError{Check: "access", PVO: p, Len: n}
+	}
+	return e.mem[p.Offset : p.Offset+n : p.Offset+n], nil
+}

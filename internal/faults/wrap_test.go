@@ -1,0 +1,315 @@
+package faults_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/hal/haltest"
+	"github.com/weft-hpc/weft/internal/faults"
+	"github.com/weft-hpc/weft/transport/inproc"
+)
+
+const jobKey = 0xfeed
+
+// pair is two wrapped inproc ranks on a fake clock: 0 injects spec's
+// faults, 1 none.
+type pair struct {
+	a, b  *faults.Device
+	inner hal.Device // a's inproc device
+	now   time.Time
+}
+
+func newPair(t *testing.T, spec faults.Spec) *pair {
+	t.Helper()
+	f := inproc.NewFabric(2, jobKey)
+	a, err := f.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Open(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{inner: a, now: time.Unix(1000, 0)}
+	clock := func() time.Time { return p.now }
+	p.a = faults.Wrap(a, spec, clock).(*faults.Device)
+	p.b = faults.Wrap(b, faults.Spec{}, clock).(*faults.Device)
+	t.Cleanup(func() { p.a.Close(); p.b.Close() })
+	return p
+}
+
+// send sends frame id, a payload naming it, 0 -> 1.
+func (p *pair) send(t *testing.T, id uint32, size int) {
+	t.Helper()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(id) + byte(i)
+	}
+	binary.LittleEndian.PutUint32(payload, id)
+	hdr := make([]byte, hal.HeaderLen)
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(size), JobKey: jobKey, Src: 0, Dst: 1})
+	hal.Seal(hdr, payload)
+	if err := p.a.Send(hdr, payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	clear(payload) // the caller reuses its buffer after Flush
+}
+
+// drain advances the clock past every hold and collects the ids rank 1
+// receives, checking each payload.
+func (p *pair) drain(t *testing.T, ids []uint32) []uint32 {
+	t.Helper()
+	p.now = p.now.Add(time.Hour)
+	if err := p.a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if p.a.Held() != 0 {
+		t.Fatalf("%d frames still held after their due time", p.a.Held())
+	}
+	_, err := p.b.Poll(func(h *hal.Header, payload []byte) {
+		id := binary.LittleEndian.Uint32(payload)
+		for i := 4; i < len(payload); i++ {
+			if payload[i] != byte(id)+byte(i) {
+				t.Errorf("frame %d delivered with byte %d changed", id, i)
+				break
+			}
+		}
+		ids = append(ids, id)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestConformance(t *testing.T) {
+	haltest.Run(t, func(t *testing.T, size int) haltest.Net {
+		f := inproc.NewFabric(size, jobKey)
+		devs := make([]hal.Device, size)
+		for r := range devs {
+			d, err := f.Open(hal.Rank(r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs[r] = faults.Wrap(d, faults.Spec{Seed: 1}, nil)
+			t.Cleanup(func() { devs[r].Close() })
+		}
+		return haltest.Net{Devs: devs, JobKey: jobKey}
+	})
+}
+
+// run sends n frames with faults on, draining every 100, and returns the ids
+// received in order.
+func run(t *testing.T, spec faults.Spec, n int) (*pair, []uint32) {
+	p := newPair(t, spec)
+	var ids []uint32
+	for i := range n {
+		p.send(t, uint32(i), 8+i%300)
+		p.now = p.now.Add(50 * time.Microsecond)
+		if i%100 == 99 {
+			ids = p.drain(t, ids)
+		}
+	}
+	return p, p.drain(t, ids)
+}
+
+// Every frame offered is accounted for: dropped, or sent (with its
+// duplicate), then received intact or dropped as DropCRC.
+func TestAccounting(t *testing.T) {
+	spec := faults.Spec{Loss: 0.2, Reorder: 0.1, Dup: 0.05, Corrupt: 0.01, Seed: 7}
+	const n = 5000
+	p, ids := run(t, spec, n)
+	s, sent, rx := p.a.Stats(), p.inner.Counters(), p.b.Counters()
+	t.Logf("offered %d dropped %d duplicated %d corrupted %d delayed %d; sent %d; received %d, %v",
+		s.Offered.Load(), s.Dropped.Load(), s.Duplicated.Load(), s.Corrupted.Load(), s.Delayed.Load(),
+		sent.FramesSent.Load(), len(ids), rx)
+	if s.Offered.Load() != n || sent.FramesSent.Load() != s.Sent() || p.a.Discarded() != 0 {
+		t.Errorf("offered %d, sent %d, stats say %d sent and %d discarded", s.Offered.Load(), sent.FramesSent.Load(), s.Sent(), p.a.Discarded())
+	}
+	if rx.FramesRecv.Load() != uint64(len(ids)) || rx.FramesRecv.Load()+rx.Dropped() != sent.FramesSent.Load() {
+		t.Errorf("received %d + dropped %d != sent %d", rx.FramesRecv.Load(), rx.Dropped(), sent.FramesSent.Load())
+	}
+	if rx.Drops[hal.DropCRC].Load() != s.Corrupted.Load() || rx.Dropped() != s.Corrupted.Load() {
+		t.Errorf("receiver dropped %v, injector corrupted %d copies", rx, s.Corrupted.Load())
+	}
+	if s.Dropped.Load() == 0 || s.Duplicated.Load() == 0 || s.Corrupted.Load() == 0 || s.Delayed.Load() == 0 {
+		t.Errorf("some fault never happened in %d frames", n)
+	}
+	if slices.IsSorted(ids) {
+		t.Errorf("no frame was overtaken")
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) == len(ids) {
+		t.Errorf("no duplicate arrived")
+	}
+}
+
+func TestWrapDeterministic(t *testing.T) {
+	spec := faults.Spec{Loss: 0.1, Reorder: 0.3, Dup: 0.1, Corrupt: 0.05, Seed: 99}
+	_, first := run(t, spec, 1000)
+	_, second := run(t, spec, 1000)
+	if !slices.Equal(first, second) {
+		t.Errorf("two runs with seed %d delivered different sequences", spec.Seed)
+	}
+	spec.Seed++
+	if _, other := run(t, spec, 1000); slices.Equal(first, other) {
+		t.Errorf("seeds %d and %d delivered the same sequence", spec.Seed-1, spec.Seed)
+	}
+}
+
+// The Device is unreliable, so an unsealed frame is dropped as DropCRC even
+// though the inproc device under it does not require CRCs.
+func TestRequiresCRCOverReliable(t *testing.T) {
+	p := newPair(t, faults.Spec{})
+	hdr := make([]byte, hal.HeaderLen)
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: 3, JobKey: jobKey, Src: 0, Dst: 1})
+	if err := p.a.Send(hdr, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, 1, 8) // sealed
+	ids := p.drain(t, nil)
+	rx := p.b.Counters()
+	if len(ids) != 1 || rx.Drops[hal.DropCRC].Load() != 1 || rx.FramesRecv.Load() != 1 || rx.BytesRecv.Load() != 8 {
+		t.Errorf("delivered %v, counters %v: want only the sealed frame, the other as DropCRC", ids, rx)
+	}
+}
+
+// Corrupting, duplicating or holding a frame never touches the caller's
+// bytes, and a header longer than hal.HeaderLen travels whole.
+func TestCallerBytesUntouched(t *testing.T) {
+	p := newPair(t, faults.Spec{Corrupt: 0.5, Reorder: 0.5, Dup: 0.5, Seed: 8})
+	hdr := make([]byte, hal.HeaderLen+6)
+	payload := []byte("payload")
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(6 + len(payload)), JobKey: jobKey, Src: 0, Dst: 1})
+	copy(hdr[hal.HeaderLen:], "upper:")
+	hal.Seal(hdr, payload)
+	hdr0, payload0 := slices.Clone(hdr), slices.Clone(payload)
+	var got []string
+	for range 50 {
+		if err := p.a.Send(hdr, payload); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(hdr, hdr0) || !slices.Equal(payload, payload0) {
+			t.Fatalf("Send modified the caller's frame")
+		}
+		p.now = p.now.Add(time.Hour)
+		p.a.Flush()
+		p.b.Poll(func(_ *hal.Header, b []byte) { got = append(got, string(b)) })
+	}
+	if len(got) == 0 || slices.ContainsFunc(got, func(s string) bool { return s != "upper:payload" }) {
+		t.Errorf("delivered %q, want only %q", got, "upper:payload")
+	}
+}
+
+// A held frame is a copy: the caller reuses its buffers at once.
+func TestHeldFramesAreCopies(t *testing.T) {
+	p := newPair(t, faults.Spec{Reorder: 1, Delay: time.Millisecond})
+	for i := range 10 {
+		p.send(t, uint32(i), 64) // clears its payload after Flush
+	}
+	if p.a.Held() != 10 {
+		t.Fatalf("%d frames held, want 10", p.a.Held())
+	}
+	if n, _ := p.b.Poll(func(*hal.Header, []byte) {}); n != 0 {
+		t.Fatalf("%d held frames delivered before their time", n)
+	}
+	if ids := p.drain(t, nil); len(ids) != 10 {
+		t.Errorf("received %d frames, want 10", len(ids))
+	}
+}
+
+// Wait returns when a held frame falls due, so a rank waiting for the answer
+// to its own held request gets to release it.
+func TestWaitReleasesHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := inproc.NewFabric(2, jobKey)
+		inner, _ := f.Open(0)
+		b, _ := f.Open(1)
+		a := faults.Wrap(inner, faults.Spec{Reorder: 1, Delay: 5 * time.Millisecond}, nil)
+		defer a.Close()
+		defer b.Close()
+		hdr := make([]byte, hal.HeaderLen)
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, JobKey: jobKey, Src: 0, Dst: 1})
+		if err := a.Send(hdr, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := a.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited <= 0 || waited > 5*time.Millisecond {
+			t.Errorf("Wait returned after %v, want the hold (at most 5ms)", waited)
+		}
+		a.Poll(func(*hal.Header, []byte) {})
+		if n, _ := b.Poll(func(*hal.Header, []byte) {}); n != 1 {
+			t.Errorf("receiver got %d frames after the hold, want 1", n)
+		}
+	})
+}
+
+// A full inner queue is the caller's ErrNoResource and the frame is not
+// counted as offered; a duplicate that does not fit is not made.
+func TestInnerFull(t *testing.T) {
+	f := inproc.NewFabric(2, jobKey)
+	f.SetQueueLen(1)
+	inner, _ := f.Open(0)
+	b, _ := f.Open(1)
+	defer b.Close()
+	a := faults.Wrap(inner, faults.Spec{Dup: 1}, nil).(*faults.Device)
+	defer a.Close()
+	hdr := make([]byte, hal.HeaderLen)
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, JobKey: jobKey, Src: 0, Dst: 1})
+	if err := a.Send(hdr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(hdr, nil); !errors.Is(err, hal.ErrNoResource) {
+		t.Fatalf("Send into a full queue: %v, want hal.ErrNoResource", err)
+	}
+	if s := a.Stats(); s.Offered.Load() != 1 || s.Duplicated.Load() != 0 {
+		t.Errorf("offered %d duplicated %d, want 1 and 0", s.Offered.Load(), s.Duplicated.Load())
+	}
+}
+
+func TestCloseDiscardsHeld(t *testing.T) {
+	p := newPair(t, faults.Spec{Reorder: 1, Dup: 1})
+	p.send(t, 1, 16)
+	if err := p.a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p.a.Discarded() != 2 {
+		t.Errorf("Discarded = %d, want the 2 held copies", p.a.Discarded())
+	}
+	if err := p.a.Send(make([]byte, hal.HeaderLen), nil); !errors.Is(err, hal.ErrClosed) {
+		t.Errorf("Send after Close: %v", err)
+	}
+}
+
+// In steady state the injector allocates nothing, whatever it decides.
+func TestWrapAllocs(t *testing.T) {
+	p := newPair(t, faults.Spec{Loss: 0.1, Reorder: 0.2, Dup: 0.1, Corrupt: 0.1, Seed: 3})
+	payload := make([]byte, 512)
+	hdr := make([]byte, hal.HeaderLen)
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(len(payload)), JobKey: jobKey, Src: 0, Dst: 1})
+	hal.Seal(hdr, payload)
+	fn := func(*hal.Header, []byte) {}
+	step := func() {
+		p.a.Send(hdr, payload)
+		p.now = p.now.Add(200 * time.Microsecond)
+		p.a.Flush()
+		p.b.Poll(fn)
+	}
+	for range 2000 { // warm the free lists
+		step()
+	}
+	if allocs := testing.AllocsPerRun(2000, step); allocs != 0 {
+		t.Errorf("%v allocations per frame, want 0", allocs)
+	}
+}

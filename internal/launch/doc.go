@@ -1,0 +1,18 @@
+// Package launch is gorun: it starts the ranks of a weft job and sees them
+// to the end. It builds the program once (or takes a binary), places ranks on
+// hosts by slot (mpirun semantics), serves PMI-1 to them (internal/pmi), forks
+// local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
+// PMI_PORT/PMI_ID, passes their output through line by line (optionally
+// tagged with the rank), forwards SIGINT/SIGTERM, and when a rank fails kills
+// the others and exits with the failed rank's status, saying which rank
+// failed and how. It removes the job's shared-memory segments at the end and
+// those of jobs whose gorun died.
+//
+// `gorun --wrap -- LAUNCHER ...` instead runs a foreign launcher (Open MPI's
+// mpirun, a bare srun) with a GORUN_KVS rendezvous server, for launchers whose
+// own key-value store weft cannot speak.
+//
+// cmd/gorun is a thin main around Main. launch may import internal/pmi,
+// github.com/pkg/profile (through internal/profile, for the rank side of
+// --profile) and golang.org/x/sys/unix, besides the standard library.
+package launch

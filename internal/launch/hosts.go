@@ -1,0 +1,226 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Host is a machine ranks run on.
+type Host struct {
+	Name  string // as given; "localhost" for this machine when no host is given
+	Slots int    // ranks it takes before it counts as oversubscribed
+	Local bool   // this machine: ranks are forked, not started over ssh
+}
+
+// ParseHostList parses -H's host[:slots],... A host without slots has one,
+// as with mpirun -H.
+func ParseHostList(s string) ([]Host, error) {
+	var hosts []Host
+	for _, spec := range strings.Split(s, ",") {
+		if spec = strings.TrimSpace(spec); spec == "" {
+			continue
+		}
+		h, err := parseHostSpec(spec)
+		if err != nil {
+			return nil, fmt.Errorf("-H %q: %w", s, err)
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: -H %q names no host", ErrUsage, s)
+	}
+	return hosts, nil
+}
+
+// parseHostSpec parses host[:slots]; an IPv6 address goes in brackets.
+func parseHostSpec(spec string) (Host, error) {
+	name, slots := spec, ""
+	if i := strings.LastIndexByte(spec, ':'); i >= 0 && !strings.HasSuffix(spec, "]") {
+		name, slots = spec[:i], spec[i+1:]
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	h := Host{Name: name, Slots: 1}
+	if name == "" || strings.ContainsAny(name, " \t'\"$;&|<>`\\") {
+		return h, fmt.Errorf("%w: bad host name %q", ErrUsage, name)
+	}
+	if slots != "" {
+		n, err := strconv.Atoi(slots)
+		if err != nil || n < 1 {
+			return h, fmt.Errorf("%w: host %q: slots %q is not a positive number", ErrUsage, name, slots)
+		}
+		h.Slots = n
+	}
+	return h, nil
+}
+
+// ReadHostfile reads one host per line, as host[:slots] or Open MPI's
+// "host slots=N [max_slots=M]"; '#' starts a comment.
+func ReadHostfile(path string) ([]Host, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --hostfile: %v", ErrUsage, err)
+	}
+	defer f.Close()
+	var hosts []Host
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		h, err := parseHostSpec(fields[0])
+		if err == nil {
+			err = hostfileOptions(&h, fields[1:])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		hosts = append(hosts, h)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: --hostfile %s: %v", ErrUsage, path, err)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: --hostfile %s names no host", ErrUsage, path)
+	}
+	return hosts, nil
+}
+
+func hostfileOptions(h *Host, opts []string) error {
+	for _, o := range opts {
+		k, v, _ := strings.Cut(o, "=")
+		switch k {
+		case "slots":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%w: %q: slots must be a positive number", ErrUsage, o)
+			}
+			h.Slots = n
+		case "max_slots", "max-slots":
+			// Only a cap on oversubscription in Open MPI; --oversubscribe decides here.
+		default:
+			return fmt.Errorf("%w: unknown hostfile option %q (want slots=N)", ErrUsage, o)
+		}
+	}
+	return nil
+}
+
+// Placement maps ranks to hosts.
+type Placement struct {
+	Hosts  []Host // node index -> host; each host once
+	NodeOf []int  // rank -> node index
+}
+
+// Place puts n ranks on hosts by slot, like mpirun: host 1's slots first,
+// then host 2's, and so on; with oversubscribe, further rounds over the
+// same slots. Without hosts this machine alone has one slot per core.
+// Hosts named twice have their slots added.
+func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, error) {
+	p := &Placement{}
+	if len(hosts) == 0 {
+		p.Hosts = []Host{{Name: "localhost", Slots: cores, Local: true}}
+	} else {
+		index := map[string]int{}
+		for _, h := range hosts {
+			if i, ok := index[h.Name]; ok {
+				p.Hosts[i].Slots += h.Slots
+				continue
+			}
+			index[h.Name] = len(p.Hosts)
+			p.Hosts = append(p.Hosts, h)
+		}
+	}
+	total := 0
+	for _, h := range p.Hosts {
+		total += h.Slots
+	}
+	if n > total && !oversubscribe {
+		if len(hosts) == 0 {
+			return nil, fmt.Errorf("%w: %d ranks requested but this host has %d slots (one per core, as mpirun counts them): "+
+				"add --oversubscribe, or give slots with -H localhost:%d", ErrSlots, n, total, n)
+		}
+		var list []string
+		for _, h := range p.Hosts {
+			list = append(list, fmt.Sprintf("%s:%d", h.Name, h.Slots))
+		}
+		return nil, fmt.Errorf("%w: %d ranks requested but the hosts offer %d slots (%s): add --oversubscribe or more slots",
+			ErrSlots, n, total, strings.Join(list, ","))
+	}
+	for len(p.NodeOf) < n {
+		for node, h := range p.Hosts {
+			for range h.Slots {
+				if len(p.NodeOf) == n {
+					break
+				}
+				p.NodeOf = append(p.NodeOf, node)
+			}
+		}
+	}
+	return p, nil
+}
+
+// LocalRanks returns, for each rank, its index among the ranks of its node
+// and the number of ranks on that node (MPI_LOCALRANKID, MPI_LOCALNRANKS).
+func (p *Placement) LocalRanks() (id, count []int) {
+	perNode := make([]int, len(p.Hosts))
+	id = make([]int, len(p.NodeOf))
+	for r, node := range p.NodeOf {
+		id[r] = perNode[node]
+		perNode[node]++
+	}
+	count = make([]int, len(p.NodeOf))
+	for r, node := range p.NodeOf {
+		count[r] = perNode[node]
+	}
+	return id, count
+}
+
+// markLocal sets Local on the hosts that are this machine: localhost, its
+// host name, or a name resolving to one of its interface addresses.
+func markLocal(hosts []Host) {
+	self, _ := os.Hostname()
+	short, _, _ := strings.Cut(self, ".")
+	var mine map[string]bool
+	for i := range hosts {
+		h := &hosts[i]
+		switch {
+		case h.Local:
+			continue
+		case h.Name == "localhost" || h.Name == self || h.Name == short:
+			h.Local = true
+			continue
+		}
+		if mine == nil {
+			mine = localAddrs()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		addrs, err := net.DefaultResolver.LookupHost(ctx, h.Name)
+		cancel()
+		if err != nil {
+			continue // not resolvable here: ssh may still know it (ssh_config)
+		}
+		for _, a := range addrs {
+			if mine[a] {
+				h.Local = true
+			}
+		}
+	}
+}
+
+func localAddrs() map[string]bool {
+	m := map[string]bool{}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			m[ipn.IP.String()] = true
+		}
+	}
+	return m
+}

@@ -1,0 +1,469 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-hpc/weft/internal/pmi"
+)
+
+// Exit statuses of gorun besides a failed rank's own.
+const (
+	exitOK      = 0
+	exitFailure = 1   // gorun could not run the job, or a rank failed without a status of its own
+	exitUsage   = 2   // bad command line
+	exitTimeout = 124 // --timeout expired (as timeout(1))
+)
+
+// drainWait bounds how long gorun waits, once every rank has exited, for
+// their output pipes to reach EOF (a grandchild may hold them open).
+const drainWait = 2 * time.Second
+
+// job is one run of a program over its ranks, and the monitor that sees it
+// to the end. Only the monitor goroutine touches its fields after start.
+type job struct {
+	opts  *Options
+	prog  *Program
+	place *Placement
+	key   uint64
+	out   *outputMux
+	srv   *pmi.Server
+	ranks []*rank
+	start time.Time
+
+	exits  chan *rank
+	events chan pmi.Event
+	done   chan struct{} // closed when the monitor ends: PMI events are dropped after
+
+	running     int
+	stopping    bool        // SIGTERM sent to every rank; their deaths are not failures
+	failure     *failure    // the first failure: its status is gorun's
+	timedOut    bool        // --timeout expired
+	interrupted os.Signal   // a SIGINT/SIGTERM gorun received and forwarded
+	killTimer   *time.Timer // SIGKILL after the grace
+	said        map[int]bool
+}
+
+// failure is why the job failed: which rank, how, and the exit status.
+type failure struct {
+	rank int
+	how  string
+	code int
+}
+
+// Run runs prog as the job opts describes, writing the ranks' output and
+// gorun's messages to stdout and stderr, and returns gorun's exit status.
+func Run(opts *Options, prog *Program, stdout, stderr io.Writer) int {
+	j := &job{
+		opts:   opts,
+		prog:   prog,
+		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput},
+		exits:  make(chan *rank, opts.N),
+		events: make(chan pmi.Event, 4*opts.N+16),
+		done:   make(chan struct{}),
+		said:   map[int]bool{},
+		start:  time.Now(),
+	}
+	code, err := j.run()
+	if err != nil {
+		j.out.say(err.Error())
+	}
+	return code
+}
+
+func (j *job) run() (int, error) {
+	hosts := append([]Host(nil), j.opts.Hosts...)
+	markLocal(hosts)
+	place, err := Place(j.opts.N, hosts, j.opts.Oversubscribe, runtime.NumCPU())
+	if err != nil {
+		return exitFailure, err
+	}
+	j.place = place
+	if j.key, err = pmi.RandomKey(); err != nil {
+		return exitFailure, err
+	}
+	for _, key := range sweepStale(shmDir) {
+		j.out.say(fmt.Sprintf("removed shared-memory segments %s%s* of a job whose gorun died", shmDir+"/", segmentPrefix(key)))
+	}
+	if err := writeOwner(shmDir, j.key); err != nil && j.opts.Trace >= 1 {
+		j.out.say("cannot record the job's owner in " + shmDir + ": " + err.Error())
+	}
+	defer func() {
+		if n, err := removeSegments(shmDir, j.key); err != nil {
+			j.out.say(fmt.Sprintf("removing shared-memory segments %s/%s*: %v", shmDir, segmentPrefix(j.key), err))
+		} else if n > 1 && j.opts.Trace >= 2 {
+			j.out.say(fmt.Sprintf("removed %d shared-memory segments of the job", n-1))
+		}
+	}()
+
+	cfg := pmi.ServerConfig{
+		Size:           j.opts.N,
+		KVSName:        fmt.Sprintf("kvs_weft_%016x", j.key),
+		ProcessMapping: pmi.FormatProcessMapping(place.NodeOf),
+		OnEvent: func(e pmi.Event) {
+			select {
+			case j.events <- e:
+			case <-j.done:
+			}
+		},
+	}
+	if j.opts.Trace >= 4 {
+		cfg.Trace = func(rank int, dir, msg string) { j.out.say(fmt.Sprintf("pmi [%d] %s %s", rank, dir, msg)) }
+	}
+	if j.srv, err = pmi.NewServer(cfg); err != nil {
+		return exitFailure, err
+	}
+	defer j.srv.Close()
+	ports, err := j.listenForRemote()
+	if err != nil {
+		return exitFailure, err
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
+	defer signal.Stop(sigs)
+
+	j.startRanks(ports)
+	j.monitor(sigs)
+	close(j.done)
+	j.drain()
+	return j.exitCode(), nil
+}
+
+// listenForRemote opens one PMI listener (port 0) per local address remote
+// hosts reach this machine by, and returns PMI_PORT for each remote host.
+func (j *job) listenForRemote() (map[string]string, error) {
+	ports := map[string]string{}
+	byIP := map[string]string{}
+	for _, h := range j.place.Hosts {
+		if h.Local {
+			continue
+		}
+		ip, err := localAddrToward(context.Background(), h.Name, j.opts.Rsh)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := byIP[ip.String()]; !ok {
+			addr, err := j.srv.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+			if err != nil {
+				return nil, err
+			}
+			byIP[ip.String()] = addr.String()
+		}
+		ports[h.Name] = byIP[ip.String()]
+	}
+	return ports, nil
+}
+
+// startRanks starts every rank; a rank that cannot start fails the job.
+func (j *job) startRanks(ports map[string]string) {
+	base := j.rankEnv(true)
+	remoteBase := j.rankEnv(false)
+	localID, localN := j.place.LocalRanks()
+	for id, node := range j.place.NodeOf {
+		r := &rank{id: id, host: j.place.Hosts[node]}
+		j.ranks = append(j.ranks, r)
+		if j.stopping {
+			continue
+		}
+		vars := []string{
+			"PMI_RANK=" + strconv.Itoa(id), "PMI_SIZE=" + strconv.Itoa(j.opts.N),
+			"MPI_LOCALRANKID=" + strconv.Itoa(localID[id]), "MPI_LOCALNRANKS=" + strconv.Itoa(localN[id]),
+		}
+		var err error
+		if r.host.Local {
+			err = j.startLocal(r, append(append([]string(nil), base...), vars...))
+		} else {
+			// Hydra's PMI_PORT mode: no PMI_RANK/PMI_SIZE, the server tells.
+			err = j.startRemote(r, append(append([]string(nil), remoteBase...), vars[2:]...), ports[r.host.Name])
+		}
+		if err != nil {
+			j.fail(id, fmt.Sprintf("could not be started on %s: %v", r.host.Name, err), exitFailure)
+			continue
+		}
+		j.running++
+		if j.opts.Trace >= 2 {
+			j.out.say(fmt.Sprintf("rank %d started (%s)", id, r.where()))
+		}
+	}
+}
+
+// rankEnv is the environment common to all ranks: for local ranks gorun's
+// own (less what would make a rank think another launcher started it), for
+// remote ranks only what gorun sets; then weft's variables and -x.
+func (j *job) rankEnv(local bool) []string {
+	var env []string
+	if local {
+		for _, kv := range os.Environ() {
+			if !inheritedLauncherVar(kv) {
+				env = append(env, kv)
+			}
+		}
+	}
+	env = append(env, "WEFT_JOBKEY="+fmt.Sprintf("%016x", j.key), "WEFT_TRANSPORT="+j.opts.Transport)
+	if j.opts.NICs != "" {
+		env = append(env, "WEFT_NICS="+j.opts.NICs)
+	}
+	if j.opts.Trace >= 0 {
+		env = append(env, "WEFT_TRACE="+strconv.Itoa(j.opts.Trace))
+	}
+	if j.opts.Timeout > 0 {
+		env = append(env, "WEFT_TIMEOUT="+j.opts.Timeout.String())
+	}
+	if j.opts.Profile != "" {
+		dir, _ := filepath.Abs(".")
+		env = append(env, "WEFT_PROFILE="+j.opts.Profile, "WEFT_PROFILE_DIR="+dir)
+	}
+	return append(env, j.opts.Env...)
+}
+
+// inheritedLauncherVar reports variables gorun must not pass on: they would
+// make a rank believe another launcher started it (gorun run inside srun,
+// mpirun or Hydra), or carry another job's key.
+func inheritedLauncherVar(kv string) bool {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY="} {
+		if strings.HasPrefix(kv, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// monitor handles exits, PMI events, signals and the timeout until every
+// started rank has exited.
+func (j *job) monitor(sigs <-chan os.Signal) {
+	var timeout <-chan time.Time
+	if j.opts.Timeout > 0 {
+		t := time.NewTimer(j.opts.Timeout - time.Since(j.start))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var kill <-chan time.Time
+	for j.running > 0 {
+		if j.killTimer != nil {
+			kill = j.killTimer.C
+		}
+		select {
+		case r := <-j.exits:
+			j.exited(r)
+		case e := <-j.events:
+			j.pmiEvent(e)
+		case sig := <-sigs:
+			j.signalled(sig)
+		case <-timeout:
+			timeout = nil
+			if !j.stopping {
+				j.timedOut = true
+				j.report()
+				j.stop()
+			}
+		case <-kill:
+			j.killAll()
+		}
+	}
+	if j.killTimer != nil {
+		j.killTimer.Stop()
+	}
+}
+
+// exited judges a rank's end.
+func (j *job) exited(r *rank) {
+	r.running = false
+	r.state = r.cmd.ProcessState
+	j.running--
+	phase := j.srv.States()[r.id].Phase
+	j.srv.RankExited(r.id)
+	if r.remote {
+		r.control.Close()
+	}
+	how, code := j.judge(r, phase)
+	switch {
+	case how == "":
+		if j.opts.Trace >= 2 {
+			j.out.say(fmt.Sprintf("rank %d exited", r.id))
+		}
+	case j.stopping:
+		// Stopped by gorun (after a failure, or the timeout): not news.
+	default:
+		j.fail(r.id, how, code)
+	}
+}
+
+// judge says how a rank's exit is a failure ("" if it is not) and the exit
+// status it gives the job.
+func (j *job) judge(r *rank, phase pmi.Phase) (string, int) {
+	ws, _ := r.state.Sys().(unix.WaitStatus)
+	if ws.Signaled() {
+		sig := ws.Signal()
+		how := fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig)
+		if j.interrupted != nil {
+			how += fmt.Sprintf(" after gorun forwarded %v", j.interrupted)
+		}
+		return how, 128 + int(sig)
+	}
+	code := ws.ExitStatus()
+	switch {
+	case r.remote && code == 255 && phase <= pmi.PhaseConnected:
+		return fmt.Sprintf("could not be started on %s: %s exited with status 255%s",
+			r.host.Name, j.opts.Rsh[0], tailText(r.tail.get())), 255
+	case r.remote && code > 128 && code <= 128+64:
+		return fmt.Sprintf("exited with status %d on %s (killed by signal %d there)", code, r.host.Name, code-128), code
+	case code != 0:
+		return fmt.Sprintf("exited with status %d", code), code
+	case phase == pmi.PhaseInitialized || phase == pmi.PhaseInFence || phase == pmi.PhaseLost:
+		return "exited with status 0 without calling PMI finalize", exitFailure
+	}
+	return "", 0
+}
+
+func tailText(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return ":\n    " + strings.Join(lines, "\n    ")
+}
+
+// pmiEvent handles what a rank did on its PMI connection.
+func (j *job) pmiEvent(e pmi.Event) {
+	switch e.Kind {
+	case pmi.EventAbort:
+		code := e.Code
+		if code == 0 {
+			code = exitFailure // an aborted job did not succeed
+		}
+		how := fmt.Sprintf("called PMI abort with exit code %d", e.Code)
+		if e.Msg != "" {
+			how += " (" + e.Msg + ")"
+		}
+		j.fail(e.Rank, how, code)
+	case pmi.EventLost:
+		if e.Rank >= 0 && e.Rank < len(j.ranks) {
+			j.ranks[e.Rank].lost = e.Err
+		}
+	case pmi.EventProtocol:
+		if !j.said[e.Rank] || j.opts.Trace >= 3 {
+			j.said[e.Rank] = true
+			j.out.say(fmt.Sprintf("rank %d: PMI: %v", e.Rank, e.Err))
+		}
+	}
+}
+
+// fail records the job's first failure, says it, and stops the other ranks.
+func (j *job) fail(id int, how string, code int) {
+	if j.failure != nil {
+		return
+	}
+	j.failure = &failure{rank: id, how: how, code: code}
+	others := 0
+	for _, r := range j.ranks {
+		if r.running && r.id != id {
+			others++
+		}
+	}
+	msg := fmt.Sprintf("rank %d %s", id, how)
+	if r := j.rankByID(id); r != nil && r.cmd != nil && r.cmd.Process != nil {
+		msg = fmt.Sprintf("rank %d (%s) %s", id, r.where(), how)
+	}
+	if others > 0 {
+		msg += fmt.Sprintf("; stopping the other %d running rank(s)", others)
+	}
+	j.out.say(msg)
+	j.stop()
+}
+
+func (j *job) rankByID(id int) *rank {
+	if id >= 0 && id < len(j.ranks) {
+		return j.ranks[id]
+	}
+	return nil
+}
+
+// stop sends SIGTERM to every running rank and SIGKILL after the grace.
+func (j *job) stop() {
+	if j.stopping {
+		return
+	}
+	j.stopping = true
+	for _, r := range j.ranks {
+		r.signal(unix.SIGTERM)
+	}
+	j.killTimer = time.NewTimer(j.opts.KillGrace)
+}
+
+// killAll sends SIGKILL to every rank still running.
+func (j *job) killAll() {
+	for _, r := range j.ranks {
+		if r.running {
+			if j.opts.Trace >= 1 {
+				j.out.say(fmt.Sprintf("rank %d (%s) still running %v after SIGTERM: SIGKILL", r.id, r.where(), j.opts.KillGrace))
+			}
+			r.signal(unix.SIGKILL)
+		}
+	}
+}
+
+// signalled forwards SIGINT/SIGTERM to every rank; a second one kills.
+func (j *job) signalled(sig os.Signal) {
+	if j.interrupted != nil || j.stopping {
+		j.out.say(fmt.Sprintf("%v again: killing every rank", sig))
+		j.stopping = true
+		j.killAll()
+		return
+	}
+	j.interrupted = sig
+	if j.opts.Trace >= 1 {
+		j.out.say(fmt.Sprintf("forwarding %v to every rank", sig))
+	}
+	for _, r := range j.ranks {
+		r.signal(sig.(unix.Signal))
+	}
+}
+
+// drain waits, bounded, for the ranks' output to reach gorun, then makes sure
+// nothing the job started is left: each local rank's process group gets a
+// SIGKILL (a grandchild that outlived its rank).
+func (j *job) drain() {
+	deadline := time.NewTimer(drainWait)
+	defer deadline.Stop()
+	for _, r := range j.ranks {
+		if r.drained == nil {
+			continue
+		}
+		select {
+		case <-r.drained:
+		case <-deadline.C:
+			deadline.Reset(0)
+			for _, p := range r.pipes {
+				p.Close() // unblocks the copy
+			}
+			<-r.drained
+		}
+	}
+	for _, r := range j.ranks {
+		if r.cmd != nil && r.cmd.Process != nil {
+			_ = unix.Kill(-r.pid(), unix.SIGKILL)
+		}
+	}
+}
+
+// exitCode is gorun's status: the first failure's, 124 for a timeout, else 0.
+func (j *job) exitCode() int {
+	switch {
+	case j.failure != nil:
+		return j.failure.code
+	case j.timedOut:
+		return exitTimeout
+	}
+	return exitOK
+}

@@ -1,0 +1,90 @@
+package launch
+
+import (
+	"bufio"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// Output of the ranks. Each rank's stdout and stderr arrive on pipes and are
+// copied line by line, each line in one Write under one lock shared by all
+// ranks and both streams, so that lines of different ranks never mix in the
+// middle. A line longer than maxOutLine is passed on in pieces of that size,
+// each ended by a newline (a rank printing megabytes without a newline must
+// not make gorun hold it all). A last line without a newline gets one, so
+// that the next line starts on its own.
+
+const maxOutLine = 64 << 10
+
+// outputMux serialises whole lines onto gorun's stdout and stderr.
+type outputMux struct {
+	mu     sync.Mutex
+	stdout io.Writer
+	stderr io.Writer
+	tag    bool
+}
+
+// tailLines keeps a rank's last stderr lines for failure reports (an ssh
+// error, a panic's first line).
+type tailLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const tailKeep = 8
+
+func (t *tailLines) add(line []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) == tailKeep {
+		t.lines = append(t.lines[:0], t.lines[1:]...)
+	}
+	t.lines = append(t.lines, string(line))
+}
+
+func (t *tailLines) get() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.lines...)
+}
+
+// copyLines copies r to the mux until EOF (or a read error), as rank's
+// stdout (stderr=false) or stderr; stderr lines also go to tail if non-nil.
+func (m *outputMux) copyLines(r io.Reader, rank int, stderr bool, tail *tailLines) {
+	w := m.stdout
+	if stderr {
+		w = m.stderr
+	}
+	var prefix []byte
+	if m.tag {
+		prefix = []byte("[" + strconv.Itoa(rank) + "] ")
+	}
+	br := bufio.NewReaderSize(r, maxOutLine)
+	buf := make([]byte, 0, 256)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			buf = append(append(buf[:0], prefix...), chunk...)
+			if buf[len(buf)-1] != '\n' {
+				buf = append(buf, '\n') // a piece of a long line, or a last line without newline
+			}
+			m.mu.Lock()
+			_, _ = w.Write(buf) // gorun's own stdout closed: nothing to do but go on draining
+			m.mu.Unlock()
+			if tail != nil {
+				tail.add(buf[len(prefix) : len(buf)-1])
+			}
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+// say writes one of gorun's own messages to stderr, whole.
+func (m *outputMux) say(line string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, _ = io.WriteString(m.stderr, "gorun: "+line+"\n")
+}

@@ -1,0 +1,77 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Program is the executable the ranks run.
+type Program struct {
+	Path  string // absolute; remote hosts must have it at the same path
+	Built bool   // built from a package directory into a temporary directory
+}
+
+// Remove deletes a built binary's temporary directory.
+func (p *Program) Remove() {
+	if p.Built {
+		os.RemoveAll(filepath.Dir(p.Path))
+	}
+}
+
+// ResolveProgram finds the executable for arg: a Go package directory is
+// built once with `go build -o` into a temporary directory (with the
+// compiler's output in the error if it fails); a file must be executable; a
+// bare name is looked up in PATH, as a shell would.
+func ResolveProgram(ctx context.Context, arg string) (*Program, error) {
+	st, err := os.Stat(arg)
+	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(arg, filepath.Separator) {
+		if path, lerr := exec.LookPath(arg); lerr == nil {
+			return &Program{Path: path}, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q not found: want a Go package directory, an executable, or a command in PATH", ErrProgram, arg)
+	}
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrProgram, arg, err)
+	}
+	if st.IsDir() {
+		return build(ctx, arg, abs)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("%w: %s is not an executable file (mode %v)", ErrProgram, arg, st.Mode())
+	}
+	return &Program{Path: abs}, nil
+}
+
+// build runs go build on the package in dir.
+func build(ctx context.Context, dir, abs string) (*Program, error) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is a package directory but the go command is not in PATH to build it", ErrProgram, dir)
+	}
+	tmp, err := os.MkdirTemp("", "gorun-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: temporary directory for the build: %v", ErrProgram, err)
+	}
+	out := filepath.Join(tmp, filepath.Base(abs))
+	// Build from the package directory itself so that its module applies
+	// whatever directory gorun runs in.
+	cmd := exec.CommandContext(ctx, gocmd, "build", "-o", out, ".")
+	cmd.Dir = abs
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("%w: building %s failed (%v):\n%s", ErrProgram, dir, err, strings.TrimRight(output.String(), "\n"))
+	}
+	return &Program{Path: out, Built: true}, nil
+}

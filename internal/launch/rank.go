@@ -1,0 +1,161 @@
+package launch
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// rank is one process of the job, local or remote (then the process is the
+// ssh client that started it).
+type rank struct {
+	id     int
+	host   Host
+	cmd    *exec.Cmd
+	remote bool
+	// control is the stdin of the remote wrapper script: it reads signal
+	// names from it and kills the rank on EOF (see remoteScript).
+	control io.WriteCloser
+	pipes   []*os.File    // read ends of stdout and stderr
+	drained chan struct{} // closed when both are drained
+	tail    tailLines     // last stderr lines, for failure reports
+
+	running bool
+	state   *os.ProcessState
+	lost    error // PMI connection lost before finalize
+}
+
+func (r *rank) pid() int {
+	if r.cmd != nil && r.cmd.Process != nil {
+		return r.cmd.Process.Pid
+	}
+	return 0
+}
+
+// where names the rank's process for messages.
+func (r *rank) where() string {
+	if r.remote {
+		return fmt.Sprintf("on %s, ssh pid %d", r.host.Name, r.pid())
+	}
+	return fmt.Sprintf("pid %d", r.pid())
+}
+
+// startLocal forks the rank with one end of a socketpair as PMI_FD=3; the
+// other end is served by the PMI server.
+func (j *job) startLocal(r *rank, env []string) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair for PMI: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "pmi-server")
+	theirs := os.NewFile(uintptr(fds[1]), "pmi-rank")
+	defer theirs.Close()
+	conn, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return fmt.Errorf("socketpair for PMI: %w", err)
+	}
+	r.cmd = exec.Command(j.prog.Path, j.opts.Args...)
+	r.cmd.Env = append(env, "PMI_FD=3") // ExtraFiles[0] is fd 3 in the child
+	r.cmd.ExtraFiles = []*os.File{theirs}
+	if err := j.startProcess(r); err != nil {
+		conn.Close()
+		return err
+	}
+	go j.srv.Serve(r.id, conn)
+	return nil
+}
+
+// startRemote starts the rank on its host through the rsh command; the rank
+// reaches the PMI server over TCP at pmiPort with PMI_ID = its rank.
+func (j *job) startRemote(r *rank, env []string, pmiPort string) error {
+	env = append(env, "PMI_PORT="+pmiPort, "PMI_ID="+strconv.Itoa(r.id))
+	cwd, _ := os.Getwd()
+	line := remoteCommand(cwd, env, pmiSegmentPrefix(j.key), j.prog.Path, j.opts.Args)
+	argv := append(append([]string{}, j.opts.Rsh[1:]...), r.host.Name, line)
+	r.cmd = exec.Command(j.opts.Rsh[0], argv...)
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer ctlR.Close()
+	r.cmd.Stdin = ctlR
+	r.control = ctlW
+	r.remote = true
+	if err := j.startProcess(r); err != nil {
+		ctlW.Close()
+		return err
+	}
+	return nil
+}
+
+// startProcess starts r.cmd in its own process group (so that gorun can
+// signal the rank and whatever it started, and a Ctrl-C at the terminal
+// reaches ranks only through gorun), dying with gorun, its output copied to
+// the mux, and its exit reported to the monitor.
+func (j *job) startProcess(r *rank) error {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	r.cmd.Stdout, r.cmd.Stderr = outW, errW
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = r.cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	r.running = true
+	r.pipes = []*os.File{outR, errR}
+	r.drained = make(chan struct{})
+	streams := make(chan struct{}, 2)
+	go func() { j.out.copyLines(outR, r.id, false, nil); streams <- struct{}{} }()
+	go func() { j.out.copyLines(errR, r.id, true, &r.tail); streams <- struct{}{} }()
+	go func() { <-streams; <-streams; close(r.drained) }()
+	go func() {
+		_ = r.cmd.Wait() // the state says how it ended
+		j.exits <- r
+	}()
+	return nil
+}
+
+// signal sends sig to the rank: to its process group locally, through the
+// wrapper's control pipe remotely.
+func (r *rank) signal(sig unix.Signal) {
+	if !r.running {
+		return
+	}
+	if r.remote {
+		if _, err := io.WriteString(r.control, signalName(sig)+"\n"); err != nil || sig == unix.SIGKILL {
+			// The wrapper kills the rank on EOF; ssh itself goes too.
+			r.control.Close()
+			_ = unix.Kill(-r.pid(), unix.SIGKILL)
+		}
+		return
+	}
+	_ = unix.Kill(-r.pid(), sig)
+}
+
+// signalName is the name kill -s takes.
+func signalName(sig unix.Signal) string {
+	return strings.TrimPrefix(unix.SignalName(sig), "SIG")
+}
+
+// pmiSegmentPrefix is the glob remote wrappers clean on failure.
+func pmiSegmentPrefix(key uint64) string { return shmDir + "/" + segmentPrefix(key) }

@@ -1,0 +1,111 @@
+package launch
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// remoteScript runs on the remote host, as `sh -c remoteScript weft-rank
+// BINARY ARGS...`. ssh forwards no signals, and a remote process whose ssh
+// died is orphaned, so the script starts the rank in the background and
+// reads signal names from its stdin (gorun's control pipe through ssh): each
+// line is passed to kill -s; end of input (gorun gone, or closing the pipe)
+// kills the rank. It exits with the rank's status (128+N for signal N), and
+// removes the job's shared-memory segments on that host when the rank
+// failed, since gorun cannot reach them.
+const remoteScript = `exec 3<&0 </dev/null
+"$@" 3<&- &
+p=$!
+( while read -r s <&3; do kill -s "$s" "$p" 2>/dev/null; done; kill -s KILL "$p" 2>/dev/null ) &
+w=$!
+wait "$p"; rc=$?
+kill "$w" 2>/dev/null
+[ "$rc" -eq 0 ] || rm -f "$WEFT_SHM_PREFIX"* 2>/dev/null
+exit "$rc"`
+
+// remoteCommand is the command line ssh runs on the remote host: change to
+// gorun's directory if it exists there, then run the wrapper under env with
+// the rank's variables. Every word is quoted for the remote shell.
+func remoteCommand(cwd string, env []string, shmPrefix, binary string, args []string) string {
+	words := []string{"exec", "env"}
+	for _, kv := range env {
+		words = append(words, shellQuote(kv))
+	}
+	words = append(words, shellQuote("WEFT_SHM_PREFIX="+shmPrefix), "sh", "-c", shellQuote(remoteScript), "weft-rank", shellQuote(binary))
+	for _, a := range args {
+		words = append(words, shellQuote(a))
+	}
+	return "cd " + shellQuote(cwd) + " 2>/dev/null; " + strings.Join(words, " ")
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// localAddrToward returns this machine's address on the route to host: the
+// address a remote rank on host can reach gorun's PMI server at. host may be
+// an ssh alias: the resolver is asked first, then `RSH -G host` (ssh prints
+// its resolved configuration, HostName included).
+func localAddrToward(ctx context.Context, host string, rsh []string) (net.IP, error) {
+	ip, err := hostIP(ctx, host, rsh)
+	if err != nil {
+		return nil, err
+	}
+	// Connecting a UDP socket sends nothing; it only picks the route.
+	c, err := net.Dial("udp", net.JoinHostPort(ip.String(), "9"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: no route to %s (%s): %v", ErrHost, host, ip, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+func hostIP(ctx context.Context, host string, rsh []string) (net.IP, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+	if err == nil && len(ips) > 0 {
+		for _, ip := range ips {
+			if ip.To4() != nil {
+				return ip, nil
+			}
+		}
+		return ips[0], nil
+	}
+	if !strings.Contains(filepath.Base(rsh[0]), "ssh") {
+		return nil, fmt.Errorf("%w: cannot resolve %s: %v", ErrHost, host, err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, rsh[0], append(append([]string{}, rsh[1:]...), "-G", host)...)
+	cmd.Stderr = &stderr
+	out, gerr := cmd.Output()
+	if gerr != nil {
+		return nil, fmt.Errorf("%w: cannot resolve %s (%v), and %s -G %s failed: %v %s",
+			ErrHost, host, err, rsh[0], host, gerr, strings.TrimSpace(stderr.String()))
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if name, ok := strings.CutPrefix(sc.Text(), "hostname "); ok {
+			if ip := net.ParseIP(name); ip != nil {
+				return ip, nil
+			}
+			ips, lerr := net.DefaultResolver.LookupIP(ctx, "ip", name)
+			if lerr == nil && len(ips) > 0 {
+				return ips[0], nil
+			}
+			return nil, fmt.Errorf("%w: %s is %s in the ssh configuration, which does not resolve: %v", ErrHost, host, name, lerr)
+		}
+	}
+	return nil, fmt.Errorf("%w: cannot resolve %s: %v", ErrHost, host, err)
+}

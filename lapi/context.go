@@ -1,0 +1,284 @@
+package lapi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Context is one rank's lapi instance over one device (which may be a
+// stripe of several). Its methods may be called from any goroutine.
+type Context struct {
+	cfg      Config
+	timing   linkTiming
+	dev      hal.Device
+	mtu      int
+	reliable bool
+	rank     hal.Rank
+
+	mu        sync.Mutex // the progress lock: guards everything below
+	closed    bool
+	links     []link      // per peer; nil on a reliable device
+	queues    []sendQueue // per peer: packets waiting for window or device
+	active    []hal.Rank  // peers with queued or unacknowledged packets
+	isActive  []bool
+	flushed   []*outPkt // sent on a reliable device, released at Flush
+	acks      [][]byte  // per peer acknowledgement-only packet buffers
+	nextMsg   []uint32
+	peerErr   []error
+	reasm     map[reasmKey]*inMsg
+	handlers  []AMHandler
+	counters  []*Counter
+	freePkt   *outPkt
+	freeMsg   *outMsg
+	nextTick  time.Time // earliest retransmission or delayed-ack deadline
+	onFail    []func(hal.Rank, error)
+	tpt       *hal.TPT
+	gets      getTable
+	stats     Stats
+	xchg      xchgState
+	fenceMark []uint32 // per peer: nextMsg after the last fence probe
+	fenceCntr *Counter
+	done      []completion // completions waiting to run outside the lock
+	pollNow   time.Time
+	releaseFn func(*outPkt)
+	rtxFn     func(*outPkt)
+
+	// Waiting: one goroutine at a time blocks in the device's Wait; others
+	// sleep on wake, which is closed whenever progress is made.
+	blocking    bool
+	blockCancel context.CancelFunc
+	sleepers    int
+	wake        chan struct{}
+
+	onFrameFn func(*hal.Header, []byte)
+	stopBg    chan struct{}
+	bgDone    chan struct{}
+	now       func() time.Time
+}
+
+type sendQueue struct{ head, tail *outPkt }
+
+func (q *sendQueue) push(p *outPkt) {
+	p.next = nil
+	if q.tail == nil {
+		q.head = p
+	} else {
+		q.tail.next = p
+	}
+	q.tail = p
+}
+
+func (q *sendQueue) pop() *outPkt {
+	p := q.head
+	if p != nil {
+		q.head = p.next
+		if q.head == nil {
+			q.tail = nil
+		}
+		p.next = nil
+	}
+	return p
+}
+
+// Open starts a lapi context over cfg.Device. It owns the device from now
+// on and closes it in Close.
+func Open(cfg Config) (*Context, error) {
+	if cfg.Device == nil {
+		return nil, fmt.Errorf("lapi: open: no device")
+	}
+	if cfg.Size <= 0 || int(cfg.Rank) >= cfg.Size {
+		return nil, fmt.Errorf("lapi: open: rank %d of %d: %w", cfg.Rank, cfg.Size, ErrBadRank)
+	}
+	cfg.setDefaults()
+	caps := cfg.Device.Caps()
+	if caps.MTU < pktHdrLen+64 {
+		return nil, fmt.Errorf("lapi: open: device MTU %d too small (need %d)", caps.MTU, pktHdrLen+64)
+	}
+	c := &Context{
+		cfg:      cfg,
+		dev:      cfg.Device,
+		mtu:      caps.MTU,
+		reliable: caps.Reliable,
+		rank:     cfg.Rank,
+		queues:   make([]sendQueue, cfg.Size),
+		isActive: make([]bool, cfg.Size),
+		acks:     make([][]byte, cfg.Size),
+		nextMsg:  make([]uint32, cfg.Size),
+		peerErr:  make([]error, cfg.Size),
+		reasm:    make(map[reasmKey]*inMsg),
+		handlers: make([]AMHandler, firstUserHandler),
+		counters: []*Counter{nil}, // ID 0 means "no counter"
+		wake:     make(chan struct{}),
+		tpt:      hal.NewTPT(),
+		now:      time.Now,
+		timing: linkTiming{
+			initRTO: cfg.InitRTO, minRTO: cfg.MinRTO, maxRTO: cfg.MaxRTO,
+			ackDelay: cfg.AckDelay, ackEvery: cfg.AckEvery,
+			peerTimeout: cfg.PeerTimeout, window: cfg.Window,
+		},
+	}
+	c.onFrameFn = c.onFrame
+	c.releaseFn = c.release
+	c.rtxFn = c.retransmit
+	c.installInternalHandlers()
+	c.fenceMark = make([]uint32, cfg.Size)
+	c.fenceCntr = &Counter{c: c, id: 1}
+	c.counters = append(c.counters, c.fenceCntr)
+	if cfg.Clock != nil {
+		c.now = cfg.Clock
+	}
+	if !c.reliable {
+		c.links = make([]link, cfg.Size)
+		for i := range c.links {
+			c.links[i].init(hal.Rank(i), cfg.Window)
+		}
+		if cfg.Clock == nil {
+			c.stopBg, c.bgDone = make(chan struct{}), make(chan struct{})
+			go c.background()
+		}
+	}
+	return c, nil
+}
+
+// Rank is this context's rank; Size the number of ranks.
+func (c *Context) Rank() hal.Rank { return c.rank }
+
+// Size is the number of ranks in the job.
+func (c *Context) Size() int { return c.cfg.Size }
+
+// Device is the device this context drives.
+func (c *Context) Device() hal.Device { return c.dev }
+
+// TPT is this rank's translation and protection table: the regions that
+// remote Put, Get and Rmw may reach.
+func (c *Context) TPT() *hal.TPT { return c.tpt }
+
+// Reliable reports whether the device is reliable, so that lapi's sequence
+// and acknowledgement machinery is off.
+func (c *Context) Reliable() bool { return c.reliable }
+
+// RegisterHandler adds an active-message handler and returns its ID. Every
+// rank must register the same handlers in the same order before traffic.
+func (c *Context) RegisterHandler(h AMHandler) HandlerID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handlers = append(c.handlers, h)
+	return HandlerID(len(c.handlers) - 1)
+}
+
+// OnPeerFailed registers f to run (under the progress lock: f must not call
+// back into the context) when a peer is declared failed.
+func (c *Context) OnPeerFailed(f func(peer hal.Rank, err error)) {
+	c.mu.Lock()
+	c.onFail = append(c.onFail, f)
+	c.mu.Unlock()
+}
+
+// PeerErr is the error that peer failed with, or nil.
+func (c *Context) PeerErr(peer hal.Rank) error {
+	if int(peer) >= c.cfg.Size {
+		return fmt.Errorf("lapi: peer %d: %w", peer, ErrBadRank)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peerErr[peer]
+}
+
+// Stats returns a snapshot of the protocol counters.
+func (c *Context) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Close stops the context and closes its device. Operations still pending
+// are abandoned; waiters return ErrClosed.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.wakeLocked()
+	c.mu.Unlock()
+	if c.stopBg != nil {
+		close(c.stopBg)
+		<-c.bgDone
+	}
+	return c.dev.Close()
+}
+
+// Counter is a LAPI counter: operations increment it, Wait consumes it.
+type Counter struct {
+	c   *Context
+	id  uint32
+	v   atomic.Int64
+	err error // guarded by c.mu: set when an operation on it failed
+}
+
+// NewCounter makes a counter of this context. Its ID may be handed to peers
+// (SendOpts.Target) to be incremented remotely.
+func (c *Context) NewCounter() *Counter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := &Counter{c: c, id: uint32(len(c.counters))}
+	c.counters = append(c.counters, k)
+	return k
+}
+
+// ID names the counter for peers.
+func (k *Counter) ID() uint32 { return k.id }
+
+// Value is the counter's current value.
+func (k *Counter) Value() int64 { return k.v.Load() }
+
+// Wait makes progress until the counter reaches val, then subtracts val
+// (LAPI_Waitcntr). It fails if an operation counted on it failed, or ctx ends.
+func (k *Counter) Wait(ctx context.Context, val int64) error {
+	err := k.c.waitUntil(ctx, func() error {
+		if k.err != nil {
+			return k.err
+		}
+		if k.v.Load() >= val {
+			return errDone
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.v.Add(-val)
+	return nil
+}
+
+func (k *Counter) incr() { k.v.Add(1) }
+
+func (k *Counter) fail(err error) {
+	if k != nil && k.err == nil {
+		k.err = err
+	}
+}
+
+// counter resolves a counter ID carried in a packet; unknown IDs are ignored
+// (a peer cannot name memory we did not hand out).
+func (c *Context) counter(id uint32) *Counter {
+	if id == 0 || int(id) >= len(c.counters) {
+		return nil
+	}
+	return c.counters[id]
+}
+
+// PeerErrLocked is PeerErr for use inside a Wait condition, which runs with
+// the progress lock held.
+func (c *Context) PeerErrLocked(peer hal.Rank) error {
+	if int(peer) >= c.cfg.Size {
+		return fmt.Errorf("lapi: peer %d: %w", peer, ErrBadRank)
+	}
+	return c.peerErr[peer]
+}

@@ -1,0 +1,140 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Config opens a Context. Zero durations and counts take the defaults noted.
+type Config struct {
+	// Device carries the frames; Rank, Size and JobKey describe the job.
+	Device hal.Device
+	Rank   hal.Rank
+	Size   int
+	JobKey uint64
+
+	// InitRTO is the retransmission timeout before the first RTT sample
+	// (default 2ms); MinRTO and MaxRTO clamp it (defaults 200µs and 500ms).
+	InitRTO, MinRTO, MaxRTO time.Duration
+	// AckDelay is how long an acknowledgement may wait for a packet to ride
+	// on (default 100µs); AckEvery packets force one at once (default 8).
+	AckDelay time.Duration
+	AckEvery int
+	// Window is the most packets in flight to one peer (default and max 128).
+	Window int
+	// PeerTimeout is how long a packet may go unacknowledged before its
+	// peer is declared failed (default 30s).
+	PeerTimeout time.Duration
+	// Spin is how long a waiting goroutine polls before it blocks (default
+	// 50µs; negative: block at once).
+	Spin time.Duration
+	// CopyThreshold: messages with at most this much data are copied when
+	// sent, so their origin counter fires at once (default 16 KiB).
+	CopyThreshold int
+	// Clock, when set, replaces time.Now and turns off the background
+	// goroutine that runs timers: the caller drives every progress pass
+	// (Progress) and time itself. This is how simulations run lapi
+	// deterministically.
+	Clock func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.InitRTO, 2*time.Millisecond)
+	def(&c.MinRTO, 200*time.Microsecond)
+	def(&c.MaxRTO, 500*time.Millisecond)
+	def(&c.AckDelay, 100*time.Microsecond)
+	def(&c.PeerTimeout, 30*time.Second)
+	def(&c.Spin, 50*time.Microsecond)
+	if c.AckEvery <= 0 {
+		c.AckEvery = 8
+	}
+	if c.Window <= 0 || c.Window > sackBits {
+		c.Window = sackBits
+	}
+	if c.CopyThreshold == 0 {
+		c.CopyThreshold = 16 << 10
+	}
+}
+
+// HandlerID names an active-message handler. Every rank registers the same
+// handlers in the same order, so an ID means the same handler everywhere.
+type HandlerID uint16
+
+// firstUserHandler: IDs below it are lapi's own (put, get, rmw, completion).
+const firstUserHandler HandlerID = 16
+
+// AMHandler receives active messages.
+//
+// OnHeader runs when the first packet of a message arrives (whichever that
+// is: packets arrive in any order), in the progress engine, and must not
+// block. It returns the buffer the data goes into (the data is truncated to
+// its length) and a cookie handed back to OnComplete, which runs once all
+// the data has been placed. uhdr is valid only during OnHeader.
+type AMHandler interface {
+	OnHeader(src hal.Rank, uhdr []byte, msgLen int) (buf []byte, cookie any)
+	OnComplete(src hal.Rank, cookie any)
+}
+
+// SendOpts are the counters an operation updates. All are optional.
+type SendOpts struct {
+	// Origin is incremented when the data buffer may be reused.
+	Origin *Counter
+	// Completion is incremented when the target has completed the message
+	// (its completion handler ran, or the put or get was placed).
+	Completion *Counter
+	// Target is the ID of a counter at the target, incremented there on
+	// completion (see Counter.ID).
+	Target uint32
+	// Notify, if set, is told when Origin would fire (data reusable for a
+	// send, data arrived for a Get), or that the operation failed. It runs
+	// in the progress engine and must not block or call into the context.
+	Notify Completer
+}
+
+// Completer is told that an operation finished; err is nil on success.
+type Completer interface {
+	Complete(err error)
+}
+
+// Sentinel errors; errors returned by lapi wrap them.
+var (
+	// ErrPeerFailed: the peer stopped answering or was declared dead.
+	ErrPeerFailed = errors.New("lapi: peer failed")
+	// ErrBadRank: no such rank in the job.
+	ErrBadRank = errors.New("lapi: rank out of range")
+	// ErrTooLarge: a user header or message exceeds what lapi carries.
+	ErrTooLarge = errors.New("lapi: too large")
+	// ErrClosed: the context was closed.
+	ErrClosed = errors.New("lapi: context closed")
+	// ErrProtection: a remote memory access failed its protection check.
+	ErrProtection = errors.New("lapi: protection violation")
+)
+
+// PeerError says which peer failed and why.
+type PeerError struct {
+	Peer  hal.Rank
+	Cause string
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("lapi: peer %d failed: %s", e.Peer, e.Cause) }
+
+// Unwrap makes errors.Is(err, ErrPeerFailed) true.
+func (e *PeerError) Unwrap() error { return ErrPeerFailed }
+
+// Stats are a context's protocol counters.
+type Stats struct {
+	PacketsSent, PacketsRecv uint64
+	Retransmits              uint64
+	Duplicates               uint64 // discarded by sequence number
+	AcksSent                 uint64 // acknowledgement-only packets
+	BadPackets               uint64 // malformed lapi packets
+	MessagesSent, MessagesIn uint64
+}

@@ -1,0 +1,230 @@
+package lapi
+
+import (
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// linkTiming are the reliability constants. Defaults are in Config.
+type linkTiming struct {
+	initRTO, minRTO, maxRTO time.Duration
+	ackDelay                time.Duration
+	ackEvery                int
+	peerTimeout             time.Duration
+	window                  int
+}
+
+// outPkt is one packet on its way to a peer: the encoded frame header and
+// packet header (with user header) it owns, and the data it refers to.
+type outPkt struct {
+	buf     []byte // hal header + packet header + user header
+	data    []byte // the packet's data: the caller's buffer or an owned copy
+	seq     uint32
+	firstAt time.Time // first transmission
+	sentAt  time.Time // latest transmission
+	retries int
+	fastRtx bool // already fast-retransmitted once
+	msg     *outMsg
+	peer    hal.Rank
+	own     []byte  // owned buffer for copied data
+	next    *outPkt // free list and send queues
+}
+
+// link is the reliability state toward one peer: the sending half (sequence
+// numbers, the window of unacknowledged packets, the RTT estimate) and the
+// receiving half (what has arrived, what acknowledgement is owed).
+// It does no I/O and reads no clock: every method takes now.
+type link struct {
+	peer hal.Rank
+
+	// sending half
+	nextSeq    uint32
+	una        uint32 // oldest unacknowledged sequence number
+	inflight   [sackBits]*outPkt
+	peerCredit int
+	rtt        rttEstimator
+	backoff    uint // RTO doublings since the last acknowledged progress
+
+	// receiving half
+	cum     uint32    // every packet below cum has arrived
+	sack    [2]uint64 // bit i: packet cum+1+i has arrived
+	ackOwed int       // packets arrived since an acknowledgement was sent
+	ackDue  time.Time // when a delayed acknowledgement must go (zero: none)
+	ackNow  bool      // an acknowledgement must go at the next chance
+}
+
+func (l *link) init(peer hal.Rank, window int) {
+	*l = link{peer: peer, peerCredit: window}
+}
+
+// inFlight is the number of packets sent and not yet acknowledged.
+func (l *link) inFlight() int { return int(l.nextSeq - l.una) }
+
+// canSend reports whether the window and the peer's credit allow one more.
+func (l *link) canSend(window int) bool {
+	return l.inFlight() < min(window, l.peerCredit, sackBits)
+}
+
+// assign gives p the next sequence number and records it as in flight.
+func (l *link) assign(p *outPkt, now time.Time) {
+	p.seq = l.nextSeq
+	l.nextSeq++
+	p.firstAt, p.sentAt, p.retries, p.fastRtx = now, now, 0, false
+	l.inflight[p.seq%sackBits] = p
+}
+
+// ackFields are the acknowledgement to put in the next packet to the peer.
+// Taking them counts as sending the acknowledgement.
+func (l *link) ackFields(credit int) (uint16, uint32, [2]uint64) {
+	l.ackOwed, l.ackDue, l.ackNow = 0, time.Time{}, false
+	return uint16(min(credit, 0xffff)), l.cum, l.sack
+}
+
+// onAck applies an acknowledgement from the peer. released is called for
+// each packet newly acknowledged; it returns how many were.
+func (l *link) onAck(cum uint32, sack [2]uint64, credit uint16, now time.Time, released func(*outPkt)) int {
+	l.peerCredit = int(credit)
+	if int32(cum-l.una) < 0 || int32(l.nextSeq-cum) < 0 {
+		cum = l.una // stale or nonsense cumulative ack: use only the sack bits
+	}
+	n := 0
+	for s := l.una; s != cum; s++ {
+		n += l.release(s, now, released)
+	}
+	l.una = cum
+	for i := 0; i < sackBits; i++ {
+		if sack[i/64]&(1<<(i%64)) == 0 {
+			continue
+		}
+		s := cum + 1 + uint32(i)
+		if int32(l.nextSeq-s) <= 0 {
+			break
+		}
+		n += l.release(s, now, released)
+	}
+	for l.una != l.nextSeq && l.inflight[l.una%sackBits] == nil {
+		l.una++
+	}
+	if n > 0 {
+		l.backoff = 0
+	}
+	return n
+}
+
+func (l *link) release(s uint32, now time.Time, released func(*outPkt)) int {
+	p := l.inflight[s%sackBits]
+	if p == nil || p.seq != s {
+		return 0
+	}
+	if p.retries == 0 {
+		l.rtt.sample(now.Sub(p.sentAt))
+	}
+	l.inflight[s%sackBits] = nil
+	released(p)
+	return 1
+}
+
+// onData records the arrival of packet seq and reports whether it is new;
+// a duplicate or out-of-window packet must be discarded.
+func (l *link) onData(seq uint32, now time.Time, t *linkTiming) bool {
+	d := int32(seq - l.cum)
+	switch {
+	case d < 0:
+		l.ackNow = true // the peer missed our acknowledgement
+		return false
+	case d == 0:
+		l.cum++
+		for {
+			b0 := l.sack[0]&1 != 0
+			l.shift()
+			if !b0 {
+				break
+			}
+			l.cum++
+		}
+	case d <= sackBits:
+		i := d - 1
+		if l.sack[i/64]&(1<<(i%64)) != 0 {
+			l.ackNow = true
+			return false
+		}
+		l.sack[i/64] |= 1 << (i % 64)
+		l.ackNow = true // a hole: tell the sender at once so it can repair it
+	default:
+		return false // beyond the window the sender was allowed
+	}
+	l.ackOwed++
+	if l.ackOwed >= t.ackEvery {
+		l.ackNow = true
+	} else if l.ackDue.IsZero() {
+		l.ackDue = now.Add(t.ackDelay)
+	}
+	return true
+}
+
+func (l *link) shift() {
+	l.sack[0] = l.sack[0]>>1 | l.sack[1]<<63
+	l.sack[1] >>= 1
+}
+
+// needAck reports whether an acknowledgement must be sent now.
+func (l *link) needAck(now time.Time) bool {
+	return l.ackNow || (!l.ackDue.IsZero() && !now.Before(l.ackDue))
+}
+
+// expire calls rtx for every packet whose retransmission timer has run out
+// (or that the sack pattern shows lost: three later packets arrived) and
+// returns the earliest time a timer will next run out (zero: none). It
+// reports failed when a packet has gone unacknowledged for peerTimeout.
+func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next time.Time, failed bool) {
+	rto := l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO) << min(l.backoff, 10)
+	rto = min(rto, t.maxRTO)
+	timedOut := false
+	later := 0 // packets above the current one already acknowledged
+	for s := l.nextSeq; s != l.una; {
+		s--
+		p := l.inflight[s%sackBits]
+		if p == nil {
+			later++
+			continue
+		}
+		if now.Sub(p.firstAt) >= t.peerTimeout {
+			return time.Time{}, true
+		}
+		due := p.sentAt.Add(rto)
+		switch {
+		case !now.Before(due):
+			timedOut = true
+		case later >= 3 && !p.fastRtx:
+			p.fastRtx = true
+		default:
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		p.retries++
+		p.sentAt = now
+		rtx(p)
+		if d := now.Add(rto); next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	if timedOut {
+		l.backoff++
+	}
+	if !l.ackDue.IsZero() && (next.IsZero() || l.ackDue.Before(next)) {
+		next = l.ackDue
+	}
+	return next, false
+}
+
+// unassign takes back the sequence number of p, the last one assigned,
+// when the device would not take the packet.
+func (l *link) unassign(p *outPkt) {
+	if p.seq+1 == l.nextSeq {
+		l.inflight[p.seq%sackBits] = nil
+		l.nextSeq--
+	}
+}

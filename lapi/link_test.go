@@ -1,0 +1,123 @@
+package lapi
+
+import (
+	"testing"
+	"time"
+)
+
+var testTiming = linkTiming{
+	initRTO: 2 * time.Millisecond, minRTO: 200 * time.Microsecond, maxRTO: 100 * time.Millisecond,
+	ackDelay: 100 * time.Microsecond, ackEvery: 8, peerTimeout: time.Second, window: sackBits,
+}
+
+// TestLinkReceiveWindow feeds sequence numbers in a scrambled order with
+// duplicates and checks that each is accepted exactly once and that the
+// cumulative acknowledgement and sack bits describe what arrived.
+func TestLinkReceiveWindow(t *testing.T) {
+	var l link
+	l.init(1, sackBits)
+	now := time.Unix(0, 0)
+	order := []uint32{2, 0, 0, 5, 1, 2, 3, 200, 4, 6, 300, 5}
+	want := []bool{true, true, false, true, true, false, true, false, true, true, false, false}
+	for i, s := range order {
+		if got := l.onData(s, now, &testTiming); got != want[i] {
+			t.Fatalf("packet %d (seq %d): fresh=%v, want %v", i, s, got, want[i])
+		}
+	}
+	if l.cum != 7 || l.sack != [2]uint64{} {
+		t.Fatalf("cum=%d sack=%x, want 7 and none", l.cum, l.sack)
+	}
+	l.onData(9, now, &testTiming)
+	l.onData(72, now, &testTiming)
+	if l.sack[0] != 1<<1 || l.sack[1] != 1<<0 {
+		t.Fatalf("sack=%x, want bit 1 and bit 64", l.sack)
+	}
+}
+
+// TestLinkAckAndRetransmit sends a window of packets, acknowledges some by
+// sack, and checks release, fast retransmit and timeout retransmission with
+// back-off.
+func TestLinkAckAndRetransmit(t *testing.T) {
+	var l link
+	l.init(1, sackBits)
+	now := time.Unix(0, 0)
+	pkts := make([]*outPkt, 10)
+	for i := range pkts {
+		pkts[i] = &outPkt{}
+		l.assign(pkts[i], now)
+	}
+	if l.inFlight() != 10 {
+		t.Fatalf("in flight %d", l.inFlight())
+	}
+	var released []uint32
+	rel := func(p *outPkt) { released = append(released, p.seq) }
+	// Packets 0,1 arrived; 2 lost; 3,4,5 arrived (sack bits 0,1,2 above cum=2).
+	now = now.Add(50 * time.Microsecond)
+	if n := l.onAck(2, [2]uint64{0b111}, 128, now, rel); n != 5 {
+		t.Fatalf("released %d (%v), want 5", n, released)
+	}
+	if l.una != 2 {
+		t.Fatalf("una=%d, want 2", l.una)
+	}
+	if !l.rtt.have || l.rtt.srtt != 50*time.Microsecond {
+		t.Fatalf("rtt not sampled: %+v", l.rtt)
+	}
+	var rtx []uint32
+	next, failed := l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
+	if failed || len(rtx) != 1 || rtx[0] != 2 {
+		t.Fatalf("fast retransmit: %v failed=%v, want [2]", rtx, failed)
+	}
+	if next.IsZero() {
+		t.Fatal("no next timer with packets in flight")
+	}
+	// Nothing more acknowledged: after the RTO everything left goes again.
+	rtx = rtx[:0]
+	now = now.Add(testTiming.maxRTO)
+	l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
+	if len(rtx) != 5 || l.backoff != 1 {
+		t.Fatalf("timeout retransmit %v backoff %d, want 5 packets and backoff 1", rtx, l.backoff)
+	}
+	// A retransmitted packet's acknowledgement gives no RTT sample (Karn).
+	srtt := l.rtt.srtt
+	l.onAck(10, [2]uint64{}, 128, now.Add(time.Millisecond), rel)
+	if l.rtt.srtt != srtt || l.inFlight() != 0 || l.backoff != 0 {
+		t.Fatalf("after full ack: srtt %v (was %v) inflight %d backoff %d", l.rtt.srtt, srtt, l.inFlight(), l.backoff)
+	}
+}
+
+// TestLinkPeerTimeout: a packet never acknowledged fails the peer.
+func TestLinkPeerTimeout(t *testing.T) {
+	var l link
+	l.init(3, sackBits)
+	now := time.Unix(0, 0)
+	l.assign(&outPkt{}, now)
+	for i := 0; i < 100; i++ {
+		now = now.Add(50 * time.Millisecond)
+		if _, failed := l.expire(now, &testTiming, func(*outPkt) {}); failed {
+			if now.Sub(time.Unix(0, 0)) < testTiming.peerTimeout {
+				t.Fatalf("failed early at %v", now)
+			}
+			return
+		}
+	}
+	t.Fatal("peer never declared failed")
+}
+
+// TestLinkStaleAck: an acknowledgement older than what is known, or beyond
+// what was sent, must not release anything it should not.
+func TestLinkStaleAck(t *testing.T) {
+	var l link
+	l.init(1, sackBits)
+	now := time.Unix(0, 0)
+	for i := 0; i < 4; i++ {
+		l.assign(&outPkt{}, now)
+	}
+	n := 0
+	rel := func(*outPkt) { n++ }
+	l.onAck(2, [2]uint64{}, 128, now, rel)
+	l.onAck(1, [2]uint64{}, 128, now, rel) // stale
+	l.onAck(1000, [2]uint64{}, 128, now, rel)
+	if n != 2 || l.una != 2 {
+		t.Fatalf("released %d una %d, want 2 and 2", n, l.una)
+	}
+}

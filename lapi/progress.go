@@ -1,0 +1,270 @@
+package lapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// errDone is what a wait condition returns when it is met.
+var errDone = errors.New("done")
+
+// progressLocked is one pass of the progress engine: take what the device
+// has, run timers, send what is queued. It reports whether anything
+// happened that a waiter might care about.
+func (c *Context) progressLocked() bool {
+	if !c.reliable {
+		c.pollNow = c.now()
+	}
+	n, err := c.dev.Poll(c.onFrameFn)
+	if err != nil && !c.closed {
+		c.closed = true // the device is gone: nothing more can progress
+	}
+	if !c.reliable {
+		c.tick(c.pollNow)
+	} else if len(c.flushed) > 0 {
+		c.flushLocked()
+	}
+	for _, p := range c.active {
+		if c.queues[p].head != nil {
+			c.pushLocked(p, c.pollNow)
+		}
+	}
+	return n > 0 || len(c.done) > 0
+}
+
+// tick runs retransmission timers and sends owed acknowledgements.
+func (c *Context) tick(now time.Time) {
+	c.nextTick = time.Time{}
+	keep := c.active[:0]
+	for _, peer := range c.active {
+		l := &c.links[peer]
+		if c.peerErr[peer] != nil {
+			c.isActive[peer] = false
+			continue
+		}
+		next, failed := l.expire(now, &c.timing, c.rtxFn)
+		if failed {
+			c.failPeer(peer, fmt.Sprintf("no acknowledgement for %v", c.cfg.PeerTimeout))
+			c.isActive[peer] = false
+			continue
+		}
+		if l.needAck(now) {
+			c.sendAck(peer)
+			next = l.ackDue // zero unless the ack could not go
+		}
+		if !next.IsZero() && (c.nextTick.IsZero() || next.Before(c.nextTick)) {
+			c.nextTick = next
+		}
+		if l.inFlight() == 0 && c.queues[peer].head == nil && l.ackDue.IsZero() && !l.ackNow {
+			c.isActive[peer] = false
+			continue
+		}
+		keep = append(keep, peer)
+	}
+	c.active = keep
+	c.flushLocked()
+}
+
+func (c *Context) retransmit(p *outPkt) {
+	c.stats.Retransmits++
+	if err := c.transmit(p); err != nil && !errors.Is(err, hal.ErrNoResource) {
+		c.failPeer(p.peer, err.Error())
+	}
+}
+
+// failPeer declares peer failed: its queued and unacknowledged packets are
+// dropped, counters waiting on them fail, and OnPeerFailed callbacks run.
+func (c *Context) failPeer(peer hal.Rank, cause string) {
+	if c.peerErr[peer] != nil {
+		return
+	}
+	err := &PeerError{Peer: peer, Cause: cause}
+	c.peerErr[peer] = err
+	drop := func(p *outPkt) {
+		if m := p.msg; m != nil && m.pending > 0 {
+			m.pending = 0 // report once, however many packets it had
+			m.org.fail(err)
+			c.note(m.notify, err)
+		}
+		p.msg = nil
+		c.putPkt(p)
+	}
+	for p := c.queues[peer].pop(); p != nil; p = c.queues[peer].pop() {
+		drop(p)
+	}
+	if !c.reliable {
+		l := &c.links[peer]
+		for i, p := range l.inflight {
+			if p != nil {
+				l.inflight[i] = nil
+				drop(p)
+			}
+		}
+		l.una = l.nextSeq
+	}
+	for k, m := range c.reasm {
+		if k.src == peer {
+			delete(c.reasm, k)
+			_ = m
+		}
+	}
+	c.gets.failPeer(c, peer, err)
+	for _, f := range c.onFail {
+		f(peer, err)
+	}
+	c.wakeLocked()
+}
+
+// FailPeer declares peer failed with the given cause, as if it had stopped
+// answering: used when the job learns of a death another way (mpi.Run sees
+// a rank's goroutine return, a launcher reports an exit).
+func (c *Context) FailPeer(peer hal.Rank, cause string) {
+	if int(peer) >= c.cfg.Size {
+		return
+	}
+	c.mu.Lock()
+	c.failPeer(peer, cause)
+	c.mu.Unlock()
+}
+
+// Progress makes one pass of the progress engine without blocking.
+func (c *Context) Progress() {
+	c.mu.Lock()
+	c.progressLocked()
+	c.mu.Unlock()
+	c.runCompletions()
+}
+
+// Wait makes progress until cond reports done or an error; cond runs under
+// the progress lock, so it must be quick and must not call the context.
+// The calling goroutine polls for Config.Spin, then blocks.
+func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) error {
+	return c.waitUntil(ctx, func() error {
+		done, err := cond()
+		if err != nil {
+			return err
+		}
+		if done {
+			return errDone
+		}
+		return nil
+	})
+}
+
+// waitUntil makes progress until cond returns errDone (success) or another
+// error. cond runs under the progress lock. The waiting goroutine polls for
+// cfg.Spin, then blocks: in the device's Wait if no other goroutine is, else
+// until another goroutine makes progress.
+func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
+	var spinStart time.Time
+	for i := 0; ; i++ {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return ErrClosed
+		}
+		c.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+		c.mu.Lock()
+		err := cond()
+		c.mu.Unlock()
+		if err == errDone {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if i&15 == 15 {
+			now := time.Now()
+			if spinStart.IsZero() {
+				spinStart = now
+			}
+			if now.Sub(spinStart) < c.cfg.Spin {
+				runtime.Gosched()
+				continue
+			}
+			c.block(ctx)
+		}
+	}
+}
+
+// block waits for something to happen: a frame, another goroutine's
+// progress, a timer, ctx, or Close.
+func (c *Context) block(ctx context.Context) {
+	c.mu.Lock()
+	if c.closed || len(c.done) > 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.blocking {
+		ch := c.wake
+		c.sleepers++
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		c.sleepers--
+		c.mu.Unlock()
+		return
+	}
+	c.blocking = true
+	wctx, cancel := context.WithCancel(ctx)
+	if !c.reliable && !c.nextTick.IsZero() {
+		wctx, cancel = context.WithDeadline(ctx, c.nextTick)
+	}
+	c.blockCancel = cancel
+	c.mu.Unlock()
+	c.dev.Wait(wctx)
+	cancel()
+	c.mu.Lock()
+	c.blocking, c.blockCancel = false, nil
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// wakeLocked wakes every goroutine sleeping in block.
+func (c *Context) wakeLocked() {
+	if c.blockCancel != nil {
+		c.blockCancel()
+	}
+	if c.sleepers > 0 || c.closed {
+		close(c.wake)
+		c.wake = make(chan struct{})
+	}
+}
+
+// background keeps an unreliable context's timers running while no
+// goroutine is inside lapi: retransmissions and acknowledgements must go
+// even when the application is computing.
+func (c *Context) background() {
+	defer close(c.bgDone)
+	period := max(c.cfg.MinRTO, 500*time.Microsecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopBg:
+			return
+		case <-t.C:
+		}
+		if !c.mu.TryLock() {
+			continue // someone is making progress already
+		}
+		if !c.closed && !c.blocking {
+			c.progressLocked()
+		}
+		c.mu.Unlock()
+		c.runCompletions()
+	}
+}

@@ -1,0 +1,147 @@
+package lapi
+
+import "github.com/weft-hpc/weft/hal"
+
+// reasmKey names a message being reassembled.
+type reasmKey struct {
+	src   hal.Rank
+	msgID uint32
+}
+
+// inMsg is a multi-packet message whose packets are still arriving.
+type inMsg struct {
+	buf    []byte
+	cookie any
+	left   int // data bytes not yet arrived
+}
+
+// completion is a message whose data has all been placed; its handler's
+// OnComplete and counters run outside the progress lock.
+type completion struct {
+	notify Completer // set for a Completer call instead of a handler
+	err    error
+	h      AMHandler
+	src    hal.Rank
+	cookie any
+	tcntr  uint32
+	ccntr  uint32
+}
+
+// onFrame is the device's Poll callback: one arriving frame.
+func (c *Context) onFrame(h *hal.Header, payload []byte) {
+	if h.Type != hal.FrameData || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
+		c.stats.BadPackets++
+		return
+	}
+	var ph pktHdr
+	uhdr, data, err := decodePkt(payload, &ph)
+	if err != nil {
+		c.stats.BadPackets++
+		return
+	}
+	c.stats.PacketsRecv++
+	if c.peerErr[h.Src] != nil {
+		return // a failed peer's late packets are ignored
+	}
+	if !c.reliable {
+		if ph.flags&flagSeq == 0 {
+			c.stats.BadPackets++
+			return
+		}
+		l := &c.links[h.Src]
+		if l.onAck(ph.ackCum, ph.sack, ph.credit, c.pollNow, c.releaseFn) > 0 && c.queues[h.Src].head != nil {
+			c.pushLocked(h.Src, c.pollNow) // the window opened
+		}
+		if ph.kind == kindAck {
+			return
+		}
+		fresh := l.onData(ph.seq, c.pollNow, &c.timing)
+		c.activate(h.Src) // an acknowledgement is owed
+		if !fresh {
+			c.stats.Duplicates++
+			return
+		}
+	} else if ph.kind != kindAM {
+		c.stats.BadPackets++
+		return
+	}
+	c.deliver(h.Src, &ph, uhdr, data)
+}
+
+// deliver places one packet of an active message.
+func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
+	if int(ph.handler) >= len(c.handlers) || c.handlers[ph.handler] == nil {
+		c.stats.BadPackets++
+		return
+	}
+	hd := c.handlers[ph.handler]
+	if ph.offset == 0 && len(data) == int(ph.total) {
+		buf, cookie := hd.OnHeader(src, uhdr, len(data))
+		copy(buf, data)
+		c.complete(hd, src, cookie, ph)
+		return
+	}
+	key := reasmKey{src, ph.msgID}
+	m := c.reasm[key]
+	if m == nil {
+		buf, cookie := hd.OnHeader(src, uhdr, int(ph.total))
+		m = &inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
+		c.reasm[key] = m
+	}
+	if int(ph.offset) < len(m.buf) {
+		copy(m.buf[ph.offset:], data)
+	}
+	m.left -= len(data)
+	if m.left <= 0 {
+		delete(c.reasm, key)
+		c.complete(hd, src, m.cookie, ph)
+	}
+}
+
+func (c *Context) complete(h AMHandler, src hal.Rank, cookie any, ph *pktHdr) {
+	c.stats.MessagesIn++
+	c.done = append(c.done, completion{h: h, src: src, cookie: cookie, tcntr: ph.tcntr, ccntr: ph.ccntr})
+}
+
+// runCompletions runs queued completion handlers and Completer calls
+// outside the progress lock, so that they may call back into the context
+// (send a reply, start a get), then bumps target counters and tells origins
+// that asked.
+func (c *Context) runCompletions() bool {
+	var local [16]completion
+	ran := false
+	for {
+		c.mu.Lock()
+		n := copy(local[:], c.done)
+		c.done = c.done[:copy(c.done, c.done[n:])]
+		if n == 0 {
+			if ran {
+				c.wakeLocked()
+			}
+			c.mu.Unlock()
+			return ran
+		}
+		c.mu.Unlock()
+		ran = true
+		for i := range local[:n] {
+			x := &local[i]
+			if x.notify != nil {
+				x.notify.Complete(x.err)
+				*x = completion{}
+				continue
+			}
+			x.h.OnComplete(x.src, x.cookie)
+			if x.tcntr != 0 || x.ccntr != 0 {
+				c.mu.Lock()
+				if k := c.counter(x.tcntr); k != nil {
+					k.incr()
+				}
+				if x.ccntr != 0 {
+					c.notifyLocked(x.src, x.ccntr)
+				}
+				c.mu.Unlock()
+			}
+			*x = completion{}
+		}
+	}
+}

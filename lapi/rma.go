@@ -1,0 +1,468 @@
+package lapi
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// lapi's own handlers, below firstUserHandler.
+const (
+	hNotify   HandlerID = 1 + iota // completion (or fault) for an origin counter
+	hPut                           // data for a registered region
+	hGet                           // ask for a region's bytes
+	hGetReply                      // the bytes, or a fault
+	hRmw                           // read-modify-write on 8 bytes
+	hRmwReply                      // the previous value, or a fault
+	hXchg                          // address exchange
+	hFence                         // fence probe
+)
+
+// RmwOp is a read-modify-write operation on an 8-byte, 8-aligned int64.
+type RmwOp uint8
+
+// Read-modify-write operations (LAPI_Rmw).
+const (
+	Swap           RmwOp = 1 + iota // store operand
+	CompareAndSwap                  // store operand if the value equals compare
+	FetchAndAdd                     // add operand
+	FetchAndOr                      // or operand in
+)
+
+// faultChecks maps a protection check to the code carried in a fault.
+var faultChecks = [...]string{"", "entry", "key", "bounds", "access", "align"}
+
+func faultCode(err error) uint8 {
+	var pe *hal.ProtectionError
+	if errors.As(err, &pe) {
+		for i, s := range faultChecks {
+			if s == pe.Check {
+				return uint8(i)
+			}
+		}
+	}
+	return uint8(len(faultChecks) - 1)
+}
+
+// faultErr is the origin-side error for a fault code from peer.
+func faultErr(peer hal.Rank, code uint8) error {
+	check := "unknown"
+	if int(code) < len(faultChecks) {
+		check = faultChecks[code]
+	}
+	return fmt.Errorf("lapi: remote access at rank %d: %s check failed: %w", peer, check, ErrProtection)
+}
+
+func (c *Context) installInternalHandlers() {
+	c.handlers[hNotify] = notifyHandler{c}
+	c.handlers[hPut] = putHandler{c}
+	c.handlers[hGet] = getHandler{c}
+	c.handlers[hGetReply] = getReplyHandler{c}
+	c.handlers[hRmw] = rmwHandler{c}
+	c.handlers[hRmwReply] = rmwReplyHandler{c}
+	c.handlers[hXchg] = &c.xchg
+	c.handlers[hFence] = nopHandler{}
+	c.xchg.c = c
+}
+
+// notifyLocked tells peer's counter id that a message completed (code 0) or
+// faulted.
+func (c *Context) notifyLocked(peer hal.Rank, id uint32) { c.notifyCode(peer, id, 0) }
+
+func (c *Context) notifyCode(peer hal.Rank, id uint32, code uint8) {
+	if peer == c.rank {
+		if k := c.counter(id); k != nil {
+			if code != 0 {
+				k.fail(faultErr(peer, code))
+			}
+			k.incr()
+		}
+		return
+	}
+	var u [5]byte
+	binary.LittleEndian.PutUint32(u[:], id)
+	u[4] = code
+	c.amsendLocked(peer, hNotify, u[:], nil, SendOpts{})
+}
+
+type notifyHandler struct{ c *Context }
+
+func (h notifyHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != 5 {
+		return nil, nil
+	}
+	k := h.c.counter(binary.LittleEndian.Uint32(uhdr))
+	if k != nil && uhdr[4] != 0 {
+		k.fail(faultErr(src, uhdr[4]))
+	}
+	return nil, k
+}
+
+func (h notifyHandler) OnComplete(_ hal.Rank, cookie any) {
+	if k, _ := cookie.(*Counter); k != nil {
+		k.incr()
+	}
+}
+
+type nopHandler struct{}
+
+func (nopHandler) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (nopHandler) OnComplete(hal.Rank, any)                     {}
+
+// Put writes src into the region dst names at tgt. o.Origin fires when src
+// may be reused, o.Completion when the data is in place at tgt (or with an
+// error naming the failed protection check).
+func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	var u [hal.PVOLen + 4]byte
+	hal.PutPVO(u[:], dst)
+	if o.Completion != nil {
+		binary.LittleEndian.PutUint32(u[hal.PVOLen:], o.Completion.id)
+	}
+	o2 := o
+	o2.Completion = nil // the put handler answers itself, with a fault code if need be
+	return c.Amsend(tgt, hPut, u[:], src, o2)
+}
+
+// putDone is the target-side state of a put: where to report completion.
+type putDone struct {
+	ccntr uint32
+	code  uint8
+}
+
+type putHandler struct{ c *Context }
+
+func (h putHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	if len(uhdr) != hal.PVOLen+4 {
+		return nil, nil
+	}
+	d := putDone{ccntr: binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])}
+	mem, err := h.c.tpt.Resolve(hal.GetPVO(uhdr), uint64(n), hal.AccessWrite)
+	if err != nil {
+		h.c.stats.BadPackets++ // counted as a protection fault below as well
+		d.code = faultCode(err)
+	}
+	if d.ccntr == 0 && d.code == 0 {
+		return mem, nil
+	}
+	return mem, d
+}
+
+func (h putHandler) OnComplete(src hal.Rank, cookie any) {
+	if d, ok := cookie.(putDone); ok {
+		h.c.mu.Lock()
+		h.c.notifyCode(src, d.ccntr, d.code)
+		h.c.mu.Unlock()
+	}
+}
+
+// getSlot is an origin-side get or rmw waiting for its reply.
+type getSlot struct {
+	buf    []byte
+	prev   *int64
+	cntr   *Counter
+	notify Completer
+	err    error
+	peer   hal.Rank
+	gen    uint32
+	used   bool
+}
+
+// finish reports a get or rmw done to its counter and completer.
+func (s *getSlot) finish(c *Context) {
+	if s.cntr != nil {
+		s.cntr.incr()
+	}
+	c.note(s.notify, s.err)
+}
+
+// getTable holds outstanding gets and rmws, named by index and generation
+// so a late reply for a reused slot is recognised and dropped.
+type getTable struct {
+	slots []getSlot
+	free  []uint32
+}
+
+const slotBits = 20
+
+func (t *getTable) take(peer hal.Rank, buf []byte, prev *int64, k *Counter, n Completer) uint32 {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		i = uint32(len(t.slots))
+		t.slots = append(t.slots, getSlot{})
+	}
+	s := &t.slots[i]
+	s.gen++
+	s.peer, s.buf, s.prev, s.cntr, s.notify, s.used = peer, buf, prev, k, n, true
+	return i | s.gen<<slotBits
+}
+
+func (t *getTable) lookup(id uint32) *getSlot {
+	i := id & (1<<slotBits - 1)
+	if int(i) >= len(t.slots) {
+		return nil
+	}
+	s := &t.slots[i]
+	if !s.used || s.gen&(1<<(32-slotBits)-1) != id>>slotBits {
+		return nil
+	}
+	return s
+}
+
+// failPeer fails every get and rmw outstanding at peer.
+func (t *getTable) failPeer(c *Context, peer hal.Rank, err error) {
+	for i := range t.slots {
+		if s := &t.slots[i]; s.used && s.peer == peer {
+			s.err = err
+			s.cntr.fail(err)
+			s.finish(c)
+			t.put(s, uint32(i)|s.gen<<slotBits)
+		}
+	}
+}
+
+func (t *getTable) put(s *getSlot, id uint32) {
+	*s = getSlot{gen: s.gen}
+	t.free = append(t.free, id&(1<<slotBits-1))
+}
+
+// Get reads len(dst) bytes from the region src names at tgt into dst.
+// o.Origin fires when dst is filled (or fails with the protection check
+// that refused the read).
+func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+	if uint64(len(dst)) > 1<<32-1 {
+		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
+	}
+	c.mu.Lock()
+	id := c.gets.take(tgt, dst, nil, o.Origin, o.Notify)
+	var u [hal.PVOLen + 8]byte
+	hal.PutPVO(u[:], src)
+	binary.LittleEndian.PutUint32(u[hal.PVOLen:], uint32(len(dst)))
+	binary.LittleEndian.PutUint32(u[hal.PVOLen+4:], id)
+	err := c.amsendLocked(tgt, hGet, u[:], nil, SendOpts{})
+	if err != nil {
+		c.gets.put(c.gets.lookup(id), id)
+	}
+	c.mu.Unlock()
+	if err == nil && tgt == c.rank {
+		c.runCompletions()
+	}
+	return err
+}
+
+// getReq is the target-side state of a get or rmw between its header and
+// completion handlers.
+type getReq struct {
+	id   uint32
+	mem  []byte
+	old  int64
+	code uint8
+}
+
+type getHandler struct{ c *Context }
+
+func (h getHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != hal.PVOLen+8 {
+		return nil, nil
+	}
+	r := &getReq{id: binary.LittleEndian.Uint32(uhdr[hal.PVOLen+4:])}
+	n := binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])
+	mem, err := h.c.tpt.Resolve(hal.GetPVO(uhdr), uint64(n), hal.AccessRead)
+	if err != nil {
+		r.code = faultCode(err)
+	}
+	r.mem = mem
+	return nil, r
+}
+
+func (h getHandler) OnComplete(src hal.Rank, cookie any) {
+	r, ok := cookie.(*getReq)
+	if !ok {
+		return
+	}
+	var u [5]byte
+	binary.LittleEndian.PutUint32(u[:], r.id)
+	u[4] = r.code
+	h.c.mu.Lock()
+	h.c.amsendLocked(src, hGetReply, u[:], r.mem, SendOpts{})
+	h.c.mu.Unlock()
+}
+
+type getReplyHandler struct{ c *Context }
+
+func (h getReplyHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	if len(uhdr) != 5 {
+		return nil, nil
+	}
+	id := binary.LittleEndian.Uint32(uhdr)
+	s := h.c.gets.lookup(id)
+	if s == nil {
+		return nil, nil
+	}
+	if uhdr[4] != 0 {
+		s.err = faultErr(src, uhdr[4])
+		s.cntr.fail(s.err)
+	}
+	return s.buf, id
+}
+
+func (h getReplyHandler) OnComplete(_ hal.Rank, cookie any) {
+	id, ok := cookie.(uint32)
+	if !ok {
+		return
+	}
+	h.c.mu.Lock()
+	if s := h.c.gets.lookup(id); s != nil {
+		s.finish(h.c)
+		h.c.gets.put(s, id)
+	}
+	h.c.wakeLocked()
+	h.c.mu.Unlock()
+	h.c.runCompletions()
+}
+
+// Rmw applies op to the int64 at dst on tgt and stores the previous value
+// in *prev (if prev is not nil) before o.Origin fires.
+func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int64, prev *int64, o SendOpts) error {
+	if op < Swap || op > FetchAndOr {
+		return fmt.Errorf("lapi: rmw: unknown operation %d", op)
+	}
+	c.mu.Lock()
+	id := c.gets.take(tgt, nil, prev, o.Origin, o.Notify)
+	var u [hal.PVOLen + 21]byte
+	hal.PutPVO(u[:], dst)
+	u[hal.PVOLen] = byte(op)
+	binary.LittleEndian.PutUint64(u[hal.PVOLen+1:], uint64(operand))
+	binary.LittleEndian.PutUint64(u[hal.PVOLen+9:], uint64(compare))
+	binary.LittleEndian.PutUint32(u[hal.PVOLen+17:], id)
+	err := c.amsendLocked(tgt, hRmw, u[:], nil, SendOpts{})
+	if err != nil {
+		c.gets.put(c.gets.lookup(id), id)
+	}
+	c.mu.Unlock()
+	if err == nil && tgt == c.rank {
+		c.runCompletions()
+	}
+	return err
+}
+
+type rmwHandler struct{ c *Context }
+
+func (h rmwHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != hal.PVOLen+21 {
+		return nil, nil
+	}
+	r := &getReq{id: binary.LittleEndian.Uint32(uhdr[hal.PVOLen+17:])}
+	mem, err := h.c.tpt.Resolve(hal.GetPVO(uhdr), 8, hal.AccessRead|hal.AccessWrite)
+	if err == nil && uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		err = &hal.ProtectionError{Check: "align", PVO: hal.GetPVO(uhdr), Len: 8}
+	}
+	if err != nil {
+		r.code = faultCode(err)
+		return nil, r
+	}
+	p := (*int64)(unsafe.Pointer(&mem[0]))
+	operand := int64(binary.LittleEndian.Uint64(uhdr[hal.PVOLen+1:]))
+	compare := int64(binary.LittleEndian.Uint64(uhdr[hal.PVOLen+9:]))
+	switch RmwOp(uhdr[hal.PVOLen]) {
+	case Swap:
+		r.old = atomic.SwapInt64(p, operand)
+	case CompareAndSwap:
+		for {
+			r.old = atomic.LoadInt64(p)
+			if r.old != compare || atomic.CompareAndSwapInt64(p, compare, operand) {
+				break
+			}
+		}
+	case FetchAndAdd:
+		r.old = atomic.AddInt64(p, operand) - operand
+	case FetchAndOr:
+		r.old = atomic.OrInt64(p, operand)
+	default:
+		r.code = uint8(len(faultChecks) - 1)
+	}
+	return nil, r
+}
+
+func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
+	r, ok := cookie.(*getReq)
+	if !ok {
+		return
+	}
+	var u [13]byte
+	binary.LittleEndian.PutUint32(u[:], r.id)
+	binary.LittleEndian.PutUint64(u[4:], uint64(r.old))
+	u[12] = r.code
+	h.c.mu.Lock()
+	h.c.amsendLocked(src, hRmwReply, u[:], nil, SendOpts{})
+	h.c.mu.Unlock()
+}
+
+type rmwReplyHandler struct{ c *Context }
+
+func (h rmwReplyHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != 13 {
+		return nil, nil
+	}
+	id := binary.LittleEndian.Uint32(uhdr)
+	s := h.c.gets.lookup(id)
+	if s == nil {
+		return nil, nil
+	}
+	if uhdr[12] != 0 {
+		s.err = faultErr(src, uhdr[12])
+		s.cntr.fail(s.err)
+	} else if s.prev != nil {
+		*s.prev = int64(binary.LittleEndian.Uint64(uhdr[4:]))
+	}
+	s.finish(h.c)
+	h.c.gets.put(s, id)
+	return nil, nil
+}
+
+func (rmwReplyHandler) OnComplete(hal.Rank, any) {}
+
+// Fence waits until every operation this context started has completed at
+// its target (LAPI_Fence).
+func (c *Context) Fence(ctx context.Context) error {
+	if !c.reliable {
+		// On an unordered device a probe could overtake earlier packets:
+		// first wait until every packet is acknowledged, hence placed.
+		err := c.waitUntil(ctx, func() error {
+			for _, p := range c.active {
+				if c.links[p].inFlight() > 0 || c.queues[p].head != nil {
+					return nil
+				}
+			}
+			return errDone
+		})
+		if err != nil {
+			return err
+		}
+	}
+	k := c.fenceCntr
+	c.mu.Lock()
+	n := 0
+	for p := 0; p < c.cfg.Size; p++ {
+		if hal.Rank(p) == c.rank || c.peerErr[p] != nil {
+			continue
+		}
+		if c.nextMsg[p] != c.fenceMark[p] {
+			c.fenceMark[p] = c.nextMsg[p] + 1
+			if err := c.amsendLocked(hal.Rank(p), hFence, nil, nil, SendOpts{Completion: k}); err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			n++
+		}
+	}
+	c.mu.Unlock()
+	return k.Wait(ctx, int64(n))
+}

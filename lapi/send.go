@@ -1,0 +1,278 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// outMsg tracks a message sent from the caller's buffer (not copied): its
+// origin counter fires when the last packet is released (acknowledged, or
+// handed to a reliable device).
+type outMsg struct {
+	pending int
+	org     *Counter
+	notify  Completer
+	next    *outMsg
+}
+
+const pktBufLen = hal.HeaderLen + pktHdrLen + MaxUhdr
+
+// Amsend sends an active message: uhdr (at most MaxUhdr bytes) goes to
+// handler h at tgt, which says where data goes. It does not block: packets
+// the window or device cannot take now are queued and sent as progress is
+// made. Counters in o say when data may be reused and when the target has
+// completed the message.
+func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+	c.mu.Lock()
+	err := c.amsendLocked(tgt, h, uhdr, data, o)
+	pending := len(c.done) > 0
+	c.mu.Unlock()
+	if pending {
+		c.runCompletions() // a message to self, or a send that finished at once
+	}
+	return err
+}
+
+func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+	switch {
+	case c.closed:
+		return ErrClosed
+	case int(tgt) >= c.cfg.Size:
+		return fmt.Errorf("lapi: send to %d of %d: %w", tgt, c.cfg.Size, ErrBadRank)
+	case len(uhdr) > MaxUhdr:
+		return fmt.Errorf("lapi: user header of %d bytes (max %d): %w", len(uhdr), MaxUhdr, ErrTooLarge)
+	case uint64(len(data)) > math.MaxUint32:
+		return fmt.Errorf("lapi: message of %d bytes (max 4 GiB): %w", len(data), ErrTooLarge)
+	case c.peerErr[tgt] != nil:
+		return c.peerErr[tgt]
+	}
+	c.stats.MessagesSent++
+	ph := pktHdr{kind: kindAM, handler: uint16(h), uhdrLen: uint16(len(uhdr)),
+		total: uint32(len(data)), msgID: c.nextMsg[tgt], tcntr: o.Target}
+	c.nextMsg[tgt]++
+	if o.Completion != nil {
+		ph.ccntr = o.Completion.id
+	}
+	if tgt == c.rank {
+		c.deliver(tgt, &ph, uhdr, data)
+		c.originDone(&o)
+		return nil
+	}
+	room := c.mtu - pktHdrLen - len(uhdr)
+	copyData := len(data) <= c.cfg.CopyThreshold
+	var m *outMsg
+	if !copyData && (o.Origin != nil || o.Notify != nil) {
+		m = c.getMsg()
+		m.org, m.notify = o.Origin, o.Notify
+	}
+	if !c.reliable {
+		ph.flags = flagSeq
+	}
+	for off := 0; ; {
+		n := min(room, len(data)-off)
+		p := c.getPkt()
+		p.peer = tgt
+		ph.offset = uint32(off)
+		hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt,
+			Len: uint16(pktHdrLen + len(uhdr) + n)}
+		p.buf = p.buf[:hal.HeaderLen+pktHdrLen+len(uhdr)]
+		hal.EncodeHeader(p.buf, &hh)
+		ph.encode(p.buf[hal.HeaderLen:])
+		copy(p.buf[hal.HeaderLen+pktHdrLen:], uhdr)
+		if copyData {
+			if cap(p.own) < n {
+				p.own = make([]byte, 0, max(n, 256))
+			}
+			p.data = append(p.own[:0], data[off:off+n]...)
+		} else {
+			p.data = data[off : off+n]
+			if m != nil {
+				p.msg = m
+				m.pending++
+			}
+		}
+		c.queues[tgt].push(p)
+		off += n
+		if off >= len(data) {
+			break
+		}
+	}
+	if copyData {
+		c.originDone(&o)
+	}
+	c.activate(tgt)
+	return c.pushLocked(tgt, c.now())
+}
+
+func (c *Context) activate(peer hal.Rank) {
+	if !c.isActive[peer] {
+		c.isActive[peer] = true
+		c.active = append(c.active, peer)
+	}
+}
+
+// pushLocked sends queued packets to peer while the window and the device
+// allow, then flushes.
+func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
+	q := &c.queues[peer]
+	var err error
+	for q.head != nil {
+		p := q.head
+		if !c.reliable {
+			l := &c.links[peer]
+			if !l.canSend(c.cfg.Window) {
+				break
+			}
+			l.assign(p, now)
+			putSeq(p.buf[hal.HeaderLen:], p.seq)
+		}
+		if err = c.transmit(p); err != nil {
+			if !c.reliable {
+				c.links[peer].unassign(p)
+			}
+			break
+		}
+		q.pop()
+		if c.reliable {
+			c.flushed = append(c.flushed, p)
+		}
+	}
+	ferr := c.flushLocked()
+	if errors.Is(err, hal.ErrNoResource) {
+		err = nil // the queue keeps the packets; progress retries
+	}
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		c.failPeer(peer, err.Error())
+		return c.peerErr[peer]
+	}
+	return nil
+}
+
+// transmit hands one packet to the device, with current acknowledgements
+// and CRC when the device is unreliable. A full device queue is flushed once
+// and retried.
+func (c *Context) transmit(p *outPkt) error {
+	if !c.reliable {
+		l := &c.links[p.peer]
+		credit, cum, sack := l.ackFields(c.cfg.Window)
+		putAck(p.buf[hal.HeaderLen:], credit, cum, sack)
+		hal.Seal(p.buf, p.data)
+	}
+	err := c.dev.Send(p.buf, p.data)
+	if errors.Is(err, hal.ErrNoResource) {
+		if err = c.flushLocked(); err == nil {
+			err = c.dev.Send(p.buf, p.data)
+		}
+	}
+	if err == nil {
+		c.stats.PacketsSent++
+	}
+	return err
+}
+
+// flushLocked flushes the device; on a reliable device the packets it has
+// taken are then released.
+func (c *Context) flushLocked() error {
+	err := c.dev.Flush()
+	if err != nil {
+		if errors.Is(err, hal.ErrNoResource) {
+			return nil // still queued in the device; the next flush sends them
+		}
+		return err
+	}
+	for i, p := range c.flushed {
+		c.release(p)
+		c.flushed[i] = nil
+	}
+	c.flushed = c.flushed[:0]
+	return nil
+}
+
+// release returns a packet that needs no more transmissions.
+func (c *Context) release(p *outPkt) {
+	if m := p.msg; m != nil {
+		m.pending--
+		if m.pending == 0 {
+			if m.org != nil {
+				m.org.incr()
+			}
+			c.note(m.notify, nil)
+			c.putMsg(m)
+		}
+	}
+	c.putPkt(p)
+}
+
+// sendAck sends an acknowledgement-only packet to peer.
+func (c *Context) sendAck(peer hal.Rank) {
+	b := c.acks[peer]
+	if b == nil {
+		b = make([]byte, hal.HeaderLen+pktHdrLen)
+		c.acks[peer] = b
+	}
+	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: pktHdrLen}
+	hal.EncodeHeader(b, &hh)
+	l := &c.links[peer]
+	credit, cum, sack := l.ackFields(c.cfg.Window)
+	ph := pktHdr{kind: kindAck, flags: flagSeq, credit: credit, ackCum: cum, sack: sack}
+	ph.encode(b[hal.HeaderLen:])
+	hal.Seal(b, nil)
+	if err := c.dev.Send(b, nil); err == nil {
+		c.stats.AcksSent++
+	} else if errors.Is(err, hal.ErrNoResource) {
+		l.ackNow = true // try again next pass
+	}
+}
+
+func (c *Context) getPkt() *outPkt {
+	p := c.freePkt
+	if p == nil {
+		return &outPkt{buf: make([]byte, 0, pktBufLen)}
+	}
+	c.freePkt = p.next
+	p.next = nil
+	return p
+}
+
+func (c *Context) putPkt(p *outPkt) {
+	p.data, p.msg = nil, nil
+	p.next = c.freePkt
+	c.freePkt = p
+}
+
+func (c *Context) getMsg() *outMsg {
+	m := c.freeMsg
+	if m == nil {
+		return &outMsg{}
+	}
+	c.freeMsg = m.next
+	m.next = nil
+	return m
+}
+
+func (c *Context) putMsg(m *outMsg) {
+	*m = outMsg{next: c.freeMsg}
+	c.freeMsg = m
+}
+
+// originDone reports that the origin buffer may be reused.
+func (c *Context) originDone(o *SendOpts) {
+	if o.Origin != nil {
+		o.Origin.incr()
+	}
+	c.note(o.Notify, nil)
+}
+
+// note queues a Completer call to run outside the progress lock.
+func (c *Context) note(n Completer, err error) {
+	if n != nil {
+		c.done = append(c.done, completion{notify: n, err: err})
+	}
+}

@@ -1,0 +1,136 @@
+package lapi
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Packet header, inside a hal FrameData payload, little-endian:
+//
+//	 0 kind    u8   kindAM or kindAck
+//	 1 flags   u8   flagSeq: seq is meaningful (unreliable device)
+//	 2 credit  u16  packets the sender of this packet will accept from its peer
+//	 4 seq     u32  per-peer packet sequence number
+//	 8 ackCum  u32  every peer packet with seq < ackCum has arrived
+//	12 msgID   u32  message identifier, unique per (origin, target) in flight
+//	16 sack    u64  bit i: peer packet ackCum+1+i has arrived
+//	24 sack2   u64  bits 64..127
+//	32 handler u16  active-message handler
+//	34 uhdrLen u16  bytes of user header, carried in every packet of a message
+//	36 total   u32  message data length
+//	40 offset  u32  this packet's data offset in the message
+//	44 tcntr   u32  target counter to increment on completion (0: none)
+//	48 ccntr   u32  origin counter to increment when the target completes (0: none)
+//	52 -       u32
+//	56 user header, then data
+//
+// The user header travels in every packet so that whichever packet of a
+// message arrives first can run the header handler: packets are placed in
+// any order and nothing is buffered waiting for the first one.
+const (
+	pktHdrLen = 56
+	// MaxUhdr is the largest user header an active message may carry.
+	MaxUhdr = 256
+	// sackBits is how many packets past ackCum an acknowledgement describes,
+	// and so the largest send window.
+	sackBits = 128
+)
+
+const (
+	kindAM  = 1
+	kindAck = 2
+
+	flagSeq = 1 << 0
+)
+
+// pktHdr is a decoded packet header.
+type pktHdr struct {
+	kind    uint8
+	flags   uint8
+	credit  uint16
+	seq     uint32
+	ackCum  uint32
+	msgID   uint32
+	sack    [2]uint64
+	handler uint16
+	uhdrLen uint16
+	total   uint32
+	offset  uint32
+	tcntr   uint32
+	ccntr   uint32
+}
+
+var errShortPacket = errors.New("lapi: packet shorter than its header")
+var errBadPacket = errors.New("lapi: malformed packet")
+
+func (h *pktHdr) encode(b []byte) {
+	_ = b[pktHdrLen-1]
+	b[0], b[1] = h.kind, h.flags
+	binary.LittleEndian.PutUint16(b[2:], h.credit)
+	binary.LittleEndian.PutUint32(b[4:], h.seq)
+	binary.LittleEndian.PutUint32(b[8:], h.ackCum)
+	binary.LittleEndian.PutUint32(b[12:], h.msgID)
+	binary.LittleEndian.PutUint64(b[16:], h.sack[0])
+	binary.LittleEndian.PutUint64(b[24:], h.sack[1])
+	binary.LittleEndian.PutUint16(b[32:], h.handler)
+	binary.LittleEndian.PutUint16(b[34:], h.uhdrLen)
+	binary.LittleEndian.PutUint32(b[36:], h.total)
+	binary.LittleEndian.PutUint32(b[40:], h.offset)
+	binary.LittleEndian.PutUint32(b[44:], h.tcntr)
+	binary.LittleEndian.PutUint32(b[48:], h.ccntr)
+	binary.LittleEndian.PutUint32(b[52:], 0)
+}
+
+// putAck rewrites only the acknowledgement fields of an encoded header, so a
+// retransmitted packet carries current acknowledgements.
+func putAck(b []byte, credit uint16, cum uint32, sack [2]uint64) {
+	binary.LittleEndian.PutUint16(b[2:], credit)
+	binary.LittleEndian.PutUint32(b[8:], cum)
+	binary.LittleEndian.PutUint64(b[16:], sack[0])
+	binary.LittleEndian.PutUint64(b[24:], sack[1])
+}
+
+// decodePkt parses a packet and checks that its fields are consistent with
+// its size. It returns the user header and the data that follow.
+func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
+	if len(b) < pktHdrLen {
+		return nil, nil, errShortPacket
+	}
+	h.kind, h.flags = b[0], b[1]
+	h.credit = binary.LittleEndian.Uint16(b[2:])
+	h.seq = binary.LittleEndian.Uint32(b[4:])
+	h.ackCum = binary.LittleEndian.Uint32(b[8:])
+	h.msgID = binary.LittleEndian.Uint32(b[12:])
+	h.sack[0] = binary.LittleEndian.Uint64(b[16:])
+	h.sack[1] = binary.LittleEndian.Uint64(b[24:])
+	h.handler = binary.LittleEndian.Uint16(b[32:])
+	h.uhdrLen = binary.LittleEndian.Uint16(b[34:])
+	h.total = binary.LittleEndian.Uint32(b[36:])
+	h.offset = binary.LittleEndian.Uint32(b[40:])
+	h.tcntr = binary.LittleEndian.Uint32(b[44:])
+	h.ccntr = binary.LittleEndian.Uint32(b[48:])
+	switch h.kind {
+	case kindAck:
+		if len(b) != pktHdrLen {
+			return nil, nil, errBadPacket
+		}
+		return nil, nil, nil
+	case kindAM:
+	default:
+		return nil, nil, errBadPacket
+	}
+	rest := b[pktHdrLen:]
+	if int(h.uhdrLen) > MaxUhdr || int(h.uhdrLen) > len(rest) {
+		return nil, nil, errBadPacket
+	}
+	uhdr, data = rest[:h.uhdrLen], rest[h.uhdrLen:]
+	if uint64(h.offset)+uint64(len(data)) > uint64(h.total) {
+		return nil, nil, errBadPacket
+	}
+	if len(data) == 0 && h.total != 0 {
+		return nil, nil, errBadPacket
+	}
+	return uhdr, data, nil
+}
+
+func putSeq(b []byte, seq uint32) { binary.LittleEndian.PutUint32(b[4:], seq) }

@@ -1,0 +1,273 @@
+package mpi
+
+import (
+	"fmt"
+)
+
+// Size thresholds (bytes) at which collectives switch algorithm.
+const (
+	bcastLarge     = 256 << 10 // binomial below, scatter + ring allgather above
+	allreduceLarge = 64 << 10  // recursive doubling below, ring above
+	allgatherLarge = 64 << 10  // Bruck below (total bytes), ring above
+)
+
+func (c *Comm) checkRoot(root int) error {
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("mpi: root %d in a communicator of %d: %w", root, c.size, ErrRank)
+	}
+	return nil
+}
+
+// rel and abs convert between ranks and ranks relative to root.
+func (c *Comm) rel(root int) int  { return (c.rank - root + c.size) % c.size }
+func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
+
+// Bcast sends root's buf to every rank's buf.
+func Bcast[T Elem](c *Comm, buf []T, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	if err := c.bcast(asBytes(buf), root); err != nil {
+		return fmt.Errorf("mpi: bcast: %w", err)
+	}
+	return nil
+}
+
+func (c *Comm) bcast(b []byte, root int) error {
+	if c.size == 1 {
+		return nil
+	}
+	if len(b) >= bcastLarge && c.size > 2 {
+		return c.bcastScatterAllgather(b, root)
+	}
+	return c.bcastBinomial(b, root)
+}
+
+// bcastBinomial: each rank receives from its parent in a binomial tree
+// rooted at root, then forwards to its children (log2 n rounds).
+func (c *Comm) bcastBinomial(b []byte, root int) error {
+	vr := c.rel(root)
+	mask := 1
+	for ; mask < c.size; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := c.crecv(b, c.abs(vr-mask, root), tagBcast); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	var reqs []*Request
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < c.size {
+			r, err := c.isend(b, c.abs(vr+mask, root), tagBcast, c.ctx|1)
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, r)
+		}
+	}
+	return WaitAll(reqs...)
+}
+
+// bcastScatterAllgather is van de Geijn's broadcast for large messages: a
+// binomial scatter of n chunks, then a ring allgather; each rank sends and
+// receives about 2x the message instead of log2(n)x.
+func (c *Comm) bcastScatterAllgather(b []byte, root int) error {
+	n, p := len(b), c.size
+	chunk := (n + p - 1) / p
+	span := func(i int) []byte { // chunk i, clipped to the buffer
+		lo, hi := min(i*chunk, n), min((i+1)*chunk, n)
+		return b[lo:hi]
+	}
+	vr := c.rel(root)
+	// Scatter: rank vr ends up with chunks [vr, vr+subtree) of the message.
+	have := 0
+	if vr == 0 {
+		have = n
+	}
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			want := max(0, min(n-vr*chunk, mask*chunk))
+			if want > 0 {
+				lo := vr * chunk
+				st, err := c.crecvStatus(b[lo:lo+want], c.abs(vr-mask, root), tagBcast)
+				if err != nil {
+					return err
+				}
+				have = st
+			}
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < p {
+			send := have - chunk*mask
+			if send > 0 {
+				lo := (vr + mask) * chunk
+				if err := c.csend(b[lo:lo+send], c.abs(vr+mask, root), tagBcast); err != nil {
+					return err
+				}
+				have -= send
+			}
+		}
+	}
+	// Ring allgather of chunks, in relative ranks.
+	right, left := c.abs((vr+1)%p, root), c.abs((vr-1+p)%p, root)
+	for step := 0; step < p-1; step++ {
+		si, ri := (vr-step+p)%p, (vr-step-1+p)%p
+		if err := c.csendrecv(span(si), right, span(ri), left, tagBcast); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
+	r, err := c.irecv(b, 1, src, tag, c.ctx|1)
+	if err != nil {
+		return 0, err
+	}
+	st, err := r.Wait()
+	return st.Count, err
+}
+
+// Reduce combines every rank's send with op into root's recv (recv is
+// used at root only).
+func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	red, err := reducerFor[T](op)
+	if err != nil {
+		return err
+	}
+	if c.rank == root && len(recv) != len(send) {
+		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+	}
+	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
+		return fmt.Errorf("mpi: reduce: %w", err)
+	}
+	return nil
+}
+
+// reduce is a binomial-tree reduction toward root (the ops are
+// commutative, so any tree shape gives the same result up to rounding).
+func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
+	acc := append([]byte(nil), send...)
+	tmp := make([]byte, len(send))
+	vr := c.rel(root)
+	for mask := 1; mask < c.size; mask <<= 1 {
+		if vr&mask == 0 {
+			child := vr | mask
+			if child < c.size {
+				if err := c.crecv(tmp, c.abs(child, root), tagReduce); err != nil {
+					return err
+				}
+				red(acc, tmp)
+			}
+			continue
+		}
+		return c.csend(acc, c.abs(vr&^mask, root), tagReduce)
+	}
+	copy(recv, acc)
+	return nil
+}
+
+// Allreduce combines every rank's send with op into every rank's recv.
+// send and recv may be the same slice.
+func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
+	red, err := reducerFor[T](op)
+	if err != nil {
+		return err
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+	}
+	copy(recv, send)
+	b, es := asBytes(recv), sizeOf[T]()
+	if c.size > 1 {
+		if len(b) >= allreduceLarge && len(recv) >= c.size {
+			err = c.allreduceRing(b, es, red)
+		} else {
+			err = c.allreduceRecursiveDoubling(b, red)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mpi: allreduce: %w", err)
+	}
+	return nil
+}
+
+// allreduceRecursiveDoubling reduces acc in place in log2(n) exchange
+// rounds. With n not a power of two, the first 2*rem ranks pair up first
+// so that a power of two take part, and the result goes back at the end.
+func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
+	p := c.size
+	pof2 := 1
+	for pof2*2 <= p {
+		pof2 *= 2
+	}
+	rem := p - pof2
+	tmp := make([]byte, len(acc))
+	newrank := c.rank - rem
+	if c.rank < 2*rem {
+		if c.rank%2 == 0 {
+			if err := c.csend(acc, c.rank+1, tagAllreduce); err != nil {
+				return err
+			}
+			newrank = -1
+		} else {
+			if err := c.crecv(tmp, c.rank-1, tagAllreduce); err != nil {
+				return err
+			}
+			red(acc, tmp)
+			newrank = c.rank / 2
+		}
+	}
+	if newrank >= 0 {
+		for mask := 1; mask < pof2; mask <<= 1 {
+			nd := newrank ^ mask
+			dst := nd + rem
+			if nd < rem {
+				dst = nd*2 + 1
+			}
+			if err := c.csendrecv(acc, dst, tmp, dst, tagAllreduce); err != nil {
+				return err
+			}
+			red(acc, tmp)
+		}
+	}
+	if c.rank < 2*rem {
+		if c.rank%2 == 1 {
+			return c.csend(acc, c.rank-1, tagAllreduce)
+		}
+		return c.crecv(acc, c.rank+1, tagAllreduce)
+	}
+	return nil
+}
+
+// allreduceRing is a ring reduce-scatter then a ring allgather: each rank
+// sends 2(n-1)/n of the data whatever n is, which is what large messages
+// need.
+func (c *Comm) allreduceRing(acc []byte, es int, red reducer) error {
+	p := c.size
+	count := len(acc) / es
+	block := func(i int) []byte { return acc[i*count/p*es : (i+1)*count/p*es] }
+	tmp := make([]byte, (count/p+1)*es)
+	right, left := (c.rank+1)%p, (c.rank-1+p)%p
+	for step := 0; step < p-1; step++ {
+		sb, rb := block((c.rank-step+p)%p), block((c.rank-step-1+p)%p)
+		if err := c.csendrecv(sb, right, tmp[:len(rb)], left, tagAllreduce); err != nil {
+			return err
+		}
+		red(rb, tmp[:len(rb)])
+	}
+	for step := 0; step < p-1; step++ {
+		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)
+		if err := c.csendrecv(sb, right, rb, left, tagAllreduce); err != nil {
+			return err
+		}
+	}
+	return nil
+}

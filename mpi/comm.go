@@ -1,0 +1,159 @@
+package mpi
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Comm is a communicator: a group of ranks with its own matching context,
+// so traffic on one never matches receives on another. Collectives use a
+// second context (ctx|1) so they never match point-to-point traffic.
+type Comm struct {
+	w     *World
+	ctx   uint32 // even: point-to-point; ctx|1: collectives
+	rank  int
+	size  int
+	group []int // communicator rank → world rank
+}
+
+func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
+	return &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group}
+}
+
+// Rank is this process's rank in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the communicator.
+func (c *Comm) Size() int { return c.size }
+
+// World is the world this communicator belongs to.
+func (c *Comm) World() *World { return c.w }
+
+// Dup makes a communicator with the same group and a new context
+// (collective).
+func (c *Comm) Dup() (*Comm, error) {
+	ctx, err := c.agreeContext()
+	if err != nil {
+		return nil, fmt.Errorf("mpi: dup: %w", err)
+	}
+	return newComm(c.w, ctx, c.rank, slices.Clone(c.group)), nil
+}
+
+// Split partitions the communicator by color, ordering each part by key
+// (then by old rank). A negative color leaves this rank out: it gets nil.
+// Collective over c.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	mine := make([]int64, 2)
+	mine[0], mine[1] = int64(color), int64(key)
+	all := make([]int64, 2*c.size)
+	if err := Allgather(c, mine, all); err != nil {
+		return nil, fmt.Errorf("mpi: split: %w", err)
+	}
+	ctx, err := c.agreeContext()
+	if err != nil {
+		return nil, fmt.Errorf("mpi: split: %w", err)
+	}
+	if color < 0 {
+		return nil, nil
+	}
+	type member struct{ key, old int }
+	var ms []member
+	for r := 0; r < c.size; r++ {
+		if all[2*r] == int64(color) {
+			ms = append(ms, member{int(all[2*r+1]), r})
+		}
+	}
+	slices.SortStableFunc(ms, func(a, b member) int {
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		return a.old - b.old
+	})
+	group := make([]int, len(ms))
+	rank := -1
+	for i, m := range ms {
+		group[i] = c.group[m.old]
+		if m.old == c.rank {
+			rank = i
+		}
+	}
+	return newComm(c.w, ctx, rank, group), nil
+}
+
+// agreeContext picks a context id no member has used: the maximum of the
+// members' next free ids. Every member then moves past it.
+func (c *Comm) agreeContext() (uint32, error) {
+	w := c.w
+	w.mu.Lock()
+	next := w.nextCtx
+	w.mu.Unlock()
+	v := []uint32{next}
+	if err := Allreduce(c, v, v, Max); err != nil {
+		return 0, err
+	}
+	w.mu.Lock()
+	w.nextCtx = max(w.nextCtx, v[0]+2)
+	w.mu.Unlock()
+	return v[0], nil
+}
+
+// Collective tags, on the collective context. Every rank calls collectives
+// in the same order and messages between a pair are matched in order, so
+// one tag per kind of step is enough.
+const (
+	tagBarrier = iota + 1
+	tagBcast
+	tagReduce
+	tagAllreduce
+	tagGather
+	tagScatter
+	tagAllgather
+	tagAlltoall
+)
+
+func (c *Comm) csend(b []byte, dest, tag int) error {
+	r, err := c.isend(b, dest, tag, c.ctx|1)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+func (c *Comm) crecv(b []byte, src, tag int) error {
+	r, err := c.irecv(b, 1, src, tag, c.ctx|1)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+// csendrecv exchanges with two peers at once.
+func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
+	rr, err := c.irecv(rb, 1, src, tag, c.ctx|1)
+	if err != nil {
+		return err
+	}
+	sr, err := c.isend(sb, dest, tag, c.ctx|1)
+	if err != nil {
+		return err
+	}
+	_, rerr := rr.Wait()
+	if _, err := sr.Wait(); err != nil && rerr == nil {
+		rerr = err
+	}
+	return rerr
+}
+
+// Barrier blocks until every rank of the communicator has entered it
+// (dissemination: ceil(log2 n) rounds of one message each).
+func (c *Comm) Barrier() error {
+	for k := 1; k < c.size; k <<= 1 {
+		if err := c.csendrecv(nil, (c.rank+k)%c.size, nil, (c.rank-k+c.size)%c.size, tagBarrier); err != nil {
+			return fmt.Errorf("mpi: barrier: %w", err)
+		}
+	}
+	return nil
+}
+

@@ -1,0 +1,28 @@
+// Package mpi is weft's MPI: communicators, tagged point-to-point messages
+// with MPI's matching and non-overtaking rules, nonblocking requests, and
+// collectives, over lapi.
+//
+// A program started by gorun, mpiexec (Hydra), srun --mpi=pmi2 or Open MPI's
+// mpirun calls Init; HPC code under test calls Run, which starts n ranks as
+// goroutines in one process over the in-process device:
+//
+//	err := mpi.Run(4, func(c *mpi.Comm) error {
+//		sum := []float64{float64(c.Rank())}
+//		return mpi.Allreduce(c, sum, sum, mpi.Sum)
+//	})
+//
+// Messages from one sender on one communicator are matched in the order
+// they were sent, even though the layers below may deliver packets in any
+// order: every message carries a per-pair sequence number and early ones
+// wait. Small messages go eagerly (into the posted buffer when one is
+// waiting, else into an unexpected-message buffer); large ones by
+// rendezvous: the receiver reads the sender's registered buffer with a
+// lapi Get once the receive is matched.
+//
+// Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
+// tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
+// longer fails with ErrTimeout and says what it was waiting for.
+//
+// mpi may import lapi, hal, lazyreg and internal packages (pmi, trace, and
+// the transports it opens at start-up).
+package mpi

@@ -1,0 +1,168 @@
+package mpi
+
+import (
+	"github.com/weft-hpc/weft/hal"
+)
+
+// arrival is a message that has begun to arrive: matched to a receive or
+// waiting in the unexpected queue (or held back because an earlier message
+// from the same sender has not arrived yet).
+type arrival struct {
+	env      envelope
+	from     hal.Rank // sender's world rank
+	data     []byte   // where the eager data lands: the receive's buffer, or a temporary
+	inPlace  bool     // data is the matched receive's own buffer
+	complete bool     // all data has arrived
+	req      *Request // matched receive, or nil
+	next     *arrival
+}
+
+// arrivalQueue is a FIFO of arrivals.
+type arrivalQueue struct{ head, tail *arrival }
+
+func (q *arrivalQueue) push(a *arrival) {
+	a.next = nil
+	if q.tail == nil {
+		q.head = a
+	} else {
+		q.tail.next = a
+	}
+	q.tail = a
+}
+
+// take removes and returns the first arrival for which ok is true.
+func (q *arrivalQueue) take(ok func(*arrival) bool) *arrival {
+	var prev *arrival
+	for a := q.head; a != nil; prev, a = a, a.next {
+		if !ok(a) {
+			continue
+		}
+		if prev == nil {
+			q.head = a.next
+		} else {
+			prev.next = a.next
+		}
+		if q.tail == a {
+			q.tail = prev
+		}
+		a.next = nil
+		return a
+	}
+	return nil
+}
+
+func (q *arrivalQueue) find(ok func(*arrival) bool) *arrival {
+	for a := q.head; a != nil; a = a.next {
+		if ok(a) {
+			return a
+		}
+	}
+	return nil
+}
+
+// requestQueue is a FIFO of posted receives.
+type requestQueue struct{ head, tail *Request }
+
+func (q *requestQueue) push(r *Request) {
+	r.next = nil
+	if q.tail == nil {
+		q.head = r
+	} else {
+		q.tail.next = r
+	}
+	q.tail = r
+}
+
+func (q *requestQueue) take(ok func(*Request) bool) *Request {
+	var prev *Request
+	for r := q.head; r != nil; prev, r = r, r.next {
+		if !ok(r) {
+			continue
+		}
+		if prev == nil {
+			q.head = r.next
+		} else {
+			prev.next = r.next
+		}
+		if q.tail == r {
+			q.tail = prev
+		}
+		r.next = nil
+		return r
+	}
+	return nil
+}
+
+// heldKey names a message that arrived before its predecessor.
+type heldKey struct {
+	from hal.Rank
+	seq  uint32
+}
+
+// matcher is MPI's matching state: posted receives, unexpected messages,
+// and the per-sender sequence that keeps matching in send order. It does no
+// I/O; the World calls it under its lock and acts on what it returns.
+type matcher struct {
+	posted     requestQueue
+	unexpected arrivalQueue
+	expect     []uint32 // per sender world rank: next sequence number to match
+	held       map[heldKey]*arrival
+}
+
+func (m *matcher) init(size int) {
+	m.expect = make([]uint32, size)
+	m.held = make(map[heldKey]*arrival)
+}
+
+// arrive takes a message's first packet. It returns the arrivals that
+// became matchable in sequence order (a, then any held successors), each
+// either matched to a posted receive (a.req set) or queued as unexpected;
+// an arrival ahead of its turn is held and nothing is returned for it.
+// The caller decides where each arrival's data goes via place.
+func (m *matcher) arrive(a *arrival, place func(*arrival)) {
+	if a.env.seq != m.expect[a.from] {
+		m.held[heldKey{a.from, a.env.seq}] = a
+		return
+	}
+	for {
+		m.expect[a.from]++
+		m.match(a)
+		place(a)
+		k := heldKey{a.from, m.expect[a.from]}
+		next := m.held[k]
+		if next == nil {
+			return
+		}
+		delete(m.held, k)
+		a = next
+	}
+}
+
+func (m *matcher) match(a *arrival) {
+	a.req = m.posted.take(func(r *Request) bool { return a.env.matches(r.ctx, r.src, r.tag) })
+	if a.req == nil {
+		m.unexpected.push(a)
+	}
+}
+
+// post matches a new receive against the unexpected queue; it returns the
+// arrival it takes, or queues the receive and returns nil.
+func (m *matcher) post(r *Request) *arrival {
+	a := m.unexpected.take(func(a *arrival) bool { return a.env.matches(r.ctx, r.src, r.tag) })
+	if a == nil {
+		m.posted.push(r)
+		return nil
+	}
+	a.req = r
+	return a
+}
+
+// probe returns the first unexpected arrival a receive would take.
+func (m *matcher) probe(ctx uint32, src, tag int) *arrival {
+	return m.unexpected.find(func(a *arrival) bool { return a.env.matches(ctx, src, tag) })
+}
+
+// cancelPosted removes r from the posted queue; it reports whether r was there.
+func (m *matcher) cancelPosted(r *Request) bool {
+	return m.posted.take(func(x *Request) bool { return x == r }) != nil
+}

@@ -1,0 +1,99 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// AnySource and AnyTag match a message from any sender or with any tag.
+const (
+	AnySource = -1
+	AnyTag    = -1
+)
+
+// Status describes a received (or probed) message.
+type Status struct {
+	Source int // sender's rank in the communicator
+	Tag    int
+	Count  int // elements received (bytes, for Probe)
+}
+
+// Elem is the element types buffers may hold.
+type Elem interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 |
+		~uint64 | ~uint | ~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// Op is a reduction operation.
+type Op int
+
+// Reduction operations. Max and Min are not defined on complex numbers.
+const (
+	Sum Op = iota
+	Prod
+	Max
+	Min
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "Sum"
+	case Prod:
+		return "Prod"
+	case Max:
+		return "Max"
+	case Min:
+		return "Min"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Errors, comparable with errors.Is.
+var (
+	// ErrTruncate: a message was longer than the receive buffer; the buffer
+	// holds its first part.
+	ErrTruncate = errors.New("mpi: message truncated")
+	// ErrRank: a rank argument is outside the communicator.
+	ErrRank = errors.New("mpi: invalid rank")
+	// ErrPeerFailed: the peer died or stopped answering. It is lapi's
+	// sentinel, so lower-layer failures match it too.
+	ErrPeerFailed = lapi.ErrPeerFailed
+	// ErrTimeout: a blocking call waited longer than WEFT_TIMEOUT (or its
+	// context's deadline).
+	ErrTimeout = errors.New("mpi: timed out")
+	// ErrArg: an argument is invalid (negative tag, bad length, unknown op).
+	ErrArg = errors.New("mpi: invalid argument")
+	// ErrFinalized: the world was finalized.
+	ErrFinalized = errors.New("mpi: finalized")
+)
+
+// TimeoutError is returned when a blocking call times out: it says what the
+// rank was waiting for.
+type TimeoutError struct {
+	Rank    int
+	Waiting string
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("mpi: rank %d timed out waiting for %s", e.Rank, e.Waiting)
+}
+
+// Unwrap makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Unwrap() error { return ErrTimeout }
+
+// asBytes views a typed buffer as bytes without copying.
+func asBytes[T Elem](b []T) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), len(b)*int(unsafe.Sizeof(b[0])))
+}
+
+func sizeOf[T Elem]() int {
+	var z T
+	return int(unsafe.Sizeof(z))
+}

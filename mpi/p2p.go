@@ -1,0 +1,317 @@
+package mpi
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Send sends buf to dest with tag and returns when buf may be reused.
+func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	r, err := c.isend(asBytes(buf), dest, tag, c.ctx)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+// Recv receives into buf a message from source (or AnySource) with tag (or
+// AnyTag). A longer message fills buf and fails with ErrTruncate.
+func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
+	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait()
+}
+
+// Isend starts sending buf; buf must not change until the request completes.
+func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend(asBytes(buf), dest, tag, c.ctx)
+}
+
+// Irecv starts receiving into buf.
+func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
+	return c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
+}
+
+// Sendrecv sends and receives at once, so that pairs of ranks exchanging
+// with each other cannot deadlock.
+func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, recvTag int) (Status, error) {
+	rr, err := c.irecv(asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := c.isend(asBytes(send), dest, sendTag, c.ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st, rerr := rr.Wait()
+	if _, err := sr.Wait(); err != nil && rerr == nil {
+		rerr = err
+	}
+	return st, rerr
+}
+
+// Probe blocks until a message from source with tag can be received and
+// describes it; Count is in bytes.
+func (c *Comm) Probe(source, tag int) (Status, error) {
+	if err := c.checkSource(source, tag); err != nil {
+		return Status{}, err
+	}
+	w := c.w
+	var st Status
+	var found bool
+	probe := &Request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
+	ctx, cancel := w.deadline(context.Background())
+	defer cancel()
+	w.waiting.Store(probe)
+	err := w.lc.Wait(ctx, func() (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if a := w.m.probe(c.ctx, source, tag); a != nil {
+			st, found = Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}, true
+			return true, nil
+		}
+		if source != AnySource {
+			if err := w.lc.PeerErrLocked(hal.Rank(c.group[source])); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	})
+	w.waiting.Store(nil)
+	if err != nil {
+		return Status{}, w.waitErr(ctx, probe, err)
+	}
+	_ = found
+	return st, nil
+}
+
+func (c *Comm) checkSource(src, tag int) error {
+	if src != AnySource && (src < 0 || src >= c.size) {
+		return fmt.Errorf("mpi: source %d in a communicator of %d: %w", src, c.size, ErrRank)
+	}
+	if tag < 0 && tag != AnyTag {
+		return fmt.Errorf("mpi: tag %d: %w", tag, ErrArg)
+	}
+	return nil
+}
+
+// isend starts a send on context ctx (the communicator's, or its
+// collective context).
+func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
+	if dest < 0 || dest >= c.size {
+		return nil, fmt.Errorf("mpi: send to rank %d in a communicator of %d: %w", dest, c.size, ErrRank)
+	}
+	if tag < 0 {
+		return nil, fmt.Errorf("mpi: send with tag %d: %w", tag, ErrArg)
+	}
+	w := c.w
+	wd := c.group[dest]
+	r := &Request{w: w, comm: c, ctx: ctx, src: dest, tag: tag, peer: wd, op: "Send"}
+	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
+		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
+	var u [envRTSLen]byte
+	if len(b) <= w.eagerLimit {
+		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(u[:]), b, lapi.SendOpts{Notify: r}); err != nil {
+			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+		}
+		return r, nil
+	}
+	pvo, err := w.lc.TPT().Register(b, hal.AccessRead)
+	if err != nil {
+		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+	}
+	r.pvo = pvo
+	w.mu.Lock()
+	w.reqs.add(r)
+	w.mu.Unlock()
+	env.kind, env.sreq, env.pvo = kindRTS, r.id, pvo
+	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(u[:]), nil, lapi.SendOpts{}); err != nil {
+		w.mu.Lock()
+		w.reqs.remove(r)
+		w.mu.Unlock()
+		w.lc.TPT().Deregister(pvo)
+		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+	}
+	return r, nil
+}
+
+// irecv posts a receive on context ctx.
+func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*Request, error) {
+	if err := c.checkSource(src, tag); err != nil {
+		return nil, err
+	}
+	w := c.w
+	if src != AnySource {
+		if err := w.lc.PeerErr(hal.Rank(c.group[src])); err != nil {
+			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
+		}
+	}
+	r := &Request{w: w, comm: c, recv: true, ctx: ctx, src: src, tag: tag, buf: b, elem: elem, peer: -1, op: "Recv"}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil, ErrFinalized
+	}
+	a := w.m.post(r)
+	get := false
+	if a != nil && a.complete {
+		if a.env.kind == kindRTS {
+			r.rts, get = a, true
+		} else {
+			w.finishRecv(a)
+		}
+	}
+	w.mu.Unlock()
+	if get {
+		w.startGet(r)
+	}
+	return r, nil
+}
+
+// finishRecv completes a matched eager receive whose data has all arrived.
+func (w *World) finishRecv(a *arrival) {
+	r := a.req
+	n := min(int(a.env.size), len(r.buf))
+	if !a.inPlace {
+		copy(r.buf, a.data[:min(n, len(a.data))])
+	}
+	r.finish(w.status(r, a, n))
+}
+
+func (w *World) status(r *Request, a *arrival, n int) (Status, error) {
+	st := Status{Source: a.env.src, Tag: a.env.tag, Count: n / max(r.elem, 1)}
+	if int(a.env.size) > len(r.buf) {
+		return st, fmt.Errorf("mpi: message of %d bytes from rank %d (tag %d) into a buffer of %d: %w",
+			a.env.size, a.env.src, a.env.tag, len(r.buf), ErrTruncate)
+	}
+	return st, nil
+}
+
+// startGet reads a matched rendezvous message from the sender's buffer.
+func (w *World) startGet(r *Request) {
+	a := r.rts
+	n := min(int(a.env.size), len(r.buf))
+	if err := w.lc.Get(a.from, a.env.pvo, r.buf[:n], lapi.SendOpts{Notify: r}); err != nil {
+		w.mu.Lock()
+		r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
+		w.mu.Unlock()
+	}
+}
+
+// getDone runs (w.mu held) when a rendezvous Get finished: the receive
+// completes and the sender is told it may release its buffer.
+func (w *World) getDone(r *Request, err error) {
+	a := r.rts
+	r.rts = nil
+	if err != nil {
+		r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
+	} else {
+		r.finish(w.status(r, a, min(int(a.env.size), len(r.buf))))
+	}
+	var u [4]byte
+	binary.LittleEndian.PutUint32(u[:], a.env.sreq)
+	from := a.from
+	w.mu.Unlock() // never hold w.mu across a call into lapi
+	w.lc.Amsend(from, w.hFin, u[:], nil, lapi.SendOpts{})
+	w.mu.Lock()
+}
+
+// eagerHandler takes the first packet of an eager or rendezvous message.
+type eagerHandler struct{ w *World }
+
+func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	w := h.w
+	a := &arrival{from: src}
+	if a.env.decode(uhdr) != nil || int(src) >= w.size {
+		return nil, nil
+	}
+	w.mu.Lock()
+	w.m.arrive(a, w.place)
+	if a.data == nil && a.env.kind == kindEager && !a.inPlace {
+		a.data = make([]byte, n) // held back, or unexpected: a temporary
+	}
+	w.mu.Unlock()
+	return a.data, a
+}
+
+// place decides where a newly matchable arrival's data goes.
+func (w *World) place(a *arrival) {
+	if a.complete && a.req != nil {
+		// It was held back and has all arrived meanwhile: finish it now,
+		// or (rendezvous) start its read once out of the progress engine.
+		if a.env.kind == kindRTS {
+			a.req.rts = a
+			w.deferred = append(w.deferred, a.req)
+		} else {
+			w.finishRecv(a)
+		}
+		return
+	}
+	if a.data != nil {
+		return // held with a temporary buffer, still arriving
+	}
+	if a.req != nil && a.env.kind == kindEager {
+		a.data = a.req.buf[:min(int(a.env.size), len(a.req.buf))]
+		a.inPlace = true
+	}
+}
+
+func (h eagerHandler) OnComplete(_ hal.Rank, cookie any) {
+	a, ok := cookie.(*arrival)
+	if !ok {
+		return
+	}
+	w := h.w
+	w.mu.Lock()
+	a.complete = true
+	if r := a.req; r != nil {
+		if a.env.kind == kindRTS {
+			r.rts = a
+			w.deferred = append(w.deferred, r)
+		} else {
+			w.finishRecv(a)
+		}
+	}
+	w.startDeferred()
+}
+
+// startDeferred starts the rendezvous reads queued while lapi's lock was
+// held. Called with w.mu held; returns with it released.
+func (w *World) startDeferred() {
+	for len(w.deferred) > 0 {
+		r := w.deferred[0]
+		w.deferred = w.deferred[1:]
+		w.mu.Unlock()
+		w.startGet(r)
+		w.mu.Lock()
+	}
+	w.deferred = w.deferred[:0]
+	w.mu.Unlock()
+}
+
+// finHandler takes a receiver's FIN: the rendezvous send is complete.
+type finHandler struct{ w *World }
+
+func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != 4 {
+		return nil, nil
+	}
+	w := h.w
+	w.mu.Lock()
+	r := w.reqs.get(binary.LittleEndian.Uint32(uhdr))
+	if r != nil && !r.recv {
+		w.lc.TPT().Deregister(r.pvo)
+		r.finish(Status{}, nil)
+	}
+	w.mu.Unlock()
+	return nil, nil
+}
+
+func (finHandler) OnComplete(hal.Rank, any) {}

@@ -1,0 +1,178 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Request is a nonblocking operation in progress.
+type Request struct {
+	w    *World
+	comm *Comm
+	done atomic.Bool
+	st   Status
+	err  error
+
+	// receive side
+	recv     bool
+	ctx      uint32
+	src, tag int
+	buf      []byte
+	elem     int // element size, for Status.Count
+	op       string // "Send", "Recv", "Probe": for reports
+	next     *Request // posted queue
+
+	// send side (rendezvous): the registered buffer and the peer
+	pvo    hal.PVO
+	peer   int // world rank of the peer, for failure; -1 when none
+	id     uint32
+	tabled bool
+	// get: the rendezvous arrival whose data this receive is reading
+	rts *arrival
+}
+
+// finish completes the request once. Called with w.mu held or from a
+// completer; the done flag is what waiters poll.
+func (r *Request) finish(st Status, err error) {
+	if r.done.Load() {
+		return
+	}
+	r.st, r.err = st, err
+	r.done.Store(true)
+}
+
+// describe says what the request waits for, in the world's ranks.
+func (r *Request) describe() string {
+	peer := func(p int) string {
+		if p == AnySource {
+			return "any source"
+		}
+		return fmt.Sprintf("rank %d", p)
+	}
+	tag := "any tag"
+	if r.tag != AnyTag {
+		tag = fmt.Sprintf("tag %d", r.tag)
+	}
+	where := fmt.Sprintf("communicator %d", r.ctx&^1)
+	if r.ctx&1 == 1 {
+		where += " (collective)"
+	}
+	if r.recv {
+		return fmt.Sprintf("%s from %s, %s, %s", r.op, peer(r.src), tag, where)
+	}
+	return fmt.Sprintf("%s to %s, %s, %s", r.op, peer(r.src), tag, where)
+}
+
+// Wait blocks until the request completes and returns its status.
+func (r *Request) Wait() (Status, error) { return r.WaitContext(context.Background()) }
+
+// WaitContext is Wait that gives up when ctx ends (the request stays
+// pending).
+func (r *Request) WaitContext(ctx context.Context) (Status, error) {
+	if r == nil {
+		return Status{}, nil
+	}
+	if err := r.w.wait(ctx, r); err != nil {
+		return Status{}, err
+	}
+	r.release()
+	return r.st, r.err
+}
+
+// Test makes progress once and reports whether the request has completed.
+func (r *Request) Test() (done bool, st Status, err error) {
+	if r == nil {
+		return true, Status{}, nil
+	}
+	if !r.done.Load() {
+		r.w.lc.Progress()
+	}
+	if !r.done.Load() {
+		return false, Status{}, nil
+	}
+	r.release()
+	return true, r.st, r.err
+}
+
+// release drops the request from the world's table once it is done.
+func (r *Request) release() {
+	if r.tabled {
+		r.w.mu.Lock()
+		r.w.reqs.remove(r)
+		r.w.mu.Unlock()
+	}
+}
+
+// WaitAll waits for every request and returns the first error.
+func WaitAll(reqs ...*Request) error {
+	var first error
+	for _, r := range reqs {
+		if _, err := r.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Complete is lapi's notification that a send's buffer may be reused (an
+// eager send is then done) or that the operation failed.
+func (r *Request) Complete(err error) {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if r.rts != nil {
+		r.w.getDone(r, err)
+		return
+	}
+	r.finish(r.st, err)
+}
+
+// reqTable names requests that a peer refers to (rendezvous sends awaiting
+// FIN) and tracks live ones for failure and leak reports.
+type reqTable struct {
+	slots []*Request
+	free  []uint32
+	n     int
+}
+
+func (t *reqTable) add(r *Request) {
+	if len(t.free) > 0 {
+		r.id = t.free[len(t.free)-1]
+		t.free = t.free[:len(t.free)-1]
+		t.slots[r.id] = r
+	} else {
+		r.id = uint32(len(t.slots))
+		t.slots = append(t.slots, r)
+	}
+	r.tabled = true
+	t.n++
+}
+
+func (t *reqTable) get(id uint32) *Request {
+	if int(id) < len(t.slots) {
+		return t.slots[id]
+	}
+	return nil
+}
+
+func (t *reqTable) remove(r *Request) {
+	if !r.tabled || t.slots[r.id] != r {
+		return
+	}
+	t.slots[r.id] = nil
+	t.free = append(t.free, r.id)
+	r.tabled = false
+	t.n--
+}
+
+func (t *reqTable) each(f func(*Request)) {
+	for _, r := range t.slots {
+		if r != nil {
+			f(r)
+		}
+	}
+}
+
+func (t *reqTable) live() int { return t.n }

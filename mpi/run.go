@@ -1,0 +1,101 @@
+package mpi
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/transport/inproc"
+)
+
+// Run starts n ranks as goroutines in this process, over the in-process
+// device, calls fn on each with its world communicator, and returns the
+// first error any rank returned (a panic becomes an error naming the rank).
+// When a rank fails, the others' pending calls toward it fail with
+// ErrPeerFailed instead of hanging. With WEFT_FAULTS set, the device drops,
+// reorders, duplicates and corrupts frames and lapi's reliability repairs
+// it: results must not change.
+func Run(n int, fn func(c *Comm) error) error {
+	if n < 1 {
+		return fmt.Errorf("mpi: run %d ranks: %w", n, ErrArg)
+	}
+	worlds, err := openInproc(n)
+	if err != nil {
+		return err
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	fail := func(r int, err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+		for q, w := range worlds {
+			if q != r {
+				w.lc.FailPeer(hal.Rank(r), err.Error())
+			}
+		}
+	}
+	wg.Add(n)
+	for r := range n {
+		go func() {
+			defer wg.Done()
+			var err error
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("mpi: rank %d panicked: %v\n%s", r, p, debug.Stack())
+				}
+				if err != nil {
+					fail(r, err)
+				}
+			}()
+			if err = fn(worlds[r].comm); err != nil && !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+				err = fmt.Errorf("rank %d: %w", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, w := range worlds {
+		w.lc.Close()
+	}
+	return first
+}
+
+// openInproc makes n worlds joined by one in-process fabric.
+func openInproc(n int) ([]*World, error) {
+	var kb [8]byte
+	_, _ = crand.Read(kb[:])
+	key := binary.LittleEndian.Uint64(kb[:])
+	fab := inproc.NewFabric(n, key)
+	spin := lapiDefaultSpin
+	if n > runtime.GOMAXPROCS(0) {
+		spin = -1 // more ranks than cores: spinning only delays the rank that would answer
+	}
+	worlds := make([]*World, n)
+	for r := range n {
+		dev, err := fab.Open(hal.Rank(r))
+		if err != nil {
+			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
+		}
+		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin})
+		if err != nil {
+			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
+		}
+		worlds[r] = newWorld(lc)
+	}
+	return worlds, nil
+}
+
+// lapiDefaultSpin: 0 selects lapi's default.
+const lapiDefaultSpin time.Duration = 0

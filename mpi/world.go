@@ -1,0 +1,166 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// World is one rank's MPI instance: its lapi context, matching state and
+// communicators.
+type World struct {
+	lc   *lapi.Context
+	rank int
+	size int
+
+	mu      sync.Mutex // matching state and request table
+	m       matcher
+	reqs    reqTable
+	seqOut  []atomic.Uint32 // per destination world rank
+	nextCtx uint32          // lowest context id this rank has not used
+	comm    *Comm
+	closed  bool
+
+	hEager, hRTS, hFin lapi.HandlerID
+	eagerLimit         int
+	timeout            time.Duration
+	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
+	deferred           []*Request              // rendezvous reads to start outside lapi's lock
+	onClose            []func() error
+}
+
+// newWorld sets MPI up over an open lapi context. Every rank registers the
+// same handlers in the same order.
+func newWorld(lc *lapi.Context) *World {
+	w := &World{
+		lc:         lc,
+		rank:       int(lc.Rank()),
+		size:       lc.Size(),
+		seqOut:     make([]atomic.Uint32, lc.Size()),
+		nextCtx:    2,
+		eagerLimit: 64 << 10,
+	}
+	if v, err := envInt("WEFT_EAGER"); err == nil && v > 0 {
+		w.eagerLimit = v
+	}
+	if d, err := time.ParseDuration(os.Getenv("WEFT_TIMEOUT")); err == nil && d > 0 {
+		w.timeout = d
+	}
+	w.m.init(w.size)
+	w.hEager = lc.RegisterHandler(eagerHandler{w})
+	w.hRTS = lc.RegisterHandler(eagerHandler{w})
+	w.hFin = lc.RegisterHandler(finHandler{w})
+	lc.OnPeerFailed(w.peerFailed)
+	group := make([]int, w.size)
+	for i := range group {
+		group[i] = i
+	}
+	w.comm = newComm(w, 0, w.rank, group)
+	return w
+}
+
+// Comm is the world communicator.
+func (w *World) Comm() *Comm { return w.comm }
+
+// Finalize ends this rank's participation: a barrier, then the resources
+// are released. It reports requests and registrations still outstanding.
+func (w *World) Finalize() error {
+	err := w.comm.Barrier()
+	w.mu.Lock()
+	leaks := w.reqs.live()
+	w.closed = true
+	w.mu.Unlock()
+	for _, f := range w.onClose {
+		if e := f(); err == nil {
+			err = e
+		}
+	}
+	if err == nil && leaks > 0 {
+		err = fmt.Errorf("mpi: finalize: %d requests still outstanding (never waited for)", leaks)
+	}
+	return err
+}
+
+// wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
+func (w *World) wait(ctx context.Context, r *Request) error {
+	if r.done.Load() {
+		return nil
+	}
+	ctx, cancel := w.deadline(ctx)
+	defer cancel()
+	w.waiting.Store(r)
+	err := w.lc.Wait(ctx, func() (bool, error) { return r.done.Load(), nil })
+	w.waiting.Store(nil)
+	if err != nil {
+		return w.waitErr(ctx, r, err)
+	}
+	return nil
+}
+
+// deadline applies WEFT_TIMEOUT to a context that has no deadline.
+func (w *World) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if w.timeout > 0 {
+		if _, ok := ctx.Deadline(); !ok {
+			return context.WithTimeout(ctx, w.timeout)
+		}
+	}
+	return ctx, func() {}
+}
+
+// waitErr turns a failed wait into the error the caller sees: a timeout
+// names what the rank was waiting for.
+func (w *World) waitErr(ctx context.Context, r *Request, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: r.describe()}, ctx.Err())
+	}
+	return err
+}
+
+// Waiting says what this rank is blocked on, or "" when it is not.
+func (w *World) Waiting() string {
+	if r := w.waiting.Load(); r != nil {
+		return r.describe()
+	}
+	return ""
+}
+
+// peerFailed runs under lapi's lock when a peer is declared failed: every
+// request that involves it fails, as do wildcard receives, which it might
+// have matched.
+func (w *World) peerFailed(peer hal.Rank, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var failed []*Request
+	w.m.posted.take(func(r *Request) bool {
+		if r.src == AnySource || r.comm.group[r.src] == int(peer) {
+			failed = append(failed, r)
+		}
+		return false
+	})
+	for _, r := range failed {
+		w.m.cancelPosted(r)
+		r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
+	}
+	w.reqs.each(func(r *Request) {
+		if r.peer == int(peer) {
+			r.finish(Status{}, fmt.Errorf("mpi: send to rank %d: %w", peer, err))
+		}
+	})
+	for a := w.m.unexpected.head; a != nil; a = a.next {
+		if a.from == peer && !a.complete {
+			a.complete = true // it never will: let a probe see it, a receive fail
+		}
+	}
+}
+
+func envInt(name string) (int, error) {
+	var v int
+	_, err := fmt.Sscan(os.Getenv(name), &v)
+	return v, err
+}

@@ -1,0 +1,213 @@
+package udp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+	"golang.org/x/sys/unix"
+)
+
+// Device is a hal.Device over one kernel UDP socket. Its methods follow the
+// hal.Device contract: only Caps, Counters, Stats and Close may be called
+// concurrently with the others (Close wakes a blocked Wait).
+type Device struct {
+	cfg   hal.Config
+	opts  Options
+	caps  hal.Caps
+	sock  socketInfo
+	addr  string
+	efd   int // eventfd that wakes a Wait blocked in ppoll
+	peers []*sockaddr
+
+	tx    txQueue
+	gso   bool // coalesce runs with UDP_SEGMENT (Options.GSO, until the kernel refuses)
+	rx    rxRing
+	rxHdr hal.Header // passed to Poll's callback; reused so delivery does not allocate
+
+	// lastDrops is the kernel drop counter already folded into the drop
+	// counts; touched only by the progress caller (Poll, Wait, SyncDrops).
+	lastDrops uint32
+	meminfo   [unix.SK_MEMINFO_VARS]uint32
+	pollfds   [2]unix.PollFd
+	efdBuf    [8]byte
+
+	counters hal.Counters
+	stats    stats
+	life     lifecycle
+
+	// blockHook, if set (by tests), runs just before Wait blocks in ppoll.
+	blockHook func()
+}
+
+var _ hal.Device = (*Device)(nil)
+
+// Preallocated errors for the hot path, so that a full queue costs no
+// allocation; they wrap hal's sentinels for errors.Is.
+var (
+	errClosed         = fmt.Errorf("udp: %w", hal.ErrClosed)
+	errBatchFull      = fmt.Errorf("udp: send batch full, flush first: %w", hal.ErrNoResource)
+	errSocketFull     = fmt.Errorf("udp: socket send buffer full: %w", hal.ErrNoResource)
+	errShortHeader    = fmt.Errorf("udp: send: header shorter than %d bytes: %w", hal.HeaderLen, hal.ErrBadFrame)
+	errLengthMismatch = fmt.Errorf("udp: send: header length field disagrees with payload: %w", hal.ErrBadFrame)
+)
+
+// Open creates a device for this rank: a UDP socket bound to opts.Bind with
+// a kernel-chosen port. Peers learn its address from Addr (through PMI) and
+// this device learns theirs through Connect.
+func Open(cfg hal.Config, opts Options) (*Device, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ep, err := resolveBind(o.Bind)
+	if err != nil {
+		return nil, err
+	}
+	if o.MTU == 0 {
+		o.MTU = payloadMTU(ep.linkMTU, ep.addr.Is6())
+	}
+	si, err := openSocket(ep, o)
+	if err != nil {
+		return nil, err
+	}
+	slot := o.MTU + hal.HeaderLen
+	if o.GSO {
+		// A datagram coalesced by UDP_GRO may be as large as any datagram.
+		slot = maxDatagram
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(si.fd)
+		return nil, fmt.Errorf("udp: eventfd: %w", err)
+	}
+	d := &Device{
+		cfg:   cfg,
+		opts:  o,
+		caps:  hal.Caps{MTU: o.MTU},
+		sock:  si,
+		addr:  FormatAddr(si.local),
+		efd:   efd,
+		peers: make([]*sockaddr, max(cfg.Size, 0)),
+		tx:    newTxQueue(o.Batch, o.GSO),
+		gso:   o.GSO,
+		rx:    newRxRing(o.Batch, slot),
+		life:  newLifecycle(),
+	}
+	d.pollfds[0] = unix.PollFd{Fd: int32(si.fd), Events: unix.POLLIN}
+	d.pollfds[1] = unix.PollFd{Fd: int32(efd), Events: unix.POLLIN}
+	return d, nil
+}
+
+// Caps reports an unreliable, unordered device: the kernel may drop
+// datagrams on a full buffer and, across a network, reorder them.
+func (d *Device) Caps() hal.Caps { return d.caps }
+
+// Addr is the published address, e.g. "udp:127.0.0.1:45678".
+func (d *Device) Addr() string { return d.addr }
+
+// Options returns the options in force, defaults filled in (MTU included).
+func (d *Device) Options() Options { return d.opts }
+
+// Counters are the device's hal counters. Bytes count whole frames, header
+// included. Datagrams the kernel dropped on this socket count as
+// hal.DropQueue.
+func (d *Device) Counters() *hal.Counters { return &d.counters }
+
+// Connect records where peer's device listens. Connecting a rank again
+// replaces its address; frames already queued go to the old one.
+func (d *Device) Connect(peer hal.Rank, addr string) error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	if d.cfg.Size > 0 && int(peer) >= d.cfg.Size {
+		return fmt.Errorf("udp: connect rank %d: job has %d ranks: %w", peer, d.cfg.Size, hal.ErrUnknownPeer)
+	}
+	ap, err := ParseAddr(addr)
+	if err != nil {
+		return fmt.Errorf("udp: connect rank %d: %w", peer, err)
+	}
+	sa := new(sockaddr)
+	if err := sa.setAddr(d.sock.family, ap); err != nil {
+		return fmt.Errorf("udp: connect rank %d: %w: %v", peer, ErrBadAddress, err)
+	}
+	if int(peer) >= len(d.peers) {
+		d.peers = append(d.peers, make([]*sockaddr, int(peer)+1-len(d.peers))...)
+	}
+	// A fresh value, not an overwrite: queued messages still point at the
+	// old one until Flush.
+	d.peers[peer] = sa
+	return nil
+}
+
+// Close releases the socket. It may be called while another goroutine is
+// blocked in Wait, which then returns hal.ErrClosed; the descriptors are
+// closed only once no call is using them.
+func (d *Device) Close() error {
+	if !d.life.close() {
+		return errClosed
+	}
+	d.wake()
+	d.life.wait()
+	d.tx.release(d.tx.head, d.tx.tail)
+	err := errors.Join(unix.Close(d.sock.fd), unix.Close(d.efd))
+	if err != nil {
+		return fmt.Errorf("udp: close: %w", err)
+	}
+	return nil
+}
+
+// wake makes a ppoll in Wait return. Writing an eventfd never blocks here:
+// it only fails if the counter would overflow, which means it is already
+// readable.
+func (d *Device) wake() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(d.efd, one[:])
+}
+
+// Stats returns a snapshot of the device's own statistics.
+func (d *Device) Stats() Stats {
+	return Stats{
+		KernelDrops:  d.stats.kernelDrops.Load(),
+		SendErrors:   d.stats.sendErrors.Load(),
+		GSOFallbacks: d.stats.gsoFallbacks.Load(),
+		SendCalls:    d.stats.sendCalls.Load(),
+		RecvCalls:    d.stats.recvCalls.Load(),
+		RecvBuffer:   d.sock.recvBuf,
+		SendBuffer:   d.sock.sendBuf,
+		Local:        d.sock.local,
+	}
+}
+
+// noteDrops folds the kernel's drop counter v into the counts. v may be
+// stale (attached to an older datagram than the last reading), so only an
+// increase counts; the uint32 wraps, hence the signed difference.
+func (d *Device) noteDrops(v uint32) {
+	if delta := int32(v - d.lastDrops); delta > 0 {
+		d.lastDrops = v
+		d.counters.Drops[hal.DropQueue].Add(uint64(delta))
+		d.stats.kernelDrops.Add(uint64(delta))
+	}
+}
+
+// SyncDrops reads the socket's kernel drop counter now. Received datagrams
+// carry it, but drops after the last one received are only seen this way;
+// Wait calls it before blocking, so an idle device's counts are complete.
+// Like Poll, it must not run concurrently with the other methods.
+func (d *Device) SyncDrops() error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	return d.syncDrops()
+}
+
+func (d *Device) syncDrops() error {
+	v, err := socketDrops(d.sock.fd, &d.meminfo)
+	if err != nil {
+		return fmt.Errorf("udp: SO_MEMINFO: %w", err)
+	}
+	d.noteDrops(v)
+	return nil
+}

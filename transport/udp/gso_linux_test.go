@@ -1,0 +1,71 @@
+package udp
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Runs of equal-size frames to one peer go out as single UDP_SEGMENT
+// messages and arrive intact, whether the receiver takes them coalesced
+// (UDP_GRO) or the kernel cuts them up for it.
+func TestGSORuns(t *testing.T) {
+	a := openRank(t, 0, 3, Options{GSO: true, Batch: 128})
+	b := openRank(t, 1, 3, Options{GSO: true})
+	c := openRank(t, 2, 3, Options{})
+	connect(t, a, 1, b.Addr())
+	connect(t, a, 2, c.Addr())
+
+	var frames []*frame
+	queue := func(dst hal.Rank, n, size int) {
+		for range n {
+			p := bytes.Repeat([]byte{byte(len(frames))}, size)
+			f := newFrame(0, dst, p)
+			frames = append(frames, f)
+			if err := a.Send(f.hdr[:], f.payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	queue(1, 40, 1000) // one run, ended by
+	queue(1, 1, 500)   // a shorter frame
+	queue(2, 3, 1000)  // another peer
+	queue(1, 64, 1400) // cut at 64 KiB: 45, then 19 and
+	queue(1, 2, 0)     // the first (shorter) header-only frame, then the other
+	if got, want := a.tx.runs[:a.tx.coalesce()], []int{41, 3, 45, 20, 1}; !slices.Equal(got, want) {
+		t.Fatalf("runs %v, want %v", got, want)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.SendCalls != 1 || s.GSOFallbacks != 0 {
+		t.Fatalf("stats %+v, want one sendmmsg and no fallback", s)
+	}
+	check := func(d *Device, want int) {
+		for _, r := range recvN(t, d, want) {
+			f := frames[r.payload0(t)]
+			if r.h.Dst != d.cfg.Rank || !bytes.Equal(r.payload, f.payload) {
+				t.Fatalf("rank %d got a damaged or misrouted frame %+v", d.cfg.Rank, r.h)
+			}
+		}
+		if n := d.Counters().FramesRecv.Load(); n != uint64(want) || d.Counters().Dropped() != 0 {
+			t.Fatalf("rank %d: %v, want %d frames", d.cfg.Rank, d.Counters(), want)
+		}
+	}
+	check(b, 40+1+64+2)
+	check(c, 3)
+	if calls := b.Stats().RecvCalls; calls > 10 {
+		t.Logf("GRO did not coalesce: %d receive calls for 107 frames", calls)
+	}
+}
+
+// payload0 identifies a frame queued by TestGSORuns (its filler byte is its
+// index; header-only frames are the last two).
+func (r received) payload0(t *testing.T) int {
+	if len(r.payload) == 0 {
+		return 40 + 1 + 3 + 64
+	}
+	return int(r.payload[0])
+}

@@ -1,0 +1,87 @@
+package udp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Options tune a Device. The zero value is a loopback device with the
+// defaults below.
+type Options struct {
+	// Bind is the local address to bind: an IPv4 or IPv6 address (a zone is
+	// allowed for link-local IPv6, e.g. "fe80::1%eth0") or an interface name,
+	// whose first IPv4 address (else IPv6) is used. Empty means 127.0.0.1.
+	// The port is always 0: the kernel picks it and Addr publishes it,
+	// because ports chosen by hand collide between jobs.
+	Bind string
+	// MTU is the largest payload per frame, header excluded. 0 derives it
+	// from the MTU of the interface that owns Bind, so that a frame never
+	// needs IP fragmentation (1500 on Ethernet gives 1440 for IPv4); it is
+	// never more than hal.MaxPayload.
+	MTU int
+	// RecvBuffer and SendBuffer are the socket buffer sizes to request, in
+	// bytes. 0 means DefaultSocketBuffer; negative keeps the kernel default.
+	// Root gets the size even above net.core.[rw]mem_max (SO_*BUFFORCE);
+	// others are capped there silently.
+	RecvBuffer, SendBuffer int
+	// Batch is how many frames Send may queue before Flush must run, and how
+	// many datagrams one Poll receives per system call. 0 means DefaultBatch.
+	Batch int
+	// Unbatched makes Flush send each frame with its own sendmsg instead of
+	// one sendmmsg for the whole batch: slower, kept to measure batching.
+	Unbatched bool
+	// GSO sends each run of equal-size frames to one peer in a batch as one
+	// UDP_SEGMENT message, which crosses the kernel's network stack once and
+	// is cut into datagrams at the end (by the NIC, or in software), and
+	// turns UDP_GRO on so that such runs may arrive as one buffer. It pays
+	// off for streams of full frames. The device falls back to plain sends
+	// if the kernel refuses (Linux < 4.18, or a route without checksum
+	// offload). It costs a 64 KiB receive slot per Batch.
+	GSO bool
+	// Spin is how long Wait busy-polls the socket before blocking in the
+	// kernel. Waking a blocked thread costs tens of microseconds on a VM, so
+	// a short spin keeps ping-pong latency low; bounding it keeps an idle or
+	// oversubscribed rank from burning a core. 0 means DefaultSpin, negative
+	// blocks at once.
+	Spin time.Duration
+}
+
+// Defaults used for zero Options fields.
+const (
+	DefaultBind         = "127.0.0.1"
+	DefaultSocketBuffer = 8 << 20
+	DefaultBatch        = 32
+	DefaultSpin         = 50 * time.Microsecond
+	// MaxBatch bounds Batch: the kernel caps sendmmsg/recvmmsg at
+	// UIO_MAXIOV (1024) messages, and each receive slot holds a whole
+	// datagram.
+	MaxBatch = 1024
+)
+
+// withDefaults fills zero fields and rejects impossible values.
+func (o Options) withDefaults() (Options, error) {
+	if o.Bind == "" {
+		o.Bind = DefaultBind
+	}
+	if o.MTU < 0 || o.MTU > hal.MaxPayload {
+		return o, fmt.Errorf("udp: MTU %d outside 0..%d", o.MTU, hal.MaxPayload)
+	}
+	if o.RecvBuffer == 0 {
+		o.RecvBuffer = DefaultSocketBuffer
+	}
+	if o.SendBuffer == 0 {
+		o.SendBuffer = DefaultSocketBuffer
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.Batch < 0 || o.Batch > MaxBatch {
+		return o, fmt.Errorf("udp: batch %d outside 1..%d", o.Batch, MaxBatch)
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
+	return o, nil
+}

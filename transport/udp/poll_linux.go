@@ -1,0 +1,129 @@
+package udp
+
+import (
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+	"golang.org/x/sys/unix"
+)
+
+// pollRounds bounds the recvmmsg batches one Poll drains, so that a flood
+// of arrivals cannot keep the caller from sending (acks, replies).
+const pollRounds = 4
+
+// Poll delivers the frames that have arrived, without blocking: first any
+// that Wait already took off the socket while spinning, then up to
+// pollRounds batches from the socket. Frames that fail hal.Check, are
+// addressed to another rank or come from a rank outside the job are counted
+// under their drop reason and never delivered. The header and payload
+// passed to fn are valid only during fn.
+func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
+	if !d.life.enter() {
+		return 0, errClosed
+	}
+	defer d.life.leave()
+	delivered := 0
+	if d.rx.next < d.rx.n {
+		delivered = d.deliver(fn)
+		if d.rx.n < len(d.rx.msgs) {
+			// That batch emptied the socket a moment ago: skip a system
+			// call that would most likely find nothing.
+			return delivered, nil
+		}
+	}
+	for range pollRounds {
+		n, err := d.recv()
+		if err != nil {
+			return delivered, err
+		}
+		if n == 0 {
+			break
+		}
+		delivered += d.deliver(fn)
+		if n < len(d.rx.msgs) {
+			break
+		}
+	}
+	return delivered, nil
+}
+
+// recv refills the ring with one recvmmsg. It must be called only when
+// every frame in the ring has been delivered. It returns 0, nil when the
+// socket is empty.
+func (d *Device) recv() (int, error) {
+	r := &d.rx
+	r.rearm()
+	for {
+		d.stats.recvCalls.Add(1)
+		n, errno := recvmmsg(d.sock.fd, r.msgs)
+		switch errno {
+		case 0:
+			r.n = n
+			return n, nil
+		case unix.EAGAIN:
+			return 0, nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, fmt.Errorf("udp: recvmmsg: %w", errno)
+	}
+}
+
+// deliver validates and hands over the frames in the ring not yet
+// delivered, and returns how many it delivered. It advances the ring before
+// each callback so that a callback that panics does not see its frame
+// again.
+func (d *Device) deliver(fn func(h *hal.Header, payload []byte)) int {
+	r := &d.rx
+	var frames, bytes uint64
+	for r.next < r.n {
+		i := r.next
+		r.next++
+		drops, hasDrops, gro := r.control(i)
+		if hasDrops {
+			d.noteDrops(drops)
+		}
+		data := r.frame(i)
+		if r.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
+			// Larger than any frame this device accepts: a peer with
+			// another MTU. Check cannot see it (the length was cut).
+			d.counters.Drop(hal.DropLength)
+			continue
+		}
+		if gro <= 0 {
+			gro = len(data)
+		}
+		// A UDP_GRO buffer holds datagrams of gro bytes, the last one
+		// possibly shorter; otherwise data is one datagram (maybe empty,
+		// which is judged once too).
+		for {
+			frame := data[:min(gro, len(data))]
+			data = data[len(frame):]
+			if d.accept(frame) {
+				frames++
+				bytes += uint64(len(frame))
+				fn(&d.rxHdr, frame[hal.HeaderLen:])
+			}
+			if len(data) == 0 {
+				break
+			}
+		}
+	}
+	d.counters.FramesRecv.Add(frames)
+	d.counters.BytesRecv.Add(bytes)
+	return int(frames)
+}
+
+// accept decodes frame into d.rxHdr and reports whether it may be
+// delivered; if not, it counts the drop under its reason.
+func (d *Device) accept(frame []byte) bool {
+	if _, err := hal.Check(frame, d.cfg.JobKey, true, &d.rxHdr); err != nil {
+		d.counters.DropErr(err)
+		return false
+	}
+	if d.rxHdr.Dst != d.cfg.Rank || (d.cfg.Size > 0 && int(d.rxHdr.Src) >= d.cfg.Size) {
+		d.counters.Drop(hal.DropPeer)
+		return false
+	}
+	return true
+}

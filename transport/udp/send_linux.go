@@ -1,0 +1,152 @@
+package udp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+	"golang.org/x/sys/unix"
+)
+
+// Send queues one frame for the next Flush. It copies nothing: the queue
+// points at hdr and payload, which must stay untouched until Flush returns.
+// A header not yet sealed is sealed here (the CRC is written into hdr),
+// because a UDP frame without CRC would be dropped by the receiver; a sealed
+// one is left alone, so a fault injector's corruption stays detectable.
+//
+// A full batch returns an error wrapping hal.ErrNoResource: Flush, then
+// retry. An unconnected destination wraps hal.ErrUnknownPeer, a payload
+// above Caps().MTU hal.ErrTooLarge, a malformed header hal.ErrBadFrame.
+func (d *Device) Send(hdr, payload []byte) error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	if len(hdr) < hal.HeaderLen {
+		return errShortHeader
+	}
+	hdr = hdr[:hal.HeaderLen]
+	if len(payload) > d.caps.MTU {
+		return fmt.Errorf("udp: send: %d-byte payload, MTU %d: %w", len(payload), d.caps.MTU, hal.ErrTooLarge)
+	}
+	if int(binary.LittleEndian.Uint16(hdr[10:])) != len(payload) {
+		return errLengthMismatch
+	}
+	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
+	if int(dst) >= len(d.peers) || d.peers[dst] == nil {
+		return fmt.Errorf("udp: send to rank %d: %w", dst, hal.ErrUnknownPeer)
+	}
+	if d.tx.tail == len(d.tx.msgs) {
+		d.counters.NoResource.Add(1)
+		return errBatchFull
+	}
+	if hdr[4]&hal.FlagCRC == 0 {
+		hal.Seal(hdr, payload)
+	}
+	d.tx.push(d.peers[dst], hdr, payload)
+	return nil
+}
+
+// Flush sends every queued frame: one sendmmsg for the whole batch (or one
+// sendmsg per frame with Options.Unbatched; with Options.GSO, runs of
+// equal-size frames to one peer go as single UDP_SEGMENT messages). When the
+// socket's send buffer is full it returns an error wrapping
+// hal.ErrNoResource and keeps the unsent frames queued. A frame the kernel
+// refuses outright (say, no route to its destination) is dropped, counted in
+// Stats().SendErrors, and its error returned after the rest of the batch has
+// gone; the device is unreliable, so the layer above recovers the frame like
+// any other loss.
+func (d *Device) Flush() error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	q := &d.tx
+	var hard error
+	for q.head < q.tail {
+		n, first, errno := d.sendSome()
+		if n > 0 {
+			d.sent(q.head, q.head+n)
+			q.release(q.head, q.head+n)
+			q.head += n
+			continue
+		}
+		switch errno {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN, unix.ENOBUFS:
+			d.counters.NoResource.Add(1)
+			return errSocketFull
+		case unix.EINVAL, unix.EIO, unix.EOPNOTSUPP, unix.ENOPROTOOPT:
+			if first > 1 {
+				// The kernel or the route cannot segment (no UDP_SEGMENT,
+				// no checksum offload on the way): send frames one by one
+				// from now on rather than lose them.
+				d.gso = false
+				d.stats.gsoFallbacks.Add(1)
+				continue
+			}
+		}
+		// The message at the head itself failed: skip its frames, or they
+		// would block the queue.
+		d.stats.sendErrors.Add(uint64(first))
+		if hard == nil {
+			hard = d.sendError(q.head, errno)
+		}
+		q.release(q.head, q.head+first)
+		q.head += first
+	}
+	q.release(q.head, q.tail) // resets an empty queue
+	return hard
+}
+
+// sendSome makes one system call for the frames at the head of the queue.
+// It returns how many frames went, and how many the first message carried
+// (what a failure concerns).
+func (d *Device) sendSome() (sent, first int, errno unix.Errno) {
+	q := &d.tx
+	msgs, runs := q.msgs[q.head:q.tail], []int(nil)
+	if d.gso {
+		k := q.coalesce()
+		msgs, runs = q.wire[:k], q.runs[:k]
+	}
+	first = 1
+	if runs != nil {
+		first = runs[0]
+	}
+	d.stats.sendCalls.Add(1)
+	n := 1
+	if d.opts.Unbatched {
+		_, errno = sendmsg(d.sock.fd, &msgs[0].Hdr)
+	} else {
+		n, errno = sendmmsg(d.sock.fd, msgs)
+	}
+	if errno != 0 {
+		return 0, first, errno
+	}
+	if runs == nil {
+		return n, first, 0
+	}
+	for _, r := range runs[:n] {
+		sent += r
+	}
+	return sent, first, 0
+}
+
+// sent counts queued frames from..to as handed to the kernel.
+func (d *Device) sent(from, to int) {
+	var bytes int
+	for i := from; i < to; i++ {
+		bytes += d.tx.frameLen(i)
+	}
+	d.counters.FramesSent.Add(uint64(to - from))
+	d.counters.BytesSent.Add(uint64(bytes))
+}
+
+// sendError describes the kernel's refusal of queued frame i.
+func (d *Device) sendError(i int, errno unix.Errno) error {
+	h := (*[hal.HeaderLen]byte)(unsafe.Pointer(d.tx.iovs[2*i].Base))
+	return fmt.Errorf("udp: send %d-byte frame to rank %d: %w",
+		d.tx.frameLen(i), binary.LittleEndian.Uint32(h[28:]), errno)
+}

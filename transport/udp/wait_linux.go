@@ -1,0 +1,121 @@
+package udp
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxBlock bounds one ppoll. Wake-ups come from the eventfd (Close, context
+// cancellation), so this is only a safety net, rare enough to cost nothing.
+const maxBlock = time.Second
+
+// Wait returns when Poll has frames to deliver (nil; it may also return nil
+// early), when ctx is done (ctx.Err()), or when the device is closed
+// (hal.ErrClosed), including by a Close from another goroutine.
+//
+// It first busy-polls the socket for Options.Spin, receiving into the ring
+// so that the following Poll delivers without another system call; a
+// blocked thread costs tens of microseconds to wake on this kind of host,
+// which a ping-pong would pay every message. Then it blocks in ppoll on the
+// socket and an eventfd, so an idle rank uses no CPU. The spinning goroutine
+// does not lock its OS thread: with more ranks than cores the Go scheduler
+// must stay free to run others.
+func (d *Device) Wait(ctx context.Context) error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	if d.rx.next < d.rx.n {
+		return nil
+	}
+	done := ctx.Done()
+	if d.opts.Spin > 0 {
+		if got, err := d.spin(ctx, done); got || err != nil {
+			return err
+		}
+	}
+	return d.block(ctx, done)
+}
+
+// spin busy-polls for Options.Spin. It reports true when it received
+// frames, or an error for a closed device or done context.
+func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
+	deadline := time.Now().Add(d.opts.Spin)
+	for {
+		n, err := d.recv()
+		if n > 0 || err != nil {
+			return true, err
+		}
+		if d.life.closed.Load() {
+			return false, errClosed
+		}
+		select {
+		case <-done:
+			return false, ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+	}
+}
+
+// block sleeps in ppoll until the socket is readable or the eventfd is
+// written (by Close, or by ctx's cancellation through context.AfterFunc).
+func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
+	// Drops after the last datagram received are invisible in the control
+	// messages; going idle is the cheap moment to read the counter.
+	if err := d.syncDrops(); err != nil {
+		return err
+	}
+	if done != nil {
+		stop := context.AfterFunc(ctx, d.wakeFromOutside)
+		defer stop()
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	for {
+		if d.life.closed.Load() {
+			return errClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		timeout := maxBlock
+		if hasDeadline {
+			// Round up: ppoll's millisecond timeout would otherwise wake
+			// just before the deadline and spin until it.
+			timeout = max(0, min(timeout, time.Until(deadline)+time.Millisecond-1))
+		}
+		if d.blockHook != nil {
+			d.blockHook()
+		}
+		d.pollfds[0].Revents, d.pollfds[1].Revents = 0, 0
+		_, err := unix.Poll(d.pollfds[:], int(timeout/time.Millisecond))
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("udp: poll: %w", err)
+		}
+		if d.pollfds[1].Revents != 0 {
+			_, _ = unix.Read(d.efd, d.efdBuf[:]) // reset the eventfd
+		}
+		if s := d.pollfds[0].Revents; s&unix.POLLERR != 0 {
+			// A pending socket error (an ICMP report) would keep ppoll
+			// returning at once: read it to clear it.
+			_, _ = unix.GetsockoptInt(d.sock.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		} else if s != 0 {
+			return nil
+		}
+	}
+}
+
+// wakeFromOutside wakes a blocked Wait from another goroutine (context
+// cancellation). It does nothing once the device is closed: Close wakes
+// sleepers itself, and the eventfd may already be gone.
+func (d *Device) wakeFromOutside() {
+	if d.life.enter() {
+		d.wake()
+		d.life.leave()
+	}
+}
