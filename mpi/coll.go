@@ -19,7 +19,7 @@ func (c *Comm) checkRoot(root int) error {
 }
 
 // rel and abs convert between ranks and ranks relative to root.
-func (c *Comm) rel(root int) int  { return (c.rank - root + c.size) % c.size }
+func (c *Comm) rel(root int) int     { return (c.rank - root + c.size) % c.size }
 func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
 
 // Bcast sends root's buf to every rank's buf.

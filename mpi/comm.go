@@ -156,4 +156,3 @@ func (c *Comm) Barrier() error {
 	}
 	return nil
 }
-

@@ -21,8 +21,8 @@ type Request struct {
 	ctx      uint32
 	src, tag int
 	buf      []byte
-	elem     int // element size, for Status.Count
-	op       string // "Send", "Recv", "Probe": for reports
+	elem     int      // element size, for Status.Count
+	op       string   // "Send", "Recv", "Probe": for reports
 	next     *Request // posted queue
 
 	// send side (rendezvous): the registered buffer and the peer

@@ -142,10 +142,18 @@ func stream(t *testing.T, a, b *Device, l *ledger, n, window int) {
 func TestAccounting100k(t *testing.T) {
 	const n = 100_000
 	const maxSize = 9000
-	a, b := openPair(t, Options{})
-	l := newLedger(t, n, func(seq uint64) int { return 8 + int(seq*7919%(maxSize-8)) }, maxSize)
-	stream(t, a, b, l, n, 256)
-	t.Logf("delivered %d, dropped %d: %v", l.got, b.Counters().Dropped(), b.Counters())
+	for _, mode := range []string{"batched", "gso"} {
+		t.Run(mode, func(t *testing.T) {
+			a, b := openPair(t, sendModes[mode])
+			size := func(seq uint64) int { return 8 + int(seq*7919%(maxSize-8)) }
+			if mode == "gso" {
+				size = func(seq uint64) int { return 1000 + 400*int(seq/100%4) } // runs of equal sizes
+			}
+			l := newLedger(t, n, size, maxSize)
+			stream(t, a, b, l, n, 256)
+			t.Logf("delivered %d, dropped %d: %v; %d recvmmsg calls", l.got, b.Counters().Dropped(), b.Counters(), b.Stats().RecvCalls)
+		})
+	}
 }
 
 // With a small receive buffer and nobody reading, the kernel drops most of

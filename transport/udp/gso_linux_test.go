@@ -56,9 +56,7 @@ func TestGSORuns(t *testing.T) {
 	}
 	check(b, 40+1+64+2)
 	check(c, 3)
-	if calls := b.Stats().RecvCalls; calls > 10 {
-		t.Logf("GRO did not coalesce: %d receive calls for 107 frames", calls)
-	}
+	t.Logf("rank 1 took 107 frames in %d recvmmsg calls", b.Stats().RecvCalls)
 }
 
 // payload0 identifies a frame queued by TestGSORuns (its filler byte is its
