@@ -28,6 +28,7 @@ const (
 var dropNames = [NumDropReasons]string{"short", "magic", "version", "type",
 	"length", "crc", "job-key", "peer", "queue-full"}
 
+// String names the reason as the counters print it.
 func (r DropReason) String() string {
 	if r < NumDropReasons {
 		return dropNames[r]
@@ -47,13 +48,24 @@ type Counters struct {
 }
 
 // Drop counts one discarded frame under reason r.
-func (c *Counters) Drop(r DropReason) { c.Drops[r].Add(1) }
+// A reason out of range is counted as DropType rather than panicking.
+func (c *Counters) Drop(r DropReason) {
+	if r >= NumDropReasons {
+		r = DropType
+	}
+	c.Drops[r].Add(1)
+}
 
 // DropErr counts a frame rejected by Check or DecodeHeader under the reason
 // err carries (DropLength if err is not a *FrameError).
 func (c *Counters) DropErr(err error) {
-	var fe *FrameError
-	if errors.As(err, &fe) {
+	// A type assertion first: errors.As would move its target to the heap
+	// and make every rejected frame allocate.
+	if fe, ok := err.(*FrameError); ok {
+		c.Drop(fe.Reason)
+		return
+	}
+	if fe, ok := errors.AsType[*FrameError](err); ok {
 		c.Drop(fe.Reason)
 		return
 	}
@@ -69,6 +81,7 @@ func (c *Counters) Dropped() uint64 {
 	return n
 }
 
+// String prints the non-zero counters on one line.
 func (c *Counters) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent=%d/%dB recv=%d/%dB noresource=%d",

@@ -15,6 +15,6 @@
 // Seal, Check) so that every device validates frames the same way and counts
 // each rejected frame under the reason it failed.
 //
-// hal may import only the standard library and golang.org/x/sys/cpu-level
-// helpers (github.com/klauspost/cpuid/v2). It never imports a weft package.
+// hal may import only the standard library and github.com/klauspost/cpuid/v2
+// (to report the CRC32 instruction). It never imports a weft package.
 package hal

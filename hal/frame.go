@@ -56,6 +56,7 @@ const (
 var frameTypeNames = [...]string{"invalid", "data", "rdma-write", "rdma-read-req",
 	"rdma-read-resp", "rdma-done", "booting", "boot-ack", "boot-nack", "rdma-ready", "tpt-update"}
 
+// String names the frame type.
 func (t FrameType) String() string {
 	if t < frameTypeEnd {
 		return frameTypeNames[t]
@@ -136,10 +137,15 @@ func DecodeHeader(b []byte, h *Header) error {
 	if h.Type == 0 || h.Type >= frameTypeEnd {
 		return frameErrs[DropType]
 	}
+	if b[9] != 0 {
+		// The reserved byte: a frame using it is of a format we do not
+		// know. (Unknown flag bits are carried: flags may be optional.)
+		return frameErrs[DropVersion]
+	}
 	h.Flags = b[4]
 	h.SrcDev, h.DstDev, h.SrcWin, h.DstWin = b[5], b[6], b[7], b[8]
 	h.Len = binary.LittleEndian.Uint16(b[10:])
-	if int(h.Len) != len(b)-HeaderLen {
+	if int(h.Len) != len(b)-HeaderLen || h.Len > MaxPayload {
 		return frameErrs[DropLength]
 	}
 	h.JobKey = binary.LittleEndian.Uint64(b[16:])

@@ -226,7 +226,7 @@ var badFrames = []badFrame{
 	{"length field 0xffff", hal.DropLength, true, spoil(func(b []byte) []byte { b[10], b[11] = 0xff, 0xff; return b })},
 	{"payload bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[hal.HeaderLen+7] ^= 0x10; return b })},
 	{"header bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[5] ^= 1; return b })},
-	{"reserved byte set", hal.DropCRC, false, spoil(func(b []byte) []byte { b[9] = 1; return b })},
+	{"reserved byte set", hal.DropVersion, false, spoil(func(b []byte) []byte { b[9] = 1; return b })},
 	{"crc field", hal.DropCRC, false, spoil(func(b []byte) []byte { b[13]++; return b })},
 	{"job key bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[20] ^= 0x80; return b })},
 	{"rank bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[31] ^= 0x01; return b })},
@@ -464,5 +464,23 @@ func BenchmarkCRC32C(b *testing.B) {
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
 		}
+	}
+}
+
+// TestDropErrAllocs: counting a rejected frame allocates nothing.
+func TestDropErrAllocs(t *testing.T) {
+	var c hal.Counters
+	var h hal.Header
+	bad := []byte{1, 2, 3}
+	allocs := testing.AllocsPerRun(100, func() {
+		_, err := hal.Check(bad, testJobKey, true, &h)
+		c.DropErr(err)
+	})
+	if allocs != 0 {
+		t.Errorf("Check+DropErr made %v allocations, want 0", allocs)
+	}
+	c.Drop(hal.DropReason(200)) // out of range: counted, not a panic
+	if c.Drops[hal.DropType].Load() != 1 {
+		t.Errorf("out-of-range reason not counted as DropType")
 	}
 }

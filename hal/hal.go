@@ -91,6 +91,7 @@ var (
 // FrameError is the error Check returns: which validation a frame failed.
 type FrameError struct{ Reason DropReason }
 
+// Error says which validation failed.
 func (e *FrameError) Error() string { return fmt.Sprintf("hal: bad frame: %v", e.Reason) }
 
 // Unwrap makes errors.Is(err, ErrBadFrame) true.
