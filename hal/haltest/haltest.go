@@ -28,7 +28,7 @@ type Opener func(t *testing.T, size int) Net
 
 // timeout bounds every wait for frames on real time. It only matters when a
 // device fails to deliver: the suite never sleeps.
-const timeout = 20 * time.Second
+const timeout = 10 * time.Second
 
 // Run runs the conformance suite against the devices open makes:
 //

@@ -53,7 +53,18 @@ type job struct {
 	interrupted os.Signal   // a SIGINT/SIGTERM gorun received and forwarded
 	killTimer   *time.Timer // SIGKILL after the grace
 	said        map[int]bool
+
+	// A rank that fails while another rank's PMI connection has just been
+	// lost (and that rank not yet reaped) most likely fails because of it:
+	// a fence broken by the lost rank. Its failure waits, at most
+	// settleWait, for the lost rank's exit, which is then the failure named.
+	pending      *failure
+	pendingTimer *time.Timer
 }
+
+// settleWait bounds how long a failure waits for the exit of a rank whose
+// PMI connection was lost, which would be its cause.
+const settleWait = 500 * time.Millisecond
 
 // failure is why the job failed: which rank, how, and the exit status.
 type failure struct {
@@ -249,10 +260,14 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var kill <-chan time.Time
+	var kill, settle <-chan time.Time
 	for j.running > 0 {
 		if j.killTimer != nil {
 			kill = j.killTimer.C
+		}
+		settle = nil
+		if j.pendingTimer != nil {
+			settle = j.pendingTimer.C
 		}
 		select {
 		case r := <-j.exits:
@@ -270,8 +285,11 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 			}
 		case <-kill:
 			j.killAll()
+		case <-settle:
+			j.settle(true)
 		}
 	}
+	j.settle(true)
 	if j.killTimer != nil {
 		j.killTimer.Stop()
 	}
@@ -279,6 +297,16 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 
 // exited judges a rank's end.
 func (j *job) exited(r *rank) {
+	// PMI events already queued happened before this exit was seen: a lost
+	// connection must be known before a failure is attributed.
+	for drained := false; !drained; {
+		select {
+		case e := <-j.events:
+			j.pmiEvent(e)
+		default:
+			drained = true
+		}
+	}
 	r.running = false
 	r.state = r.cmd.ProcessState
 	j.running--
@@ -295,24 +323,50 @@ func (j *job) exited(r *rank) {
 		}
 	case j.stopping:
 		// Stopped by gorun (after a failure, or the timeout): not news.
+	case j.pending == nil && r.lost == nil && j.lostRunning():
+		j.pending = &failure{rank: r.id, how: how, code: code}
+		j.pendingTimer = time.NewTimer(settleWait)
 	default:
 		j.fail(r.id, how, code)
 	}
+	j.settle(false)
+}
+
+// lostRunning reports whether a rank lost its PMI connection before
+// finalize and has not been reaped yet.
+func (j *job) lostRunning() bool {
+	for _, r := range j.ranks {
+		if r.lost != nil && r.running {
+			return true
+		}
+	}
+	return false
+}
+
+// settle declares the pending failure once no lost rank is left to explain
+// it, or unconditionally (timer expired, monitor ending).
+func (j *job) settle(now bool) {
+	if j.pending == nil || (!now && j.lostRunning()) {
+		return
+	}
+	p := j.pending
+	j.pending = nil
+	j.pendingTimer.Stop()
+	j.pendingTimer = nil
+	j.fail(p.rank, p.how, p.code)
 }
 
 // judge says how a rank's exit is a failure ("" if it is not) and the exit
 // status it gives the job.
 func (j *job) judge(r *rank, phase pmi.Phase) (string, int) {
-	ws, _ := r.state.Sys().(unix.WaitStatus)
-	if ws.Signaled() {
-		sig := ws.Signal()
+	code, sig := exitOf(r.state)
+	if sig != 0 {
 		how := fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig)
 		if j.interrupted != nil {
 			how += fmt.Sprintf(" after gorun forwarded %v", j.interrupted)
 		}
-		return how, 128 + int(sig)
+		return how, code
 	}
-	code := ws.ExitStatus()
 	switch {
 	case r.remote && code == 255 && phase <= pmi.PhaseConnected:
 		return fmt.Sprintf("could not be started on %s: %s exited with status 255%s",

@@ -87,11 +87,8 @@ func wrap(opts *Options, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			_ = cmd.Process.Signal(sig) // the launcher forwards it to its ranks
 		case <-waited:
-			ws, _ := cmd.ProcessState.Sys().(unix.WaitStatus)
-			if ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ws.ExitStatus()
+			code, _ := exitOf(cmd.ProcessState)
+			return code
 		}
 	}
 }

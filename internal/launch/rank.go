@@ -159,3 +159,12 @@ func signalName(sig unix.Signal) string {
 
 // pmiSegmentPrefix is the glob remote wrappers clean on failure.
 func pmiSegmentPrefix(key uint64) string { return shmDir + "/" + segmentPrefix(key) }
+
+// exitOf returns how a process ended: its exit status, or the signal that
+// killed it (sig != 0).
+func exitOf(ps *os.ProcessState) (code int, sig syscall.Signal) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), ws.Signal()
+	}
+	return ps.ExitCode(), 0
+}

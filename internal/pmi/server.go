@@ -331,6 +331,9 @@ func (ss *session) run() {
 	for {
 		m, framed, err := ss.read()
 		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				ss.protocolError(err)
+			}
 			ss.lost(err)
 			return
 		}
@@ -415,7 +418,10 @@ func (ss *session) protocolError(err error) {
 	ss.s.event(Event{Kind: EventProtocol, Rank: ss.rank, Err: err})
 }
 
-// lost handles the end of the connection without finalize.
+// lost handles the end of the connection without finalize. A rank that
+// never sent init (a program that does not use PMI, run under gorun) only
+// closes quietly; one that did is reported. Either way it can never enter a
+// fence again, so fences waiting for it fail.
 func (ss *session) lost(err error) {
 	if ss.done || ss.rank < 0 {
 		if ss.rank < 0 && err != io.EOF {
@@ -427,21 +433,22 @@ func (ss *session) lost(err error) {
 	s.mu.Lock()
 	st := &s.ranks[ss.rank]
 	wasInFence := st.Phase == PhaseInFence
-	first := st.Phase < PhaseFinalized
-	if first {
+	used := st.Phase >= PhaseInitialized && st.Phase < PhaseFinalized
+	if used {
 		st.Phase = PhaseLost
 	}
 	s.mu.Unlock()
-	if !first {
-		return
-	}
 	if err == io.EOF {
 		err = errors.New("closed its PMI connection before finalize")
 	} else {
 		err = fmt.Errorf("PMI connection failed before finalize: %w", err)
 	}
+	if used {
+		// The event first: a launcher must learn of the loss before any
+		// rank can fail because of the broken fence.
+		s.event(Event{Kind: EventLost, Rank: ss.rank, Err: err})
+	}
 	s.barrier.breakWith(fmt.Errorf("rank %d %v", ss.rank, err), wasInFence)
-	s.event(Event{Kind: EventLost, Rank: ss.rank, Err: err})
 }
 
 // fence waits for every rank; it returns "" or why the fence failed.

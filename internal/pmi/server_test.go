@@ -267,8 +267,29 @@ func TestServerMalformed(t *testing.T) {
 	// A PMI-2 frame with a bad length desynchronises the stream: the
 	// server drops the connection and says why.
 	fmt.Fprint(c, "zzzzzz")
-	if e := j.waitEvent(t, EventLost, 0); !errors.Is(e.Err, ErrProtocol) {
-		t.Errorf("lost event cause %v, want ErrProtocol", e.Err)
+	if e := j.waitEvent(t, EventProtocol, 0); !errors.Is(e.Err, ErrProtocol) || !strings.Contains(e.Err.Error(), "length") {
+		t.Errorf("protocol event cause %v, want ErrProtocol about the length field", e.Err)
+	}
+}
+
+// TestNonPMIRankBreaksFence: a rank that never speaks PMI (a plain program
+// under gorun) closes quietly, but fences cannot wait for it.
+func TestNonPMIRankBreaksFence(t *testing.T) {
+	j := newTestJob(t, 2)
+	c0 := j.pmi1(t, 0)
+	j.conn(t, 1).Close()
+	if err := c0.Fence(); err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("fence: %v, want an error naming rank 1", err)
+	}
+	if st := j.srv.States()[1]; st.Phase != PhaseConnected {
+		t.Errorf("rank 1 phase %v, want %v", st.Phase, PhaseConnected)
+	}
+	select {
+	case e := <-j.events:
+		if e.Kind == EventLost {
+			t.Errorf("lost event for a rank that never used PMI: %+v", e)
+		}
+	default:
 	}
 }
 

@@ -185,7 +185,7 @@ func readFrame(r *bufio.Reader) (string, error) {
 		}
 		return "", err
 	}
-	n, err := strconv.Atoi(strings.TrimRight(string(hdr[:]), " "))
+	n, err := strconv.Atoi(strings.TrimSpace(string(hdr[:])))
 	if err != nil || n <= 0 || n > maxFrame {
 		return "", fmt.Errorf("%w: bad PMI-2 length field %q", ErrProtocol, string(hdr[:]))
 	}

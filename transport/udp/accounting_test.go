@@ -97,6 +97,7 @@ func stream(t *testing.T, a, b *Device, l *ledger, n, window int) {
 			f.payload = l.fill(bufs[i], uint64(seq+i))
 			hal.EncodeHeader(f.hdr[:], &hal.Header{Type: hal.FrameData, Len: uint16(len(f.payload)),
 				JobKey: testJobKey, Src: 0, Dst: 1})
+			hal.Seal(f.hdr[:], f.payload)
 			if err := a.Send(f.hdr[:], f.payload); err != nil {
 				t.Fatalf("Send %d: %v", seq+i, err)
 			}

@@ -15,7 +15,7 @@ import (
 func BenchmarkPingPong(b *testing.B) {
 	for _, size := range []int{1, 1024} {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
-			h := startHelper(b, roleEcho, false)
+			h := startHelper(b, roleEcho, "batched")
 			d := h.dev
 			f := newFrame(0, 1, make([]byte, size))
 			var got int
@@ -53,21 +53,22 @@ func BenchmarkPingPong(b *testing.B) {
 }
 
 // BenchmarkStream is frames per second from this process to a sink in
-// another, with sendmmsg batches and with one sendmsg per frame. The sink's
+// another: one sendmsg per frame, sendmmsg batches, and sendmmsg batches of
+// UDP_SEGMENT runs (GSO; the sink receives with UDP_GRO). The sink's
 // acknowledgements pace the sender (credits), so the rate is the one the
 // receiver sustains; kernel drops, if any, are reported, not hidden.
 func BenchmarkStream(b *testing.B) {
-	for _, mode := range []string{"batched", "unbatched"} {
+	for _, mode := range []string{"unbatched", "batched", "gso"} {
 		for _, size := range []int{64, 1024, 8192} {
 			b.Run(fmt.Sprintf("%s/%dB", mode, size), func(b *testing.B) {
-				streamToSink(b, mode == "unbatched", size)
+				streamToSink(b, mode, size)
 			})
 		}
 	}
 }
 
-func streamToSink(b *testing.B, unbatched bool, size int) {
-	h := startHelper(b, roleSink, unbatched)
+func streamToSink(b *testing.B, mode string, size int) {
+	h := startHelper(b, roleSink, mode)
 	d := h.dev
 	// Keep well under the sink's socket buffer (8 MiB requested) even
 	// with the kernel's per-datagram overhead.

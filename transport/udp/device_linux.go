@@ -1,7 +1,6 @@
 package udp
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
@@ -49,7 +48,7 @@ var (
 	errBatchFull      = fmt.Errorf("udp: send batch full, flush first: %w", hal.ErrNoResource)
 	errSocketFull     = fmt.Errorf("udp: socket send buffer full: %w", hal.ErrNoResource)
 	errShortHeader    = fmt.Errorf("udp: send: header shorter than %d bytes: %w", hal.HeaderLen, hal.ErrBadFrame)
-	errLengthMismatch = fmt.Errorf("udp: send: header length field disagrees with payload: %w", hal.ErrBadFrame)
+	errLengthMismatch = fmt.Errorf("udp: send: header length field disagrees with the frame body: %w", hal.ErrBadFrame)
 )
 
 // Open creates a device for this rank: a UDP socket bound to opts.Bind with
@@ -92,8 +91,8 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		tx:    newTxQueue(o.Batch, o.GSO),
 		gso:   o.GSO,
 		rx:    newRxRing(o.Batch, slot),
-		life:  newLifecycle(),
 	}
+	d.life.release = d.release
 	d.pollfds[0] = unix.PollFd{Fd: int32(si.fd), Events: unix.POLLIN}
 	d.pollfds[1] = unix.PollFd{Fd: int32(efd), Events: unix.POLLIN}
 	return d, nil
@@ -141,21 +140,23 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	return nil
 }
 
-// Close releases the socket. It may be called while another goroutine is
-// blocked in Wait, which then returns hal.ErrClosed; the descriptors are
-// closed only once no call is using them.
+// Close releases the device. It may be called while another goroutine is
+// blocked in Wait, which then returns hal.ErrClosed, or from a Poll
+// callback; the descriptors are closed as soon as no call is using them.
 func (d *Device) Close() error {
-	if !d.life.close() {
+	if !d.life.close(d.wake) {
 		return errClosed
 	}
-	d.wake()
-	d.life.wait()
-	d.tx.release(d.tx.head, d.tx.tail)
-	err := errors.Join(unix.Close(d.sock.fd), unix.Close(d.efd))
-	if err != nil {
-		return fmt.Errorf("udp: close: %w", err)
-	}
 	return nil
+}
+
+// release closes the descriptors; lifecycle runs it once, when the device
+// is closed and no call is inside.
+func (d *Device) release() {
+	d.tx.release(d.tx.head, d.tx.tail)
+	// Errors from close(2) on a socket or an eventfd leave nothing to do.
+	_ = unix.Close(d.sock.fd)
+	_ = unix.Close(d.efd)
 }
 
 // wake makes a ppoll in Wait return. Writing an eventfd never blocks here:

@@ -3,6 +3,7 @@ package udp
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -189,22 +190,55 @@ func TestConnectRejects(t *testing.T) {
 	}
 }
 
-// A frame the caller sealed is not sealed again, so damage done after
-// sealing (a fault injector's corruption) reaches the receiver's CRC check.
-func TestSealedFrameKeptAsIs(t *testing.T) {
+// The device sends frames as given: it neither seals nor touches them, so
+// an unsealed frame and one damaged after sealing (a fault injector's
+// corruption) both reach the receiver's CRC check and are dropped there.
+func TestFramesSentAsGiven(t *testing.T) {
 	a, b := openPair(t, Options{})
-	f := newFrame(0, 1, []byte("payload"))
-	hal.Seal(f.hdr[:], f.payload)
-	f.payload[0] ^= 1
-	sendNow(t, a, f)
-	good := newFrame(0, 1, []byte("ok"))
-	sendNow(t, a, good)
+	damaged := newFrame(0, 1, []byte("payload"))
+	damaged.payload[0] ^= 1
+	bare := unsealed(0, 1, []byte("no crc"))
+	for _, f := range []*frame{damaged, bare} {
+		before := slices.Clone(f.wire())
+		sendNow(t, a, f)
+		if !bytes.Equal(f.wire(), before) {
+			t.Fatalf("Send or Flush changed the caller's frame")
+		}
+	}
+	sendNow(t, a, newFrame(0, 1, []byte("ok")))
 	got := recvN(t, b, 1)
 	if string(got[0].payload) != "ok" {
 		t.Fatalf("delivered %q", got[0].payload)
 	}
-	if n := b.Counters().Drops[hal.DropCRC].Load(); n != 1 {
-		t.Fatalf("crc drops = %d, want 1 (%v)", n, b.Counters())
+	if n := b.Counters().Drops[hal.DropCRC].Load(); n != 2 {
+		t.Fatalf("crc drops = %d, want 2 (%v)", n, b.Counters())
+	}
+}
+
+// The frame is hdr then payload, and hdr may carry the upper layer's header
+// after the hal one: it counts in the length field and against the MTU.
+func TestUpperHeader(t *testing.T) {
+	a, b := openPair(t, Options{MTU: 100})
+	upper := []byte("lapi-hdr")
+	body := make([]byte, 92)
+	hdr := make([]byte, hal.HeaderLen+len(upper))
+	copy(hdr[hal.HeaderLen:], upper)
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: 100, JobKey: testJobKey, Src: 0, Dst: 1})
+	hal.Seal(hdr, body)
+	sendNow(t, a, &frame{hdr: [hal.HeaderLen]byte(hdr), payload: append(upper, body...)}) // same bytes, split differently
+	if err := a.Send(hdr, body); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recvN(t, b, 2) {
+		if r.h.Len != 100 || !bytes.Equal(r.payload[:len(upper)], upper) {
+			t.Fatalf("got Len %d, payload %q...", r.h.Len, r.payload[:len(upper)])
+		}
+	}
+	if err := a.Send(hdr, append(body, 0)); !errors.Is(err, hal.ErrTooLarge) {
+		t.Fatalf("101-byte body with MTU 100: %v, want ErrTooLarge", err)
 	}
 }
 

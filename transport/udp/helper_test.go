@@ -21,10 +21,10 @@ import (
 // exchange device addresses over the helper's stdin and stdout (standing in
 // for PMI); closing stdin stops the helper.
 const (
-	helperEnv          = "WEFT_UDP_TEST_HELPER"
-	helperUnbatchedEnv = "WEFT_UDP_TEST_HELPER_UNBATCHED"
-	roleEcho           = "echo" // send every frame back to rank 0
-	roleSink           = "sink" // count frames, acknowledge counts to rank 0
+	helperEnv     = "WEFT_UDP_TEST_HELPER"
+	helperModeEnv = "WEFT_UDP_TEST_HELPER_MODE" // a key of sendModes
+	roleEcho      = "echo"                      // send every frame back to rank 0
+	roleSink      = "sink"                      // count frames, acknowledge counts to rank 0
 	// sinkAckEvery is how many frames the sink receives between acks.
 	sinkAckEvery = 64
 )
@@ -42,8 +42,9 @@ func TestMain(m *testing.M) {
 
 // runHelper is the child process: rank 1 of a two-rank job.
 func runHelper(role string, in io.Reader, out io.Writer) error {
-	d, err := Open(hal.Config{JobKey: testJobKey, Rank: 1, Size: 2},
-		Options{Bind: loopback, Unbatched: os.Getenv(helperUnbatchedEnv) != ""})
+	opts := sendModes[os.Getenv(helperModeEnv)]
+	opts.Bind = loopback
+	d, err := Open(hal.Config{JobKey: testJobKey, Rank: 1, Size: 2}, opts)
 	if err != nil {
 		return err
 	}
@@ -122,6 +123,7 @@ func echo(ctx context.Context, d *Device) error {
 		r.Src, r.Dst, r.Flags = h.Dst, h.Src, 0
 		hal.EncodeHeader(hdrs[queued][:], &r)
 		payload := bufs[queued][:copy(bufs[queued], p)]
+		hal.Seal(hdrs[queued][:], payload)
 		if e := sendRetry(d, hdrs[queued][:], payload); e != nil && err == nil {
 			err = e
 		}
@@ -158,6 +160,7 @@ func sink(ctx context.Context, d *Device) error {
 		binary.LittleEndian.PutUint64(payload[0:], c.FramesRecv.Load())
 		binary.LittleEndian.PutUint64(payload[8:], c.Dropped())
 		hal.EncodeHeader(hdr[:], &hal.Header{Type: hal.FrameData, Len: 16, JobKey: testJobKey, Src: 1, Dst: 0})
+		hal.Seal(hdr[:], payload[:])
 		acked = got
 		if err := sendRetry(d, hdr[:], payload[:]); err != nil {
 			return err
@@ -200,21 +203,17 @@ type helper struct {
 }
 
 // startHelper starts a helper process in role and connects dev (rank 0 of
-// two) with it. The helper stops when the benchmark ends.
-func startHelper(tb testing.TB, role string, unbatched bool) *helper {
+// two) with it; both use the send mode named (a key of sendModes). The
+// helper stops when the benchmark ends.
+func startHelper(tb testing.TB, role, mode string) *helper {
 	tb.Helper()
-	var opts Options
-	opts.Unbatched = unbatched
-	dev := openRank(tb, 0, 2, opts)
+	dev := openRank(tb, 0, 2, sendModes[mode])
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+role)
-	if unbatched {
-		cmd.Env = append(cmd.Env, helperUnbatchedEnv+"=1")
-	}
+	cmd.Env = append(os.Environ(), helperEnv+"="+role, helperModeEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -53,8 +53,15 @@ type frame struct {
 	payload []byte
 }
 
-// newFrame encodes a data frame from src to dst carrying payload.
+// newFrame encodes and seals a data frame from src to dst carrying payload.
 func newFrame(src, dst hal.Rank, payload []byte) *frame {
+	f := unsealed(src, dst, payload)
+	hal.Seal(f.hdr[:], f.payload)
+	return f
+}
+
+// unsealed is newFrame without the CRC, which the device must not add.
+func unsealed(src, dst hal.Rank, payload []byte) *frame {
 	f := &frame{payload: payload}
 	hal.EncodeHeader(f.hdr[:], &hal.Header{Type: hal.FrameData, Len: uint16(len(payload)),
 		JobKey: testJobKey, Src: src, Dst: dst})

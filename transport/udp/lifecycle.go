@@ -9,17 +9,16 @@ import "sync/atomic"
 //
 // Every call that uses the descriptors brackets itself with enter/leave, a
 // pair of atomic adds; calls nest (a Poll callback may Send). Close marks
-// the device closed, wakes any sleeper, and waits until no call is inside.
-// A mutex would not do: an RWMutex reader re-entering while Close waits
-// deadlocks.
+// the device closed and wakes any sleeper; whoever leaves last, Close or the
+// call that was inside, releases the descriptors. Close therefore never
+// waits, so it may even be called from a Poll callback. A mutex would not
+// do: a re-entrant reader deadlocks against a waiting Close.
 type lifecycle struct {
 	refs     atomic.Int64
 	closed   atomic.Bool
-	signaled atomic.Bool
-	drained  chan struct{}
+	released atomic.Bool
+	release  func() // closes the descriptors, once
 }
-
-func newLifecycle() lifecycle { return lifecycle{drained: make(chan struct{})} }
 
 // enter admits a call, or reports false once the device is closed.
 func (l *lifecycle) enter() bool {
@@ -31,28 +30,25 @@ func (l *lifecycle) enter() bool {
 	return true
 }
 
-// leave ends a call admitted by enter (or refused by it).
+// leave ends a call admitted by enter (or refused by it), releasing the
+// device if it was closed meanwhile and this was the last call inside.
 func (l *lifecycle) leave() {
-	if l.refs.Add(-1) == 0 && l.closed.Load() {
-		l.signal()
+	// Both orders are safe: a leaver that does not yet see closed has
+	// decremented before Close's own leave, which then sees zero.
+	if l.refs.Add(-1) == 0 && l.closed.Load() && l.released.CompareAndSwap(false, true) {
+		l.release()
 	}
 }
 
-// signal releases Close exactly once. Both the last leaver and Close itself
-// may find the device idle; the flag keeps the channel from closing twice.
-func (l *lifecycle) signal() {
-	if l.signaled.CompareAndSwap(false, true) {
-		close(l.drained)
+// close marks the device closed, runs wake while the descriptors are
+// certainly still open (Close counts as a call inside), and reports whether
+// this call closed it.
+func (l *lifecycle) close(wake func()) bool {
+	l.refs.Add(1)
+	defer l.leave()
+	if !l.closed.CompareAndSwap(false, true) {
+		return false
 	}
-}
-
-// close marks the device closed and reports whether this call did it.
-func (l *lifecycle) close() bool { return l.closed.CompareAndSwap(false, true) }
-
-// wait returns once no admitted call remains. Call it after close.
-func (l *lifecycle) wait() {
-	if l.refs.Load() == 0 {
-		l.signal()
-	}
-	<-l.drained
+	wake()
+	return true
 }

@@ -25,13 +25,6 @@ func rawSender(t *testing.T, d *Device) *net.UDPConn {
 // wire is f as one datagram.
 func (f *frame) wire() []byte { return append(f.hdr[:], f.payload...) }
 
-// sealed is a valid, sealed frame from rank 0 to rank 1.
-func sealed(payload []byte) *frame {
-	f := newFrame(0, 1, payload)
-	hal.Seal(f.hdr[:], f.payload)
-	return f
-}
-
 func TestMalformedDatagrams(t *testing.T) {
 	d := openRank(t, 1, 2, Options{MTU: 100})
 	raw := rawSender(t, d)
@@ -48,28 +41,24 @@ func TestMalformedDatagrams(t *testing.T) {
 	add("empty", hal.DropShort, nil)
 	add("short", hal.DropShort, []byte("weft?"))
 	add("garbage", hal.DropMagic, bytes.Repeat([]byte{0xaa}, 64))
-	f := sealed([]byte("v"))
+	f := newFrame(0, 1, []byte("v"))
 	f.hdr[2] = hal.Version + 1
 	add("version", hal.DropVersion, f.wire())
-	f = sealed([]byte("t"))
+	f = newFrame(0, 1, []byte("t"))
 	f.hdr[3] = 200
 	add("type", hal.DropType, f.wire())
-	f = sealed([]byte("length"))
+	f = newFrame(0, 1, []byte("length"))
 	add("length", hal.DropLength, f.wire()[:hal.HeaderLen+3])
-	f = newFrame(0, 1, []byte("key"))
+	f = unsealed(0, 1, []byte("key"))
 	binary.LittleEndian.PutUint64(f.hdr[16:], testJobKey+1)
 	hal.Seal(f.hdr[:], f.payload)
 	add("job key", hal.DropJobKey, f.wire())
-	f = sealed([]byte("crc"))
+	f = newFrame(0, 1, []byte("crc"))
 	f.payload[1] ^= 0x10
 	add("bad crc", hal.DropCRC, f.wire())
-	add("no crc", hal.DropCRC, newFrame(0, 1, []byte("unsealed")).wire())
-	add("truncated", hal.DropLength, sealed(make([]byte, 500)).wire())
-	add("wrong rank", hal.DropPeer, func() []byte {
-		f := newFrame(0, 0, []byte("to rank 0"))
-		hal.Seal(f.hdr[:], f.payload)
-		return f.wire()
-	}())
+	add("no crc", hal.DropCRC, unsealed(0, 1, []byte("unsealed")).wire())
+	add("truncated", hal.DropLength, newFrame(0, 1, make([]byte, 500)).wire())
+	add("wrong rank", hal.DropPeer, newFrame(0, 0, []byte("to rank 0")).wire())
 
 	var want [hal.NumDropReasons]uint64
 	for _, c := range cases {
@@ -91,7 +80,7 @@ func TestMalformedDatagrams(t *testing.T) {
 				data[j] = byte(rng.Uint32())
 			}
 		} else {
-			data = sealed(bytes.Repeat([]byte{byte(i)}, rng.IntN(60))).wire()
+			data = newFrame(0, 1, bytes.Repeat([]byte{byte(i)}, rng.IntN(60))).wire()
 			data[rng.IntN(len(data))] ^= byte(1 + rng.IntN(255))
 		}
 		if _, err := raw.Write(data); err != nil {
@@ -100,7 +89,7 @@ func TestMalformedDatagrams(t *testing.T) {
 	}
 	// Loopback keeps one socket's datagrams in order, so once this one is
 	// delivered every datagram above has been judged.
-	if _, err := raw.Write(sealed([]byte("last")).wire()); err != nil {
+	if _, err := raw.Write(newFrame(0, 1, []byte("last")).wire()); err != nil {
 		t.Fatal(err)
 	}
 	got := recvN(t, d, 1)

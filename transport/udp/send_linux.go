@@ -9,15 +9,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Send queues one frame for the next Flush. It copies nothing: the queue
-// points at hdr and payload, which must stay untouched until Flush returns.
-// A header not yet sealed is sealed here (the CRC is written into hdr),
-// because a UDP frame without CRC would be dropped by the receiver; a sealed
-// one is left alone, so a fault injector's corruption stays detectable.
+// Send queues one frame for the next Flush. The frame is hdr (the frame
+// header, possibly followed by the upper layer's own) then payload, sealed
+// by the caller as hal requires for an unreliable device: the device copies
+// nothing and changes nothing, it points the batch at hdr and payload, which
+// must stay untouched until Flush returns. An unsealed frame is sent as it
+// is, and the receiver drops it (hal.DropCRC).
 //
 // A full batch returns an error wrapping hal.ErrNoResource: Flush, then
-// retry. An unconnected destination wraps hal.ErrUnknownPeer, a payload
-// above Caps().MTU hal.ErrTooLarge, a malformed header hal.ErrBadFrame.
+// retry. An unconnected destination wraps hal.ErrUnknownPeer, a frame body
+// (everything after the first hal.HeaderLen bytes) above Caps().MTU
+// hal.ErrTooLarge, and a header that is short or whose length field
+// disagrees with the body hal.ErrBadFrame.
 func (d *Device) Send(hdr, payload []byte) error {
 	if !d.life.enter() {
 		return errClosed
@@ -26,11 +29,11 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if len(hdr) < hal.HeaderLen {
 		return errShortHeader
 	}
-	hdr = hdr[:hal.HeaderLen]
-	if len(payload) > d.caps.MTU {
-		return fmt.Errorf("udp: send: %d-byte payload, MTU %d: %w", len(payload), d.caps.MTU, hal.ErrTooLarge)
+	body := len(hdr) - hal.HeaderLen + len(payload)
+	if body > d.caps.MTU {
+		return fmt.Errorf("udp: send: %d-byte frame body, MTU %d: %w", body, d.caps.MTU, hal.ErrTooLarge)
 	}
-	if int(binary.LittleEndian.Uint16(hdr[10:])) != len(payload) {
+	if int(binary.LittleEndian.Uint16(hdr[10:])) != body {
 		return errLengthMismatch
 	}
 	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
@@ -40,9 +43,6 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if d.tx.tail == len(d.tx.msgs) {
 		d.counters.NoResource.Add(1)
 		return errBatchFull
-	}
-	if hdr[4]&hal.FlagCRC == 0 {
-		hal.Seal(hdr, payload)
 	}
 	d.tx.push(d.peers[dst], hdr, payload)
 	return nil

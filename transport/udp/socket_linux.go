@@ -61,11 +61,10 @@ func familyName(family int) string {
 
 // socketInfo is what openSocket learned about the socket it made.
 type socketInfo struct {
-	fd                 int
-	family             int
-	local              netip.AddrPort
-	recvBuf, sendBuf   int // effective sizes (the kernel doubles requests)
-	recvForce, sndForc bool
+	fd               int
+	family           int
+	local            netip.AddrPort
+	recvBuf, sendBuf int // effective sizes (the kernel doubles requests)
 }
 
 // openSocket makes a non-blocking UDP socket bound to ep with port 0, with
@@ -92,10 +91,10 @@ func openSocket(ep localEndpoint, o Options) (si socketInfo, err error) {
 		}
 	}
 	if o.RecvBuffer > 0 {
-		si.recvForce = setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RecvBuffer)
+		setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RecvBuffer)
 	}
 	if o.SendBuffer > 0 {
-		si.sndForc = setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SendBuffer)
+		setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SendBuffer)
 	}
 	si.recvBuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
 	si.sendBuf, _ = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
@@ -132,13 +131,11 @@ func openSocket(ep localEndpoint, o Options) (si socketInfo, err error) {
 
 // setBuffer asks for size bytes of socket buffer, first with the FORCE
 // option (root may exceed net.core.*mem_max), then quietly with the capped
-// one. It reports whether the forced size was granted.
-func setBuffer(fd, force, plain, size int) bool {
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
-		return true
+// one: a smaller buffer only means earlier drops, which are counted.
+func setBuffer(fd, force, plain, size int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
 	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size) // capped, never fatal
-	return false
 }
 
 // socketDrops reads the socket's kernel drop counter (sk_drops), the same

@@ -1,0 +1,130 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/pmi"
+	"github.com/weft-hpc/weft/internal/profile"
+	"github.com/weft-hpc/weft/internal/trace"
+	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/transport/udp"
+)
+
+// Init bootstraps this process into its job from the environment: gorun or
+// MPICH Hydra (PMI-1), Slurm's srun --mpi=pmi2 (PMI-2), Open MPI's mpirun
+// (its variables, with gorun's rendezvous), or a singleton of size 1. The
+// job key and every device address travel through the process manager;
+// every socket binds port 0.
+//
+// WEFT_TRANSPORT picks the device: auto (the default) and udp use kernel
+// UDP sockets; shm and verbs are not available in this build yet and fail
+// with an error that says so.
+func Init() (*World, error) {
+	if err := trace.FromEnv(); err != nil {
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	cl, err := pmi.Discover()
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	w, err := initWith(cl)
+	if err != nil {
+		cl.Abort(1, err.Error())
+		return nil, err
+	}
+	return w, nil
+}
+
+func initWith(cl pmi.Client) (*World, error) {
+	rank, size := cl.Rank(), cl.Size()
+	trace.SetRank(rank)
+	key, err := pmi.JobKey(cl)
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: job key: %w", err)
+	}
+	switch t := os.Getenv("WEFT_TRANSPORT"); t {
+	case "", "auto", "udp":
+	case "shm", "verbs":
+		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%s: this build has no %s device yet; use udp or auto", t, t)
+	default:
+		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, udp, shm or verbs", t)
+	}
+	bind, err := bindAddr(cl)
+	if err != nil {
+		return nil, err
+	}
+	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}
+	dev, err := udp.OpenFromEnv(cfg, udp.Options{Bind: bind})
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: open udp device on %s: %w", bind, err)
+	}
+	if err := cl.Put(addrKey(rank), dev.Addr()); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("mpi: init: publish address: %w", err)
+	}
+	if err := cl.Fence(); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("mpi: init: fence: %w", err)
+	}
+	for r := 0; r < size; r++ {
+		a, err := cl.Get(addrKey(r))
+		if err == nil {
+			err = dev.Connect(hal.Rank(r), a)
+		}
+		if err != nil {
+			dev.Close()
+			return nil, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
+		}
+	}
+	lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key})
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	w := newWorld(lc)
+	stop := profile.StartFromEnv(rank)
+	w.onClose = append(w.onClose,
+		func() error { stop(); return nil },
+		lc.Close,
+		cl.Finalize)
+	trace.Printf(2, "init: rank %d of %d via %s, device %s", rank, size, cl.Kind(), dev.Addr())
+	return w, nil
+}
+
+func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }
+
+// bindAddr chooses the local address for the device: WEFT_BIND if set;
+// loopback when every rank is on this node; otherwise the address this
+// host's name resolves to, which is how the other hosts reach it.
+func bindAddr(cl pmi.Client) (string, error) {
+	if b := os.Getenv("WEFT_BIND"); b != "" {
+		return b, nil
+	}
+	if info := cl.Info(); info.LocalRanks == nil || len(info.LocalRanks) == cl.Size() {
+		return "127.0.0.1", nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("mpi: init: host name: %w", err)
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return "", fmt.Errorf("mpi: init: ranks span hosts, but this host's name %q does not resolve (%w): set WEFT_BIND to this host's address", host, err)
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() && ip.To4() != nil {
+			return ip.String(), nil
+		}
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return ip.String(), nil
+		}
+	}
+	return "", errors.New("mpi: init: ranks span hosts, but this host's name resolves only to loopback: set WEFT_BIND to this host's address")
+}
