@@ -84,15 +84,19 @@ func (l *link) ackFields(credit int) (uint16, uint32, [2]uint64) {
 // onAck applies an acknowledgement from the peer. released is called for
 // each packet newly acknowledged; it returns how many were.
 func (l *link) onAck(cum uint32, sack [2]uint64, credit uint16, now time.Time, released func(*outPkt)) int {
+	if int32(l.nextSeq-cum) < 0 {
+		return 0 // acknowledges packets never sent: not from this peer's view of us
+	}
 	l.peerCredit = int(credit)
-	if int32(cum-l.una) < 0 || int32(l.nextSeq-cum) < 0 {
-		cum = l.una // stale or nonsense cumulative ack: use only the sack bits
-	}
 	n := 0
-	for s := l.una; s != cum; s++ {
-		n += l.release(s, now, released)
+	if int32(cum-l.una) > 0 {
+		for s := l.una; s != cum; s++ {
+			n += l.release(s, now, released)
+		}
+		l.una = cum
 	}
-	l.una = cum
+	// The sack bits are relative to this acknowledgement's own cum, which
+	// may be older than una when acknowledgements arrive out of order.
 	for i := 0; i < sackBits; i++ {
 		if sack[i/64]&(1<<(i%64)) == 0 {
 			continue
@@ -101,7 +105,9 @@ func (l *link) onAck(cum uint32, sack [2]uint64, credit uint16, now time.Time, r
 		if int32(l.nextSeq-s) <= 0 {
 			break
 		}
-		n += l.release(s, now, released)
+		if int32(s-l.una) >= 0 {
+			n += l.release(s, now, released)
+		}
 	}
 	for l.una != l.nextSeq && l.inflight[l.una%sackBits] == nil {
 		l.una++

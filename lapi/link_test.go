@@ -121,3 +121,27 @@ func TestLinkStaleAck(t *testing.T) {
 		t.Fatalf("released %d una %d, want 2 and 2", n, l.una)
 	}
 }
+
+// TestLinkReorderedAck: an old acknowledgement arriving after a newer one
+// must read its sack bits against its own cumulative point, not release
+// packets the peer never got.
+func TestLinkReorderedAck(t *testing.T) {
+	var l link
+	l.init(1, sackBits)
+	now := time.Unix(0, 0)
+	for i := 0; i < 10; i++ {
+		l.assign(&outPkt{}, now)
+	}
+	var rel []uint32
+	f := func(p *outPkt) { rel = append(rel, p.seq) }
+	l.onAck(5, [2]uint64{}, 128, now, f) // newer: 0..4 arrived
+	// Older: cum 2, sack bit 0 = packet 3. Packets 5..9 were not acknowledged.
+	l.onAck(2, [2]uint64{0b1}, 128, now, f)
+	if len(rel) != 5 || l.una != 5 {
+		t.Fatalf("released %v una %d, want 0..4 and 5", rel, l.una)
+	}
+	l.onAck(2, [2]uint64{0b1000}, 128, now, f) // bit 3 = packet 6
+	if len(rel) != 6 || rel[5] != 6 {
+		t.Fatalf("released %v, want packet 6 added", rel)
+	}
+}
