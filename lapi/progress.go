@@ -161,16 +161,21 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 // cfg.Spin, then blocks: in the device's Wait if no other goroutine is, else
 // until another goroutine makes progress.
 func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
+	// The spin window restarts whenever progress is made: a goroutine that
+	// waits for a long time in a busy exchange keeps polling, and blocks
+	// only after Spin with nothing happening.
 	var spinStart time.Time
-	for i := 0; ; i++ {
+	for i := 1; ; i++ {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return ErrClosed
 		}
-		c.progressLocked()
+		did := c.progressLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		if c.runCompletions() {
+			did = true
+		}
 		c.mu.Lock()
 		err := cond()
 		c.mu.Unlock()
@@ -183,17 +188,23 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if i&15 == 15 {
-			now := time.Now()
-			if spinStart.IsZero() {
-				spinStart = now
-			}
-			if now.Sub(spinStart) < c.cfg.Spin {
-				runtime.Gosched()
-				continue
-			}
-			c.block(ctx)
+		if did {
+			spinStart, i = time.Time{}, 0
+			continue
 		}
+		if i&15 != 0 {
+			continue
+		}
+		now := time.Now()
+		if spinStart.IsZero() {
+			spinStart = now
+		}
+		if now.Sub(spinStart) < c.cfg.Spin {
+			runtime.Gosched()
+			continue
+		}
+		c.block(ctx)
+		spinStart = time.Time{}
 	}
 }
 
@@ -229,6 +240,15 @@ func (c *Context) block(ctx context.Context) {
 	cancel()
 	c.mu.Lock()
 	c.blocking, c.blockCancel = false, nil
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// Wake makes every goroutine blocked in Wait re-check its condition. A
+// condition that depends on something outside the context (a flag another
+// goroutine sets) needs it: lapi only re-checks when it makes progress.
+func (c *Context) Wake() {
+	c.mu.Lock()
 	c.wakeLocked()
 	c.mu.Unlock()
 }

@@ -54,17 +54,19 @@ type job struct {
 	killTimer   *time.Timer // SIGKILL after the grace
 	said        map[int]bool
 
-	// A rank that fails while another rank's PMI connection has just been
-	// lost (and that rank not yet reaped) most likely fails because of it:
-	// a fence broken by the lost rank. Its failure waits, at most
-	// settleWait, for the lost rank's exit, which is then the failure named.
+	// The first rank whose PMI connection was lost before finalize is most
+	// likely the cause of other ranks' failures (their fences break on it),
+	// even when their exits reach gorun first. A failure of another rank
+	// waits, at most settleWait, for that rank's exit, which is then the
+	// failure named.
+	firstLost    int // -1: none
 	pending      *failure
 	pendingTimer *time.Timer
 }
 
 // settleWait bounds how long a failure waits for the exit of a rank whose
 // PMI connection was lost, which would be its cause.
-const settleWait = 500 * time.Millisecond
+const settleWait = 2 * time.Second
 
 // failure is why the job failed: which rank, how, and the exit status.
 type failure struct {
@@ -85,6 +87,8 @@ func Run(opts *Options, prog *Program, stdout, stderr io.Writer) int {
 		done:   make(chan struct{}),
 		said:   map[int]bool{},
 		start:  time.Now(),
+
+		firstLost: -1,
 	}
 	code, err := j.run()
 	if err != nil {
@@ -171,6 +175,9 @@ func (j *job) listenForRemote() (map[string]string, error) {
 				return nil, err
 			}
 			byIP[ip.String()] = addr.String()
+			if j.opts.Trace >= 2 {
+				j.out.say(fmt.Sprintf("PMI server for remote ranks listening on %s (route to %s)", addr, h.Name))
+			}
 		}
 		ports[h.Name] = byIP[ip.String()]
 	}
@@ -323,30 +330,28 @@ func (j *job) exited(r *rank) {
 		}
 	case j.stopping:
 		// Stopped by gorun (after a failure, or the timeout): not news.
-	case j.pending == nil && r.lost == nil && j.lostRunning():
-		j.pending = &failure{rank: r.id, how: how, code: code}
-		j.pendingTimer = time.NewTimer(settleWait)
+	case j.waitingForCause(r.id):
+		if j.pending == nil {
+			j.pending = &failure{rank: r.id, how: how, code: code}
+			j.pendingTimer = time.NewTimer(settleWait)
+		}
 	default:
 		j.fail(r.id, how, code)
 	}
 	j.settle(false)
 }
 
-// lostRunning reports whether a rank lost its PMI connection before
-// finalize and has not been reaped yet.
-func (j *job) lostRunning() bool {
-	for _, r := range j.ranks {
-		if r.lost != nil && r.running {
-			return true
-		}
-	}
-	return false
+// waitingForCause reports whether a failure of rank id may be the
+// consequence of the first lost rank, which has not been reaped yet.
+func (j *job) waitingForCause(id int) bool {
+	return j.firstLost >= 0 && j.firstLost != id && j.ranks[j.firstLost].running
 }
 
-// settle declares the pending failure once no lost rank is left to explain
-// it, or unconditionally (timer expired, monitor ending).
+// settle declares the pending failure once the first lost rank has been
+// reaped (and named if it failed), or unconditionally (timer expired,
+// monitor ending).
 func (j *job) settle(now bool) {
-	if j.pending == nil || (!now && j.lostRunning()) {
+	if j.pending == nil || (!now && j.waitingForCause(j.pending.rank)) {
 		return
 	}
 	p := j.pending
@@ -402,8 +407,8 @@ func (j *job) pmiEvent(e pmi.Event) {
 		}
 		j.fail(e.Rank, how, code)
 	case pmi.EventLost:
-		if e.Rank >= 0 && e.Rank < len(j.ranks) {
-			j.ranks[e.Rank].lost = e.Err
+		if e.Rank >= 0 && e.Rank < len(j.ranks) && j.firstLost < 0 {
+			j.firstLost = e.Rank
 		}
 	case pmi.EventProtocol:
 		if !j.said[e.Rank] || j.opts.Trace >= 3 {

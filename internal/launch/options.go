@@ -68,7 +68,10 @@ failed after stopping the rest.
 // stringList is a repeatable flag.
 type stringList []string
 
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
+// String implements flag.Value.
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+// Set implements flag.Value: each use of the flag adds one value.
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // ParseArgs parses gorun's arguments (without the program name). Flags stop

@@ -29,7 +29,6 @@ type rank struct {
 
 	running bool
 	state   *os.ProcessState
-	lost    error // PMI connection lost before finalize
 }
 
 func (r *rank) pid() int {

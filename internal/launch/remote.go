@@ -14,20 +14,26 @@ import (
 
 // remoteScript runs on the remote host, as `sh -c remoteScript weft-rank
 // BINARY ARGS...`. ssh forwards no signals, and a remote process whose ssh
-// died is orphaned, so the script starts the rank in the background and
-// reads signal names from its stdin (gorun's control pipe through ssh): each
-// line is passed to kill -s; end of input (gorun gone, or closing the pipe)
-// kills the rank. It exits with the rank's status (128+N for signal N), and
-// removes the job's shared-memory segments on that host when the rank
-// failed, since gorun cannot reach them.
+// died is orphaned, so the script starts the rank in the background, in a
+// process group of its own when setsid exists (so that whatever the rank
+// starts goes with it), and reads signal names from its stdin (gorun's
+// control pipe through ssh): each line is passed to kill -s (to the rank
+// itself if its group does not exist yet: setsid not yet run); end of input
+// (gorun gone, or closing the pipe) kills the rank. It exits with the rank's
+// status (128+N for signal N; the shell's own "Killed" notice is dropped,
+// gorun says it better), and removes the job's shared-memory segments
+// on that host when the rank failed, since gorun cannot reach them (only a
+// prefix of the form .../weft-KEY-: an unset one must never become "rm *").
 const remoteScript = `exec 3<&0 </dev/null
-"$@" 3<&- &
+g=
+if command -v setsid >/dev/null 2>&1; then g=-; setsid "$@" 3<&- & else "$@" 3<&- & fi
 p=$!
-( while read -r s <&3; do kill -s "$s" "$p" 2>/dev/null; done; kill -s KILL "$p" 2>/dev/null ) &
+k() { kill -s "$1" -- "$g$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
+( while read -r s <&3; do k "$s"; done; k KILL ) &
 w=$!
-wait "$p"; rc=$?
+wait "$p" 2>/dev/null; rc=$?
 kill "$w" 2>/dev/null
-[ "$rc" -eq 0 ] || rm -f "$WEFT_SHM_PREFIX"* 2>/dev/null
+if [ "$rc" -ne 0 ]; then case "$WEFT_SHM_PREFIX" in */weft-?*-) rm -f -- "$WEFT_SHM_PREFIX"* 2>/dev/null;; esac; fi
 exit "$rc"`
 
 // remoteCommand is the command line ssh runs on the remote host: change to

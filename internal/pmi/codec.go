@@ -20,9 +20,10 @@ import (
 //	                (addresses such as tcp://10.0.0.1:4000 stay readable)
 //	"b" + b64       otherwise: v in unpadded base64url (RFC 4648 §5)
 //
-// An encoded value longer than inlineMax is split: the key holds "c" + the
-// decimal chunk count, and chunk i (of at most chunkLen bytes of the encoded
-// value) is stored under key + "#" + i. Get reassembles it.
+// An encoded value longer than the wire's room (store.room: at most 1000
+// bytes, less where the whole request line is bounded) is split: the key
+// holds "c" + the decimal chunk count, and chunk i (room bytes of the
+// encoded value) is stored under key + "#" + i. Get reassembles it.
 //
 // Keys made only of [A-Za-z0-9] and -_.:/ and at most keyMax bytes are used
 // as they are; any other key is replaced by "~" + 22 characters of base64url
@@ -37,22 +38,28 @@ const (
 	// (keylen_max=64, vallen_max=1024, both counting the C string's NUL).
 	wireKeyMax = 63
 	wireValMax = 1023
-	// inlineMax is the longest encoded value stored under its own key.
-	inlineMax = 1000
-	// chunkLen is the encoded bytes per chunk.
-	chunkLen = 1000
+	// lineMax is the longest PMI-1 line, newline included, every server
+	// takes whole: Slurm 22.05's pmi2 plugin reads PMI-1 requests into a
+	// 1024-byte buffer and rejects the rest of a longer line as a new
+	// request, so a put's value must leave room for the command around it.
+	lineMax = 1023
+	// roomMax caps an encoded value stored under one key; minRoom is the
+	// least any wire must offer (a kvsname of 256 bytes still leaves more).
+	roomMax = 1000
+	minRoom = 64
 	// keyMax leaves room for the chunk suffix "#" + up to 6 digits.
 	keyMax = wireKeyMax - 7
 	// maxChunks bounds the chunk count of a MaxValueLen value in base64.
-	maxChunks = (MaxValueLen/3*4+4)/chunkLen + 1
+	maxChunks = (MaxValueLen/3*4+4)/minRoom + 1
 )
 
 // store is the raw key-value access a client offers: keys and values are
 // already safe for the wire. getRaw returns an error wrapping ErrNotFound
-// for a missing key.
+// for a missing key; room is the longest value putRaw can carry whole.
 type store interface {
 	putRaw(key, value string) error
 	getRaw(key string) (string, error)
+	room() int
 }
 
 // putValue encodes value and stores it under key, in chunks if needed.
@@ -62,12 +69,16 @@ func putValue(s store, key, value string) error {
 	}
 	wk := wireKey(key)
 	enc := encodeValue(value)
-	if len(enc) <= inlineMax {
+	room := s.room()
+	if room < minRoom {
+		return fmt.Errorf("%w: the PMI wire leaves %d bytes per value, weft needs %d", ErrRejected, room, minRoom)
+	}
+	if len(enc) <= room {
 		return s.putRaw(wk, enc)
 	}
-	n := (len(enc) + chunkLen - 1) / chunkLen
+	n := (len(enc) + room - 1) / room
 	for i := range n {
-		part := enc[i*chunkLen : min((i+1)*chunkLen, len(enc))]
+		part := enc[i*room : min((i+1)*room, len(enc))]
 		if err := s.putRaw(chunkKey(wk, i), part); err != nil {
 			return fmt.Errorf("chunk %d of %d of key %q: %w", i, n, clip(key), err)
 		}

@@ -113,6 +113,9 @@ func TestKVSRendezvous(t *testing.T) {
 		if c.Kind() != "kvs" {
 			return fmt.Errorf("kind %s", c.Kind())
 		}
+		if in := c.Info(); in.Node != 0 || len(in.LocalRanks) != n {
+			return fmt.Errorf("info %+v: all ranks run on this host", in)
+		}
 		return exchange(c)
 	})
 	for r, err := range errs {

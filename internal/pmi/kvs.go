@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,45 @@ func newKVSClient(w *wireConn, rank, size int) (*client, error) {
 	if _, err := p.call("hello", fmt.Sprintf("hello %d %d\n", rank, size)); err != nil {
 		return nil, err
 	}
-	return &client{p: p, kind: "kvs", rank: rank, size: size, info: Info{AppNum: -1, Node: -1}}, nil
+	c := &client{p: p, kind: "kvs", rank: rank, size: size, info: Info{AppNum: -1, Node: -1}}
+	if err := c.exchangeHosts(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// hostKey is where each rank of a rendezvous publishes its host name.
+func hostKey(rank int) string { return "weft-host-" + strconv.Itoa(rank) }
+
+// exchangeHosts fills Node and LocalRanks where no launcher tells them: the
+// rendezvous has no process mapping, so ranks swap host names (one fence).
+// Transports need LocalRanks to choose shared memory or the network.
+func (c *client) exchangeHosts() error {
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("pmi: host name for the rendezvous: %w", err)
+	}
+	if err := c.Put(hostKey(c.rank), host); err != nil {
+		return err
+	}
+	if err := c.Fence(); err != nil {
+		return err
+	}
+	node := map[string]int{}
+	for r := range c.size {
+		h, err := c.Get(hostKey(r))
+		if err != nil {
+			return err
+		}
+		if _, ok := node[h]; !ok {
+			node[h] = len(node)
+		}
+		if h == host {
+			c.info.LocalRanks = append(c.info.LocalRanks, r)
+		}
+	}
+	c.info.Node = node[host]
+	return nil
 }
 
 func (p *kvsProto) call(what, line string) (string, error) {
@@ -59,6 +98,8 @@ func (p *kvsProto) expectOK(what, line string) error {
 	}
 	return err
 }
+
+func (p *kvsProto) room() int { return roomMax }
 
 func (p *kvsProto) putRaw(key, value string) error {
 	return p.expectOK("put", "put "+key+" "+value+"\n")
@@ -100,6 +141,8 @@ func newSingleton() *client {
 	return &client{p: &memProto{kv: map[string]string{}}, kind: "singleton", rank: 0, size: 1,
 		info: Info{AppNum: 0, JobID: "singleton", Node: 0, LocalRanks: []int{0}}}
 }
+
+func (p *memProto) room() int { return roomMax }
 
 func (p *memProto) putRaw(key, value string) error { p.kv[key] = value; return nil }
 

@@ -2,96 +2,9 @@ package pmi
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 )
-
-// proto is one wire protocol seen from a rank: the raw store plus the
-// collective and lifecycle requests. client wraps it with the value codec,
-// locking and the finalized state, the same for every protocol.
-type proto interface {
-	store
-	fence() error
-	abort(code int, msg string) error
-	finalize() error
-}
-
-// client implements Client over a proto.
-type client struct {
-	mu   sync.Mutex
-	p    proto
-	kind string
-	rank int
-	size int
-	info Info
-	done error // why the client is no longer usable, or nil
-}
-
-func (c *client) Rank() int    { return c.rank }
-func (c *client) Size() int    { return c.size }
-func (c *client) Kind() string { return c.kind }
-func (c *client) Info() Info   { return c.info }
-
-func (c *client) Put(key, value string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return c.done
-	}
-	if err := putValue(c.p, key, value); err != nil {
-		return fmt.Errorf("%s put: %w", c.kind, err)
-	}
-	return nil
-}
-
-func (c *client) Get(key string) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return "", c.done
-	}
-	v, err := getValue(c.p, key)
-	if err != nil {
-		return "", fmt.Errorf("%s get: %w", c.kind, err)
-	}
-	return v, nil
-}
-
-func (c *client) Fence() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return c.done
-	}
-	if err := c.p.fence(); err != nil {
-		return fmt.Errorf("%s fence (rank %d of %d): %w", c.kind, c.rank, c.size, err)
-	}
-	return nil
-}
-
-func (c *client) Abort(code int, msg string) error {
-	// Not under mu: a rank may abort while another goroutine waits in Fence.
-	fmt.Fprintf(os.Stderr, "weft: rank %d of %d aborting the job (exit code %d): %s\n", c.rank, c.size, code, msg)
-	if err := c.p.abort(code, msg); err != nil {
-		return fmt.Errorf("%s abort: %w", c.kind, err)
-	}
-	return nil
-}
-
-func (c *client) Finalize() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return c.done
-	}
-	c.done = fmt.Errorf("%w: %s client of rank %d already finalized", ErrClosed, c.kind, c.rank)
-	if err := c.p.finalize(); err != nil {
-		return fmt.Errorf("%s finalize: %w", c.kind, err)
-	}
-	return nil
-}
 
 // pmi1 speaks PMI-1 ("simple" PMI, wire version 1.1).
 type pmi1 struct {
@@ -186,6 +99,11 @@ func (p *pmi1) call(what, line, want string) (msg, error) {
 		return m, fmt.Errorf("%w: %s answered %s with rc=%s: %s", ErrRejected, p.w.where, what, m["rc"], strings.ReplaceAll(m["msg"], "_", " "))
 	}
 	return m, nil
+}
+
+// room leaves a put request line, with the longest key, within lineMax.
+func (p *pmi1) room() int {
+	return min(roomMax, lineMax-len(formatLine("put", "kvsname", p.kvs, "key", "", "value", ""))-wireKeyMax)
 }
 
 func (p *pmi1) putRaw(key, value string) error {

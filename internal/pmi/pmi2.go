@@ -81,6 +81,9 @@ func (p *pmi2) call(cmd string, kv ...string) (msg, error) {
 	return m, nil
 }
 
+// room: PMI-2 bounds the value (1024 with the NUL), not the message.
+func (p *pmi2) room() int { return roomMax }
+
 func (p *pmi2) putRaw(key, value string) error {
 	_, err := p.call("kvs-put", "key", key, "value", value)
 	return err

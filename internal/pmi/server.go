@@ -49,6 +49,7 @@ const (
 	EventProtocol
 )
 
+// String names the kind for reports.
 func (k EventKind) String() string {
 	switch k {
 	case EventInit:
@@ -92,6 +93,7 @@ const (
 	PhaseExited
 )
 
+// String describes the phase for reports.
 func (p Phase) String() string {
 	return [...]string{"not connected", "connected", "initialized", "in fence",
 		"finalized", "aborted", "connection lost before finalize",
@@ -474,8 +476,10 @@ func (ss *session) finish(p Phase, e Event) {
 	if p == PhaseAborted {
 		why = "aborted"
 	}
-	s.barrier.breakWith(fmt.Errorf("rank %d already %s", ss.rank, why), false)
+	// The event first: the launcher must hear of an abort before any rank
+	// can fail because of the fence it breaks.
 	s.event(e)
+	s.barrier.breakWith(fmt.Errorf("rank %d already %s", ss.rank, why), false)
 }
 
 // lookup returns a key's value, or the predefined job attribute.

@@ -319,6 +319,10 @@ func scriptedServer(t *testing.T, reply func(line string) string) net.Conn {
 func TestClientSlurmReplies(t *testing.T) {
 	kv := map[string]string{}
 	conn := scriptedServer(t, func(line string) string {
+		if len(line)+1 > 1024 {
+			// Slurm splits it and answers the rest as a bad request.
+			t.Errorf("request line of %d bytes: Slurm takes at most 1024", len(line)+1)
+		}
 		m, _ := parseLine(line)
 		switch m.cmd() {
 		case "init":
@@ -354,7 +358,11 @@ func TestClientSlurmReplies(t *testing.T) {
 	if in := c.Info(); in.AppNum != -1 || in.JobID != "8.0" || len(in.LocalRanks) != 3 {
 		t.Errorf("Info %+v", in)
 	}
+	long := strings.Repeat("z", 5000)
 	if err := c.Put("a", "b c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(strings.Repeat("k", 63), long); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Fence(); err != nil {
@@ -362,6 +370,9 @@ func TestClientSlurmReplies(t *testing.T) {
 	}
 	if v, err := c.Get("a"); v != "b c" || err != nil {
 		t.Errorf("Get = %q, %v", v, err)
+	}
+	if v, err := c.Get(strings.Repeat("k", 63)); v != long || err != nil {
+		t.Errorf("Get of a long value = %d bytes, %v", len(v), err)
 	}
 	if _, err := c.Get("zz"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing key: %v", err)

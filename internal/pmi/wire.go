@@ -48,6 +48,20 @@ func (m msg) rcOK() bool {
 	return !ok || rc == "0"
 }
 
+// add stores the field "key=value" (split at the first '='), refusing a
+// field without key or a repeated key; whole is the message, for errors.
+func (m msg) add(field, whole string) error {
+	k, v, ok := strings.Cut(field, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%w: field %q in %q is not key=value", ErrProtocol, clip(field), clip(whole))
+	}
+	if _, dup := m[k]; dup {
+		return fmt.Errorf("%w: field %q repeated in %q", ErrProtocol, k, clip(whole))
+	}
+	m[k] = v
+	return nil
+}
+
 // parseLine parses one PMI-1 line (without its newline).
 func parseLine(line string) (msg, error) {
 	line = strings.TrimSuffix(line, "\r")
@@ -57,14 +71,9 @@ func parseLine(line string) (msg, error) {
 	}
 	m := make(msg, len(fields))
 	for _, f := range fields {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%w: field %q in line %q is not key=value", ErrProtocol, clip(f), clip(line))
+		if err := m.add(f, line); err != nil {
+			return nil, err
 		}
-		if _, dup := m[k]; dup {
-			return nil, fmt.Errorf("%w: field %q repeated in line %q", ErrProtocol, k, clip(line))
-		}
-		m[k] = v
 	}
 	if m.cmd() == "" {
 		return nil, fmt.Errorf("%w: line %q has no cmd=", ErrProtocol, clip(line))
@@ -98,15 +107,7 @@ func parseFrame(body string) (msg, error) {
 		}
 		f := cur.String()
 		cur.Reset()
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("%w: PMI-2 pair %q in %q is not key=value", ErrProtocol, clip(f), clip(body))
-		}
-		if _, dup := m[k]; dup {
-			return fmt.Errorf("%w: PMI-2 pair %q repeated in %q", ErrProtocol, k, clip(body))
-		}
-		m[k] = v
-		return nil
+		return m.add(f, body)
 	}
 	for i := 0; i < len(body); i++ {
 		c := body[i]

@@ -27,7 +27,9 @@ type device struct {
 	done     chan struct{} // closed by Close, to wake Wait
 	counters hal.Counters
 
-	// Poll's state, kept here so that a Poll allocates nothing.
+	// Poll's state, kept here so that a Poll allocates nothing. The frames
+	// of one Poll go back to the free list during the next one, in the same
+	// critical section that takes the new frames: one lock per Poll.
 	draining [][]byte
 	hdr      hal.Header
 }
@@ -86,6 +88,7 @@ func (d *device) Send(hdr, payload []byte) error {
 	buf := box.get(len(hdr) + len(payload))
 	copy(buf[copy(buf, hdr):], payload)
 	box.q = append(box.q, buf)
+	box.queued.Store(int32(len(box.q)))
 	box.mu.Unlock()
 	box.wake()
 	d.counters.FramesSent.Add(1)
@@ -108,8 +111,16 @@ func (d *device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		return 0, errClosed
 	}
 	box := d.box
+	if box.queued.Load() == 0 {
+		return 0, nil
+	}
 	box.mu.Lock()
+	for _, frame := range d.draining {
+		box.put(frame)
+	}
+	clear(d.draining)
 	d.draining, box.q = box.q, d.draining[:0]
+	box.queued.Store(0)
 	box.mu.Unlock()
 	n := 0
 	for _, frame := range d.draining {
@@ -122,16 +133,10 @@ func (d *device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		d.counters.BytesRecv.Add(uint64(len(payload)))
 		n++
 		fn(&d.hdr, payload)
-	}
-	box.mu.Lock()
-	if box.state == stateOpen { // else fn closed us and reset the inbox
-		for _, frame := range d.draining {
-			box.put(frame)
+		if d.closed.Load() { // fn closed the device: the rest is discarded
+			break
 		}
 	}
-	box.mu.Unlock()
-	clear(d.draining)
-	d.draining = d.draining[:0]
 	return n, nil
 }
 
@@ -153,10 +158,7 @@ func (d *device) Wait(ctx context.Context) error {
 	defer box.waiting.Store(false)
 	// Look at the queue after announcing that we wait: a sender either sees
 	// waiting set and wakes us, or queued its frame before we looked.
-	box.mu.Lock()
-	n := len(box.q)
-	box.mu.Unlock()
-	if n > 0 {
+	if box.queued.Load() > 0 {
 		return nil
 	}
 	select {

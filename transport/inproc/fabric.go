@@ -99,6 +99,10 @@ type inbox struct {
 	q     [][]byte // frames waiting for Poll, oldest first
 	free  [len(sizeClasses)][][]byte
 
+	// queued is len(q), readable without mu: an empty Poll or Wait must not
+	// take the lock, or a spinning receiver starves its senders of it.
+	queued atomic.Int32
+
 	// waiting is set while the owner is in Wait, so senders only touch
 	// notify when someone may be asleep on it.
 	waiting atomic.Bool
@@ -131,6 +135,7 @@ func (b *inbox) put(buf []byte) {
 // reset forgets a closed device's frames and buffers. Call with mu held.
 func (b *inbox) reset() {
 	b.q = nil
+	b.queued.Store(0)
 	b.free = [len(sizeClasses)][][]byte{}
 }
 

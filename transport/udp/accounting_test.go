@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -102,18 +101,11 @@ func stream(t *testing.T, a, b *Device, l *ledger, n, window int) {
 				t.Fatalf("Send %d: %v", seq+i, err)
 			}
 		}
-		for {
-			err := a.Flush()
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, hal.ErrNoResource) {
-				t.Fatalf("Flush: %v", err)
-			}
+		flushOrFail(t, a, func() {
 			if _, err := b.Poll(l.check); err != nil {
 				t.Fatal(err)
 			}
-		}
+		})
 		seq += k
 		if window > 0 && seq-window > 0 {
 			drain(uint64(seq - window))

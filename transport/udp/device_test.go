@@ -3,6 +3,7 @@ package udp
 import (
 	"bytes"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -92,10 +93,14 @@ func TestBindInterfaceName(t *testing.T) {
 func TestSocketBuffers(t *testing.T) {
 	d := openRank(t, 0, 1, Options{})
 	s := d.Stats()
-	// The kernel reports twice the requested size; without privilege it caps
-	// the request at net.core.rmem_max, so only require more than a default.
-	if s.RecvBuffer < 1<<20 || s.SendBuffer < 1<<20 {
-		t.Errorf("socket buffers %d/%d, want large ones", s.RecvBuffer, s.SendBuffer)
+	// The kernel reports twice the size granted. Root gets the request
+	// (SO_RCVBUFFORCE); others are capped at net.core.[rw]mem_max, quietly.
+	if os.Geteuid() != 0 {
+		t.Logf("not root: socket buffers %d/%d", s.RecvBuffer, s.SendBuffer)
+		return
+	}
+	if s.RecvBuffer != 2*DefaultSocketBuffer || s.SendBuffer != 2*DefaultSocketBuffer {
+		t.Errorf("socket buffers %d/%d, want %d", s.RecvBuffer, s.SendBuffer, 2*DefaultSocketBuffer)
 	}
 }
 

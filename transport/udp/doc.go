@@ -4,9 +4,12 @@
 //
 // A Device is one non-blocking UDP socket bound to a specific local address
 // with port 0 (the kernel picks the port; the address is published to peers
-// through PMI via Addr). Frames are hal frames: a 32-byte header and a
-// payload, one datagram each, always sealed with a CRC32C because the device
-// is unreliable and unordered.
+// through PMI via Addr). Frames are hal frames, one datagram each. The
+// device is unreliable and unordered, so callers seal every frame with a
+// CRC32C (hal.Seal) and the receiver drops any frame without a valid one.
+// Frames are sent as the caller sealed them: the device never writes into
+// the caller's buffers, so a frame corrupted after sealing (by the fault
+// injector) is caught by the receiver's CRC check.
 //
 // The hot path avoids Go's netpoller, which costs ~40 µs a round trip on the
 // development machine because the receiving goroutine is parked and woken:
@@ -15,7 +18,9 @@
 // a preallocated ring, and Wait busy-polls for a short while before blocking
 // in ppoll on the socket and an eventfd (which Close and context
 // cancellation write to wake it). Steady-state Send, Flush and Poll allocate
-// nothing.
+// nothing. With Options.GSO, a run of equal-size frames to one peer goes as
+// one UDP_SEGMENT message and may arrive as one UDP_GRO buffer, so it
+// crosses the kernel's network stack once instead of once per frame.
 //
 // Kernel drops are not lost from the books: SO_RXQ_OVFL reports the
 // socket's drop counter on every received datagram, SO_MEMINFO reads it when

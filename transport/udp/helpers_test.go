@@ -69,7 +69,7 @@ func unsealed(src, dst hal.Rank, payload []byte) *frame {
 }
 
 // sendNow queues f and flushes, retrying while the device reports no
-// resource (draining the receiver rx, if given, so that its buffer empties).
+// resource.
 func sendNow(t testing.TB, d *Device, f *frame) {
 	t.Helper()
 	for {
@@ -80,10 +80,16 @@ func sendNow(t testing.TB, d *Device, f *frame) {
 		if !errors.Is(err, hal.ErrNoResource) {
 			t.Fatalf("Send: %v", err)
 		}
-		if err := d.Flush(); err != nil && !errors.Is(err, hal.ErrNoResource) {
-			t.Fatalf("Flush: %v", err)
-		}
+		flushOrFail(t, d, nil)
 	}
+	flushOrFail(t, d, nil)
+}
+
+// flushOrFail flushes d until its queue is empty, running progress (if not
+// nil) between attempts, and fails the test on any error but
+// hal.ErrNoResource.
+func flushOrFail(t testing.TB, d *Device, progress func()) {
+	t.Helper()
 	for {
 		err := d.Flush()
 		if err == nil {
@@ -91,6 +97,9 @@ func sendNow(t testing.TB, d *Device, f *frame) {
 		}
 		if !errors.Is(err, hal.ErrNoResource) {
 			t.Fatalf("Flush: %v", err)
+		}
+		if progress != nil {
+			progress()
 		}
 	}
 }

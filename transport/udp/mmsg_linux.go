@@ -11,9 +11,10 @@ import (
 // scheduler hand-off (entersyscall/exitsyscall) that Syscall pays for calls
 // that might block. That matters at ~1 µs per call on the latency path.
 
-// sendmmsg sends msgs with one system call and returns how many went.
-func sendmmsg(fd int, msgs []unix.Mmsghdr) (int, unix.Errno) {
-	r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd),
+// mmsg runs sendmmsg or recvmmsg (trap) on msgs with one system call and
+// returns how many messages went or came.
+func mmsg(trap uintptr, fd int, msgs []unix.Mmsghdr) (int, unix.Errno) {
+	r, _, e := unix.RawSyscall6(trap, uintptr(fd),
 		uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), unix.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
@@ -24,16 +25,6 @@ func sendmmsg(fd int, msgs []unix.Mmsghdr) (int, unix.Errno) {
 // sendmsg sends one message and returns the bytes sent.
 func sendmsg(fd int, m *unix.Msghdr) (int, unix.Errno) {
 	r, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), 0
-}
-
-// recvmmsg receives up to len(msgs) datagrams without waiting.
-func recvmmsg(fd int, msgs []unix.Mmsghdr) (int, unix.Errno) {
-	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd),
-		uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), unix.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
 	}

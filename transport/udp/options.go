@@ -42,7 +42,7 @@ type Options struct {
 	GSO bool
 	// Spin is how long Wait busy-polls the socket before blocking in the
 	// kernel. Waking a blocked thread costs tens of microseconds on a VM, so
-	// a short spin keeps ping-pong latency low; bounding it keeps an idle or
+	// a spin keeps ping-pong latency low; bounding it keeps an idle or
 	// oversubscribed rank from burning a core. 0 means DefaultSpin, negative
 	// blocks at once.
 	Spin time.Duration
@@ -53,7 +53,12 @@ const (
 	DefaultBind         = "127.0.0.1"
 	DefaultSocketBuffer = 8 << 20
 	DefaultBatch        = 32
-	DefaultSpin         = 50 * time.Microsecond
+	// DefaultSpin outlasts a round trip that includes one blocked peer's
+	// wake-up (~40-65 µs on the development VM). With a spin shorter than
+	// that, one hiccup (a descheduled rank) sends a ping-pong pair into a
+	// stable slow mode: each side's spin expires while the other is being
+	// woken, so every message pays a wake-up (~50 µs one-way instead of ~4).
+	DefaultSpin = 200 * time.Microsecond
 	// MaxBatch bounds Batch: the kernel caps sendmmsg/recvmmsg at
 	// UIO_MAXIOV (1024) messages, and each receive slot holds a whole
 	// datagram.

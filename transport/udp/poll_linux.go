@@ -55,7 +55,7 @@ func (d *Device) recv() (int, error) {
 	r.rearm()
 	for {
 		d.stats.recvCalls.Add(1)
-		n, errno := recvmmsg(d.sock.fd, r.msgs)
+		n, errno := mmsg(unix.SYS_RECVMMSG, d.sock.fd, r.msgs)
 		switch errno {
 		case 0:
 			r.n = n

@@ -78,7 +78,7 @@ func (d *Device) Flush() error {
 		case unix.EAGAIN, unix.ENOBUFS:
 			d.counters.NoResource.Add(1)
 			return errSocketFull
-		case unix.EINVAL, unix.EIO, unix.EOPNOTSUPP, unix.ENOPROTOOPT:
+		case unix.EINVAL, unix.EIO, unix.EMSGSIZE, unix.EOPNOTSUPP, unix.ENOPROTOOPT:
 			if first > 1 {
 				// The kernel or the route cannot segment (no UDP_SEGMENT,
 				// no checksum offload on the way): send frames one by one
@@ -120,7 +120,7 @@ func (d *Device) sendSome() (sent, first int, errno unix.Errno) {
 	if d.opts.Unbatched {
 		_, errno = sendmsg(d.sock.fd, &msgs[0].Hdr)
 	} else {
-		n, errno = sendmmsg(d.sock.fd, msgs)
+		n, errno = mmsg(unix.SYS_SENDMMSG, d.sock.fd, msgs)
 	}
 	if errno != 0 {
 		return 0, first, errno

@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	failRank := flag.Int("fail-rank", -1, "rank that fails")
+	failRank := flag.Int("fail-rank", -1, "rank that fails (-2: every rank)")
 	fail := flag.String("fail", "", "how it fails: kill (SIGKILL itself before the fence), exit (status 3 before the fence), "+
 		"abort (PMI abort 7 before the fence), nofinalize (exit 0 after the fence without finalize), hang (block before the fence)")
 	cardLen := flag.Int("card", 3000, "bytes of padding per card (over 1023 exercises chunked values)")
@@ -37,7 +37,13 @@ func main() {
 	r, n := c.Rank(), c.Size()
 	key, err := pmi.JobKey(c)
 	check(err)
-	if r == *failRank {
+	if os.Getenv("PMIPROG_SEGMENT") != "" {
+		// What a shared-memory transport leaves; gorun must remove it.
+		path := fmt.Sprintf("/dev/shm/%srank%d", pmi.SegmentPrefix(key), r)
+		check(os.WriteFile(path, []byte("segment"), 0o600))
+		fmt.Printf("segment %s\n", path)
+	}
+	if r == *failRank || *failRank == -2 {
 		switch *fail {
 		case "kill":
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -47,6 +53,7 @@ func main() {
 			check(c.Abort(7, "pmiprog asked to abort"))
 			select {} // the launcher kills us
 		case "hang":
+			fmt.Printf("rank %d hanging\n", r)
 			select {}
 		}
 	}
@@ -68,7 +75,8 @@ func main() {
 		fmt.Fprintf(os.Stdout, "%s", strings.Repeat("x", 50))
 		fmt.Fprintf(os.Stdout, " end\n")
 	}
-	fmt.Printf("rank %d/%d kind=%s key=%016x sum=%08x local=%v\n", r, n, c.Kind(), key, sum.Sum32(), c.Info().LocalRanks)
+	fmt.Printf("rank %d/%d kind=%s key=%016x sum=%08x local=%v port=%v\n", r, n, c.Kind(), key, sum.Sum32(),
+		c.Info().LocalRanks, os.Getenv("PMI_PORT") != "")
 	if r == *failRank && *fail == "nofinalize" {
 		os.Exit(0)
 	}

@@ -1,0 +1,340 @@
+package launch
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bins are the programs TestMain builds once: gorun itself (for tests that
+// signal it or run it elsewhere) and pmiprog, the test rank.
+var bins struct{ dir, gorun, pmiprog string }
+
+// jobWait bounds every job a test runs: a hang fails with a cause.
+const jobWait = 60 * time.Second
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorun-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins.dir = dir
+	bins.gorun = filepath.Join(dir, "gorun")
+	bins.pmiprog = filepath.Join(dir, "pmiprog")
+	for out, pkg := range map[string]string{bins.gorun: "../../cmd/gorun", bins.pmiprog: "./testdata/pmiprog"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, b)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is a finished job.
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+// gorun runs gorun in this process with args.
+func gorun(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	start := time.Now()
+	go func() { done <- run(args, &out, &errb) }()
+	select {
+	case code := <-done:
+		return result{out.String(), errb.String(), code, time.Since(start)}
+	case <-time.After(jobWait):
+		t.Fatalf("gorun %q still running after %v; stderr so far:\n%s", args, jobWait, errb.String())
+	}
+	return result{}
+}
+
+// command runs an external command (a foreign launcher, or the gorun
+// binary) with a deadline.
+func command(t *testing.T, dir string, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), jobWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %q still running after %v; stderr:\n%s", name, args, jobWait, errb.String())
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode(), time.Since(start)}
+}
+
+var rankLine = regexp.MustCompile(`^rank (\d+)/(\d+) kind=(\S+) key=([0-9a-f]{16}) sum=([0-9a-f]{8}) local=\[([\d ]*)\] port=(true|false)$`)
+
+// rankInfo is one rank's summary line.
+type rankInfo struct {
+	kind, key, sum, local string
+	port                  bool
+}
+
+// checkJob checks that the job ran n ranks that all agree on the job key
+// and the checksum of every rank's card, and returns their lines by rank.
+func checkJob(t *testing.T, r result, n int) []rankInfo {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	got := make([]rankInfo, n)
+	seen := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		m := rankLine.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		id, _ := strconv.Atoi(m[1])
+		if size, _ := strconv.Atoi(m[2]); size != n || id >= n || got[id].kind != "" {
+			t.Fatalf("unexpected line %q", line)
+		}
+		got[id] = rankInfo{kind: m[3], key: m[4], sum: m[5], local: m[6], port: m[7] == "true"}
+		seen++
+	}
+	if seen != n {
+		t.Fatalf("%d rank lines, want %d\nstdout:\n%s\nstderr:\n%s", seen, n, r.stdout, r.stderr)
+	}
+	for id, ri := range got {
+		if ri.key != got[0].key || ri.sum != got[0].sum {
+			t.Errorf("rank %d disagrees: key %s sum %s, rank 0 has %s %s", id, ri.key, ri.sum, got[0].key, got[0].sum)
+		}
+	}
+	return got
+}
+
+func TestGorunRunsRanks(t *testing.T) {
+	r := gorun(t, "-n", "4", "--oversubscribe", bins.pmiprog)
+	for id, ri := range checkJob(t, r, 4) {
+		if ri.kind != "pmi1" || ri.port || ri.local != "0 1 2 3" {
+			t.Errorf("rank %d: %+v, want pmi1 over PMI_FD, all ranks local", id, ri)
+		}
+	}
+	t.Logf("4 ranks in %v", r.took)
+}
+
+func TestGorunBuildsPackage(t *testing.T) {
+	checkJob(t, gorun(t, "-n", "2", "./testdata/pmiprog", "-card", "10"), 2)
+}
+
+func TestGorunProgramErrors(t *testing.T) {
+	broken := t.TempDir()
+	os.WriteFile(filepath.Join(broken, "go.mod"), []byte("module broken\n\ngo 1.26\n"), 0o644)
+	os.WriteFile(filepath.Join(broken, "main.go"), []byte("package main\n\nfunc main() { undefinedThing() }\n"), 0o644)
+	plain := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(plain, []byte("text"), 0o644)
+	for _, tc := range []struct {
+		prog string
+		says []string
+	}{
+		{"./no/such/dir", []string{"not found", "Go package directory"}},
+		{broken, []string{"building", "undefined: undefinedThing"}},
+		{plain, []string{"not an executable"}},
+	} {
+		r := gorun(t, tc.prog)
+		if r.code != exitFailure {
+			t.Errorf("%s: status %d, want %d", tc.prog, r.code, exitFailure)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(r.stderr, s) {
+				t.Errorf("%s: stderr %q does not say %q", tc.prog, r.stderr, s)
+			}
+		}
+	}
+	if r := gorun(t, "-n", "3", bins.pmiprog); r.code != exitFailure || !strings.Contains(r.stderr, "--oversubscribe") {
+		t.Logf("(this host has more than 2 cores?) status %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestGorunRankKilled: a rank that SIGKILLs itself ends the job within 2 s,
+// gorun names it and exits 128+9, and no rank is left running.
+func TestGorunRankKilled(t *testing.T) {
+	deadline := time.Now().Add(2 * time.Second)
+	r := gorun(t, "-n", "4", "--oversubscribe", bins.pmiprog, "-fail-rank", "1", "-fail", "kill")
+	if time.Now().After(deadline) {
+		t.Errorf("gorun took %v to end a job whose rank 1 died", r.took)
+	}
+	if r.code != 128+9 {
+		t.Errorf("status %d, want %d", r.code, 128+9)
+	}
+	if !regexp.MustCompile(`gorun: rank 1 \(pid \d+\) was killed by signal 9`).MatchString(r.stderr) {
+		t.Errorf("stderr does not name rank 1 and signal 9:\n%s", r.stderr)
+	}
+	assertNoRankLeft(t)
+}
+
+// assertNoRankLeft checks that no test rank process is left on the
+// machine (tests of this package run one job at a time).
+func assertNoRankLeft(t *testing.T) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err == nil && bytes.HasPrefix(cmdline, []byte(bins.pmiprog+"\x00")) {
+			t.Errorf("rank process %s is still alive after gorun exited: %q", filepath.Dir(p), cmdline)
+		}
+	}
+}
+
+func TestGorunFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"exit", []string{"-fail-rank", "0", "-fail", "exit"}, 3, "rank 0 (pid"},
+		{"abort", []string{"-fail-rank", "2", "-fail", "abort"}, 7, "called PMI abort with exit code 7"},
+		{"no finalize", []string{"-fail-rank", "1", "-fail", "nofinalize"}, exitFailure, "rank 1 (pid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-n", "3", "--oversubscribe", bins.pmiprog}, tc.args...)
+			r := gorun(t, args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.says) {
+				t.Errorf("status %d, want %d; stderr does not say %q?\n%s", r.code, tc.code, tc.says, r.stderr)
+			}
+			assertNoRankLeft(t)
+		})
+	}
+}
+
+func TestGorunTimeoutReport(t *testing.T) {
+	r := gorun(t, "-n", "2", "--timeout", "300ms", bins.pmiprog, "-fail-rank", "0", "-fail", "hang")
+	if r.code != exitTimeout {
+		t.Errorf("status %d, want %d", r.code, exitTimeout)
+	}
+	for _, s := range []string{"timeout: the job ran", "rank 1 (pid", "in fence", "ranks still running: 0,1",
+		"ranks that had not reached PMI finalize: 0,1"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("report does not say %q:\n%s", s, r.stderr)
+		}
+	}
+}
+
+func TestGorunTagOutput(t *testing.T) {
+	r := gorun(t, "-n", "4", "--oversubscribe", "--tag-output", bins.pmiprog, "-lines", "200", "-card", "10")
+	if r.code != 0 {
+		t.Fatalf("status %d: %s", r.code, r.stderr)
+	}
+	re := regexp.MustCompile(`^\[(\d)\] rank (\d)(/4 kind=| line \d+ x{50} end$)`)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 4*201 {
+		t.Errorf("%d lines, want %d", len(lines), 4*201)
+	}
+	for _, l := range lines {
+		if m := re.FindStringSubmatch(l); m == nil || m[1] != m[2] {
+			t.Fatalf("mixed or mistagged line %q", l)
+		}
+	}
+}
+
+// TestGorunForwardsSIGINT: Ctrl-C at gorun reaches every rank, and gorun
+// exits 128+2 naming the rank.
+func TestGorunForwardsSIGINT(t *testing.T) {
+	cmd := exec.Command(bins.gorun, "-n", "2", bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	hanging := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for n := 0; sc.Scan(); {
+			if strings.HasSuffix(sc.Text(), "hanging") {
+				if n++; n == 2 {
+					close(hanging)
+				}
+			}
+		}
+	}()
+	select {
+	case <-hanging:
+	case <-time.After(jobWait):
+		t.Fatal("ranks did not start")
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("gorun still running 5s after SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+2 {
+		t.Errorf("status %d, want 130", code)
+	}
+	if !regexp.MustCompile(`rank \d \(pid \d+\) was killed by signal 2 \(interrupt\) after gorun forwarded interrupt`).MatchString(errb.String()) {
+		t.Errorf("stderr:\n%s", errb.String())
+	}
+}
+
+func TestGorunProfile(t *testing.T) {
+	dir := t.TempDir()
+	r := command(t, dir, nil, bins.gorun, "-n", "2", "--profile", "cpu", bins.pmiprog, "-card", "10")
+	checkJob(t, r, 2)
+	for rank := range 2 {
+		st, err := os.Stat(filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", rank)))
+		if err != nil || st.Size() == 0 {
+			t.Errorf("profile of rank %d: %v", rank, err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".weft-profile-*")); len(left) != 0 {
+		t.Errorf("scratch directories left: %v", left)
+	}
+}
+
+// TestGorunRemovesSegments: whatever a rank left in /dev/shm under the
+// job's prefix is gone when gorun returns, after success and failure.
+func TestGorunRemovesSegments(t *testing.T) {
+	if _, err := os.Stat(shmDir); err != nil {
+		t.Skipf("no %s on this machine", shmDir)
+	}
+	for _, fail := range []string{"", "kill"} {
+		before, _ := filepath.Glob(filepath.Join(shmDir, "weft-*"))
+		r := gorun(t, "-n", "2", "-x", "PMIPROG_SEGMENT=1", bins.pmiprog, "-fail-rank", "0", "-fail", fail)
+		if fail == "" && r.code != 0 {
+			t.Fatalf("status %d: %s", r.code, r.stderr)
+		}
+		after, _ := filepath.Glob(filepath.Join(shmDir, "weft-*"))
+		for _, p := range after {
+			if !slices.Contains(before, p) {
+				t.Errorf("fail=%q: %s left behind", fail, p)
+			}
+		}
+		if !strings.Contains(r.stdout, "segment /") {
+			t.Errorf("fail=%q: no rank made a segment:\n%s", fail, r.stdout)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package launch
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The multi-host test runs gorun against two fake hosts: network namespaces
+// with their own addresses and sshd, made by shared/launchers/netns-hosts.
+// The hosts share this machine's file system, so the test binaries are at
+// the same path there, as a real cluster's shared home would have them.
+
+const (
+	netnsUp   = "../../../shared/launchers/netns-hosts/up.sh"
+	netnsDown = "../../../shared/launchers/netns-hosts/down.sh"
+	netnsDir  = "/tmp/netns-hosts" // the scripts' default NETNS_HOSTS_DIR
+)
+
+// netnsHosts makes sure host1 and host2 exist, bringing them up (and down
+// after the test) if they do not, and returns the ssh wrapper reaching them.
+// Namespaces someone else brought up are used and left up.
+func netnsHosts(t *testing.T) string {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("multi-host test needs root to create network namespaces (shared/launchers/netns-hosts/up.sh)")
+	}
+	needTool(t, "ip", "iproute2")
+	needTool(t, "ssh", "openssh-client")
+	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+		t.Skip("sshd not installed: apt-get install openssh-server")
+	}
+	if _, err := os.Stat(netnsUp); err != nil {
+		t.Skipf("%s missing: cannot make test hosts", netnsUp)
+	}
+	rsh := filepath.Join(netnsDir, "ssh")
+	list, _ := exec.Command("ip", "netns", "list").Output()
+	_, rshErr := os.Stat(rsh)
+	if regexp.MustCompile(`(?m)^host1\b`).Match(list) && regexp.MustCompile(`(?m)^host2\b`).Match(list) && rshErr == nil {
+		return rsh
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, netnsUp, "2").CombinedOutput()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, netnsDown).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", netnsDown, err, out)
+		}
+	})
+	if err != nil {
+		t.Skipf("cannot bring up the test hosts on this machine (%v):\n%s", err, out)
+	}
+	return rsh
+}
+
+// TestMultiHostNetns: 4 ranks over two hosts reached by ssh, with the PMI
+// server listening on the address routed towards them; a remote rank's
+// death; an unreachable host.
+func TestMultiHostNetns(t *testing.T) {
+	rsh := netnsHosts(t)
+	r := command(t, "", nil, bins.gorun, "-n", "4", "-H", "host1:2,host2:2", "--rsh", rsh, "--trace", "2", bins.pmiprog)
+	got := checkJob(t, r, 4)
+	for id, wantLocal := range []string{"0 1", "0 1", "2 3", "2 3"} {
+		if !got[id].port || got[id].local != wantLocal {
+			t.Errorf("rank %d: %+v, want PMI_PORT and local ranks %s", id, got[id], wantLocal)
+		}
+	}
+	// The bridge address of the test network, derived from the route to
+	// host1 (10.98.0.1 per the ssh configuration), never hard-coded.
+	if !strings.Contains(r.stderr, "listening on 10.98.0.254:") {
+		t.Errorf("PMI server not on the bridge address:\n%s", r.stderr)
+	}
+	t.Logf("4 ranks on 2 hosts in %v", r.took)
+
+	r = command(t, "", nil, bins.gorun, "-n", "4", "-H", "host1:2,host2:2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "3", "-fail", "kill")
+	if r.code != 137 || !strings.Contains(r.stderr, "rank 3 (on host2") {
+		t.Errorf("status %d, want 137 naming rank 3 on host2:\n%s", r.code, r.stderr)
+	}
+	assertNoRankLeft(t)
+
+	// 10.98.0.99 is on the test network but no host has it: ssh fails and
+	// gorun shows why.
+	r = command(t, "", nil, bins.gorun, "-n", "2", "-H", "host1,10.98.0.99", "--rsh", rsh, bins.pmiprog)
+	if r.code != 255 || !strings.Contains(r.stderr, "rank 1 (on 10.98.0.99") || !strings.Contains(r.stderr, "ssh: connect to host 10.98.0.99") {
+		t.Errorf("status %d, want 255 with ssh's message:\n%s", r.code, r.stderr)
+	}
+	assertNoRankLeft(t)
+}

@@ -1,0 +1,132 @@
+package launch
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArgs(t *testing.T) {
+	t.Setenv("FROM_ENV", "inherited")
+	o, err := ParseArgs([]string{"-n", "4", "--oversubscribe", "-H", "a:2,b", "--tag-output", "--timeout", "30s",
+		"--trace", "3", "--profile", "cpu", "-x", "A=1", "-x", "FROM_ENV", "--transport", "shm", "--nics", "eth0,eth1",
+		"--rsh", "ssh -F cfg", "./prog", "-n", "7", "--flag-of-prog"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Options{N: 4, Oversubscribe: true, TagOutput: true, Timeout: 30 * time.Second, Trace: 3, Profile: "cpu",
+		Transport: "shm", NICs: "eth0,eth1", Program: "./prog"}
+	if o.N != want.N || !o.Oversubscribe || !o.TagOutput || o.Timeout != want.Timeout || o.Trace != 3 ||
+		o.Profile != "cpu" || o.Transport != "shm" || o.NICs != want.NICs || o.Program != "./prog" {
+		t.Errorf("options %+v", o)
+	}
+	if !slices.Equal(o.Args, []string{"-n", "7", "--flag-of-prog"}) {
+		t.Errorf("program args %q: flags after the program belong to it", o.Args)
+	}
+	if !slices.Equal(o.Env, []string{"A=1", "FROM_ENV=inherited"}) {
+		t.Errorf("-x %q", o.Env)
+	}
+	if !slices.Equal(o.Rsh, []string{"ssh", "-F", "cfg"}) {
+		t.Errorf("--rsh %q", o.Rsh)
+	}
+	if len(o.Hosts) != 2 || o.Hosts[0] != (Host{Name: "a", Slots: 2}) || o.Hosts[1] != (Host{Name: "b", Slots: 1}) {
+		t.Errorf("hosts %+v", o.Hosts)
+	}
+
+	d, err := ParseArgs([]string{"prog"}, io.Discard)
+	if err != nil || d.N != 1 || d.Transport != "auto" || d.Trace != -1 || !slices.Equal(d.Rsh, defaultRsh) {
+		t.Errorf("defaults: %+v, %v", d, err)
+	}
+	w, err := ParseArgs([]string{"--wrap", "--", "mpirun", "-n", "2"}, io.Discard)
+	if err != nil || !w.Wrap || w.Program != "mpirun" || !slices.Equal(w.Args, []string{"-n", "2"}) {
+		t.Errorf("--wrap: %+v, %v", w, err)
+	}
+}
+
+func TestParseArgsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{nil, "no program"},
+		{[]string{"-n", "0", "p"}, "at least one rank"},
+		{[]string{"-n", "x", "p"}, "invalid value"},
+		{[]string{"--transport", "carrier-pigeon", "p"}, "auto, shm, udp"},
+		{[]string{"--profile", "heap", "p"}, "cpu, mem, block, mutex"},
+		{[]string{"--trace", "12", "p"}, "0-9"},
+		{[]string{"-x", "=v", "p"}, "NAME=VALUE"},
+		{[]string{"-H", "a:0", "p"}, "slots"},
+		{[]string{"-H", "a;rm", "p"}, "bad host name"},
+		{[]string{"--no-such-flag", "p"}, "not defined"},
+		{[]string{"--hostfile", "/nonexistent/hosts", "p"}, "hostfile"},
+	} {
+		_, err := ParseArgs(tc.args, io.Discard)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("ParseArgs(%q) = %v; want ErrUsage saying %q", tc.args, err, tc.says)
+		}
+	}
+}
+
+func TestHostfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(path, []byte("# cluster\nnode1\nnode2:4   # comment\n\nnode3 slots=2 max_slots=8\n[fe80::1]:2\n"), 0o644)
+	hosts, err := ReadHostfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Host{{Name: "node1", Slots: 1}, {Name: "node2", Slots: 4}, {Name: "node3", Slots: 2}, {Name: "fe80::1", Slots: 2}}
+	if !slices.Equal(hosts, want) {
+		t.Errorf("hosts %+v, want %+v", hosts, want)
+	}
+	os.WriteFile(path, []byte("node1\nnode2 cpus=3\n"), 0o644)
+	if _, err := ReadHostfile(path); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), ":2:") {
+		t.Errorf("bad option: %v, want ErrUsage naming line 2", err)
+	}
+}
+
+func TestPlace(t *testing.T) {
+	// This host alone: one slot per core.
+	p, err := Place(2, nil, false, 2)
+	if err != nil || !slices.Equal(p.NodeOf, []int{0, 0}) || !p.Hosts[0].Local {
+		t.Errorf("local: %+v, %v", p, err)
+	}
+	_, err = Place(4, nil, false, 2)
+	if !errors.Is(err, ErrSlots) || !strings.Contains(err.Error(), "one per core") || !strings.Contains(err.Error(), "--oversubscribe") {
+		t.Errorf("too many local ranks: %v", err)
+	}
+	// By slot: fill a, then b; a named twice has its slots added.
+	hosts := []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 1}, {Name: "a", Slots: 1}}
+	p, err = Place(4, hosts, false, 2)
+	if err != nil || !slices.Equal(p.NodeOf, []int{0, 0, 0, 1}) || len(p.Hosts) != 2 {
+		t.Errorf("by slot: %+v, %v", p, err)
+	}
+	_, err = Place(5, hosts, false, 2)
+	if !errors.Is(err, ErrSlots) || !strings.Contains(err.Error(), "a:3,b:1") {
+		t.Errorf("too many ranks for the hosts: %v", err)
+	}
+	// Oversubscribed: further rounds over the same slots.
+	p, err = Place(6, []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 1}}, true, 2)
+	if err != nil || !slices.Equal(p.NodeOf, []int{0, 0, 1, 0, 0, 1}) {
+		t.Errorf("oversubscribed: %+v, %v", p, err)
+	}
+	id, count := p.LocalRanks()
+	if !slices.Equal(id, []int{0, 1, 0, 2, 3, 1}) || !slices.Equal(count, []int{4, 4, 2, 4, 4, 2}) {
+		t.Errorf("local ranks %v of %v", id, count)
+	}
+}
+
+func TestMarkLocal(t *testing.T) {
+	self, _ := os.Hostname()
+	hosts := []Host{{Name: "localhost"}, {Name: self}, {Name: "127.0.0.1"}, {Name: "no-such-host.invalid"}}
+	markLocal(hosts)
+	for i, want := range []bool{true, true, true, false} {
+		if hosts[i].Local != want {
+			t.Errorf("%s: Local=%v, want %v", hosts[i].Name, hosts[i].Local, want)
+		}
+	}
+}
