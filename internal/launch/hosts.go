@@ -125,7 +125,12 @@ type Placement struct {
 func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, error) {
 	p := &Placement{}
 	if len(hosts) == 0 {
-		p.Hosts = []Host{{Name: "localhost", Slots: cores, Local: true}}
+		// Without a host list the job runs here, like MPICH's mpiexec: as
+		// many ranks as asked, since a local job oversubscribing cores is
+		// slower, not wrong, and lapi's waits block instead of spinning
+		// when ranks outnumber cores. Slots are enforced only for the hosts
+		// a user lists.
+		p.Hosts = []Host{{Name: "localhost", Slots: max(cores, n), Local: true}}
 	} else {
 		index := map[string]int{}
 		for _, h := range hosts {
@@ -142,10 +147,6 @@ func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, erro
 		total += h.Slots
 	}
 	if n > total && !oversubscribe {
-		if len(hosts) == 0 {
-			return nil, fmt.Errorf("%w: %d ranks requested but this host has %d slots (one per core, as mpirun counts them): "+
-				"add --oversubscribe, or give slots with -H localhost:%d", ErrSlots, n, total, n)
-		}
 		var list []string
 		for _, h := range p.Hosts {
 			list = append(list, fmt.Sprintf("%s:%d", h.Name, h.Slots))

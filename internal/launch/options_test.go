@@ -95,9 +95,15 @@ func TestPlace(t *testing.T) {
 	if err != nil || !slices.Equal(p.NodeOf, []int{0, 0}) || !p.Hosts[0].Local {
 		t.Errorf("local: %+v, %v", p, err)
 	}
-	_, err = Place(4, nil, false, 2)
-	if !errors.Is(err, ErrSlots) || !strings.Contains(err.Error(), "one per core") || !strings.Contains(err.Error(), "--oversubscribe") {
-		t.Errorf("too many local ranks: %v", err)
+	// More local ranks than cores: allowed without a host list, as with
+	// MPICH's mpiexec (the README's 4-rank example runs on 2 cores).
+	p, err = Place(4, nil, false, 2)
+	if err != nil || !slices.Equal(p.NodeOf, []int{0, 0, 0, 0}) {
+		t.Errorf("local, more ranks than cores: %+v, %v", p, err)
+	}
+	// A listed localhost with too few slots is enforced like any host.
+	if _, err = Place(4, []Host{{Name: "localhost", Slots: 2, Local: true}}, false, 2); !errors.Is(err, ErrSlots) || !strings.Contains(err.Error(), "--oversubscribe") {
+		t.Errorf("too many ranks for listed slots: %v", err)
 	}
 	// By slot: fill a, then b; a named twice has its slots added.
 	hosts := []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 1}, {Name: "a", Slots: 1}}
