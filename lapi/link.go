@@ -220,9 +220,6 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next tim
 	if timedOut {
 		l.backoff++
 	}
-	if !l.ackDue.IsZero() && (next.IsZero() || l.ackDue.Before(next)) {
-		next = l.ackDue
-	}
 	return next, false
 }
 

@@ -54,8 +54,10 @@ func (c *Context) tick(now time.Time) {
 			continue
 		}
 		if l.needAck(now) {
-			c.sendAck(peer)
-			next = l.ackDue // zero unless the ack could not go
+			c.sendAck(peer) // clears ackDue, unless the ack could not go
+		}
+		if d := l.ackDue; !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
 		}
 		if !next.IsZero() && (c.nextTick.IsZero() || next.Before(c.nextTick)) {
 			c.nextTick = next
@@ -199,13 +201,30 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		if spinStart.IsZero() {
 			spinStart = now
 		}
-		if now.Sub(spinStart) < c.cfg.Spin {
+		if now.Sub(spinStart) < c.cfg.Spin || c.timerSoon(now) {
 			runtime.Gosched()
 			continue
 		}
 		c.block(ctx)
 		spinStart = time.Time{}
 	}
+}
+
+// timerResolution is how late a sleeping goroutine may wake: the Go
+// runtime's idle sleep has millisecond granularity.
+const timerResolution = time.Millisecond
+
+// timerSoon reports whether a retransmission or acknowledgement timer falls
+// due sooner than a sleep could be trusted to end: then polling is the only
+// way to meet a sub-millisecond RTO.
+func (c *Context) timerSoon(now time.Time) bool {
+	if c.reliable {
+		return false
+	}
+	c.mu.Lock()
+	t := c.nextTick
+	c.mu.Unlock()
+	return !t.IsZero() && t.Sub(now) < timerResolution
 }
 
 // block waits for something to happen: a frame, another goroutine's

@@ -100,15 +100,16 @@ func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 		}
 		timeout := maxBlock
 		if hasDeadline {
-			// Round up: ppoll's millisecond timeout would otherwise wake
-			// just before the deadline and spin until it.
-			timeout = max(0, min(timeout, time.Until(deadline)+time.Millisecond-1))
+			timeout = max(0, min(timeout, time.Until(deadline)))
 		}
 		if d.blockHook != nil {
 			d.blockHook()
 		}
 		d.pollfds[0].Revents, d.pollfds[1].Revents = 0, 0
-		_, err := unix.Poll(d.pollfds[:], int(timeout/time.Millisecond))
+		// ppoll takes nanoseconds: a retransmission deadline a few hundred
+		// microseconds away must not be rounded up to a millisecond.
+		ts := unix.NsecToTimespec(int64(timeout))
+		_, err := unix.Ppoll(d.pollfds[:], &ts, nil)
 		if err != nil && err != unix.EINTR {
 			return fmt.Errorf("udp: poll: %w", err)
 		}
