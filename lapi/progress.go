@@ -168,19 +168,27 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 	// only after Spin with nothing happening.
 	var spinStart time.Time
 	for i := 1; ; i++ {
+		// One lock per idle poll: completions are run (outside the lock)
+		// only when some are queued, and the condition checked after them.
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return ErrClosed
 		}
 		did := c.progressLocked()
-		c.mu.Unlock()
-		if c.runCompletions() {
-			did = true
+		queued := len(c.done) > 0
+		var err error
+		if !queued {
+			err = cond()
 		}
-		c.mu.Lock()
-		err := cond()
 		c.mu.Unlock()
+		if queued {
+			c.runCompletions()
+			did = true
+			c.mu.Lock()
+			err = cond()
+			c.mu.Unlock()
+		}
 		if err == errDone {
 			return nil
 		}

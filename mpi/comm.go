@@ -116,7 +116,7 @@ func (c *Comm) csend(b []byte, dest, tag int) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.waitRecycle()
 	return err
 }
 
@@ -125,7 +125,7 @@ func (c *Comm) crecv(b []byte, src, tag int) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.waitRecycle()
 	return err
 }
 
@@ -139,8 +139,8 @@ func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
 	if err != nil {
 		return err
 	}
-	_, rerr := rr.Wait()
-	if _, err := sr.Wait(); err != nil && rerr == nil {
+	_, rerr := rr.waitRecycle()
+	if _, err := sr.waitRecycle(); err != nil && rerr == nil {
 		rerr = err
 	}
 	return rerr

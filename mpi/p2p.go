@@ -15,7 +15,7 @@ func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.waitRecycle()
 	return err
 }
 
@@ -26,7 +26,7 @@ func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	return r.Wait()
+	return r.waitRecycle()
 }
 
 // Isend starts sending buf; buf must not change until the request completes.
@@ -50,8 +50,8 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, re
 	if err != nil {
 		return Status{}, err
 	}
-	st, rerr := rr.Wait()
-	if _, err := sr.Wait(); err != nil && rerr == nil {
+	st, rerr := rr.waitRecycle()
+	if _, err := sr.waitRecycle(); err != nil && rerr == nil {
 		rerr = err
 	}
 	return st, rerr
@@ -113,12 +113,12 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	}
 	w := c.w
 	wd := c.group[dest]
-	r := &Request{w: w, comm: c, ctx: ctx, src: dest, tag: tag, peer: wd, op: "Send"}
+	r := newRequest()
+	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
 	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
 		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
-	var u [envRTSLen]byte
 	if len(b) <= w.eagerLimit {
-		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(u[:]), b, lapi.SendOpts{Notify: r}); err != nil {
+		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(r.hdr[:]), b, lapi.SendOpts{Notify: r}); err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		return r, nil
@@ -132,7 +132,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	w.reqs.add(r)
 	w.mu.Unlock()
 	env.kind, env.sreq, env.pvo = kindRTS, r.id, pvo
-	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(u[:]), nil, lapi.SendOpts{}); err != nil {
+	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(r.hdr[:]), nil, lapi.SendOpts{}); err != nil {
 		w.mu.Lock()
 		w.reqs.remove(r)
 		w.mu.Unlock()
@@ -153,7 +153,8 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*Request, error)
 			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 		}
 	}
-	r := &Request{w: w, comm: c, recv: true, ctx: ctx, src: src, tag: tag, buf: b, elem: elem, peer: -1, op: "Recv"}
+	r := newRequest()
+	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -183,6 +184,26 @@ func (w *World) finishRecv(a *arrival) {
 		copy(r.buf, a.data[:min(n, len(a.data))])
 	}
 	r.finish(w.status(r, a, n))
+	w.freeArrival(a)
+}
+
+// newArrival takes an arrival from the free list (w.mu held).
+func (w *World) newArrival() *arrival {
+	a := w.freeArr
+	if a == nil {
+		return new(arrival)
+	}
+	w.freeArr = a.next
+	*a = arrival{}
+	return a
+}
+
+// freeArrival returns a finished arrival (w.mu held). It is not cleared
+// here: the matcher may still read its sender after placing it.
+func (w *World) freeArrival(a *arrival) {
+	a.req, a.data = nil, nil
+	a.next = w.freeArr
+	w.freeArr = a
 }
 
 func (w *World) status(r *Request, a *arrival, n int) (Status, error) {
@@ -218,6 +239,7 @@ func (w *World) getDone(r *Request, err error) {
 	var u [4]byte
 	binary.LittleEndian.PutUint32(u[:], a.env.sreq)
 	from := a.from
+	w.freeArrival(a)
 	w.mu.Unlock() // never hold w.mu across a call into lapi
 	w.lc.Amsend(from, w.hFin, u[:], nil, lapi.SendOpts{})
 	w.mu.Lock()
@@ -228,11 +250,13 @@ type eagerHandler struct{ w *World }
 
 func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	w := h.w
-	a := &arrival{from: src}
-	if a.env.decode(uhdr) != nil || int(src) >= w.size {
+	var env envelope
+	if env.decode(uhdr) != nil || int(src) >= w.size {
 		return nil, nil
 	}
 	w.mu.Lock()
+	a := w.newArrival()
+	a.env, a.from = env, src
 	w.m.arrive(a, w.place)
 	if a.data == nil && a.env.kind == kindEager && !a.inPlace {
 		a.data = make([]byte, n) // held back, or unexpected: a temporary

@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
@@ -32,6 +33,37 @@ type Request struct {
 	tabled bool
 	// get: the rendezvous arrival whose data this receive is reading
 	rts *arrival
+	// hdr holds the envelope a send encodes: lapi passes it to an
+	// interface method, so a stack array would escape to the heap anyway.
+	hdr [envRTSLen]byte
+}
+
+// reqPool recycles the requests of blocking calls (Send, Recv, and the
+// collectives' steps), which never leave the package: a blocking call
+// costs no allocation.
+var reqPool = sync.Pool{New: func() any { return new(Request) }}
+
+// newRequest returns a zeroed request.
+func newRequest() *Request {
+	r := reqPool.Get().(*Request)
+	*r = Request{}
+	return r
+}
+
+// recycle returns a completed request of a blocking call to the pool.
+func (r *Request) recycle() {
+	if r != nil && r.done.Load() && !r.tabled {
+		reqPool.Put(r)
+	}
+}
+
+// waitRecycle waits for a request of a blocking call and recycles it.
+func (r *Request) waitRecycle() (Status, error) {
+	st, err := r.Wait()
+	if err == nil || r.done.Load() {
+		r.recycle()
+	}
+	return st, err
 }
 
 // finish completes the request once. Called with w.mu held or from a
@@ -120,10 +152,11 @@ func WaitAll(reqs ...*Request) error {
 // Complete is lapi's notification that a send's buffer may be reused (an
 // eager send is then done) or that the operation failed.
 func (r *Request) Complete(err error) {
-	r.w.mu.Lock()
-	defer r.w.mu.Unlock()
+	w := r.w // once finished, r may be recycled by its waiter at once
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if r.rts != nil {
-		r.w.getDone(r, err)
+		w.getDone(r, err)
 		return
 	}
 	r.finish(r.st, err)

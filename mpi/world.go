@@ -32,6 +32,7 @@ type World struct {
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
 	deferred           []*Request              // rendezvous reads to start outside lapi's lock
+	freeArr            *arrival                // recycled arrivals (w.mu)
 	onClose            []func() error
 }
 

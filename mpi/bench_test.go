@@ -1,0 +1,78 @@
+package mpi
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkSendRecv is an MPI ping-pong between two goroutine ranks over
+// the in-process device; us/one-way is half the round trip, to compare
+// with lapi's BenchmarkAMLatency beneath it.
+func BenchmarkSendRecv(b *testing.B) {
+	for _, size := range []int{8, 1024, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			b.ReportAllocs()
+			err := Run(2, func(c *Comm) error {
+				buf := make([]byte, size)
+				if c.Rank() == 0 {
+					b.SetBytes(int64(size))
+					b.ResetTimer()
+					start := time.Now()
+					for i := 0; i < b.N; i++ {
+						if err := Send(c, buf, 1, 0); err != nil {
+							return err
+						}
+						if _, err := Recv(c, buf, 1, 0); err != nil {
+							return err
+						}
+					}
+					b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/2000, "us/one-way")
+					b.StopTimer()
+					return nil
+				}
+				for i := 0; i < b.N; i++ {
+					if _, err := Recv(c, buf, 0, 0); err != nil {
+						return err
+					}
+					if err := Send(c, buf, 0, 0); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkAllreduce8B times an 8-byte Allreduce on n goroutine ranks.
+func BenchmarkAllreduce8B(b *testing.B) {
+	for _, n := range []int{2, 4, 64, 1024} {
+		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
+			err := Run(n, func(c *Comm) error {
+				v := []float64{1}
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					b.ResetTimer()
+				}
+				for i := 0; i < b.N; i++ {
+					if err := Allreduce(c, v, v, Sum); err != nil {
+						return err
+					}
+				}
+				if c.Rank() == 0 {
+					b.StopTimer()
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
