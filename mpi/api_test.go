@@ -1,0 +1,204 @@
+package mpi
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSendRecvObj(t *testing.T) {
+	type particle struct {
+		ID   int
+		Pos  [3]float64
+		Tags map[string]string
+	}
+	err := Run(3, func(c *Comm) error {
+		if c.Rank() != 0 {
+			p := particle{ID: c.Rank(), Pos: [3]float64{1, 2, float64(c.Rank())}, Tags: map[string]string{"from": strings.Repeat("x", 100000*c.Rank())}}
+			return c.SendObj(p, 0, 5)
+		}
+		for i := 0; i < 2; i++ {
+			var p particle
+			st, err := c.RecvObj(&p, AnySource, 5)
+			if err != nil {
+				return err
+			}
+			if p.ID != st.Source || p.Pos[2] != float64(st.Source) || len(p.Tags["from"]) != 100000*st.Source {
+				t.Errorf("got %+v (len %d) from %d", p.Pos, len(p.Tags["from"]), st.Source)
+			}
+		}
+		var bad chan int // gob cannot encode channels
+		if err := c.SendObj(bad, 1, 0); err == nil {
+			t.Error("SendObj of a channel succeeded")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	err := Run(2, func(c *Comm) error {
+		buf := make([]int32, 4)
+		if err := Send(c, buf, 2, 0); !errors.Is(err, ErrRank) {
+			t.Errorf("send to rank 2 of 2: %v", err)
+		}
+		if _, err := Recv(c, buf, -5, 0); !errors.Is(err, ErrRank) {
+			t.Errorf("recv from -5: %v", err)
+		}
+		if err := Send(c, buf, 0, -3); !errors.Is(err, ErrArg) {
+			t.Errorf("negative tag: %v", err)
+		}
+		if err := Bcast(c, buf, 7); !errors.Is(err, ErrRank) {
+			t.Errorf("bcast root 7: %v", err)
+		}
+		if err := Allreduce(c, []complex64{1}, []complex64{0}, Max); !errors.Is(err, ErrArg) {
+			t.Errorf("max of complex: %v", err)
+		}
+		if err := Allreduce(c, buf, buf[:2], Sum); !errors.Is(err, ErrArg) {
+			t.Errorf("allreduce of mismatched lengths: %v", err)
+		}
+		// Truncation, eager and rendezvous: the buffer holds the first part.
+		for _, n := range []int{10, 100000} {
+			if c.Rank() == 0 {
+				msg := make([]int32, n)
+				for i := range msg {
+					msg[i] = int32(i + 1)
+				}
+				if err := Send(c, msg, 1, 9); err != nil {
+					return err
+				}
+				continue
+			}
+			small := make([]int32, 4)
+			st, err := Recv(c, small, 0, 9)
+			if !errors.Is(err, ErrTruncate) || small[3] != 4 || st.Count != 4 {
+				t.Errorf("n=%d: truncated receive: %v, %v, status %+v", n, err, small, st)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTimeoutReport: a receive nobody answers fails with ErrTimeout and
+// says what it was waiting for.
+func TestTimeoutReport(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "200ms")
+	err := Run(2, func(c *Comm) error {
+		if c.Rank() == 1 {
+			buf := make([]byte, 1)
+			_, err := Recv(c, buf, 0, 42)
+			if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "Recv from rank 0, tag 42") {
+				t.Errorf("timeout error: %v", err)
+			}
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An explicit context wins over WEFT_TIMEOUT and is reported the same way.
+	err = Run(2, func(c *Comm) error {
+		if c.Rank() == 0 {
+			r, err := Irecv(c, make([]byte, 1), 1, 1)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if _, err := r.WaitContext(ctx); !errors.Is(err, ErrTimeout) {
+				t.Errorf("WaitContext: %v", err)
+			}
+			if done, _, _ := r.Test(); done {
+				t.Error("request done with no message")
+			}
+			return Send(c, []byte{1}, 1, 2)
+		}
+		_, err := Recv(c, make([]byte, 1), 0, 2)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDupSplitProbe(t *testing.T) {
+	err := Run(6, func(c *Comm) error {
+		d, err := c.Dup()
+		if err != nil {
+			return err
+		}
+		// Traffic on the dup never matches receives on the original.
+		if c.Rank() == 0 {
+			if err := Send(d, []int{1}, 1, 0); err != nil {
+				return err
+			}
+			if err := Send(c, []int{2}, 1, 0); err != nil {
+				return err
+			}
+		} else if c.Rank() == 1 {
+			v := []int{0}
+			if _, err := Recv(c, v, 0, AnyTag); err != nil || v[0] != 2 {
+				t.Errorf("world recv got %v, %v", v, err)
+			}
+			st, err := d.Probe(AnySource, AnyTag)
+			if err != nil || st.Source != 0 || st.Count != 8 {
+				t.Errorf("probe on dup: %+v %v", st, err)
+			}
+			if _, err := Recv(d, v, 0, 0); err != nil || v[0] != 1 {
+				t.Errorf("dup recv got %v, %v", v, err)
+			}
+		}
+		// Split into evens and odds, reversed by key; rank 5 opts out.
+		color := c.Rank() % 2
+		if c.Rank() == 5 {
+			color = -1
+		}
+		s, err := c.Split(color, -c.Rank())
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 5 {
+			if s != nil {
+				t.Error("rank 5 got a communicator with a negative color")
+			}
+			return nil
+		}
+		want := map[int]int{0: 2, 2: 1, 4: 0, 1: 1, 3: 0}
+		wantSize := map[int]int{0: 3, 1: 2}[color]
+		if s.Rank() != want[c.Rank()] || s.Size() != wantSize {
+			t.Errorf("world %d: split rank %d of %d, want %d of %d", c.Rank(), s.Rank(), s.Size(), want[c.Rank()], wantSize)
+		}
+		v := []int{c.Rank()}
+		if err := Allreduce(s, v, v, Sum); err != nil {
+			return err
+		}
+		if want := map[int]int{0: 6, 1: 4}[color]; v[0] != want {
+			t.Errorf("world %d: allreduce over its part = %d, want %d", c.Rank(), v[0], want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPanicNamesRank(t *testing.T) {
+	err := Run(3, func(c *Comm) error {
+		if c.Rank() == 2 {
+			var m map[int]int
+			m[1] = 1
+		}
+		_, err := Recv(c, make([]byte, 1), 2, 0)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "rank 2 panicked") {
+		t.Fatalf("Run = %v, want a panic naming rank 2", err)
+	}
+}

@@ -1,0 +1,35 @@
+package mpi
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+)
+
+// SendObj sends any Go value that encoding/gob can encode.
+func (c *Comm) SendObj(v any, dest, tag int) error {
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(v); err != nil {
+		return fmt.Errorf("mpi: send object of type %T: %w", v, err)
+	}
+	return Send(c, b.Bytes(), dest, tag)
+}
+
+// RecvObj receives a value sent with SendObj into v, a pointer. It probes
+// for the message first, so any size fits.
+func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
+	st, err := c.Probe(source, tag)
+	if err != nil {
+		return Status{}, err
+	}
+	buf := make([]byte, st.Count)
+	// Receive exactly the probed message: with wildcards another could
+	// otherwise slip in between.
+	if st, err = Recv(c, buf, st.Source, st.Tag); err != nil {
+		return st, err
+	}
+	if err := gob.NewDecoder(bytes.NewReader(buf)).Decode(v); err != nil {
+		return st, fmt.Errorf("mpi: receive object from rank %d (tag %d) into %T: %w", st.Source, st.Tag, v, err)
+	}
+	return st, nil
+}
