@@ -1,0 +1,412 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
+)
+
+// Device is one rank's shared-memory device. Besides hal.Device it
+// implements CrossMemory.
+type Device struct {
+	seg    *segment
+	g      geometry
+	opts   Options
+	jobKey uint64
+	rank   hal.Rank
+	addr   string
+	caps   hal.Caps
+
+	closed atomic.Bool
+	// life is held for reading by Wait and by the wake-up of a cancelled
+	// context, which may run while Close does; Close takes it for writing
+	// before unmapping the segment.
+	life     sync.RWMutex
+	counters hal.Counters
+
+	out   []ring // by destination rank: this rank produces
+	in    []ring // by source rank: this rank consumes
+	peers []peer // by rank
+	me    *peer  // &peers[rank]
+
+	// Poll's state, kept here so that a Poll allocates nothing.
+	rr  int // the source Poll starts from, rotating for fairness
+	hdr hal.Header
+
+	// Frames and bytes sent but not yet added to counters: an atomic add
+	// per frame would sit on the latency path (see Send).
+	unsentFrames, unsentBytes uint64
+
+	cma cmaState
+
+	// blockHook, when set by a test, runs just before Wait sleeps.
+	blockHook func()
+}
+
+// peer holds the words of a rank's block in the segment and what Connect
+// learnt about it.
+type peer struct {
+	state, pid        *uint32 // line A of its block
+	probeAddr, probeV *uint64
+	wakeSeq, sleepers *uint32 // line B: its futex word and sleeper count
+
+	connPid atomic.Int64 // the pid in its address, once connected
+	cma     atomic.Int32 // cmaUnknown, cmaOK or cmaRefused
+}
+
+var (
+	_ hal.Device  = (*Device)(nil)
+	_ CrossMemory = (*Device)(nil)
+)
+
+// cacheLine is the cache line size the layout separates writers by: the
+// CPU's, 64 bytes when cpuid cannot tell.
+func cacheLine() int {
+	if l := cpuid.CPU.CacheLine; pow2(l) && l >= 64 && l <= 256 {
+		return l
+	}
+	return 64
+}
+
+// Open attaches rank cfg.Rank of a job of cfg.Size ranks on this node to
+// the job's segment, creating it if this rank comes first. Every rank of
+// the node opens with the same cfg.JobKey, cfg.Size, cfg.Index and geometry
+// Options; frames sent to a rank before it opens wait in its rings.
+func Open(cfg hal.Config, opts Options) (*Device, error) {
+	if cfg.Size < 1 || cfg.Size > MaxRanks {
+		return nil, fmt.Errorf("shm: open: job size %d outside 1..%d", cfg.Size, MaxRanks)
+	}
+	if int(cfg.Rank) >= cfg.Size {
+		return nil, fmt.Errorf("shm: open: rank %d of %d: %w", cfg.Rank, cfg.Size, hal.ErrUnknownPeer)
+	}
+	line := cacheLine()
+	o, err := opts.withDefaults(cfg.Size, line)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{opts: o, jobKey: cfg.JobKey, rank: cfg.Rank,
+		caps: hal.Caps{MTU: o.MTU, Reliable: true, Ordered: true}}
+	if d.g, err = newGeometry(cfg.Size, line, o); err != nil {
+		return nil, err
+	}
+	d.seg, err = openSegment(o.Dir, SegmentName(cfg.JobKey, cfg.Index), &d.g, cfg.JobKey, o.AttachTimeout)
+	if err != nil {
+		return nil, err
+	}
+	d.cma.init(o.NoCMA, rand.Uint64()|1)
+	if err := d.seg.attach(int(cfg.Rank), os.Getpid(), d.cma.probeAddr(), *d.cma.probe); err != nil {
+		d.seg.unmap()
+		return nil, err
+	}
+	if err := d.attachRings(); err != nil {
+		_ = d.seg.detach(int(cfg.Rank))
+		return nil, err
+	}
+	d.addr = fmt.Sprintf("shm:%s:%d:%d", d.seg.name, cfg.Rank, os.Getpid())
+	if trace.On(trace.Setup) {
+		how := "joined"
+		if d.seg.creator {
+			how = "created"
+		}
+		trace.Printf(trace.Setup, "shm: rank %d/%d %s %s (%d KiB, %d cells of %d B and %d KiB of data per ring, %d-byte lines), CMA %v",
+			cfg.Rank, cfg.Size, how, d.seg.path, d.g.total>>10, d.g.cells, d.g.cellSize, d.g.ringBytes>>10, d.g.line, d.cma.ok.Load())
+	}
+	d.cma.report(-1)
+	return d, nil
+}
+
+// attachRings makes and checks the views of every ring this rank uses, and
+// of every rank's block.
+func (d *Device) attachRings() error {
+	g, mem, me := &d.g, d.seg.mem, int(d.rank)
+	d.out, d.in, d.peers = make([]ring, g.size), make([]ring, g.size), make([]peer, g.size)
+	for p := range g.size {
+		d.out[p] = newRing(mem, g, me, p)
+		d.in[p] = newRing(mem, g, p, me)
+		if err := d.out[p].attach(mem, g); err != nil {
+			return err
+		}
+		if err := d.in[p].attach(mem, g); err != nil {
+			return err
+		}
+		blk := g.rankBlock(p)
+		pr := &d.peers[p]
+		pr.state, pr.pid = word32(mem, blk+offState), word32(mem, blk+offPid)
+		pr.probeAddr, pr.probeV = word64(mem, blk+offProbeAddr), word64(mem, blk+offProbeVal)
+		pr.wakeSeq, pr.sleepers = word32(mem, blk+g.line+offWakeSeq), word32(mem, blk+g.line+offSleepers)
+	}
+	d.me = &d.peers[me]
+	return nil
+}
+
+// OpenLocal opens every rank of a job in this process, each device mapping
+// the segment on its own as a separate process would: for tests and
+// benchmarks. On error it closes what it opened.
+func OpenLocal(jobKey uint64, size int, opts Options) ([]*Device, error) {
+	devs := make([]*Device, 0, max(size, 0))
+	for r := range size {
+		d, err := Open(hal.Config{JobKey: jobKey, Rank: hal.Rank(r), Size: size}, opts)
+		if err != nil {
+			for _, d := range devs {
+				_ = d.Close()
+			}
+			return nil, err
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// Caps: reliable and ordered, as a memory copy is; no native RDMA frames
+// (large transfers go by cross-memory attach, see CrossMemory).
+func (d *Device) Caps() hal.Caps { return d.caps }
+
+// Addr is "shm:<segment name>:<rank>:<pid>": the segment tells a peer
+// whether it shares this node and job, the pid is for cross-memory attach.
+func (d *Device) Addr() string { return d.addr }
+
+// Options returns the options in effect, defaults filled in.
+func (d *Device) Options() Options { return d.opts }
+
+// Counters are this device's statistics. FramesSent and BytesSent may lag
+// Send by up to 64 frames: Flush and Poll bring them up to date.
+func (d *Device) Counters() *hal.Counters { return &d.counters }
+
+// Connect checks that addr is peer's address in this job's segment and
+// records its pid; when cross-memory attach is possible it probes the peer
+// once, so that a refusal shows at setup rather than in the first RDMA.
+func (d *Device) Connect(peer hal.Rank, addr string) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if int(peer) >= d.g.size {
+		return fmt.Errorf("shm: connect to rank %d of %d: %w", peer, d.g.size, hal.ErrUnknownPeer)
+	}
+	name, rank, pid, err := parseAddr(addr)
+	if err != nil {
+		return fmt.Errorf("shm: connect to rank %d: %w", peer, err)
+	}
+	if name != d.seg.name || rank != peer {
+		return fmt.Errorf("shm: connect to rank %d: address %q is rank %d of segment %s, not of this node's %s: %w",
+			peer, addr, rank, name, d.seg.name, hal.ErrUnknownPeer)
+	}
+	p := &d.peers[peer]
+	p.connPid.Store(int64(pid))
+	d.probe(peer, p)
+	return nil
+}
+
+// parseAddr splits "shm:<segment>:<rank>:<pid>".
+func parseAddr(addr string) (name string, rank hal.Rank, pid int, err error) {
+	f := strings.Split(addr, ":")
+	if len(f) != 4 || f[0] != "shm" || f[1] == "" {
+		return "", 0, 0, fmt.Errorf("address %q is not shm:<segment>:<rank>:<pid>: %w", addr, hal.ErrUnknownPeer)
+	}
+	r, err1 := strconv.ParseUint(f[2], 10, 32)
+	p, err2 := strconv.ParseUint(f[3], 10, 31)
+	if err := errors.Join(err1, err2); err != nil || p == 0 {
+		return "", 0, 0, fmt.Errorf("address %q has a bad rank or pid: %w", addr, hal.ErrUnknownPeer)
+	}
+	return f[1], hal.Rank(r), int(p), nil
+}
+
+// Send copies the frame, hdr then payload, into the ring toward the rank in
+// hdr's destination and publishes it: the frame is on its way when Send
+// returns, and the caller may reuse both slices at once. A full ring
+// returns hal.ErrNoResource.
+func (d *Device) Send(hdr, payload []byte) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if len(hdr) < hal.HeaderLen {
+		return errShortHdr
+	}
+	n := len(hdr) - hal.HeaderLen + len(payload)
+	if n > d.caps.MTU {
+		return fmt.Errorf("shm: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
+	}
+	dst := binary.LittleEndian.Uint32(hdr[28:])
+	if dst >= uint32(len(d.out)) {
+		return fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
+	}
+	r, p := &d.out[dst], &d.peers[dst]
+	if err := r.check(); err != nil {
+		return err
+	}
+	if atomic.LoadUint32(p.state) == stateClosed {
+		return fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
+	}
+	if err := r.push(hdr, payload); err != nil {
+		if err == errRingFull {
+			d.counters.NoResource.Add(1)
+		}
+		return err
+	}
+	// After the stamp's store: either the receiver sees the frame before it
+	// sleeps, or this load sees it sleeping (both are sequentially
+	// consistent atomics).
+	if atomic.LoadUint32(p.sleepers) != 0 {
+		wake(p)
+	}
+	d.unsentFrames++
+	d.unsentBytes += uint64(n)
+	if d.unsentFrames == maxUncounted {
+		d.countSent()
+	}
+	return nil
+}
+
+// maxUncounted bounds how many sent frames the counters may lag behind.
+const maxUncounted = 64
+
+// countSent adds the frames sent since the last call to the counters.
+// Send defers this to Flush, Poll and every maxUncounted frames: two
+// atomic adds cost as much as the rest of a small Send.
+func (d *Device) countSent() {
+	if d.unsentFrames != 0 {
+		d.counters.FramesSent.Add(d.unsentFrames)
+		d.counters.BytesSent.Add(d.unsentBytes)
+		d.unsentFrames, d.unsentBytes = 0, 0
+	}
+}
+
+// Flush has nothing to send, since Send published the frame already; it
+// brings Counters.FramesSent and BytesSent up to date.
+func (d *Device) Flush() error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	d.countSent()
+	return nil
+}
+
+// Poll delivers the frames published in the inbound rings, visiting the
+// sources round-robin from a starting point that rotates from call to call,
+// and at most Options.PollBatch frames per call. A frame's slot goes back
+// to its sender after fn returns. Frames of another job, or addressed to
+// another rank, are dropped and counted. A ring found corrupted is reported
+// as an error wrapping ErrCorrupt, and then on every call.
+func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
+	if d.closed.Load() {
+		return 0, errClosed
+	}
+	if d.unsentFrames != 0 {
+		d.countSent()
+	}
+	size := len(d.in)
+	first := d.rr
+	if d.rr++; d.rr == size {
+		d.rr = 0
+	}
+	var (
+		budget          = d.opts.PollBatch
+		delivered, used int
+		bytes           uint64
+		err             error
+	)
+	for i := 0; i < size && budget > 0; i++ {
+		src := first + i
+		if src >= size {
+			src -= size
+		}
+		r := &d.in[src]
+		if r.err == nil && !r.peek() {
+			// The common case, kept short for a caller spinning on
+			// Poll: nothing there. Give back what advance kept.
+			if r.pos != r.pubCell {
+				r.release()
+			}
+			continue
+		}
+		delivered, used, bytes, err = d.drain(r, fn, budget, delivered, bytes)
+		budget -= used
+		if err != nil || d.closed.Load() {
+			break
+		}
+	}
+	if delivered > 0 {
+		d.counters.FramesRecv.Add(uint64(delivered))
+		d.counters.BytesRecv.Add(bytes)
+	}
+	return delivered, err
+}
+
+// drain delivers up to budget frames of one inbound ring, which has one
+// ready (or has failed a check), adding to the running totals of frames
+// delivered and payload bytes. It returns those and how many frames it
+// consumed (dropped ones included).
+func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered int, bytes uint64) (int, int, uint64, error) {
+	if err := r.check(); err != nil {
+		return delivered, 0, bytes, err
+	}
+	used := 0
+	for used < budget {
+		frame, dataEnd, err := r.next()
+		if err != nil {
+			r.release()
+			return delivered, used, bytes, err
+		}
+		if frame == nil {
+			break
+		}
+		used++
+		if d.accept(frame) {
+			delivered++
+			bytes += uint64(d.hdr.Len)
+			fn(&d.hdr, frame[hal.HeaderLen:])
+			if d.closed.Load() {
+				// fn closed the device: the mapping is gone.
+				return delivered, used, bytes, nil
+			}
+		}
+		r.advance(dataEnd)
+	}
+	return delivered, used, bytes, nil
+}
+
+// accept decodes a frame's header into d.hdr and reports whether to
+// deliver it, counting it if dropped. A reliable device skips the CRC: the
+// copy cannot corrupt it.
+func (d *Device) accept(frame []byte) bool {
+	if err := hal.DecodeHeader(frame, &d.hdr); err != nil {
+		d.counters.DropErr(err)
+		return false
+	}
+	switch {
+	case d.hdr.JobKey != d.jobKey:
+		d.counters.Drop(hal.DropJobKey)
+		return false
+	case d.hdr.Dst != d.rank || int(d.hdr.Src) >= len(d.in):
+		d.counters.Drop(hal.DropPeer)
+		return false
+	}
+	return true
+}
+
+// Close wakes a Wait in progress, marks this rank closed (peers' Sends to
+// it then fail with hal.ErrUnknownPeer), and unmaps the segment, unlinking
+// its name if this was the last rank to have it open. Frames not yet
+// polled are lost.
+func (d *Device) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return errClosed
+	}
+	wake(d.me)
+	d.countSent()
+	d.life.Lock()
+	defer d.life.Unlock()
+	err := d.seg.detach(int(d.rank))
+	trace.Printf(trace.Setup, "shm: rank %d closed (%v)", d.rank, &d.counters)
+	return err
+}

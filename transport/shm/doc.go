@@ -1,0 +1,103 @@
+// Package shm is weft's intra-host device: ranks of one job on one node
+// exchange frames through a shared-memory segment, and move large RDMA
+// payloads with cross-memory attach (process_vm_readv/writev), one copy,
+// no kernel buffering. It is reliable and ordered, so LAPI runs over it
+// without its sequence and acknowledgement machinery.
+//
+// # Segment
+//
+// Every rank of the node calls Open with the same job key, size and
+// geometry Options. They share one file, /dev/shm/weft-<job key as 16 hex
+// digits>-shm<device index>, mode 0600 (gorun removes /dev/shm/weft-<key>-*
+// when a job dies, so the prefix must stay). Whoever wins an O_CREAT|O_EXCL
+// open creates it: it reserves the whole size with fallocate (so that a full
+// /dev/shm fails Open instead of killing a rank with SIGBUS later), writes
+// the headers and stores a ready marker; the others open the file, wait
+// (bounded by Options.AttachTimeout, with a clear error) for the size and
+// the marker, and check that the geometry in the header is theirs.
+//
+// The name is unlinked as soon as it is no longer needed, by the protocol:
+//
+//   - the rank whose attach brings the number of attached ranks to the job
+//     size unlinks it (everyone has it mapped; nobody else will look for it);
+//   - otherwise the last Close unlinks it (a job that ended before all its
+//     ranks came);
+//   - a rank that finds the segment already abandoned (unlinked because
+//     every earlier rank closed) fails its Open rather than sit alone in it.
+//
+// The open count and the unlinked flag share one word changed by
+// compare-and-swap, so "last one out unlinks" and "a late one joins" cannot
+// interleave. A rank that dies before all have attached leaves the file for
+// gorun's cleanup. Restarting a rank (Open again for a rank that was
+// attached) is not supported: its Open fails.
+//
+// # Rings
+//
+// For every ordered pair of ranks (src, dst), itself included, the segment
+// holds a single-producer, single-consumer ring: a header (a start marker
+// with the ring's geometry, the consumer's head, an end marker, each on its
+// own cache line and 128-byte line pair; the line size comes from cpuid),
+// an array of Cells cells of CellSize bytes, and a data area of RingBytes
+// bytes.
+//
+// Each frame takes exactly one cell. The cell begins with a 64-bit stamp,
+// the frame's position in the ring plus one, then the frame's length; a
+// frame of up to CellSize-16 bytes (an 8-byte payload with its 32-byte
+// header, or a small upper-layer message) is stored inline in the cell, so
+// that a small message costs the receiver one cache-line transfer. A larger
+// frame is stored contiguously in the data area (a frame never wraps: the
+// producer skips to the start of the area instead) and the cell holds its
+// position. The stamp is published last with an atomic store and polled by
+// the consumer with an atomic load: the stamps are the producer's tail, and
+// because cells never hold payload bytes at the stamp's offset, old data
+// can never look like a published frame. The consumer publishes its head
+// (cell and data positions) once the callbacks that used the frames have
+// returned: at once after a large frame, otherwise when half the cells or
+// a quarter of the data wait to be given back, or when it next finds the
+// ring empty, so that a small message costs it no shared store on the way
+// to its caller (ring.advance says why the producer cannot starve). The
+// producer reads the head only when its cached copy says the ring is full,
+// and then returns hal.ErrNoResource.
+//
+// With the defaults (256 cells of 128 bytes, 512 KiB of data) a ring takes
+// 548 KiB, so the segment of two ranks takes 2.2 MiB and that of eight 35
+// MiB; DefaultRingBytes shrinks the data areas of larger jobs.
+//
+// Ring headers carry magic markers at both ends, checked when the device
+// attaches and whenever a ring is used; a corrupted marker, or a cell that
+// points outside its ring, is reported as an error wrapping ErrCorrupt and
+// the ring is not used again. Nothing read from the shared segment is used
+// to index memory before it is checked.
+//
+// # Waiting
+//
+// Wait busy-polls the inbound rings for Options.Spin, then sleeps on a futex
+// word of the receiving rank in the segment. A sender bumps the word and
+// calls FUTEX_WAKE only when the receiver has advertised that it sleeps, so
+// the hot path makes no system call. Close and the cancellation of Wait's
+// context wake the sleeper the same way; the sleep is also bounded, so an
+// idle rank uses no CPU and never spins forever.
+//
+// # Cross-memory attach
+//
+// Device implements CrossMemory: ReadFrom and WriteTo copy between this
+// process and a peer's address space with process_vm_readv/writev, using
+// the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>").
+// Open finds out whether the kernel allows it (Yama ptrace_scope, seccomp),
+// Connect probes each peer, and CMA reports the result; a refusal is traced
+// once at level 2. The device checks nothing about the remote addresses: the
+// caller must have validated every access against its replica of the peer's
+// TPT first, since the kernel only checks that the pages are mapped.
+//
+// # Testing in one process
+//
+// Each Open maps the segment on its own, as a separate process would, so
+// OpenLocal opens all ranks of a job in one process, for tests and
+// benchmarks; the package's tests also run two real processes.
+//
+// # Imports
+//
+// shm imports hal, internal/*, golang.org/x/sys/unix and
+// github.com/klauspost/cpuid/v2 only, besides the standard library. It is
+// Linux-only; elsewhere Open reports errors.ErrUnsupported.
+package shm

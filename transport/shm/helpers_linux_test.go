@@ -1,0 +1,57 @@
+package shm
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// newJobKey draws a key for one test's job, so that concurrent test runs
+// (and leftovers of crashed ones) never share a segment.
+func newJobKey() uint64 { return rand.Uint64() }
+
+// openLocal opens a job of size ranks in this process, connects every pair,
+// and at cleanup closes them and checks that the segment is gone.
+func openLocal(t testing.TB, size int, opts Options) ([]*Device, uint64) {
+	t.Helper()
+	key := newJobKey()
+	devs, err := OpenLocal(key, size, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(devs[0].Options().Dir, SegmentName(key, 0))
+	t.Cleanup(func() {
+		for _, d := range devs {
+			if err := d.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
+				t.Errorf("Close: %v", err)
+			}
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("segment %s left behind after every rank closed (stat: %v)", path, err)
+			_ = os.Remove(path)
+		}
+	})
+	for _, d := range devs {
+		for _, p := range devs {
+			if err := d.Connect(p.rank, p.Addr()); err != nil {
+				t.Fatalf("rank %d: Connect(%d, %q): %v", d.rank, p.rank, p.Addr(), err)
+			}
+		}
+	}
+	return devs, key
+}
+
+// header encodes a data frame header from src to dst with a payload (upper
+// header included) of n bytes.
+func header(key uint64, src, dst hal.Rank, n int) []byte {
+	b := make([]byte, hal.HeaderLen)
+	hal.EncodeHeader(b, &hal.Header{Type: hal.FrameData, Len: uint16(n), JobKey: key, Src: src, Dst: dst})
+	return b
+}
+
+// ignore is a Poll callback that drops what it gets.
+func ignore(*hal.Header, []byte) {}

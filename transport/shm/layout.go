@@ -1,0 +1,156 @@
+package shm
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// The segment's layout. All offsets are from the start of the mapping,
+// which is page-aligned; every word is aligned to its size. "line" is the
+// cache line size (cpuid, 64 when unknown): words written by different
+// parties live on different lines so that they do not bounce a line
+// between cores that only one of them writes.
+//
+//	segment header, line 0 (written once by the creator):
+//	  0 magic u64   8 version u32   12 line u32   16 size u32   20 cellSize u32
+//	 24 cells u32  28 mtu u32      32 ringBytes u64  40 ringStride u64
+//	 48 total u64  56 jobKey u64
+//	segment header, line 1 (changed at attach and close):
+//	  0 ready u32 (readyMagic once initialised; a futex word)
+//	  4 life u32 (open count, and lifeUnlinked)   8 attached u32   12 creator pid u32
+//	segment header, line 2: end marker u64
+//	rank blocks from 3*line, two lines per rank:
+//	  line A (read-mostly): 0 state u32  4 pid u32  8 probe address u64  16 probe value u64
+//	  line B (wake line):   0 wake sequence u32 (futex)  4 sleepers u32
+//	rings from ringsOff (page-aligned), ring (src, dst) at
+//	ringsOff + (src*size+dst)*ringStride, a header of ringHdrLines lines:
+//	  line 0: start marker u64, src u32, dst u32, cells u32, cellSize u32, ringBytes u64
+//	  line 2: consumer's head: cell position u64, data position u64
+//	  line 4: end marker u64
+//	  (lines 1, 3 and 5 are padding: the head, the only line written, then
+//	  shares no 128-byte pair with the lines the producer reads on every
+//	  Send, since adjacent-line prefetchers move lines in pairs. The
+//	  producer's tail is not a word: it is the stamps in the cells.)
+//	  cells from ringHdrLines*line: stamp u64, frame length u32, zero u32,
+//	    then the inline frame, or the frame's data position u64
+//	  data area from dataOff (page-aligned)
+const (
+	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
+	segEnd     uint64 = 0x444e455354464557 // "WEFTSEND"
+	segVersion        = 1
+	readyMagic uint32 = 0x59444552         // "REDY"
+	ringStart  uint64 = 0x474e495254464557 // "WEFTRING"
+	ringEnd    uint64 = 0x21444e45474e4952 // "RINGEND!"
+
+	pageSize = 4096
+
+	// Segment header fields.
+	offMagic      = 0
+	offVersion    = 8
+	offLine       = 12
+	offSize       = 16
+	offCellSize   = 20
+	offCells      = 24
+	offMTU        = 28
+	offRingBytes  = 32
+	offRingStride = 40
+	offTotal      = 48
+	offJobKey     = 56
+	// On line 1 (add line).
+	offReady    = 0
+	offLife     = 4
+	offAttached = 8
+	offCreator  = 12
+
+	// Rank block fields: line A, then line B (add line).
+	offState     = 0
+	offPid       = 4
+	offProbeAddr = 8
+	offProbeVal  = 16
+	offWakeSeq   = 0
+	offSleepers  = 4
+
+	// Ring header: lines, and fields on line 0, headLine and endLine.
+	ringHdrLines = 6
+	headLine     = 2
+	endLine      = 4
+	offRingStart = 0
+	offRingSrc   = 8
+	offRingDst   = 12
+	offRingCells = 16
+	offRingCSize = 20
+	offRingData  = 24
+	offHeadCell  = 0
+	offHeadData  = 8
+	offRingEnd   = 0
+
+	// Cell fields.
+	offCellStamp = 0
+	offCellLen   = 8
+	offCellData  = 16 // the data position of an external frame; an inline frame starts here too
+)
+
+// Rank states.
+const (
+	stateFree     = 0 // not attached yet: frames toward it wait in its rings
+	stateAttached = 1
+	stateClosed   = 2 // closed: frames toward it are refused
+)
+
+// lifeUnlinked is set in the life word once the segment's name is gone; the
+// low bits count the ranks that have it open.
+const lifeUnlinked = 1 << 31
+
+// geometry is the layout of one job's segment, the same for every rank.
+type geometry struct {
+	size, line          int
+	cells, cellSize     int
+	mtu, ringBytes      int
+	rankOff, ringsOff   int // rank blocks, rings
+	dataOff             int // a ring's data area, from the ring's start
+	ringStride          int
+	total               int64
+	maxFrame, inlineMax int
+}
+
+// newGeometry lays out a segment for size ranks with opts (defaults
+// filled) and cache lines of line bytes.
+func newGeometry(size, line int, o Options) (geometry, error) {
+	g := geometry{size: size, line: line, cells: o.Cells, cellSize: o.CellSize, mtu: o.MTU, ringBytes: o.RingBytes}
+	g.rankOff = 3 * line
+	g.ringsOff = roundUp(g.rankOff+size*2*line, pageSize)
+	g.dataOff = roundUp(ringHdrLines*line+g.cells*g.cellSize, pageSize)
+	g.ringStride = g.dataOff + g.ringBytes
+	g.total = int64(g.ringsOff) + int64(size)*int64(size)*int64(g.ringStride)
+	g.maxFrame = hal.HeaderLen + g.mtu
+	g.inlineMax = g.cellSize - cellInlineOff
+	if g.total > 1<<40 || g.total > math.MaxInt {
+		return g, fmt.Errorf("shm: a segment for %d ranks with %d-byte rings would take %d bytes", size, g.ringStride, g.total)
+	}
+	return g, nil
+}
+
+// ringOff is the offset of ring (src, dst).
+func (g *geometry) ringOff(src, dst int) int {
+	return g.ringsOff + (src*g.size+dst)*g.ringStride
+}
+
+// SegmentName is the file name, in Options.Dir, of the segment of the job
+// with this key for device index index. It starts with the prefix gorun
+// removes when a job dies: weft-<key as 16 lower-case hex digits>-.
+func SegmentName(jobKey uint64, index uint8) string {
+	return fmt.Sprintf("weft-%016x-shm%d", jobKey, index)
+}
+
+// rankBlock is the offset of rank r's block (line A; line B follows).
+func (g *geometry) rankBlock(r int) int { return g.rankOff + r*2*g.line }
+
+// pairMarker makes a ring's marker specific to its pair, so that a ring
+// header found at the wrong place fails its check too.
+func pairMarker(base uint64, src, dst int) uint64 {
+	return base ^ uint64(src)<<40 ^ uint64(dst)<<16
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -1,0 +1,145 @@
+package shm
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Options tune a Device. The zero value gives the defaults below. Every
+// rank of a job must use the same Dir, MTU, Cells, CellSize and RingBytes:
+// they fix the segment's layout, and Open fails with ErrMismatch when a
+// rank's differ from the creator's.
+type Options struct {
+	// Dir is the directory of the segment file. Empty means DefaultDir,
+	// where gorun cleans up after a dead job.
+	Dir string
+	// MTU is the largest frame payload (header excluded). 0 means
+	// hal.MaxPayload, the most the header's length field allows.
+	MTU int
+	// Cells is the number of cells, and so of frames in flight, per ring:
+	// a power of two. 0 means DefaultCells.
+	Cells int
+	// CellSize is the size of a cell in bytes, a power of two from 64 to
+	// 4096. Frames of up to CellSize-16 bytes (header included) travel
+	// inline in the cell. 0 means DefaultCellSize.
+	CellSize int
+	// RingBytes is the size of each ring's data area, where frames too large
+	// for a cell go: a power of two, at least two full frames. 0 picks
+	// DefaultRingBytes(size).
+	RingBytes int
+	// Spin is how long Wait busy-polls before sleeping on the futex: waking a
+	// sleeping thread costs microseconds, a busy poll tens of nanoseconds.
+	// 0 means DefaultSpin, negative sleeps at once.
+	Spin time.Duration
+	// PollBatch bounds the frames one Poll takes, so that a flooded rank
+	// still gets back to its other work. 0 means DefaultPollBatch.
+	PollBatch int
+	// AttachTimeout bounds how long Open waits for another rank to finish
+	// creating the segment. 0 means DefaultAttachTimeout.
+	AttachTimeout time.Duration
+	// NoCMA turns cross-memory attach off: CMA reports false, and Open does
+	// not relax the process's ptrace policy for its peers.
+	NoCMA bool
+}
+
+// Defaults for zero Options fields, and the limits.
+const (
+	DefaultDir           = "/dev/shm"
+	DefaultCells         = 256
+	DefaultCellSize      = 128
+	DefaultSpin          = 50 * time.Microsecond
+	DefaultPollBatch     = 64
+	DefaultAttachTimeout = 10 * time.Second
+
+	// MaxRanks bounds a job's size: the segment holds size² rings.
+	MaxRanks = 256
+	// maxCells bounds Cells (positions are compared in 64 bits, so this is
+	// only about memory).
+	maxCells = 1 << 20
+	// maxRingBytes bounds RingBytes.
+	maxRingBytes = 1 << 30
+	// minCellSize fits a stamp, a length and a data position; maxCellSize
+	// keeps inline frames to a handful of cache lines.
+	minCellSize, maxCellSize = 64, 4096
+	// cellInlineOff is where an inline frame starts in its cell (after the
+	// stamp and the length word).
+	cellInlineOff = 16
+	// segmentBudget is what DefaultRingBytes aims to keep the data areas of
+	// all rings within.
+	segmentBudget = 512 << 20
+)
+
+// DefaultRingBytes is the data area per ring used when Options.RingBytes
+// is 0: 512 KiB, less for large jobs so that the size² rings stay within
+// about 512 MiB, never less than two full frames. Streaming measured on
+// the development machine was as fast from 512 KiB to 1 MiB, slower below
+// (the producer waits for room) and above (the area no longer stays in a
+// core's L2 cache).
+func DefaultRingBytes(size int) int {
+	n := 512 << 10
+	if size > 0 {
+		per := segmentBudget / (size * size)
+		for n > per && n > 128<<10 {
+			n >>= 1
+		}
+	}
+	return n
+}
+
+// withDefaults fills zero fields and rejects impossible values; size is
+// the job's size and line the cache line size.
+func (o Options) withDefaults(size, line int) (Options, error) {
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.MTU == 0 {
+		o.MTU = hal.MaxPayload
+	}
+	if o.MTU < 1 || o.MTU > hal.MaxPayload {
+		return o, fmt.Errorf("shm: MTU %d outside 1..%d", o.MTU, hal.MaxPayload)
+	}
+	if o.Cells == 0 {
+		o.Cells = DefaultCells
+	}
+	if !pow2(o.Cells) || o.Cells < 2 || o.Cells > maxCells {
+		return o, fmt.Errorf("shm: %d cells per ring: want a power of two in 2..%d", o.Cells, maxCells)
+	}
+	if o.CellSize == 0 {
+		o.CellSize = max(DefaultCellSize, line)
+	}
+	if !pow2(o.CellSize) || o.CellSize < minCellSize || o.CellSize > maxCellSize {
+		return o, fmt.Errorf("shm: cell size %d: want a power of two in %d..%d", o.CellSize, minCellSize, maxCellSize)
+	}
+	if o.RingBytes == 0 {
+		o.RingBytes = max(DefaultRingBytes(size), 2*frameSpan(hal.HeaderLen+o.MTU, line))
+	}
+	if need := 2 * frameSpan(hal.HeaderLen+o.MTU, line); !pow2(o.RingBytes) || o.RingBytes < need || o.RingBytes > maxRingBytes {
+		return o, fmt.Errorf("shm: ring data area of %d bytes: want a power of two from %d (two frames of MTU %d) to %d",
+			o.RingBytes, need, o.MTU, maxRingBytes)
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
+	if o.PollBatch == 0 {
+		o.PollBatch = DefaultPollBatch
+	}
+	if o.PollBatch < 0 {
+		return o, fmt.Errorf("shm: poll batch %d: want a positive number", o.PollBatch)
+	}
+	if o.AttachTimeout <= 0 {
+		o.AttachTimeout = DefaultAttachTimeout
+	}
+	return o, nil
+}
+
+func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+// frameSpan is the room a frame of n bytes takes in a data area: whole
+// cache lines, so that the next frame never shares a line with it.
+func frameSpan(n, line int) int { return (n + line - 1) &^ (line - 1) }
+
+// log2 of a power of two.
+func log2(n int) uint { return uint(bits.TrailingZeros(uint(n))) }

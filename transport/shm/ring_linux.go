@@ -1,0 +1,265 @@
+package shm
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// ring is one side's view of the single-producer, single-consumer ring of
+// an ordered pair of ranks (see layout.go). The device keeps one per
+// destination, as producer, and one per source, as consumer; the fields
+// after the views are that role's private state, which only the owning
+// device's Send or Poll touch.
+type ring struct {
+	src, dst int
+	cells    []byte // cells × cellSize
+	data     []byte // the data area
+
+	start, end             *uint64 // markers
+	wantStart, wantEnd     uint64
+	headCell, headData     *uint64 // consumer's published positions
+	cellMask, ringBytes    uint64
+	dataMask, halfCells    uint64
+	dataSlack              uint64 // see advance
+	cellShift              uint
+	line, inlineMax, maxFr int
+
+	// Producer: pos is the next cell to fill, dpos the next free data
+	// byte, seenCell and seenData the consumer's head as last read.
+	// Consumer: pos is the next cell to read, dpos the data head (the end
+	// of the last frame read from the data area), pubCell and pubData what
+	// it last published.
+	pos, dpos          uint64
+	seenCell, seenData uint64
+	pubCell, pubData   uint64
+
+	err error // set once the ring failed a check; it is not used again
+}
+
+// newRing makes the view of ring (src, dst) in mem.
+func newRing(mem []byte, g *geometry, src, dst int) ring {
+	off := g.ringOff(src, dst)
+	b := mem[off : off+g.ringStride]
+	l := g.line
+	return ring{
+		src: src, dst: dst,
+		cells:     b[ringHdrLines*l : ringHdrLines*l+g.cells*g.cellSize],
+		data:      b[g.dataOff : g.dataOff+g.ringBytes],
+		start:     word64(b, offRingStart),
+		end:       word64(b, endLine*l+offRingEnd),
+		wantStart: pairMarker(ringStart, src, dst),
+		wantEnd:   pairMarker(ringEnd, src, dst),
+		headCell:  word64(b, headLine*l+offHeadCell),
+		headData:  word64(b, headLine*l+offHeadData),
+		cellMask:  uint64(g.cells - 1),
+		halfCells: uint64(g.cells / 2),
+		dataSlack: dataSlack(g),
+		cellShift: log2(g.cellSize),
+		ringBytes: uint64(g.ringBytes),
+		dataMask:  uint64(g.ringBytes - 1),
+		line:      g.line,
+		inlineMax: g.inlineMax,
+		maxFr:     g.maxFrame,
+	}
+}
+
+// initRing writes the header of ring (src, dst) in a fresh segment.
+func initRing(mem []byte, g *geometry, src, dst int) {
+	b := mem[g.ringOff(src, dst):]
+	*word64(b, offRingStart) = pairMarker(ringStart, src, dst)
+	*word32(b, offRingSrc) = uint32(src)
+	*word32(b, offRingDst) = uint32(dst)
+	*word32(b, offRingCells) = uint32(g.cells)
+	*word32(b, offRingCSize) = uint32(g.cellSize)
+	*word64(b, offRingData) = uint64(g.ringBytes)
+	*word64(b, endLine*g.line+offRingEnd) = pairMarker(ringEnd, src, dst)
+}
+
+// attach checks the whole ring header, when the device opens.
+func (r *ring) attach(mem []byte, g *geometry) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	b := mem[g.ringOff(r.src, r.dst):]
+	if *word32(b, offRingSrc) != uint32(r.src) || *word32(b, offRingDst) != uint32(r.dst) ||
+		*word32(b, offRingCells) != uint32(g.cells) || *word32(b, offRingCSize) != uint32(g.cellSize) ||
+		*word64(b, offRingData) != uint64(g.ringBytes) {
+		return r.corrupt("header fields do not match the segment's geometry")
+	}
+	return nil
+}
+
+// check verifies the ring's markers, before each use.
+func (r *ring) check() error {
+	if r.err != nil {
+		return r.err
+	}
+	if s, e := atomic.LoadUint64(r.start), atomic.LoadUint64(r.end); s != r.wantStart || e != r.wantEnd {
+		return r.corrupt(fmt.Sprintf("header markers %#x/%#x, want %#x/%#x", s, e, r.wantStart, r.wantEnd))
+	}
+	return nil
+}
+
+// corrupt retires the ring with an error saying what failed.
+func (r *ring) corrupt(what string) error {
+	r.err = fmt.Errorf("shm: ring %d→%d: %s: %w", r.src, r.dst, what, ErrCorrupt)
+	return r.err
+}
+
+// cell is the cell of position pos.
+func (r *ring) cell(pos uint64) []byte {
+	off := (pos & r.cellMask) << r.cellShift
+	return r.cells[off : off+1<<r.cellShift]
+}
+
+// push copies one frame, hdr then payload, into the ring and publishes it.
+// It returns errRingFull when the consumer has not freed enough room.
+func (r *ring) push(hdr, payload []byte) error {
+	n := len(hdr) + len(payload)
+	if r.pos-r.seenCell > r.cellMask {
+		if err := r.reloadHead(); err != nil {
+			return err
+		}
+		if r.pos-r.seenCell > r.cellMask {
+			return errRingFull
+		}
+	}
+	c := r.cell(r.pos)
+	if n <= r.inlineMax {
+		copy(c[cellInlineOff+copy(c[cellInlineOff:], hdr):], payload)
+	} else {
+		span := uint64(frameSpan(n, r.line))
+		start := r.dpos
+		if start&r.dataMask+span > r.ringBytes {
+			// A frame never wraps, so that the receiver gets it in one
+			// piece: skip to the start of the area.
+			start = (start | r.dataMask) + 1
+		}
+		if start+span-r.seenData > r.ringBytes {
+			if err := r.reloadHead(); err != nil {
+				return err
+			}
+			if start+span-r.seenData > r.ringBytes {
+				return errRingFull
+			}
+		}
+		off := start & r.dataMask
+		d := r.data[off : off+uint64(n)]
+		copy(d[copy(d, hdr):], payload)
+		*word64(c, offCellData) = start
+		r.dpos = start + span
+	}
+	*word32(c, offCellLen) = uint32(n)
+	// The stamp is the release: everything written above is visible to a
+	// consumer that loads it.
+	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
+	r.pos++
+	return nil
+}
+
+// reloadHead reads the consumer's published head, checking that it is one
+// the consumer could have published.
+func (r *ring) reloadHead() error {
+	hc, hd := atomic.LoadUint64(r.headCell), atomic.LoadUint64(r.headData)
+	if hc > r.pos || hc < r.seenCell || hd > r.dpos || hd < r.seenData {
+		return r.corrupt(fmt.Sprintf("consumer head %d/%d outside the produced %d..%d/%d..%d",
+			hc, hd, r.seenCell, r.pos, r.seenData, r.dpos))
+	}
+	r.seenCell, r.seenData = hc, hd
+	return nil
+}
+
+// ready reports whether the consumer has a frame at its published head. It
+// reads shared words only, so Wait may call it while Poll runs. A head
+// whose publication advance deferred makes it report a frame already
+// consumed: Wait then returns early, the caller's next Poll finds the ring
+// empty and publishes, and the Wait after that is exact.
+func (r *ring) ready() bool {
+	h := atomic.LoadUint64(r.headCell)
+	return atomic.LoadUint64(word64(r.cell(h), offCellStamp)) == h+1
+}
+
+// peek reports whether the frame at the consumer's position is published.
+func (r *ring) peek() bool {
+	return atomic.LoadUint64(word64(r.cell(r.pos), offCellStamp)) == r.pos+1
+}
+
+// next returns the frame at the consumer's position, nil if none is
+// published yet, and where the data head moves once it is consumed. Every
+// value read from the cell is checked before it is used.
+func (r *ring) next() (frame []byte, dataEnd uint64, err error) {
+	c := r.cell(r.pos)
+	if atomic.LoadUint64(word64(c, offCellStamp)) != r.pos+1 {
+		return nil, 0, nil
+	}
+	n := int(*word32(c, offCellLen))
+	if n <= r.inlineMax {
+		return c[cellInlineOff : cellInlineOff+n], r.dpos, nil
+	}
+	if n > r.maxFr {
+		return nil, 0, r.corrupt(fmt.Sprintf("cell %d holds a frame of %d bytes, more than %d", r.pos, n, r.maxFr))
+	}
+	start, span := *word64(c, offCellData), uint64(frameSpan(n, r.line))
+	if start < r.dpos || start+span-r.dpos > r.ringBytes || start&r.dataMask+span > r.ringBytes {
+		return nil, 0, r.corrupt(fmt.Sprintf("cell %d places %d bytes at %d, outside the data area (head %d)", r.pos, n, start, r.dpos))
+	}
+	off := start & r.dataMask
+	return r.data[off : off+uint64(n)], start + span, nil
+}
+
+// advance moves past the frame next returned, whose callback has
+// returned. What it frees goes back to the producer (release) at once only
+// when it matters: when half the cells, or dataSlack bytes of data, wait
+// to be given back, and after a frame of bigSpan bytes or more (streaming
+// large frames, the producer refills the area while later ones are
+// delivered); otherwise when the consumer next finds the ring empty. A
+// small or medium frame thus costs the consumer no store to shared memory
+// on its way to the caller, and a ping-pong's reply leaves earlier.
+//
+// This cannot starve the producer. It runs out of cells only when more
+// than half of them still hold frames, which the consumer will come for.
+// It runs out of data with the ring truly empty only if a frame of span s
+// must skip to the start of the area: the kept bytes k then exceed
+// ringBytes-2s, which dataSlack rules out for every s up to the MTU's.
+func (r *ring) advance(dataEnd uint64) {
+	r.pos++
+	if dataEnd != r.dpos {
+		big := dataEnd-r.dpos >= bigSpan
+		r.dpos = dataEnd
+		if big || r.dpos-r.pubData > r.dataSlack {
+			r.release()
+			return
+		}
+	}
+	if r.pos-r.pubCell >= r.halfCells {
+		r.release()
+	}
+}
+
+// bigSpan is the size from which a frame's data goes back to the producer
+// as soon as it is consumed.
+const bigSpan = 4096
+
+// dataSlack is how many consumed data bytes advance may keep: a quarter of
+// the area, and never so many that a frame of the MTU could find no room
+// in an empty ring (see advance).
+func dataSlack(g *geometry) uint64 {
+	s := g.ringBytes / 4
+	if lim := g.ringBytes - 2*frameSpan(g.maxFrame, g.line); lim < s {
+		s = lim
+	}
+	return uint64(max(s, 0))
+}
+
+// release publishes the consumer's head, giving the producer back the
+// cells and data of every frame consumed so far.
+func (r *ring) release() {
+	if r.dpos != r.pubData {
+		atomic.StoreUint64(r.headData, r.dpos)
+		r.pubData = r.dpos
+	}
+	if r.pos != r.pubCell {
+		atomic.StoreUint64(r.headCell, r.pos)
+		r.pubCell = r.pos
+	}
+}

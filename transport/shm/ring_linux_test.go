@@ -1,0 +1,337 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// fill writes the content frame seq carries, so the receiver can check
+// every byte without keeping a copy.
+func fill(b []byte, seq uint64) {
+	x := seq*0x9e3779b97f4a7c15 | 1
+	for i := range b {
+		b[i] = byte(x >> 56)
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+}
+
+// randomSize favours the interesting sizes: inline, a few lines, and up to
+// the MTU.
+func randomSize(rng *rand.Rand, mtu, inline int) int {
+	switch rng.IntN(4) {
+	case 0:
+		return rng.IntN(inline + 8)
+	case 1:
+		return rng.IntN(4096)
+	default:
+		return rng.IntN(mtu + 1)
+	}
+}
+
+// A sender and a receiver goroutine move frames of random sizes, 0 to MTU,
+// with random upper-layer headers, through small rings until both the cells
+// and the data area have wrapped many times; every byte is checked.
+func TestWrapAround(t *testing.T) {
+	const frames = 3000
+	opts := Options{Cells: 16, CellSize: 64, RingBytes: 128 << 10, PollBatch: 5}
+	devs, key := openLocal(t, 2, opts)
+	tx, rx := devs[0], devs[1]
+	mtu := tx.Caps().MTU
+	inline := tx.g.inlineMax - hal.HeaderLen
+
+	type sent struct{ upper, payload int }
+	plan := make([]sent, frames)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range plan {
+		n := randomSize(rng, mtu, inline)
+		u := min(rng.IntN(17), n)
+		plan[i] = sent{u, n - u}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() {
+		buf := make([]byte, hal.HeaderLen+mtu)
+		for i, p := range plan {
+			hdr := buf[:hal.HeaderLen+p.upper]
+			hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(p.upper + p.payload), JobKey: key, Src: 0, Dst: 1})
+			payload := buf[len(hdr) : len(hdr)+p.payload]
+			fill(buf[hal.HeaderLen:len(hdr)+p.payload], uint64(i))
+			for {
+				err := tx.Send(hdr, payload)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, hal.ErrNoResource) || ctx.Err() != nil {
+					sendErr <- fmt.Errorf("frame %d: %w", i, err)
+					return
+				}
+				runtime.Gosched()
+			}
+		}
+		sendErr <- nil
+	}()
+
+	got := 0
+	var bad error
+	want := make([]byte, mtu)
+	for got < frames && bad == nil {
+		_, err := rx.Poll(func(h *hal.Header, payload []byte) {
+			p := plan[got]
+			w := want[:p.upper+p.payload]
+			fill(w, uint64(got))
+			if h.Src != 0 || h.Dst != 1 || int(h.Len) != len(w) || !slices.Equal(payload, w) {
+				bad = fmt.Errorf("frame %d: %+v with %d bytes, want %d bytes from 0 to 1, content differs: %v",
+					got, *h, len(payload), len(w), !slices.Equal(payload, w))
+			}
+			got++
+		})
+		if err != nil {
+			t.Fatalf("Poll after %d frames: %v", got, err)
+		}
+		if got == frames {
+			break
+		}
+		if err := rx.Wait(ctx); err != nil {
+			t.Fatalf("Wait after %d frames: %v", got, err)
+		}
+	}
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	if err := <-sendErr; err != nil {
+		t.Fatal(err)
+	}
+	r := &tx.out[1]
+	if laps, dlaps := r.pos/uint64(opts.Cells), r.dpos/uint64(opts.RingBytes); laps < 10 || dlaps < 10 {
+		t.Errorf("the rings wrapped %d (cells) and %d (data) times, want many", laps, dlaps)
+	}
+	t.Logf("%d frames, cells wrapped %d times, data %d times, %d NoResource", frames,
+		r.pos/uint64(opts.Cells), r.dpos/uint64(opts.RingBytes), tx.Counters().NoResource.Load())
+}
+
+// A full ring refuses with hal.ErrNoResource, both when its cells and when
+// its data area run out, and takes frames again as the receiver polls;
+// a frame that does not fit before the end of the data area skips to its
+// start.
+func TestRingFull(t *testing.T) {
+	t.Run("cells", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{Cells: 8, PollBatch: 1})
+		hdr := header(key, 0, 1, 8)
+		payload := make([]byte, 8)
+		for i := range 8 {
+			if err := devs[0].Send(hdr, payload); err != nil {
+				t.Fatalf("frame %d of 8: %v", i, err)
+			}
+		}
+		if err := devs[0].Send(hdr, payload); !errors.Is(err, hal.ErrNoResource) {
+			t.Fatalf("ninth frame into 8 cells: %v, want hal.ErrNoResource", err)
+		}
+		// The receiver gives cells back once half of them are free, or
+		// when it finds the ring empty.
+		for i := range 4 {
+			if n, err := devs[1].Poll(ignore); n != 1 || err != nil {
+				t.Fatalf("Poll with a batch of 1: %d, %v", n, err)
+			}
+			err := devs[0].Send(hdr, payload)
+			if i < 3 && !errors.Is(err, hal.ErrNoResource) || i == 3 && err != nil {
+				t.Fatalf("Send after the receiver took %d frames of 8: %v", i+1, err)
+			}
+		}
+		for range 3 {
+			if err := devs[0].Send(hdr, payload); err != nil {
+				t.Fatalf("Send after half the cells came back: %v", err)
+			}
+		}
+		if err := devs[0].Send(hdr, payload); !errors.Is(err, hal.ErrNoResource) {
+			t.Fatalf("Send into the full ring again: %v, want hal.ErrNoResource", err)
+		}
+		for range 8 {
+			devs[1].Poll(ignore)
+		}
+		if n, _ := devs[1].Poll(ignore); n != 0 {
+			t.Fatalf("Poll of an empty ring delivered %d", n)
+		}
+		for range 8 {
+			if err := devs[0].Send(hdr, payload); err != nil {
+				t.Fatalf("Send after the receiver found the ring empty: %v", err)
+			}
+		}
+		if got := devs[0].Counters().NoResource.Load(); got != 5 {
+			t.Errorf("Counters.NoResource = %d, want 5", got)
+		}
+	})
+	t.Run("data", func(t *testing.T) {
+		const size = 40000 // three fit in 128 KiB; the fourth skips the last 11072 bytes
+		devs, key := openLocal(t, 2, Options{RingBytes: 128 << 10})
+		payload := make([]byte, size-hal.HeaderLen)
+		hdr := header(key, 0, 1, len(payload))
+		var seq uint64
+		send := func() error {
+			fill(payload, seq)
+			err := devs[0].Send(hdr, payload)
+			if err == nil {
+				seq++
+			}
+			return err
+		}
+		var next uint64
+		recv := func(want int) {
+			t.Helper()
+			n, err := devs[1].Poll(func(_ *hal.Header, p []byte) {
+				w := make([]byte, len(payload))
+				fill(w, next)
+				if !slices.Equal(p, w) {
+					t.Errorf("frame %d: content differs", next)
+				}
+				next++
+			})
+			if n != want || err != nil {
+				t.Fatalf("Poll: %d frames, %v; want %d", n, err, want)
+			}
+		}
+		for i := range 3 {
+			if err := send(); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+		if err := send(); !errors.Is(err, hal.ErrNoResource) {
+			t.Fatalf("fourth 40000-byte frame into 128 KiB: %v, want hal.ErrNoResource", err)
+		}
+		devs[1].opts.PollBatch = 1
+		recv(1)
+		if err := send(); err != nil {
+			t.Fatalf("fourth frame, skipping to the start of the area, after one was taken: %v", err)
+		}
+		if off := devs[0].out[1].dpos - size64(size); off != 128<<10 {
+			t.Errorf("fourth frame placed at %d, want at the start of the second lap (%d)", off, 128<<10)
+		}
+		if err := send(); !errors.Is(err, hal.ErrNoResource) {
+			t.Fatalf("fifth frame: %v, want hal.ErrNoResource", err)
+		}
+		devs[1].opts.PollBatch = 64
+		recv(3)
+		for range 3 {
+			if err := send(); err != nil {
+				t.Fatalf("after draining: %v", err)
+			}
+		}
+		recv(3)
+	})
+}
+
+// size64 is the room a frame of n bytes takes in a data area.
+func size64(n int) uint64 { return uint64(frameSpan(n, cacheLine())) }
+
+// Corrupted shared state is reported as ErrCorrupt, never a crash, and the
+// ring stays out of use.
+func TestCorruption(t *testing.T) {
+	payload := make([]byte, 8)
+	t.Run("start marker", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{})
+		atomic.AddUint64(devs[0].out[1].start, 1)
+		err := devs[0].Send(header(key, 0, 1, 8), payload)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Send over a ring with a bad start marker: %v, want ErrCorrupt", err)
+		}
+		t.Log(err)
+		atomic.AddUint64(devs[0].out[1].start, ^uint64(0))
+		if err := devs[0].Send(header(key, 0, 1, 8), payload); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Send once the marker is repaired: %v, want the ring to stay retired", err)
+		}
+	})
+	t.Run("end marker", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{})
+		if err := devs[0].Send(header(key, 0, 1, 8), payload); err != nil {
+			t.Fatal(err)
+		}
+		atomic.StoreUint64(devs[1].in[0].end, 0)
+		if n, err := devs[1].Poll(ignore); n != 0 || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Poll of a ring with a bad end marker: %d, %v; want 0, ErrCorrupt", n, err)
+		}
+		// The other rings still work.
+		if err := devs[1].Send(header(key, 1, 1, 8), payload); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("cell", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{})
+		big := make([]byte, 1000)
+		if err := devs[0].Send(header(key, 0, 1, len(big)), big); err != nil {
+			t.Fatal(err)
+		}
+		c := devs[1].in[0].cell(0)
+		*word64(c, offCellData) = 1 << 40 // far outside the data area
+		if n, err := devs[1].Poll(ignore); n != 0 || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Poll of a cell pointing outside its ring: %d, %v; want 0, ErrCorrupt", n, err)
+		}
+	})
+	t.Run("length", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{})
+		if err := devs[0].Send(header(key, 0, 1, 8), payload); err != nil {
+			t.Fatal(err)
+		}
+		*word32(devs[1].in[0].cell(0), offCellLen) = 1 << 30
+		if _, err := devs[1].Poll(ignore); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Poll of a cell with a huge length: %v, want ErrCorrupt", err)
+		}
+	})
+	t.Run("head", func(t *testing.T) {
+		devs, key := openLocal(t, 2, Options{Cells: 4})
+		for range 4 {
+			if err := devs[0].Send(header(key, 0, 1, 8), payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		atomic.StoreUint64(devs[0].out[1].headCell, 1<<50) // ahead of anything produced
+		if err := devs[0].Send(header(key, 0, 1, 8), payload); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Send with an impossible consumer head: %v, want ErrCorrupt", err)
+		}
+	})
+	t.Run("frame", func(t *testing.T) {
+		// A frame whose header is not a weft header is dropped and
+		// counted; the next one is delivered.
+		devs, key := openLocal(t, 2, Options{})
+		bad := header(key, 0, 1, 8)
+		bad[0] = 'X'
+		for _, h := range [][]byte{bad, header(key, 0, 1, 8)} {
+			if err := devs[0].Send(h, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := devs[1].Poll(ignore)
+		if n != 1 || err != nil || devs[1].Counters().Drops[hal.DropMagic].Load() != 1 {
+			t.Fatalf("Poll: %d, %v, %v; want the good frame and one DropMagic", n, err, devs[1].Counters())
+		}
+	})
+}
+
+// Steady-state Send and Poll allocate nothing.
+func TestAllocs(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{})
+	for _, size := range []int{8, 1000, 60000} {
+		payload := make([]byte, size)
+		hdr := header(key, 0, 1, size)
+		allocs := testing.AllocsPerRun(200, func() {
+			if err := devs[0].Send(hdr, payload); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := devs[1].Poll(ignore); n != 1 || err != nil {
+				t.Fatalf("Poll: %d, %v", n, err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%d-byte frames: %v allocations per frame, want 0", size, allocs)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package shm
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// exists reports whether the segment file is there.
+func exists(t *testing.T, path string) bool {
+	t.Helper()
+	_, err := os.Stat(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// openRank opens one rank of a job in dir.
+func openRank(t *testing.T, key uint64, rank, size int, opts Options) (*Device, error) {
+	t.Helper()
+	d, err := Open(hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}, opts)
+	if err == nil {
+		t.Cleanup(func() { d.Close() })
+	}
+	return d, err
+}
+
+// mustOpen is openRank for a rank that must open.
+func mustOpen(t *testing.T, key uint64, rank, size int, opts Options) *Device {
+	t.Helper()
+	d, err := openRank(t, key, rank, size, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// The name disappears as soon as every rank has attached; until then it is
+// private to this user.
+func TestUnlinkWhenAllAttached(t *testing.T) {
+	key := newJobKey()
+	path := filepath.Join(DefaultDir, SegmentName(key, 0))
+	mustOpen(t, key, 0, 3, Options{})
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("after the first rank opened: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("segment mode %v, want 0600", st.Mode().Perm())
+	}
+	mustOpen(t, key, 2, 3, Options{})
+	if !exists(t, path) {
+		t.Fatalf("segment unlinked with one rank still to come")
+	}
+	mustOpen(t, key, 1, 3, Options{})
+	if exists(t, path) {
+		t.Errorf("segment %s still there after every rank attached", path)
+	}
+}
+
+// A job whose ranks all close before the last one came leaves nothing
+// behind either.
+func TestUnlinkOnLastClose(t *testing.T) {
+	key := newJobKey()
+	path := filepath.Join(DefaultDir, SegmentName(key, 0))
+	a := mustOpen(t, key, 0, 3, Options{})
+	b := mustOpen(t, key, 1, 3, Options{})
+	a.Close()
+	if !exists(t, path) {
+		t.Fatalf("segment unlinked while rank 1 still has it open")
+	}
+	b.Close()
+	if exists(t, path) {
+		t.Errorf("segment %s still there after the last Close", path)
+	}
+}
+
+// A rank that joins a segment whose other users already closed it fails
+// rather than wait alone.
+func TestAbandoned(t *testing.T) {
+	key := newJobKey()
+	a := mustOpen(t, key, 0, 2, Options{})
+	// As if rank 0 had closed (and unlinked) between rank 1's open and
+	// its attach.
+	*a.seg.life |= lifeUnlinked
+	_, err := openRank(t, key, 1, 2, Options{})
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("joining an abandoned segment: %v, want ErrMismatch", err)
+	}
+	t.Log(err)
+	*a.seg.life &^= lifeUnlinked
+}
+
+// A creator that fails before sizing the file removes it; a rank waiting
+// for it then creates the segment itself.
+func TestCreatorFailed(t *testing.T) {
+	key := newJobKey()
+	path := filepath.Join(DefaultDir, SegmentName(key, 0))
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		d, err := Open(hal.Config{JobKey: key, Rank: 1, Size: 2}, Options{})
+		if err == nil {
+			d.Close()
+		}
+		res <- err
+	}()
+	os.Remove(path) // before or after Open found it: either way it recovers
+	if err := <-res; err != nil {
+		t.Fatalf("Open after its creator gave up: %v", err)
+	}
+}
+
+// Every rank opening at once: one creates, the others join, all succeed.
+func TestCreateRace(t *testing.T) {
+	const size = 8
+	key := newJobKey()
+	devs := make([]*Device, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() { devs[r], errs[r] = Open(hal.Config{JobKey: key, Rank: hal.Rank(r), Size: size}, Options{}) })
+	}
+	wg.Wait()
+	creators := 0
+	for r, d := range devs {
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v", r, errs[r])
+			continue
+		}
+		defer d.Close()
+		if d.seg.creator {
+			creators++
+		}
+	}
+	if creators != 1 {
+		t.Errorf("%d ranks created the segment, want 1", creators)
+	}
+	if exists(t, filepath.Join(DefaultDir, SegmentName(key, 0))) {
+		t.Errorf("segment still there after every rank attached")
+	}
+}
+
+// A segment its creator never finishes fails Open after AttachTimeout with
+// an error that says so.
+func TestAttachTimeout(t *testing.T) {
+	key := newJobKey()
+	path := filepath.Join(DefaultDir, SegmentName(key, 0))
+	opts := Options{AttachTimeout: 20 * time.Millisecond}
+	create := func(size int64) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(path) })
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	create(0) // a creator that died before sizing it
+	_, err := openRank(t, key, 1, 2, opts)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Open of a segment never sized: %v, want os.ErrDeadlineExceeded", err)
+	}
+	t.Log(err)
+
+	os.Remove(path)
+	o, _ := opts.withDefaults(2, cacheLine())
+	g, _ := newGeometry(2, cacheLine(), o)
+	create(g.total) // ... or before initialising it
+	_, err = openRank(t, key, 1, 2, opts)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Open of a segment never initialised: %v, want os.ErrDeadlineExceeded", err)
+	}
+	t.Log(err)
+}
+
+// Ranks that disagree on the geometry, a rank opened twice, and a segment
+// others could read are refused.
+func TestMismatch(t *testing.T) {
+	t.Run("size", func(t *testing.T) {
+		key := newJobKey()
+		mustOpen(t, key, 0, 2, Options{Cells: 64})
+		_, err := openRank(t, key, 1, 2, Options{Cells: 128})
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank with more cells: %v, want ErrMismatch", err)
+		}
+		t.Log(err)
+	})
+	t.Run("header", func(t *testing.T) {
+		key := newJobKey()
+		mustOpen(t, key, 0, 2, Options{MTU: 1000, RingBytes: 1 << 20})
+		_, err := openRank(t, key, 1, 2, Options{MTU: 2000, RingBytes: 1 << 20})
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank with another MTU, same size: %v, want ErrMismatch", err)
+		}
+		t.Log(err)
+	})
+	t.Run("rank twice", func(t *testing.T) {
+		key := newJobKey()
+		mustOpen(t, key, 0, 2, Options{})
+		_, err := openRank(t, key, 0, 2, Options{})
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank 0 opened twice: %v, want ErrMismatch", err)
+		}
+		t.Log(err)
+	})
+	t.Run("magic", func(t *testing.T) {
+		key := newJobKey()
+		a := mustOpen(t, key, 0, 2, Options{})
+		*word64(a.seg.mem, offMagic) ^= 1
+		_, err := openRank(t, key, 1, 2, Options{})
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("joining a segment with a bad magic: %v, want ErrCorrupt", err)
+		}
+		*word64(a.seg.mem, offMagic) ^= 1
+	})
+	t.Run("mode", func(t *testing.T) {
+		key := newJobKey()
+		path := filepath.Join(DefaultDir, SegmentName(key, 0))
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(path)
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := openRank(t, key, 0, 2, Options{})
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("a world-readable segment: %v, want ErrMismatch", err)
+		}
+		t.Log(err)
+	})
+	t.Run("options", func(t *testing.T) {
+		for _, o := range []Options{{Cells: 3}, {CellSize: 32}, {RingBytes: 64 << 10}, {MTU: -1}, {PollBatch: -1}} {
+			if _, err := openRank(t, newJobKey(), 0, 1, o); err == nil {
+				t.Errorf("Open with %+v succeeded", o)
+			}
+		}
+		if _, err := openRank(t, newJobKey(), 2, 2, Options{}); !errors.Is(err, hal.ErrUnknownPeer) {
+			t.Errorf("Open of rank 2 of 2: %v, want hal.ErrUnknownPeer", err)
+		}
+	})
+}
+
+// Frames sent before the receiver opens wait for it; a closed receiver
+// refuses them.
+func TestLifecycle(t *testing.T) {
+	key := newJobKey()
+	a := mustOpen(t, key, 0, 2, Options{})
+	if err := a.Send(header(key, 0, 1, 0), nil); err != nil {
+		t.Fatalf("Send before the receiver opened: %v", err)
+	}
+	b := mustOpen(t, key, 1, 2, Options{})
+	if n, err := b.Poll(ignore); n != 1 || err != nil {
+		t.Errorf("receiver opened late: Poll %d, %v; want the frame sent before", n, err)
+	}
+	b.Close()
+	if err := a.Send(header(key, 0, 1, 0), nil); !errors.Is(err, hal.ErrUnknownPeer) {
+		t.Errorf("Send to a closed device: %v, want hal.ErrUnknownPeer", err)
+	}
+}
+
+func TestConnect(t *testing.T) {
+	devs, _ := openLocal(t, 2, Options{})
+	d := devs[0]
+	other := SegmentName(newJobKey(), 0)
+	for _, addr := range []string{"", "shm", "udp:1.2.3.4:5", "shm:" + d.seg.name + ":1", "shm:" + d.seg.name + ":x:1",
+		"shm:" + d.seg.name + ":1:0", "shm:" + d.seg.name + ":0:1", "shm:" + other + ":1:1"} {
+		if err := d.Connect(1, addr); !errors.Is(err, hal.ErrUnknownPeer) {
+			t.Errorf("Connect(1, %q): %v, want hal.ErrUnknownPeer", addr, err)
+		}
+	}
+	if err := d.Connect(2, devs[1].Addr()); !errors.Is(err, hal.ErrUnknownPeer) {
+		t.Errorf("Connect(2) in a job of 2: %v, want hal.ErrUnknownPeer", err)
+	}
+}
