@@ -6,12 +6,15 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/internal/profile"
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/transport/shm"
 	"github.com/weft-hpc/weft/transport/udp"
 )
 
@@ -21,8 +24,9 @@ import (
 // job key and every device address travel through the process manager;
 // every socket binds port 0.
 //
-// WEFT_TRANSPORT picks the device: auto (the default) and udp use kernel
-// UDP sockets; shm and verbs are not available in this build yet and fail
+// WEFT_TRANSPORT picks the device: auto (the default) uses shared memory
+// when every rank is on this node and kernel UDP sockets otherwise; shm
+// and udp force one; verbs is not available in this build yet and fails
 // with an error that says so.
 func Init() (*World, error) {
 	if err := trace.FromEnv(); err != nil {
@@ -47,21 +51,10 @@ func initWith(cl pmi.Client) (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)
 	}
-	switch t := os.Getenv("WEFT_TRANSPORT"); t {
-	case "", "auto", "udp":
-	case "shm", "verbs":
-		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%s: this build has no %s device yet; use udp or auto", t, t)
-	default:
-		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, udp, shm or verbs", t)
-	}
-	bind, err := bindAddr(cl)
+	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}
+	dev, err := openDevice(cl, cfg)
 	if err != nil {
 		return nil, err
-	}
-	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}
-	dev, err := udp.OpenFromEnv(cfg, udp.Options{Bind: bind})
-	if err != nil {
-		return nil, fmt.Errorf("mpi: init: open udp device on %s: %w", bind, err)
 	}
 	if err := cl.Put(addrKey(rank), dev.Addr()); err != nil {
 		dev.Close()
@@ -94,6 +87,62 @@ func initWith(cl pmi.Client) (*World, error) {
 		cl.Finalize)
 	trace.Printf(2, "init: rank %d of %d via %s, device %s", rank, size, cl.Kind(), dev.Addr())
 	return w, nil
+}
+
+// openDevice opens the device WEFT_TRANSPORT names. auto picks shared
+// memory when every rank is on this node and UDP otherwise (a job that
+// spans hosts runs over UDP everywhere until devices can be mixed).
+func openDevice(cl pmi.Client, cfg hal.Config) (hal.Device, error) {
+	t := os.Getenv("WEFT_TRANSPORT")
+	oneNode := cl.Info().LocalRanks != nil && len(cl.Info().LocalRanks) == cfg.Size
+	switch t {
+	case "", "auto":
+		if oneNode && cfg.Size > 1 {
+			t = "shm"
+		} else {
+			t = "udp"
+		}
+	case "shm":
+		if !oneNode {
+			return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=shm, but the ranks are not all on this node (%d of %d here): use auto or udp", len(cl.Info().LocalRanks), cfg.Size)
+		}
+	case "udp":
+	case "verbs":
+		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=verbs: this build has no verbs device yet; use auto, shm or udp")
+	default:
+		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, shm, udp or verbs", t)
+	}
+	if t == "shm" {
+		dev, err := shm.Open(cfg, shm.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("mpi: init: open shared-memory device: %w", err)
+		}
+		return wrapFaults(dev)
+	}
+	bind, err := bindAddr(cl)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := udp.OpenFromEnv(cfg, udp.Options{Bind: bind})
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: open udp device on %s: %w", bind, err)
+	}
+	return dev, nil
+}
+
+// wrapFaults applies WEFT_FAULTS to a device, as inproc and udp do for
+// themselves, so user code can be tested under a hostile network on any
+// device.
+func wrapFaults(dev hal.Device) (hal.Device, error) {
+	spec, ok, err := faults.FromEnv()
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	if !ok {
+		return dev, nil
+	}
+	return faults.Wrap(dev, spec, time.Now), nil
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }

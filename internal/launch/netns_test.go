@@ -79,6 +79,13 @@ func TestMultiHostNetns(t *testing.T) {
 	}
 	t.Logf("4 ranks on 2 hosts in %v", r.took)
 
+	// A real MPI program across the hosts: the ranks bind UDP on their
+	// host's address (its name resolves there) and reduce across hosts.
+	r = command(t, "", nil, bins.gorun, "-n", "4", "-H", "host1:2,host2:2", "--rsh", rsh, bins.pi, "-n", "200000")
+	if r.code != 0 || !strings.Contains(r.stdout, "pi ≈ 3.14159265359") || !strings.Contains(r.stdout, "on 4 ranks") {
+		t.Errorf("pi across hosts: status %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
 	r = command(t, "", nil, bins.gorun, "-n", "4", "-H", "host1:2,host2:2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "3", "-fail", "kill")
 	if r.code != 137 || !strings.Contains(r.stderr, "rank 3 (on host2") {
 		t.Errorf("status %d, want 137 naming rank 3 on host2:\n%s", r.code, r.stderr)
