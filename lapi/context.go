@@ -40,6 +40,7 @@ type Context struct {
 	tpt       *hal.TPT
 	gets      getTable
 	stats     Stats
+	failures  atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
 	xchg      xchgState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
@@ -184,6 +185,9 @@ func (c *Context) PeerErr(peer hal.Rank) error {
 	if int(peer) >= c.cfg.Size {
 		return fmt.Errorf("lapi: peer %d: %w", peer, ErrBadRank)
 	}
+	if c.failures.Load() == 0 {
+		return nil // the common case, without the progress lock
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.peerErr[peer]
@@ -282,3 +286,7 @@ func (c *Context) PeerErrLocked(peer hal.Rank) error {
 	}
 	return c.peerErr[peer]
 }
+
+// CopyThreshold is the largest message Amsend copies: its origin buffer is
+// reusable, and its origin counter has fired, when Amsend returns.
+func (c *Context) CopyThreshold() int { return c.cfg.CopyThreshold }

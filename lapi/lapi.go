@@ -83,6 +83,17 @@ type AMHandler interface {
 	OnComplete(src hal.Rank, cookie any)
 }
 
+// WholeHandler is an AMHandler that can also take a message that arrived
+// whole, in one packet, at once: OnWhole runs in the progress engine with
+// the lock held (it must not block or call into the context) and returns
+// false to have the message go through OnHeader and OnComplete instead.
+// data is valid only during the call. It saves small messages the
+// completion queue; lapi uses it only when no counter is attached.
+type WholeHandler interface {
+	AMHandler
+	OnWhole(src hal.Rank, uhdr, data []byte) bool
+}
+
 // SendOpts are the counters an operation updates. All are optional.
 type SendOpts struct {
 	// Origin is incremented when the data buffer may be reused.

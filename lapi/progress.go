@@ -87,6 +87,7 @@ func (c *Context) failPeer(peer hal.Rank, cause string) {
 	}
 	err := &PeerError{Peer: peer, Cause: cause}
 	c.peerErr[peer] = err
+	c.failures.Add(1)
 	drop := func(p *outPkt) {
 		if m := p.msg; m != nil && m.pending > 0 {
 			m.pending = 0 // report once, however many packets it had

@@ -76,6 +76,10 @@ func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	}
 	hd := c.handlers[ph.handler]
 	if ph.offset == 0 && len(data) == int(ph.total) {
+		if wh, ok := hd.(WholeHandler); ok && ph.tcntr == 0 && ph.ccntr == 0 && wh.OnWhole(src, uhdr, data) {
+			c.stats.MessagesIn++
+			return
+		}
 		buf, cookie := hd.OnHeader(src, uhdr, len(data))
 		copy(buf, data)
 		c.complete(hd, src, cookie, ph)

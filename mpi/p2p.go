@@ -118,8 +118,16 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
 		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
 	if len(b) <= w.eagerLimit {
-		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(r.hdr[:]), b, lapi.SendOpts{Notify: r}); err != nil {
+		var o lapi.SendOpts
+		copied := len(b) <= w.lc.CopyThreshold()
+		if !copied {
+			o.Notify = r // done when lapi no longer needs b
+		}
+		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(r.hdr[:]), b, o); err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+		}
+		if copied {
+			r.finish(Status{}, nil) // lapi copied b: the send is complete
 		}
 		return r, nil
 	}
@@ -263,6 +271,30 @@ func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	}
 	w.mu.Unlock()
 	return a.data, a
+}
+
+// OnWhole takes an eager message that arrived in one packet, in lapi's
+// progress engine: matched, it is copied straight into the receive buffer
+// and the receive completes; otherwise it is kept (copied) as unexpected or
+// held back. Rendezvous headers go the OnHeader/OnComplete way, which can
+// start the read.
+func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
+	w := h.w
+	var env envelope
+	if env.decode(uhdr) != nil || env.kind != kindEager || int(src) >= w.size {
+		return false
+	}
+	w.mu.Lock()
+	a := w.newArrival()
+	a.env, a.from, a.data, a.complete = env, src, data, true
+	w.m.arrive(a, w.place)
+	if a.data != nil {
+		// Not finished (a finished arrival was freed, its data cleared):
+		// kept as unexpected or held, it must outlive the packet.
+		a.data = append([]byte(nil), data...)
+	}
+	w.mu.Unlock()
+	return true
 }
 
 // place decides where a newly matchable arrival's data goes.
