@@ -11,7 +11,8 @@ type Rank uint32
 
 // Caps are the properties a device guarantees.
 type Caps struct {
-	// MTU is the largest payload, in bytes, one frame may carry (header excluded).
+	// MTU is the most bytes one frame may carry after its frame header:
+	// the Len field, which counts the upper layer's header and payload.
 	MTU int
 	// Reliable devices deliver every frame exactly once and intact.
 	Reliable bool
@@ -37,8 +38,11 @@ type Config struct {
 }
 
 // Device is one adapter opened by this process: its window's send FIFO and
-// receive FIFO. Methods other than Counters and Caps must not be called
-// concurrently; the driver above serialises them (a progress lock).
+// receive FIFO. Send, Flush and Poll must not be called concurrently; the
+// driver above serialises them (a progress lock). Wait may run while another
+// goroutine holds that lock and calls them, and Close may be called at any
+// time, from any goroutine: a Wait in progress then returns ErrClosed.
+// Caps and Counters are safe everywhere.
 type Device interface {
 	// Caps reports what the device guarantees.
 	Caps() Caps
@@ -68,7 +72,10 @@ type Device interface {
 	// Wait blocks until Poll may deliver a frame, ctx is done (returning
 	// ctx.Err()), or the device is closed (ErrClosed). It may return early.
 	Wait(ctx context.Context) error
-	// Counters are the device's statistics.
+	// Counters are the device's statistics. A device may fold them in at
+	// Flush and Poll rather than per frame (a locked add per frame is a
+	// large share of a shared-memory frame's cost), so they can lag by one
+	// call; what a byte counter counts is the device's to document.
 	Counters() *Counters
 	// Close releases the device. Later calls return ErrClosed.
 	Close() error
