@@ -13,14 +13,13 @@ import (
 
 // lapi's own handlers, below firstUserHandler.
 const (
-	hNotify   HandlerID = 1 + iota // completion (or fault) for an origin counter
-	hPut                           // data for a registered region
-	hGet                           // ask for a region's bytes
-	hGetReply                      // the bytes, or a fault
-	hRmw                           // read-modify-write on 8 bytes
-	hRmwReply                      // the previous value, or a fault
-	hXchg                          // address exchange
-	hFence                         // fence probe
+	hNotify HandlerID = 1 + iota // completion (or fault) for an origin counter
+	hPut                         // data for a registered region
+	hGet                         // ask for a region's bytes
+	hReply                       // a get's bytes or an rmw's previous value, or a fault
+	hRmw                         // read-modify-write on 8 bytes
+	hXchg                        // address exchange
+	hFence                       // fence probe
 )
 
 // RmwOp is a read-modify-write operation on an 8-byte, 8-aligned int64.
@@ -62,9 +61,8 @@ func (c *Context) installInternalHandlers() {
 	c.handlers[hNotify] = notifyHandler{c}
 	c.handlers[hPut] = putHandler{c}
 	c.handlers[hGet] = getHandler{c}
-	c.handlers[hGetReply] = getReplyHandler{c}
+	c.handlers[hReply] = replyHandler{c}
 	c.handlers[hRmw] = rmwHandler{c}
-	c.handlers[hRmwReply] = rmwReplyHandler{c}
 	c.handlers[hXchg] = &c.xchg
 	c.handlers[hFence] = nopHandler{}
 	c.xchg.c = c
@@ -168,6 +166,7 @@ type getSlot struct {
 	notify Completer
 	err    error
 	peer   hal.Rank
+	idx    uint32
 	gen    uint32
 	used   bool
 }
@@ -183,7 +182,7 @@ func (s *getSlot) finish(c *Context) {
 // getTable holds outstanding gets and rmws, named by index and generation
 // so a late reply for a reused slot is recognised and dropped.
 type getTable struct {
-	slots []getSlot
+	slots []*getSlot // pointers: a reply holds one between its handlers
 	free  []uint32
 }
 
@@ -196,9 +195,9 @@ func (t *getTable) take(peer hal.Rank, buf []byte, prev *int64, k *Counter, n Co
 		t.free = t.free[:n-1]
 	} else {
 		i = uint32(len(t.slots))
-		t.slots = append(t.slots, getSlot{})
+		t.slots = append(t.slots, &getSlot{idx: i})
 	}
-	s := &t.slots[i]
+	s := t.slots[i]
 	s.gen++
 	s.peer, s.buf, s.prev, s.cntr, s.notify, s.used = peer, buf, prev, k, n, true
 	return i | s.gen<<slotBits
@@ -209,7 +208,7 @@ func (t *getTable) lookup(id uint32) *getSlot {
 	if int(i) >= len(t.slots) {
 		return nil
 	}
-	s := &t.slots[i]
+	s := t.slots[i]
 	if !s.used || s.gen&(1<<(32-slotBits)-1) != id>>slotBits {
 		return nil
 	}
@@ -218,19 +217,19 @@ func (t *getTable) lookup(id uint32) *getSlot {
 
 // failPeer fails every get and rmw outstanding at peer.
 func (t *getTable) failPeer(c *Context, peer hal.Rank, err error) {
-	for i := range t.slots {
-		if s := &t.slots[i]; s.used && s.peer == peer {
+	for _, s := range t.slots {
+		if s.used && s.peer == peer {
 			s.err = err
 			s.cntr.fail(err)
 			s.finish(c)
-			t.put(s, uint32(i)|s.gen<<slotBits)
+			t.put(s)
 		}
 	}
 }
 
-func (t *getTable) put(s *getSlot, id uint32) {
-	*s = getSlot{gen: s.gen}
-	t.free = append(t.free, id&(1<<slotBits-1))
+func (t *getTable) put(s *getSlot) {
+	*s = getSlot{gen: s.gen, idx: s.idx}
+	t.free = append(t.free, s.idx)
 }
 
 // Get reads len(dst) bytes from the region src names at tgt into dst.
@@ -248,7 +247,7 @@ func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	binary.LittleEndian.PutUint32(u[hal.PVOLen+4:], id)
 	err := c.amsendLocked(tgt, hGet, u[:], nil, SendOpts{})
 	if err != nil {
-		c.gets.put(c.gets.lookup(id), id)
+		c.gets.put(c.gets.lookup(id))
 	}
 	c.mu.Unlock()
 	if err == nil && tgt == c.rank {
@@ -283,45 +282,55 @@ func (h getHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 }
 
 func (h getHandler) OnComplete(src hal.Rank, cookie any) {
-	r, ok := cookie.(*getReq)
-	if !ok {
-		return
+	if r, ok := cookie.(*getReq); ok {
+		h.c.reply(src, r, r.mem)
 	}
-	var u [5]byte
-	binary.LittleEndian.PutUint32(u[:], r.id)
-	u[4] = r.code
-	h.c.mu.Lock()
-	h.c.amsendLocked(src, hGetReply, u[:], r.mem, SendOpts{})
-	h.c.mu.Unlock()
 }
 
-type getReplyHandler struct{ c *Context }
+// reply answers a get or rmw: the request's ID, its fault code, the
+// previous value (rmw), and the data (get).
+func (c *Context) reply(src hal.Rank, r *getReq, data []byte) {
+	var u [replyLen]byte
+	binary.LittleEndian.PutUint32(u[:], r.id)
+	u[4] = r.code
+	binary.LittleEndian.PutUint64(u[5:], uint64(r.old))
+	c.mu.Lock()
+	c.amsendLocked(src, hReply, u[:], data, SendOpts{})
+	c.mu.Unlock()
+}
 
-func (h getReplyHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
-	if len(uhdr) != 5 {
+const replyLen = 13
+
+// replyHandler takes the answer to a get or an rmw.
+type replyHandler struct{ c *Context }
+
+func (h replyHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	if len(uhdr) != replyLen {
 		return nil, nil
 	}
 	id := binary.LittleEndian.Uint32(uhdr)
 	s := h.c.gets.lookup(id)
 	if s == nil {
-		return nil, nil
+		return nil, nil // late, for a failed or reused slot
 	}
 	if uhdr[4] != 0 {
 		s.err = faultErr(src, uhdr[4])
 		s.cntr.fail(s.err)
+	} else if s.prev != nil {
+		*s.prev = int64(binary.LittleEndian.Uint64(uhdr[5:]))
 	}
-	return s.buf, id
+	return s.buf, s
 }
 
-func (h getReplyHandler) OnComplete(_ hal.Rank, cookie any) {
-	id, ok := cookie.(uint32)
+func (h replyHandler) OnComplete(_ hal.Rank, cookie any) {
+	s, ok := cookie.(*getSlot)
 	if !ok {
 		return
 	}
 	h.c.mu.Lock()
-	if s := h.c.gets.lookup(id); s != nil {
+	if s.used {
 		s.finish(h.c)
-		h.c.gets.put(s, id)
+		h.c.gets.put(s)
 	}
 	h.c.wakeLocked()
 	h.c.mu.Unlock()
@@ -344,7 +353,7 @@ func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int6
 	binary.LittleEndian.PutUint32(u[hal.PVOLen+17:], id)
 	err := c.amsendLocked(tgt, hRmw, u[:], nil, SendOpts{})
 	if err != nil {
-		c.gets.put(c.gets.lookup(id), id)
+		c.gets.put(c.gets.lookup(id))
 	}
 	c.mu.Unlock()
 	if err == nil && tgt == c.rank {
@@ -392,42 +401,10 @@ func (h rmwHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 }
 
 func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
-	r, ok := cookie.(*getReq)
-	if !ok {
-		return
+	if r, ok := cookie.(*getReq); ok {
+		h.c.reply(src, r, nil)
 	}
-	var u [13]byte
-	binary.LittleEndian.PutUint32(u[:], r.id)
-	binary.LittleEndian.PutUint64(u[4:], uint64(r.old))
-	u[12] = r.code
-	h.c.mu.Lock()
-	h.c.amsendLocked(src, hRmwReply, u[:], nil, SendOpts{})
-	h.c.mu.Unlock()
 }
-
-type rmwReplyHandler struct{ c *Context }
-
-func (h rmwReplyHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
-	if len(uhdr) != 13 {
-		return nil, nil
-	}
-	id := binary.LittleEndian.Uint32(uhdr)
-	s := h.c.gets.lookup(id)
-	if s == nil {
-		return nil, nil
-	}
-	if uhdr[12] != 0 {
-		s.err = faultErr(src, uhdr[12])
-		s.cntr.fail(s.err)
-	} else if s.prev != nil {
-		*s.prev = int64(binary.LittleEndian.Uint64(uhdr[4:]))
-	}
-	s.finish(h.c)
-	h.c.gets.put(s, id)
-	return nil, nil
-}
-
-func (rmwReplyHandler) OnComplete(hal.Rank, any) {}
 
 // Fence waits until every operation this context started has completed at
 // its target (LAPI_Fence).
