@@ -105,7 +105,11 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		c.originDone(&o)
 	}
 	c.activate(tgt)
-	return c.pushLocked(tgt, c.now())
+	var now time.Time
+	if !c.reliable {
+		now = c.now() // only the reliability protocol keeps time
+	}
+	return c.pushLocked(tgt, now)
 }
 
 func (c *Context) activate(peer hal.Rank) {
