@@ -139,6 +139,14 @@ func (r *Reintegration) RDMATo(peer Rank) bool {
 	return r.ready && int(peer) < r.size && r.rdmaTo[peer]
 }
 
+// PeerEpoch is the incarnation peer last announced (0: none heard yet).
+func (r *Reintegration) PeerEpoch(peer Rank) uint64 {
+	if int(peer) >= r.size {
+		return 0
+	}
+	return r.peerEp[peer]
+}
+
 // Epoch is this incarnation.
 func (r *Reintegration) Epoch() uint64 { return r.epoch }
 
@@ -152,10 +160,14 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 	ep, ask := binary.LittleEndian.Uint64(payload), payload[8]&1 != 0
 	switch t {
 	case FrameBooting:
-		// The peer (re)starts. Whatever we knew of it is stale.
-		r.peerEp[from] = ep
-		r.rdmaTo[from] = false
-		r.acts = append(r.acts, ReintAction{ActClearPeer, from})
+		// The peer (re)starts: whatever we knew of it is stale. A BOOTING
+		// repeated because our answer was lost is only answered again:
+		// clearing twice would wipe what the new life already set up.
+		if ep != r.peerEp[from] {
+			r.peerEp[from] = ep
+			r.rdmaTo[from] = false
+			r.acts = append(r.acts, ReintAction{ActClearPeer, from})
+		}
 		r.out = append(r.out, ReintMsg{FrameBootAck, from, ep, false}) // its epoch: an answer to this boot
 		if r.joining && !r.answered[from] {
 			r.answered[from] = true // crossing BOOTINGs answer each other

@@ -2,6 +2,8 @@ package lapi
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,9 @@ type Context struct {
 	gets      getTable
 	stats     Stats
 	failures  atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
+	reint     *hal.Reintegration
+	awaiting  []map[*Counter]int // per peer: completions it still owes us
+	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	xchg      xchgState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
@@ -123,6 +128,15 @@ func Open(cfg Config) (*Context, error) {
 			peerTimeout: cfg.PeerTimeout, window: cfg.Window,
 		},
 	}
+	if cfg.Reintegrate {
+		ep := cfg.Epoch
+		for ep == 0 {
+			var b [8]byte
+			crand.Read(b[:])
+			ep = binary.LittleEndian.Uint64(b[:])
+		}
+		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
+	}
 	c.onFrameFn = c.onFrame
 	c.releaseFn = c.release
 	c.rtxFn = c.retransmit
@@ -138,6 +152,13 @@ func Open(cfg Config) (*Context, error) {
 		for i := range c.links {
 			c.links[i].init(hal.Rank(i), cfg.Window)
 		}
+	}
+	if c.reint != nil {
+		c.mu.Lock()
+		c.applyReint(c.reint.Start(c.now()))
+		c.mu.Unlock()
+	}
+	if !c.reliable {
 		if cfg.Clock == nil {
 			c.stopBg, c.bgDone = make(chan struct{}), make(chan struct{})
 			go c.background()

@@ -34,6 +34,14 @@ type Config struct {
 	// CopyThreshold: messages with at most this much data are copied when
 	// sent, so their origin counter fires at once (default 16 KiB).
 	CopyThreshold int
+	// Reintegrate runs hal's reintegration protocol on the device: at Open
+	// the context announces itself (BOOTING) and Put, Get and Rmw stay off
+	// until every peer has answered; a peer that restarts is reset (its
+	// sequence space, its half-received messages, the operations pending
+	// toward it fail with ErrPeerRestarted) and RDMA toward it resumes
+	// only once it is ready. Epoch names this incarnation (0: random).
+	Reintegrate bool
+	Epoch       uint64
 	// Clock, when set, replaces time.Now and turns off the background
 	// goroutine that runs timers: the caller drives every progress pass
 	// (Progress) and time itself. This is how simulations run lapi
@@ -127,6 +135,12 @@ var (
 	ErrClosed = errors.New("lapi: context closed")
 	// ErrProtection: a remote memory access failed its protection check.
 	ErrProtection = errors.New("lapi: protection violation")
+	// ErrNotReady: RDMA toward the peer is off while it (or this rank)
+	// reintegrates; retry after it is ready (see Context.RDMAReady).
+	ErrNotReady = errors.New("lapi: RDMA not enabled yet (reintegrating)")
+	// ErrPeerRestarted: the peer restarted; operations toward its earlier
+	// life were abandoned.
+	ErrPeerRestarted = errors.New("lapi: peer restarted")
 )
 
 // PeerError says which peer failed and why.
@@ -147,5 +161,6 @@ type Stats struct {
 	Duplicates               uint64 // discarded by sequence number
 	AcksSent                 uint64 // acknowledgement-only packets
 	BadPackets               uint64 // malformed lapi packets
+	Stale                    uint64 // addressed to an earlier life of this rank
 	MessagesSent, MessagesIn uint64
 }

@@ -29,6 +29,12 @@ func (c *Context) progressLocked() bool {
 	} else if len(c.flushed) > 0 {
 		c.flushLocked()
 	}
+	if c.reint != nil {
+		if c.reliable {
+			c.pollNow = c.now()
+		}
+		c.reintTick(c.pollNow)
+	}
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
 			c.pushLocked(p, c.pollNow)
@@ -88,6 +94,15 @@ func (c *Context) failPeer(peer hal.Rank, cause string) {
 	err := &PeerError{Peer: peer, Cause: cause}
 	c.peerErr[peer] = err
 	c.failures.Add(1)
+	c.dropPeer(peer, err)
+	for _, f := range c.onFail {
+		f(peer, err)
+	}
+}
+
+// dropPeer abandons everything under way with peer, failing it with err:
+// queued and unacknowledged packets, half-received messages, gets and rmws.
+func (c *Context) dropPeer(peer hal.Rank, err error) {
 	drop := func(p *outPkt) {
 		if m := p.msg; m != nil && m.pending > 0 {
 			m.pending = 0 // report once, however many packets it had
@@ -110,15 +125,17 @@ func (c *Context) failPeer(peer hal.Rank, cause string) {
 		}
 		l.una = l.nextSeq
 	}
-	for k, m := range c.reasm {
+	for k := range c.reasm {
 		if k.src == peer {
 			delete(c.reasm, k)
-			_ = m
 		}
 	}
 	c.gets.failPeer(c, peer, err)
-	for _, f := range c.onFail {
-		f(peer, err)
+	if c.awaiting != nil {
+		for k := range c.awaiting[peer] {
+			k.fail(err)
+		}
+		c.awaiting[peer] = nil
 	}
 	c.wakeLocked()
 }

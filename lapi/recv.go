@@ -29,6 +29,10 @@ type completion struct {
 
 // onFrame is the device's Poll callback: one arriving frame.
 func (c *Context) onFrame(h *hal.Header, payload []byte) {
+	if c.reint != nil && isReintFrame(h.Type) && int(h.Src) < c.cfg.Size {
+		c.applyReint(c.reint.Handle(h.Src, h.Type, payload, c.now()))
+		return
+	}
 	if h.Type != hal.FrameData || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
 		c.stats.BadPackets++
 		return
@@ -40,6 +44,10 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	c.stats.PacketsRecv++
+	if c.staleEpoch(&ph) {
+		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
+		return
+	}
 	if c.peerErr[h.Src] != nil {
 		return // a failed peer's late packets are ignored
 	}

@@ -95,8 +95,11 @@ func (h notifyHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) 
 		return nil, nil
 	}
 	k := h.c.counter(binary.LittleEndian.Uint32(uhdr))
-	if k != nil && uhdr[4] != 0 {
-		k.fail(faultErr(src, uhdr[4]))
+	if k != nil {
+		h.c.awaited(src, k)
+		if uhdr[4] != 0 {
+			k.fail(faultErr(src, uhdr[4]))
+		}
 	}
 	return nil, k
 }
@@ -123,7 +126,24 @@ func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	}
 	o2 := o
 	o2.Completion = nil // the put handler answers itself, with a fault code if need be
-	return c.Amsend(tgt, hPut, u[:], src, o2)
+	c.mu.Lock()
+	err := c.rdmaCheck(tgt)
+	if err == nil && o.Completion != nil {
+		c.await(tgt, o.Completion) // the put handler owes it, not lapi's generic path
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := c.Amsend(tgt, hPut, u[:], src, o2); err != nil {
+		if o.Completion != nil {
+			c.mu.Lock()
+			c.awaited(tgt, o.Completion)
+			c.mu.Unlock()
+		}
+		return err
+	}
+	return nil
 }
 
 // putDone is the target-side state of a put: where to report completion.
@@ -240,6 +260,10 @@ func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
 	}
 	c.mu.Lock()
+	if err := c.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return err
+	}
 	id := c.gets.take(tgt, dst, nil, o.Origin, o.Notify)
 	var u [hal.PVOLen + 8]byte
 	hal.PutPVO(u[:], src)
@@ -344,6 +368,10 @@ func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int6
 		return fmt.Errorf("lapi: rmw: unknown operation %d", op)
 	}
 	c.mu.Lock()
+	if err := c.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return err
+	}
 	id := c.gets.take(tgt, nil, prev, o.Origin, o.Notify)
 	var u [hal.PVOLen + 21]byte
 	hal.PutPVO(u[:], dst)

@@ -52,10 +52,11 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	}
 	c.stats.MessagesSent++
 	ph := pktHdr{kind: kindAM, handler: uint16(h), uhdrLen: uint16(len(uhdr)),
-		total: uint32(len(data)), msgID: c.nextMsg[tgt], tcntr: o.Target}
+		total: uint32(len(data)), msgID: c.nextMsg[tgt], tcntr: o.Target, dstEp: c.dstEpoch(tgt)}
 	c.nextMsg[tgt]++
 	if o.Completion != nil {
 		ph.ccntr = o.Completion.id
+		c.await(tgt, o.Completion)
 	}
 	if tgt == c.rank {
 		c.deliver(tgt, &ph, uhdr, data)
@@ -167,6 +168,7 @@ func (c *Context) transmit(p *outPkt) error {
 		l := &c.links[p.peer]
 		credit, cum, sack := l.ackFields(c.cfg.Window)
 		putAck(p.buf[hal.HeaderLen:], credit, cum, sack)
+		putDstEp(p.buf[hal.HeaderLen:], c.dstEpoch(p.peer))
 		hal.Seal(p.buf, p.data)
 	}
 	err := c.dev.Send(p.buf, p.data)
@@ -225,7 +227,7 @@ func (c *Context) sendAck(peer hal.Rank) {
 	hal.EncodeHeader(b, &hh)
 	l := &c.links[peer]
 	credit, cum, sack := l.ackFields(c.cfg.Window)
-	ph := pktHdr{kind: kindAck, flags: flagSeq, credit: credit, ackCum: cum, sack: sack}
+	ph := pktHdr{kind: kindAck, flags: flagSeq, credit: credit, ackCum: cum, sack: sack, dstEp: c.dstEpoch(peer)}
 	ph.encode(b[hal.HeaderLen:])
 	hal.Seal(b, nil)
 	if err := c.dev.Send(b, nil); err == nil {
@@ -278,5 +280,32 @@ func (c *Context) originDone(o *SendOpts) {
 func (c *Context) note(n Completer, err error) {
 	if n != nil {
 		c.done = append(c.done, completion{notify: n, err: err})
+	}
+}
+
+// await records that peer owes k a completion, so that k fails if peer
+// fails or restarts before sending it.
+func (c *Context) await(peer hal.Rank, k *Counter) {
+	if peer == c.rank {
+		return
+	}
+	if c.awaiting == nil {
+		c.awaiting = make([]map[*Counter]int, c.cfg.Size)
+	}
+	if c.awaiting[peer] == nil {
+		c.awaiting[peer] = make(map[*Counter]int)
+	}
+	c.awaiting[peer][k]++
+}
+
+// awaited records a completion peer sent for k.
+func (c *Context) awaited(peer hal.Rank, k *Counter) {
+	if c.awaiting == nil || c.awaiting[peer] == nil {
+		return
+	}
+	if n := c.awaiting[peer][k] - 1; n > 0 {
+		c.awaiting[peer][k] = n
+	} else {
+		delete(c.awaiting[peer], k)
 	}
 }

@@ -84,6 +84,9 @@ func (j *simJob) dump() string {
 	for r, c := range j.ctxs {
 		c.mu.Lock()
 		fmt.Fprintf(&b, "rank %d: active %v reasm %d done %d stats %+v\n", r, c.active, len(c.reasm), len(c.done), c.stats)
+		if c.reint != nil {
+			fmt.Fprintf(&b, "  reint: %+v\n", *c.reint)
+		}
 		for p := range c.links {
 			l := &c.links[p]
 			q := 0
@@ -98,6 +101,25 @@ func (j *simJob) dump() string {
 		c.mu.Unlock()
 	}
 	return b.String()
+}
+
+// step makes one progress pass on every context and moves virtual time to
+// the next delivery or timer.
+func (j *simJob) step() {
+	for _, c := range j.ctxs {
+		c.Progress()
+	}
+	next, ok := j.net.NextEvent()
+	for _, c := range j.ctxs {
+		c.mu.Lock()
+		if t := c.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+		c.mu.Unlock()
+	}
+	if ok {
+		j.net.Advance(next.Sub(j.net.Now()))
+	}
 }
 
 func (j *simJob) close() {

@@ -21,7 +21,7 @@ import (
 //	40 offset  u32  this packet's data offset in the message
 //	44 tcntr   u32  target counter to increment on completion (0: none)
 //	48 ccntr   u32  origin counter to increment when the target completes (0: none)
-//	52 -       u32
+//	52 dstEp   u32  receiver's incarnation as the sender knows it (0: unknown)
 //	56 user header, then data
 //
 // The user header travels in every packet so that whichever packet of a
@@ -58,6 +58,7 @@ type pktHdr struct {
 	offset  uint32
 	tcntr   uint32
 	ccntr   uint32
+	dstEp   uint32
 }
 
 var errShortPacket = errors.New("lapi: packet shorter than its header")
@@ -78,7 +79,7 @@ func (h *pktHdr) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[40:], h.offset)
 	binary.LittleEndian.PutUint32(b[44:], h.tcntr)
 	binary.LittleEndian.PutUint32(b[48:], h.ccntr)
-	binary.LittleEndian.PutUint32(b[52:], 0)
+	binary.LittleEndian.PutUint32(b[52:], h.dstEp)
 }
 
 // putAck rewrites only the acknowledgement fields of an encoded header, so a
@@ -109,6 +110,7 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 	h.offset = binary.LittleEndian.Uint32(b[40:])
 	h.tcntr = binary.LittleEndian.Uint32(b[44:])
 	h.ccntr = binary.LittleEndian.Uint32(b[48:])
+	h.dstEp = binary.LittleEndian.Uint32(b[52:])
 	switch h.kind {
 	case kindAck:
 		if len(b) != pktHdrLen {
@@ -134,3 +136,8 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 }
 
 func putSeq(b []byte, seq uint32) { binary.LittleEndian.PutUint32(b[4:], seq) }
+
+// putDstEp rewrites the destination incarnation of an encoded header: a
+// packet queued before its peer restarted goes out addressed to the life
+// known when it is (re)transmitted.
+func putDstEp(b []byte, ep uint32) { binary.LittleEndian.PutUint32(b[52:], ep) }

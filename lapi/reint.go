@@ -1,0 +1,113 @@
+package lapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// isReintFrame reports whether a frame belongs to the reintegration
+// protocol rather than to lapi's packets.
+func isReintFrame(t hal.FrameType) bool {
+	return t >= hal.FrameBooting && t <= hal.FrameRDMAReady
+}
+
+// applyReint sends the protocol's frames and performs its actions.
+func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
+	for _, a := range acts {
+		switch a.Kind {
+		case hal.ActClearPeer:
+			c.resetPeer(a.Peer)
+		case hal.ActReady, hal.ActEnablePeer:
+			c.wakeLocked() // waiters for RDMAReady
+		}
+	}
+	for _, m := range msgs {
+		b := c.reintBuf[:]
+		h := hal.Header{Type: m.Type, JobKey: c.cfg.JobKey, Src: c.rank, Dst: m.Peer, Len: hal.ReintPayloadLen}
+		hal.EncodeHeader(b, &h)
+		hal.EncodeReint(b[hal.HeaderLen:], m)
+		if !c.reliable {
+			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:])
+		}
+		// A lost protocol frame is resent by the protocol's own timer.
+		if err := c.dev.Send(b[:hal.HeaderLen], b[hal.HeaderLen:]); err == nil {
+			c.dev.Flush()
+		}
+	}
+}
+
+// resetPeer forgets everything about peer's earlier life: what was queued
+// or in flight toward it fails with ErrPeerRestarted, its half-received
+// messages are dropped, and both sequence spaces start again from zero, as
+// the new life's do.
+func (c *Context) resetPeer(peer hal.Rank) {
+	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
+	c.dropPeer(peer, err)
+	if !c.reliable {
+		c.links[peer].init(peer, c.cfg.Window)
+	}
+	c.nextMsg[peer], c.fenceMark[peer] = 0, 0
+	if c.peerErr[peer] != nil {
+		c.peerErr[peer] = nil // alive again
+		c.failures.Add(-1)
+	}
+}
+
+// RDMAReady reports whether Put, Get and Rmw toward peer are enabled: the
+// reintegration protocol has finished here and at peer (always true when
+// the context does not reintegrate).
+func (c *Context) RDMAReady(peer hal.Rank) bool {
+	if c.reint == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return peer == c.rank && c.reint.Ready() || c.reint.RDMATo(peer)
+}
+
+// rdmaCheck refuses an RDMA-style operation toward a peer that is not
+// ready (c.mu held).
+func (c *Context) rdmaCheck(peer hal.Rank) error {
+	if c.reint == nil || peer == c.rank && c.reint.Ready() || c.reint.RDMATo(peer) {
+		return nil
+	}
+	return fmt.Errorf("lapi: RDMA to rank %d: %w", peer, ErrNotReady)
+}
+
+// WaitRDMAReady makes progress until RDMA toward peer is enabled.
+func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
+	return c.waitUntil(ctx, func() error {
+		if c.rdmaCheck(peer) == nil {
+			return errDone
+		}
+		return nil
+	})
+}
+
+// reintTick runs the protocol's timer (c.mu held) and folds its deadline
+// into nextTick.
+func (c *Context) reintTick(now time.Time) {
+	msgs, acts, next := c.reint.Tick(now)
+	c.applyReint(msgs, acts)
+	if !next.IsZero() && (c.nextTick.IsZero() || next.Before(c.nextTick)) {
+		c.nextTick = next
+	}
+}
+
+// dstEpoch is the incarnation of peer to address packets to (c.mu held):
+// the low half of what the reintegration protocol has heard, 0 if nothing.
+func (c *Context) dstEpoch(peer hal.Rank) uint32 {
+	if c.reint == nil {
+		return 0
+	}
+	return uint32(c.reint.PeerEpoch(peer))
+}
+
+// staleEpoch reports whether a packet was addressed to an earlier life of
+// this rank (c.mu held).
+func (c *Context) staleEpoch(ph *pktHdr) bool {
+	return c.reint != nil && ph.dstEp != 0 && ph.dstEp != uint32(c.reint.Epoch())
+}
