@@ -3,6 +3,7 @@
 # already-built trivial programs:
 #   gorun -n 4 pmiprog        a Go rank doing weft's PMI bootstrap (Discover,
 #                             put, fence, get all, finalize)
+#   gorun -n 4 pi             a whole weft MPI program (Init, Allreduce, Finalize)
 #   gorun -n 4 hello          MPICH's C hello (MPI_Init/Allreduce/Finalize)
 #   mpiexec.hydra -n 4 ...    the same two programs under MPICH's launcher
 #   mpirun.openmpi -np 4      Open MPI's C hello (the target: gorun <= 1.0x)
@@ -18,6 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 go build -o "$tmp/gorun" "$root/cmd/gorun"
 go build -o "$tmp/pmiprog" "$here/testdata/pmiprog"
+go build -o "$tmp/pi" "$root/examples/pi"
 echo "# 4-rank job start-up, wall time in ms over $runs runs ($(nproc) cores, $(uname -r))"
 printf '%-52s %8s %8s %8s\n' "# command" median min max
 
@@ -41,6 +43,10 @@ measure() {
 skip() { printf '%-52s skipped: %s\n' "$1" "$2"; }
 
 measure "gorun -n 4 --oversubscribe pmiprog" "$tmp/gorun" -n 4 --oversubscribe "$tmp/pmiprog" -card 10
+# A whole weft MPI job: mpi.Init (PMI, job key, device, address exchange),
+# one Allreduce, Finalize: the counterpart of the C hello below.
+measure "gorun -n 4 pi (weft MPI, shm)" "$tmp/gorun" -n 4 "$tmp/pi" -n 1000
+measure "gorun -n 4 pi (weft MPI, udp)" "$tmp/gorun" -n 4 -x WEFT_TRANSPORT=udp "$tmp/pi" -n 1000
 
 if command -v mpicc.mpich >/dev/null; then
   mpicc.mpich -o "$tmp/hello-mpich" "$here/testdata/mpihello/hello.c"
