@@ -65,6 +65,9 @@ var layers = []rule{
 		"github.com/pkg/profile", "golang.org/x/sys/..."}},
 	// Per-rank profiles for gorun --profile, written by the rank itself.
 	{"internal/profile", []string{"std", "github.com/pkg/profile"}},
+	// netbench runs one side of a measurement between two hosts (network
+	// namespaces): a program over lapi and the UDP device it measures.
+	{"internal/netbench", []string{"std", "hal/...", "lapi", "transport/udp", "internal/faults"}},
 	// Internal helpers not listed above (stats, resource tracker): leaves.
 	{"internal/...", []string{"std", "internal/trace"}},
 

@@ -57,6 +57,7 @@ type Context struct {
 	// Waiting: one goroutine at a time blocks in the device's Wait; others
 	// sleep on wake, which is closed whenever progress is made.
 	blocking    bool
+	gen         uint64 // bumped by every progress pass that did something
 	blockCancel context.CancelFunc
 	sleepers    int
 	wake        chan struct{}

@@ -162,5 +162,6 @@ type Stats struct {
 	AcksSent                 uint64 // acknowledgement-only packets
 	BadPackets               uint64 // malformed lapi packets
 	Stale                    uint64 // addressed to an earlier life of this rank
+	SendErrors               uint64 // device refusals taken as losses
 	MessagesSent, MessagesIn uint64
 }

@@ -44,7 +44,8 @@ type link struct {
 	inflight   [sackBits]*outPkt
 	peerCredit int
 	rtt        rttEstimator
-	backoff    uint // RTO doublings since the last acknowledged progress
+	backoff    uint      // RTO doublings since the last valid RTT sample
+	progress   time.Time // last acknowledgement of new data: the timer restarts there
 
 	// receiving half
 	cum     uint32    // every packet below cum has arrived
@@ -113,7 +114,9 @@ func (l *link) onAck(cum uint32, sack [2]uint64, credit uint16, now time.Time, r
 		l.una++
 	}
 	if n > 0 {
-		l.backoff = 0
+		// https://www.rfc-editor.org/rfc/rfc6298#section-5 (5.3): new data
+		// acknowledged restarts the timer.
+		l.progress = now
 	}
 	return n
 }
@@ -125,6 +128,7 @@ func (l *link) release(s uint32, now time.Time, released func(*outPkt)) int {
 	}
 	if p.retries == 0 {
 		l.rtt.sample(now.Sub(p.sentAt))
+		l.backoff = 0 // a valid sample: the back-off has done its work (Karn)
 	}
 	l.inflight[s%sackBits] = nil
 	released(p)
@@ -179,15 +183,18 @@ func (l *link) needAck(now time.Time) bool {
 	return l.ackNow || (!l.ackDue.IsZero() && !now.Before(l.ackDue))
 }
 
-// expire calls rtx for every packet whose retransmission timer has run out
-// (or that the sack pattern shows lost: three later packets arrived) and
-// returns the earliest time a timer will next run out (zero: none). It
-// reports failed when a packet has gone unacknowledged for peerTimeout.
+// expire runs the link's retransmission timer, one per link as in RFC
+// 6298: it covers the oldest unacknowledged packet and restarts whenever
+// new data is acknowledged, so a long queue behind a slow link is not
+// resent wholesale. When it runs out only that packet goes again and the
+// timeout doubles. Holes that the sack bits show (three later packets
+// arrived) are repaired at once, each once. It returns when the timer will
+// next run out (zero: nothing in flight), and reports failed when a packet
+// has gone unacknowledged for peerTimeout.
 func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next time.Time, failed bool) {
-	rto := l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO) << min(l.backoff, 10)
-	rto = min(rto, t.maxRTO)
-	timedOut := false
+	rto := min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO)
 	later := 0 // packets above the current one already acknowledged
+	var oldest *outPkt
 	for s := l.nextSeq; s != l.una; {
 		s--
 		p := l.inflight[s%sackBits]
@@ -198,29 +205,30 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next tim
 		if now.Sub(p.firstAt) >= t.peerTimeout {
 			return time.Time{}, true
 		}
-		due := p.sentAt.Add(rto)
-		switch {
-		case !now.Before(due):
-			timedOut = true
-		case later >= 3 && !p.fastRtx:
+		oldest = p
+		if later >= 3 && !p.fastRtx {
 			p.fastRtx = true
-		default:
-			if next.IsZero() || due.Before(next) {
-				next = due
-			}
-			continue
-		}
-		p.retries++
-		p.sentAt = now
-		rtx(p)
-		if d := now.Add(rto); next.IsZero() || d.Before(next) {
-			next = d
+			p.retries++
+			p.sentAt = now
+			rtx(p)
 		}
 	}
-	if timedOut {
+	if oldest == nil {
+		return time.Time{}, false
+	}
+	start := oldest.sentAt
+	if l.progress.After(start) {
+		start = l.progress
+	}
+	due := start.Add(rto)
+	if !now.Before(due) {
+		oldest.retries++
+		oldest.sentAt = now
+		rtx(oldest)
 		l.backoff++
+		due = now.Add(min(rto*2, t.maxRTO))
 	}
-	return next, false
+	return due, false
 }
 
 // unassign takes back the sequence number of p, the last one assigned,

@@ -70,18 +70,49 @@ func TestLinkAckAndRetransmit(t *testing.T) {
 	if next.IsZero() {
 		t.Fatal("no next timer with packets in flight")
 	}
-	// Nothing more acknowledged: after the RTO everything left goes again.
+	// Nothing more acknowledged: when the timer runs out only the oldest
+	// packet goes again (RFC 6298 5.4), and the timeout doubles.
 	rtx = rtx[:0]
 	now = now.Add(testTiming.maxRTO)
-	l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
-	if len(rtx) != 5 || l.backoff != 1 {
-		t.Fatalf("timeout retransmit %v backoff %d, want 5 packets and backoff 1", rtx, l.backoff)
+	next, _ = l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
+	if len(rtx) != 1 || rtx[0] != 2 || l.backoff != 1 || !next.After(now) {
+		t.Fatalf("timeout retransmit %v backoff %d next %v, want [2], 1, later", rtx, l.backoff, next.Sub(now))
 	}
-	// A retransmitted packet's acknowledgement gives no RTT sample (Karn).
+	// Karn: the acknowledgement of the retransmitted packet 2 alone gives no
+	// RTT sample and keeps the back-off.
 	srtt := l.rtt.srtt
-	l.onAck(10, [2]uint64{}, 128, now.Add(time.Millisecond), rel)
-	if l.rtt.srtt != srtt || l.inFlight() != 0 || l.backoff != 0 {
-		t.Fatalf("after full ack: srtt %v (was %v) inflight %d backoff %d", l.rtt.srtt, srtt, l.inFlight(), l.backoff)
+	l.onAck(6, [2]uint64{}, 128, now.Add(time.Millisecond), rel)
+	if l.rtt.srtt != srtt || l.backoff != 1 {
+		t.Fatalf("ack of a retransmitted packet: srtt %v (was %v) backoff %d", l.rtt.srtt, srtt, l.backoff)
+	}
+	// A packet sent once gives a sample, which ends the back-off.
+	l.onAck(10, [2]uint64{}, 128, now.Add(2*time.Millisecond), rel)
+	if l.inFlight() != 0 || l.backoff != 0 {
+		t.Fatalf("after full ack: inflight %d backoff %d", l.inFlight(), l.backoff)
+	}
+}
+
+// TestLinkTimerRestartsOnProgress: the timer runs from the last
+// acknowledgement of new data, so the tail of a long queue is not resent
+// merely for having waited behind the head.
+func TestLinkTimerRestartsOnProgress(t *testing.T) {
+	var l link
+	l.init(1, sackBits)
+	start := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		l.assign(&outPkt{}, start)
+	}
+	rel := func(*outPkt) {}
+	rto := testTiming.initRTO
+	now := start
+	for cum := uint32(1); cum <= 20; cum++ {
+		now = now.Add(rto / 2) // each ack comes half an RTO after the previous
+		l.onAck(cum, [2]uint64{}, 128, now, rel)
+		n := 0
+		l.expire(now, &testTiming, func(*outPkt) { n++ })
+		if n != 0 {
+			t.Fatalf("after ack %d at %v: %d spurious retransmissions", cum, now.Sub(start), n)
+		}
 	}
 }
 

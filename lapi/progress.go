@@ -40,7 +40,14 @@ func (c *Context) progressLocked() bool {
 			c.pushLocked(p, c.pollNow)
 		}
 	}
-	return n > 0 || len(c.done) > 0
+	did := n > 0 || len(c.done) > 0
+	if did {
+		c.gen++
+		if c.sleepers > 0 || c.blocking {
+			c.wakeLocked() // another goroutine's condition may now hold
+		}
+	}
+	return did
 }
 
 // tick runs retransmission timers and sends owed acknowledgements.
@@ -80,8 +87,10 @@ func (c *Context) tick(now time.Time) {
 
 func (c *Context) retransmit(p *outPkt) {
 	c.stats.Retransmits++
-	if err := c.transmit(p); err != nil && !errors.Is(err, hal.ErrNoResource) {
+	if err := c.transmit(p); err != nil && fatalSendErr(err) {
 		c.failPeer(p.peer, err.Error())
+	} else if err != nil && !errors.Is(err, hal.ErrNoResource) {
+		c.stats.SendErrors++ // lost again; the timer will try again
 	}
 }
 
@@ -199,12 +208,14 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		if !queued {
 			err = cond()
 		}
+		gen := c.gen
 		c.mu.Unlock()
 		if queued {
 			c.runCompletions()
 			did = true
 			c.mu.Lock()
 			err = cond()
+			gen = c.gen
 			c.mu.Unlock()
 		}
 		if err == errDone {
@@ -231,7 +242,7 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			runtime.Gosched()
 			continue
 		}
-		c.block(ctx)
+		c.block(ctx, gen)
 		spinStart = time.Time{}
 	}
 }
@@ -255,9 +266,13 @@ func (c *Context) timerSoon(now time.Time) bool {
 
 // block waits for something to happen: a frame, another goroutine's
 // progress, a timer, ctx, or Close.
-func (c *Context) block(ctx context.Context) {
+// gen is the progress generation the caller last checked its condition
+// at: if another goroutine (the background timer, a second waiter) made
+// progress since, the condition may hold already and block returns at once
+// instead of sleeping on a wake-up that has come and gone.
+func (c *Context) block(ctx context.Context, gen uint64) {
 	c.mu.Lock()
-	if c.closed || len(c.done) > 0 {
+	if c.closed || len(c.done) > 0 || c.gen != gen {
 		c.mu.Unlock()
 		return
 	}
@@ -300,6 +315,7 @@ func (c *Context) Wake() {
 
 // wakeLocked wakes every goroutine sleeping in block.
 func (c *Context) wakeLocked() {
+	c.gen++
 	if c.blockCancel != nil {
 		c.blockCancel()
 	}

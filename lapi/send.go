@@ -136,17 +136,33 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 			putSeq(p.buf[hal.HeaderLen:], p.seq)
 		}
 		if err = c.transmit(p); err != nil {
-			if !c.reliable {
-				c.links[peer].unassign(p)
+			if !c.reliable && !errors.Is(err, hal.ErrNoResource) && !fatalSendErr(err) {
+				// An unreliable device's refusal (a route gone, a
+				// link down) is a loss like any other: the packet
+				// stays in flight and its timer resends it.
+				c.stats.SendErrors++
+				err = nil
+			} else {
+				if !c.reliable {
+					c.links[peer].unassign(p)
+				}
+				break
 			}
-			break
 		}
 		q.pop()
 		if c.reliable {
 			c.flushed = append(c.flushed, p)
+		} else if c.blocking {
+			// The goroutine blocked in Wait set its deadline before this
+			// packet had a timer: have it look again.
+			c.wakeLocked()
 		}
 	}
 	ferr := c.flushLocked()
+	if ferr != nil && !c.reliable && !fatalSendErr(ferr) {
+		c.stats.SendErrors++
+		ferr = nil
+	}
 	if errors.Is(err, hal.ErrNoResource) {
 		err = nil // the queue keeps the packets; progress retries
 	}
@@ -308,4 +324,10 @@ func (c *Context) awaited(peer hal.Rank, k *Counter) {
 	} else {
 		delete(c.awaiting[peer], k)
 	}
+}
+
+// fatalSendErr reports whether a device's send error means the peer cannot
+// be reached at all (no address, device closed) rather than a lost frame.
+func fatalSendErr(err error) bool {
+	return errors.Is(err, hal.ErrUnknownPeer) || errors.Is(err, hal.ErrClosed) || errors.Is(err, hal.ErrTooLarge)
 }

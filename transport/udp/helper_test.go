@@ -37,8 +37,16 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range afterTests {
+		f()
+	}
+	os.Exit(code)
 }
+
+// afterTests run when every test is done: they release what tests share
+// (the netbench binary the namespace tests build).
+var afterTests []func()
 
 // runHelper is the child process: rank 1 of a two-rank job.
 func runHelper(role string, in io.Reader, out io.Writer) error {

@@ -1,0 +1,88 @@
+package lapi
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/transport/udp"
+)
+
+// dropFirstData loses the first data packet it is asked to send.
+type dropFirstData struct {
+	hal.Device
+	armed   atomic.Bool
+	dropped atomic.Int32
+}
+
+func (d *dropFirstData) Send(hdr, payload []byte) error {
+	if d.armed.Load() && len(hdr)+len(payload) > hal.HeaderLen+pktHdrLen && d.armed.CompareAndSwap(true, false) {
+		d.dropped.Add(1)
+		return nil // lost on the wire
+	}
+	return d.Device.Send(hdr, payload)
+}
+
+type countSink struct{ got atomic.Int32 }
+
+func (s *countSink) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (s *countSink) OnComplete(hal.Rank, any)                      { s.got.Add(1) }
+
+// TestSendWhileBlocked: a packet sent by one goroutine while another is
+// blocked in the device's Wait (with no timer, nothing having been in
+// flight) and lost on the wire is still retransmitted. Found by the netns
+// measurements, where it hung a run for good.
+func TestSendWhileBlocked(t *testing.T) {
+	const key = 7
+	var devs [2]hal.Device
+	for r := range devs {
+		d, err := udp.Open(hal.Config{JobKey: key, Rank: hal.Rank(r), Size: 2}, udp.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs[r] = d
+	}
+	for _, d := range devs {
+		for p, q := range devs {
+			d.Connect(hal.Rank(p), q.Addr())
+		}
+	}
+	drop := &dropFirstData{Device: devs[1]}
+	c0, _ := Open(Config{Device: devs[0], Rank: 0, Size: 2, JobKey: key})
+	c1, _ := Open(Config{Device: drop, Rank: 1, Size: 2, JobKey: key})
+	defer c0.Close()
+	defer c1.Close()
+	s0 := &countSink{}
+	h := c0.RegisterHandler(s0)
+	c1.RegisterHandler(&countSink{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Rank 1's progress goroutine waits for something that never comes and
+	// ends up blocked in the device's Wait.
+	go c1.Wait(ctx, func() (bool, error) { return ctx.Err() != nil, nil })
+	for {
+		c1.mu.Lock()
+		b := c1.blocking
+		c1.mu.Unlock()
+		if b {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("rank 1 never blocked")
+		}
+		runtime.Gosched()
+	}
+	drop.armed.Store(true)
+	if err := c1.Amsend(0, h, nil, []byte("hello"), SendOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Wait(ctx, func() (bool, error) { return s0.got.Load() == 1, nil }); err != nil {
+		t.Fatalf("message lost for good (dropped %d): %v", drop.dropped.Load(), err)
+	}
+	if drop.dropped.Load() != 1 || c1.Stats().Retransmits == 0 {
+		t.Fatalf("dropped %d, retransmits %d: the loss was not exercised", drop.dropped.Load(), c1.Stats().Retransmits)
+	}
+}
