@@ -29,7 +29,7 @@ func (d *dropFirstData) Send(hdr, payload []byte) error {
 type countSink struct{ got atomic.Int32 }
 
 func (s *countSink) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
-func (s *countSink) OnComplete(hal.Rank, any)                      { s.got.Add(1) }
+func (s *countSink) OnComplete(hal.Rank, any)                     { s.got.Add(1) }
 
 // TestSendWhileBlocked: a packet sent by one goroutine while another is
 // blocked in the device's Wait (with no timer, nothing having been in
