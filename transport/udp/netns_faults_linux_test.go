@@ -45,14 +45,6 @@ const strictEnv = "WEFT_NETNS_STRICT"
 
 func strict() bool { return os.Getenv(strictEnv) == "1" }
 
-// skipKnownIssue skips the test because of issue, unless strict.
-func skipKnownIssue(t *testing.T, issue string) {
-	t.Helper()
-	if !strict() {
-		t.Skipf("known issue: %s (%s=1 runs it)", issue, strictEnv)
-	}
-}
-
 // missedTarget reports a figure below its target, and why it may be: the
 // test is skipped with the figure and the cause (everything checked before
 // still counts), or fails if strict. A skip, not a pass: the target was not
@@ -126,9 +118,8 @@ func TestNetnsLinkDown(t *testing.T) {
 // with it, so its sends fail with ENETUNREACH for the duration.
 func TestNetnsHostInterfaceDown(t *testing.T) {
 	skipShort(t)
-	skipKnownIssue(t, "lapi declares the peer failed on the first hard error Flush returns "+
-		"(lapi/send.go pushLocked → failPeer), although the UDP device reports refused frames "+
-		"as lost ones, so a host whose interface goes down loses its peers at once")
+	// Until lapi took a device's refusals for losses, the first ENETUNREACH
+	// failed the peer and this stream died with it.
 	p := newNetnsPair(t, netnsConfig{})
 	streamThroughOutage(t, p, func(up bool) { p.b.setLink(t, up) })
 }
