@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# compare.sh: weft beside Open MPI and MPICH on this machine, measured the
+# same way (the OSU method), and the ratio weft/other per message size.
+#
+# usage: bench/compare.sh [-quick] [-rounds N] [-np N] [-out DIR] [BENCH...]
+#
+#   BENCH     latency bw bibw allreduce (default: latency bw allreduce)
+#   -quick    CI mode: a handful of sizes and few iterations, 3 rounds,
+#             60 s cap per run; about 1-2 minutes in all
+#   (full)    the default: OSU's sizes (latency 0..4M, bw 1..4M, allreduce
+#             4..1M) and OSU's iteration counts, 3 rounds, 15 min cap per
+#             run; tens of minutes over UDP
+#   -rounds N rounds per implementation (default 3)
+#   -np N     ranks for the collectives (default 2; latency and bw use 2)
+#   -out DIR  where the results go (default: a new directory under $TMPDIR)
+#
+# What runs: weft through gorun over each transport that works (udp; shm
+# once `gorun --transport shm` runs, else it says it skipped it), and the
+# C programs in bench/c built with mpicc.openmpi and mpicc.mpich, started
+# with mpirun.openmpi and mpiexec.mpich (never plain mpicc/mpirun: Debian's
+# alternatives pick one MPI for both names). Missing MPI packages are
+# installed with apt-get when running as root; otherwise that MPI is
+# skipped. The rounds are interleaved (weft, openmpi, mpich, weft, ...) so
+# that the shared machine's load drifts over all of them alike.
+#
+# Results in DIR: raw/IMPL.BENCH.ROUND.txt (OSU tables), IMPL.BENCH.csv
+# (median per size over the rounds), BENCH.png (every implementation on
+# one chart), and on stdout per benchmark the medians side by side with the
+# ratio weft/other per size: below 1 means weft is faster for latency,
+# slower for bandwidth.
+#
+# Exit status: 0, or 1 when any run failed (the others still report).
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+quick=0 rounds="" np=2 out="" benches=()
+while (($#)); do
+	case "$1" in
+	-quick | --quick) quick=1 ;;
+	-rounds | --rounds) rounds=$2; shift ;;
+	-np | --np) np=$2; shift ;;
+	-out | --out) out=$2; shift ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+	latency | bw | bibw | allreduce) benches+=("$1") ;;
+	*) echo "compare.sh: unknown argument '$1' (try -h)" >&2; exit 2 ;;
+	esac
+	shift
+done
+((${#benches[@]})) || benches=(latency bw allreduce)
+[[ -n $rounds ]] || rounds=3
+cap=$((quick ? 60 : 900)) # seconds per run: a hung run must not hang the comparison
+if [[ -z $out ]]; then
+	out=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare.XXXXXX")
+fi
+mkdir -p "$out/raw" || exit 1
+bin=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare-bin.XXXXXX")
+trap 'rm -rf "$bin"' EXIT
+
+# args BENCH: the size range and counts, the same for every implementation.
+args() {
+	if ((quick)); then
+		case "$1" in
+		latency) echo "-min 1 -max 8K -iters 1000 -warmup 50" ;;
+		bw | bibw) echo "-min 4K -max 256K -iters 20 -warmup 2" ;;
+		allreduce) echo "-min 8 -max 8K -iters 200 -warmup 20" ;;
+		esac
+	fi # full mode: each program's defaults, which are OSU's
+}
+
+# ranks BENCH
+ranks() { [[ $1 == allreduce ]] && echo "$np" || echo 2; }
+
+failed=0
+note() { echo "compare.sh: $*" >&2; }
+
+# run IMPL BENCH ROUND CMD...: one run, its table to raw/, its errors
+# reported with the tail of its stderr.
+run() {
+	local impl=$1 b=$2 r=$3
+	shift 3
+	local dst="$out/raw/$impl.$b.$r.txt" err="$out/raw/$impl.$b.$r.err"
+	printf '  %-10s %-9s round %d ... ' "$impl" "$b" "$r" >&2
+	local t0=$SECONDS
+	if timeout --kill-after=10 "$cap" "$@" >"$dst" 2>"$err"; then
+		echo "$((SECONDS - t0)) s" >&2
+		return 0
+	fi
+	local rc=$?
+	((rc == 124)) && echo "timed out after $cap s" >&2 || echo "failed (exit $rc)" >&2
+	tail -n 5 "$err" | sed 's/^/    /' >&2
+	rm -f "$dst"
+	failed=1
+	return 1
+}
+
+# --- build -------------------------------------------------------------------
+note "building weft's bench and gorun"
+(cd "$root" && go build -o "$bin/bench" ./bench && go build -o "$bin/gorun" ./cmd/gorun) || {
+	note "go build failed"
+	exit 1
+}
+
+# C programs: install the MPIs if missing and allowed, then build with each.
+mpis=()
+if ! command -v mpicc.openmpi >/dev/null || ! command -v mpicc.mpich >/dev/null; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		note "installing Open MPI and MPICH (apt-get)"
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			openmpi-bin libopenmpi-dev mpich libmpich-dev; } >"$out/apt.log" 2>&1 ||
+			note "apt-get failed (see $out/apt.log)"
+	else
+		note "mpicc.openmpi or mpicc.mpich missing and not root: install openmpi-bin libopenmpi-dev mpich libmpich-dev"
+	fi
+fi
+for m in openmpi mpich; do
+	if ! command -v "mpicc.$m" >/dev/null; then
+		note "$m: skipped (no mpicc.$m)"
+		continue
+	fi
+	ok=1
+	for p in latency bw allreduce; do
+		"mpicc.$m" -O2 -Wall -o "$bin/$p.$m" "$here/c/$p.c" 2>"$out/cc.$m.$p.log" || {
+			note "$m: compiling bench/c/$p.c failed:"
+			sed 's/^/    /' "$out/cc.$m.$p.log" >&2
+			ok=0
+			failed=1
+		}
+	done
+	((ok)) && mpis+=("$m")
+done
+
+# weft's transports: udp always; shm when gorun can run it.
+transports=(udp)
+if timeout 60 "$bin/gorun" --oversubscribe -n 2 --transport shm "$bin/bench" latency \
+	-min 1 -max 1 -iters 10 -warmup 0 >/dev/null 2>"$out/shm-probe.err"; then
+	transports+=(shm)
+else
+	note "weft-shm: skipped: --transport shm does not run yet: $(grep -m1 . "$out/shm-probe.err" || echo "no message")"
+fi
+
+# set_command IMPL BENCH: cmd=(how to start one run of BENCH for IMPL).
+set_command() {
+	local impl=$1 b=$2 n prog=$2 extra
+	n=$(ranks "$b")
+	[[ $b == bibw ]] && prog=bw
+	case "$impl" in
+	weft-*) cmd=("$bin/gorun" --oversubscribe -n "$n" --transport "${impl#weft-}" "$bin/bench" "$b") ;;
+	openmpi) cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$n" "$bin/$prog.openmpi") ;;
+	mpich) cmd=(mpiexec.mpich -n "$n" "$bin/$prog.mpich") ;;
+	esac
+	[[ $b == bibw && $impl != weft-* ]] && cmd+=(-bi)
+	read -ra extra <<<"$(args "$b")"
+	cmd+=("${extra[@]}")
+}
+
+impls=()
+for t in "${transports[@]}"; do impls+=("weft-$t"); done
+impls+=("${mpis[@]}")
+note "implementations: ${impls[*]}; benchmarks: ${benches[*]}; $rounds rounds; results in $out"
+
+# --- measure, interleaved -----------------------------------------------------
+for b in "${benches[@]}"; do
+	for ((r = 1; r <= rounds; r++)); do
+		for impl in "${impls[@]}"; do
+			set_command "$impl" "$b"
+			run "$impl" "$b" "$r" "${cmd[@]}"
+		done
+	done
+done
+
+# --- merge, compare, plot ----------------------------------------------------
+for b in "${benches[@]}"; do
+	csvs=()
+	for impl in "${impls[@]}"; do
+		shopt -s nullglob
+		raws=("$out/raw/$impl.$b".*.txt)
+		shopt -u nullglob
+		((${#raws[@]})) || continue
+		"$bin/bench" merge -bench "$b" -label "$impl" -o "$out/$impl.$b.csv" "${raws[@]}" || failed=1
+		csvs+=("$out/$impl.$b.csv")
+	done
+	echo
+	echo "## $b (np=$(ranks "$b"), median of $rounds rounds)"
+	if ((${#csvs[@]} < 2)); then
+		echo "(fewer than two implementations produced results: nothing to compare)"
+		continue
+	fi
+	"$bin/bench" compare -plot "$out/$b.png" -title "$b, np=$(ranks "$b"): ${impls[*]}" "${csvs[@]}" >/dev/null || failed=1
+	# One table per weft transport, weft first so the ratio is weft/other.
+	for t in "${transports[@]}"; do
+		base="$out/weft-$t.$b.csv"
+		[[ -f $base ]] || continue
+		others=()
+		for m in "${mpis[@]}"; do [[ -f "$out/$m.$b.csv" ]] && others+=("$out/$m.$b.csv"); done
+		((${#others[@]})) || continue
+		"$bin/bench" compare "$base" "${others[@]}" || failed=1
+	done
+	echo "(plot: $out/$b.png)"
+done
+echo
+echo "results: $out"
+exit "$failed"

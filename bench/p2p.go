@@ -1,0 +1,154 @@
+package main
+
+import (
+	"math"
+	"time"
+
+	"github.com/weft-hpc/weft/mpi"
+)
+
+// Point-to-point benchmarks run between ranks 0 and 1; the other ranks
+// only join the barrier between sizes. Rank 0 times, as OSU's does.
+
+// window is OSU's bandwidth window: messages in flight before the
+// receiver acknowledges.
+const window = 64
+
+// Tags, distinct per benchmark so that a stray message from one cannot be
+// matched by another.
+const (
+	tagLatency = 1
+	tagBW      = 100
+	tagAck     = 101
+	tagBiBW0   = 10 // rank 1 to rank 0
+	tagBiBW1   = 11 // rank 0 to rank 1
+)
+
+// latency is osu_latency: blocking ping-pong, reported as half the round
+// trip in microseconds.
+func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
+	me := c.Rank()
+	if me > 1 {
+		return row{}, nil
+	}
+	peer := 1 - me
+	s, r := buf.send[:size], buf.recv[:size]
+	var start time.Time
+	for i := range n.warmup + n.iters {
+		if i == n.warmup {
+			start = time.Now()
+		}
+		if me == 0 {
+			if err := mpi.Send(c, s, peer, tagLatency); err != nil {
+				return row{}, err
+			}
+			if _, err := mpi.Recv(c, r, peer, tagLatency); err != nil {
+				return row{}, err
+			}
+		} else {
+			if _, err := mpi.Recv(c, r, peer, tagLatency); err != nil {
+				return row{}, err
+			}
+			if err := mpi.Send(c, s, peer, tagLatency); err != nil {
+				return row{}, err
+			}
+		}
+	}
+	us := time.Since(start).Seconds() * 1e6 / float64(2*n.iters)
+	return p2pRow(size, us, n), nil
+}
+
+// bandwidth is osu_bw: rank 0 sends windows of 64 Isends, rank 1 receives
+// them with 64 Irecvs and answers each window with a 4-byte ack. MB/s with
+// MB = 1e6 bytes.
+func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
+	me := c.Rank()
+	if me > 1 {
+		return row{}, nil
+	}
+	s, r := buf.send[:size], buf.recv[:size]
+	reqs := make([]*mpi.Request, window)
+	ack := make([]byte, 4)
+	var start time.Time
+	for i := range n.warmup + n.iters {
+		if i == n.warmup {
+			start = time.Now()
+		}
+		if me == 0 {
+			if err := postAndWait(reqs, func() (*mpi.Request, error) { return mpi.Isend(c, s, 1, tagBW) }); err != nil {
+				return row{}, err
+			}
+			if _, err := mpi.Recv(c, ack, 1, tagAck); err != nil {
+				return row{}, err
+			}
+		} else {
+			if err := postAndWait(reqs, func() (*mpi.Request, error) { return mpi.Irecv(c, r, 0, tagBW) }); err != nil {
+				return row{}, err
+			}
+			if err := mpi.Send(c, ack, 0, tagAck); err != nil {
+				return row{}, err
+			}
+		}
+	}
+	return p2pRow(size, megabytesPerSecond(size, n.iters*window, time.Since(start)), n), nil
+}
+
+// bibandwidth is osu_bibw: both ranks post 64 Irecvs and 64 Isends per
+// window and wait for all of them; bytes moved in both directions count.
+func bibandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
+	me := c.Rank()
+	if me > 1 {
+		return row{}, nil
+	}
+	peer := 1 - me
+	inTag, outTag := tagBiBW0, tagBiBW1
+	if me == 1 {
+		inTag, outTag = outTag, inTag
+	}
+	s, r := buf.send[:size], buf.recv[:size]
+	reqs := make([]*mpi.Request, 2*window)
+	var start time.Time
+	for i := range n.warmup + n.iters {
+		if i == n.warmup {
+			start = time.Now()
+		}
+		j := 0
+		err := postAndWait(reqs, func() (*mpi.Request, error) {
+			j++
+			if j <= window {
+				return mpi.Irecv(c, r, peer, inTag)
+			}
+			return mpi.Isend(c, s, peer, outTag)
+		})
+		if err != nil {
+			return row{}, err
+		}
+	}
+	return p2pRow(size, megabytesPerSecond(size, 2*n.iters*window, time.Since(start)), n), nil
+}
+
+// postAndWait fills reqs with requests from start and waits for all of
+// them. When a start fails, the requests already posted are still waited
+// for, so that none is left behind to be reported as leaked.
+func postAndWait(reqs []*mpi.Request, start func() (*mpi.Request, error)) error {
+	for j := range reqs {
+		r, err := start()
+		if err != nil {
+			_ = mpi.WaitAll(reqs[:j]...)
+			return err
+		}
+		reqs[j] = r
+	}
+	return mpi.WaitAll(reqs...)
+}
+
+// megabytesPerSecond is OSU's unit: 1 MB = 1e6 bytes.
+func megabytesPerSecond(size, messages int, d time.Duration) float64 {
+	return float64(size) * float64(messages) / d.Seconds() / 1e6
+}
+
+// p2pRow is rank 0's figure; point-to-point tests have no spread over
+// ranks, so min and max are NaN (printed and written as nothing).
+func p2pRow(size int, v float64, n count) row {
+	return row{size: size, value: v, min: math.NaN(), max: math.NaN(), iters: n.iters}
+}
