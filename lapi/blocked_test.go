@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/transport/inproc"
 	"github.com/weft-hpc/weft/transport/udp"
 )
 
@@ -84,5 +85,52 @@ func TestSendWhileBlocked(t *testing.T) {
 	}
 	if drop.dropped.Load() != 1 || c1.Stats().Retransmits == 0 {
 		t.Fatalf("dropped %d, retransmits %d: the loss was not exercised", drop.dropped.Load(), c1.Stats().Retransmits)
+	}
+}
+
+// replyAfter answers its origin once it has taken n messages.
+type replyAfter struct {
+	c     *Context
+	n     int
+	got   int
+	reply HandlerID
+}
+
+func (r *replyAfter) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (r *replyAfter) OnComplete(src hal.Rank, _ any) {
+	if r.got++; r.got == r.n {
+		r.c.Amsend(src, r.reply, nil, nil, SendOpts{})
+	}
+}
+
+// TestFullDeviceQueue: a sender whose device queue is full keeps the rest
+// queued and must keep pushing them as room frees, even though nothing
+// arrives for it meanwhile (the receiver answers only at the end: MPI's
+// bandwidth test). A device signals arrivals, not room.
+func TestFullDeviceQueue(t *testing.T) {
+	fab := inproc.NewFabric(2, 1)
+	fab.SetQueueLen(2)
+	var ctxs [2]*Context
+	for r := range ctxs {
+		d, _ := fab.Open(hal.Rank(r))
+		ctxs[r], _ = Open(Config{Device: d, Rank: hal.Rank(r), Size: 2, JobKey: 1})
+		defer ctxs[r].Close()
+	}
+	done := &countSink{}
+	const n = 200
+	hDone := ctxs[0].RegisterHandler(done)
+	ctxs[1].RegisterHandler(&countSink{})
+	h := ctxs[1].RegisterHandler(&replyAfter{c: ctxs[1], n: n, reply: hDone})
+	ctxs[0].RegisterHandler(&countSink{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go ctxs[1].Wait(ctx, func() (bool, error) { return ctx.Err() != nil, nil })
+	for i := 0; i < n; i++ {
+		if err := ctxs[0].Amsend(1, h, nil, make([]byte, 100), SendOpts{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ctxs[0].Wait(ctx, func() (bool, error) { return done.got.Load() == 1, nil }); err != nil {
+		t.Fatalf("sender stalled with a full device queue: %v", err)
 	}
 }

@@ -238,7 +238,7 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		if spinStart.IsZero() {
 			spinStart = now
 		}
-		if now.Sub(spinStart) < c.cfg.Spin || c.timerSoon(now) {
+		if now.Sub(spinStart) < c.cfg.Spin || c.timerSoon(now) || c.sendsQueued() {
 			runtime.Gosched()
 			continue
 		}
@@ -262,6 +262,20 @@ func (c *Context) timerSoon(now time.Time) bool {
 	t := c.nextTick
 	c.mu.Unlock()
 	return !t.IsZero() && t.Sub(now) < timerResolution
+}
+
+// sendsQueued reports whether packets wait for room in the device (it
+// said ErrNoResource). A device signals arrivals, not room: a goroutine
+// that slept now might never wake, so it keeps polling instead.
+func (c *Context) sendsQueued() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.active {
+		if c.queues[p].head != nil {
+			return true
+		}
+	}
+	return len(c.flushed) > 0 && c.reliable
 }
 
 // block waits for something to happen: a frame, another goroutine's
