@@ -60,22 +60,33 @@ func view[E any](b []byte) []E {
 	return unsafe.Slice((*E)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
 }
 
-func orderedReducer[E ordered](op Op) (reducer, error) {
-	switch op {
-	case Sum:
-		return func(d, s []byte) {
-			dv, sv := view[E](d), view[E](s)
-			for i := range dv {
-				dv[i] += sv[i]
-			}
-		}, nil
-	case Prod:
+// number is every element type: Sum and Prod are defined on all of them.
+type number interface {
+	ordered | ~complex64 | ~complex128
+}
+
+// arithReducer is Sum and Prod, for any element type.
+func arithReducer[E number](op Op) reducer {
+	if op == Prod {
 		return func(d, s []byte) {
 			dv, sv := view[E](d), view[E](s)
 			for i := range dv {
 				dv[i] *= sv[i]
 			}
-		}, nil
+		}
+	}
+	return func(d, s []byte) {
+		dv, sv := view[E](d), view[E](s)
+		for i := range dv {
+			dv[i] += sv[i]
+		}
+	}
+}
+
+func orderedReducer[E ordered](op Op) (reducer, error) {
+	switch op {
+	case Sum, Prod:
+		return arithReducer[E](op), nil
 	case Max:
 		return func(d, s []byte) {
 			dv, sv := view[E](d), view[E](s)
@@ -96,20 +107,10 @@ func orderedReducer[E ordered](op Op) (reducer, error) {
 
 func complexReducer[E complex64 | complex128](op Op) (reducer, error) {
 	switch op {
-	case Sum:
-		return func(d, s []byte) {
-			dv, sv := view[E](d), view[E](s)
-			for i := range dv {
-				dv[i] += sv[i]
-			}
-		}, nil
-	case Prod:
-		return func(d, s []byte) {
-			dv, sv := view[E](d), view[E](s)
-			for i := range dv {
-				dv[i] *= sv[i]
-			}
-		}, nil
+	case Sum, Prod:
+		return arithReducer[E](op), nil
+	case Max, Min:
+		return nil, fmt.Errorf("mpi: %v is not defined on complex numbers: %w", op, ErrArg)
 	}
-	return nil, fmt.Errorf("mpi: %v is not defined on complex numbers: %w", op, ErrArg)
+	return nil, fmt.Errorf("mpi: unknown reduction %v: %w", op, ErrArg)
 }
