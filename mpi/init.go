@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -74,7 +75,11 @@ func initWith(cl pmi.Client) (*World, error) {
 			return nil, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
 		}
 	}
-	lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key})
+	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key}
+	if oversubscribed(cl) {
+		lcfg.Spin = -1 // more ranks than cores here: spinning only delays the rank that would answer
+	}
+	lc, err := lapi.Open(lcfg)
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
@@ -113,7 +118,11 @@ func openDevice(cl pmi.Client, cfg hal.Config) (hal.Device, error) {
 		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, shm, udp or verbs", t)
 	}
 	if t == "shm" {
-		dev, err := shm.Open(cfg, shm.Options{})
+		var o shm.Options
+		if oversubscribed(cl) {
+			o.Spin = -1
+		}
+		dev, err := shm.Open(cfg, o)
 		if err != nil {
 			return nil, fmt.Errorf("mpi: init: open shared-memory device: %w", err)
 		}
@@ -143,6 +152,12 @@ func wrapFaults(dev hal.Device) (hal.Device, error) {
 		return dev, nil
 	}
 	return faults.Wrap(dev, spec, time.Now), nil
+}
+
+// oversubscribed reports whether this node runs more ranks than it has
+// cores, so that waiting ranks must yield their core rather than spin.
+func oversubscribed(cl pmi.Client) bool {
+	return len(cl.Info().LocalRanks) > runtime.NumCPU()
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }
