@@ -6,16 +6,17 @@
 #
 #   BENCH     latency bw bibw allreduce (default: latency bw allreduce)
 #   -quick    CI mode: a handful of sizes and few iterations, 3 rounds,
-#             60 s cap per run; about 1-2 minutes in all
+#             60 s cap per run; 10-20 s in all on this 2-core machine
 #   (full)    the default: OSU's sizes (latency 0..4M, bw 1..4M, allreduce
 #             4..1M) and OSU's iteration counts, 3 rounds, 15 min cap per
-#             run; tens of minutes over UDP
+#             run; 2-3 minutes here (the cap bounds a hung run, not a
+#             slow transport's total)
 #   -rounds N rounds per implementation (default 3)
 #   -np N     ranks for the collectives (default 2; latency and bw use 2)
 #   -out DIR  where the results go (default: a new directory under $TMPDIR)
 #
 # What runs: weft through gorun over each transport that works (udp; shm
-# once `gorun --transport shm` runs, else it says it skipped it), and the
+# when `gorun --transport shm` runs, else it says it skipped it), and the
 # C programs in bench/c built with mpicc.openmpi and mpicc.mpich, started
 # with mpirun.openmpi and mpiexec.mpich (never plain mpicc/mpirun: Debian's
 # alternatives pick one MPI for both names). Missing MPI packages are
