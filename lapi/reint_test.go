@@ -120,6 +120,10 @@ func TestRestartStaleWrites(t *testing.T) {
 			if got.err != nil {
 				t.Fatal(got.err)
 			}
+			if spec.Loss > 0 && net.Stats().Dropped.Load() == 0 {
+				t.Fatal("the lossy case dropped nothing: faults were not injected")
+			}
+			t.Logf("network: %d dropped, %d duplicated", net.Stats().Dropped.Load(), net.Stats().Duplicated.Load())
 		})
 	}
 }

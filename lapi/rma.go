@@ -259,17 +259,23 @@ func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	if uint64(len(dst)) > 1<<32-1 {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
 	}
+	var u [hal.PVOLen + 8]byte
+	hal.PutPVO(u[:], src)
+	binary.LittleEndian.PutUint32(u[hal.PVOLen:], uint32(len(dst)))
+	return c.request(tgt, hGet, u[:], hal.PVOLen+4, dst, nil, o)
+}
+
+// request sends a get or rmw: it takes a reply slot, writes its ID into
+// uhdr at idAt, and sends; the slot is given back if the send fails.
+func (c *Context) request(tgt hal.Rank, h HandlerID, uhdr []byte, idAt int, buf []byte, prev *int64, o SendOpts) error {
 	c.mu.Lock()
 	if err := c.rdmaCheck(tgt); err != nil {
 		c.mu.Unlock()
 		return err
 	}
-	id := c.gets.take(tgt, dst, nil, o.Origin, o.Notify)
-	var u [hal.PVOLen + 8]byte
-	hal.PutPVO(u[:], src)
-	binary.LittleEndian.PutUint32(u[hal.PVOLen:], uint32(len(dst)))
-	binary.LittleEndian.PutUint32(u[hal.PVOLen+4:], id)
-	err := c.amsendLocked(tgt, hGet, u[:], nil, SendOpts{})
+	id := c.gets.take(tgt, buf, prev, o.Origin, o.Notify)
+	binary.LittleEndian.PutUint32(uhdr[idAt:], id)
+	err := c.amsendLocked(tgt, h, uhdr, nil, SendOpts{})
 	if err != nil {
 		c.gets.put(c.gets.lookup(id))
 	}
@@ -367,27 +373,12 @@ func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int6
 	if op < Swap || op > FetchAndOr {
 		return fmt.Errorf("lapi: rmw: unknown operation %d", op)
 	}
-	c.mu.Lock()
-	if err := c.rdmaCheck(tgt); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	id := c.gets.take(tgt, nil, prev, o.Origin, o.Notify)
 	var u [hal.PVOLen + 21]byte
 	hal.PutPVO(u[:], dst)
 	u[hal.PVOLen] = byte(op)
 	binary.LittleEndian.PutUint64(u[hal.PVOLen+1:], uint64(operand))
 	binary.LittleEndian.PutUint64(u[hal.PVOLen+9:], uint64(compare))
-	binary.LittleEndian.PutUint32(u[hal.PVOLen+17:], id)
-	err := c.amsendLocked(tgt, hRmw, u[:], nil, SendOpts{})
-	if err != nil {
-		c.gets.put(c.gets.lookup(id))
-	}
-	c.mu.Unlock()
-	if err == nil && tgt == c.rank {
-		c.runCompletions()
-	}
-	return err
+	return c.request(tgt, hRmw, u[:], hal.PVOLen+17, nil, prev, o)
 }
 
 type rmwHandler struct{ c *Context }

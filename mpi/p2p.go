@@ -65,7 +65,6 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 	}
 	w := c.w
 	var st Status
-	var found bool
 	probe := &Request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
@@ -74,7 +73,7 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if a := w.m.probe(c.ctx, source, tag); a != nil {
-			st, found = Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}, true
+			st = Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}
 			return true, nil
 		}
 		if source != AnySource {
@@ -88,7 +87,6 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 	if err != nil {
 		return Status{}, w.waitErr(ctx, probe, err)
 	}
-	_ = found
 	return st, nil
 }
 
