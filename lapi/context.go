@@ -47,6 +47,7 @@ type Context struct {
 	awaiting  []map[*Counter]int // per peer: completions it still owes us
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	xchg      xchgState
+	rd        rdmaState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
 	done      []completion // completions waiting to run outside the lock
@@ -138,6 +139,7 @@ func Open(cfg Config) (*Context, error) {
 		}
 		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 	}
+	c.initRDMA()
 	c.onFrameFn = c.onFrame
 	c.releaseFn = c.release
 	c.rtxFn = c.retransmit

@@ -34,6 +34,13 @@ type Config struct {
 	// CopyThreshold: messages with at most this much data are copied when
 	// sent, so their origin counter fires at once (default 16 KiB).
 	CopyThreshold int
+	// RDMAThreshold: Put and Get of at least this many bytes to another
+	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always
+	// does.
+	RDMAThreshold int
+	// MaxRCxt bounds the RDMA transfers in flight at once (default 1024);
+	// more wait for one to complete.
+	MaxRCxt int
 	// Reintegrate runs hal's reintegration protocol on the device: at Open
 	// the context announces itself (BOOTING) and Put, Get and Rmw stay off
 	// until every peer has answered; a peer that restarts is reset (its
@@ -66,6 +73,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
+	}
+	if c.RDMAThreshold == 0 {
+		c.RDMAThreshold = 64 << 10
+	}
+	if c.MaxRCxt <= 0 || c.MaxRCxt > hal.MaxRCxt {
+		c.MaxRCxt = 1024
 	}
 	if c.CopyThreshold == 0 {
 		c.CopyThreshold = 16 << 10

@@ -40,6 +40,12 @@ func (c *Context) progressLocked() bool {
 			c.pushLocked(p, c.pollNow)
 		}
 	}
+	if !c.reliable {
+		c.rdmaTick(c.pollNow)
+	}
+	if len(c.rd.queue) > 0 {
+		c.pushRDMA(c.pollNow)
+	}
 	did := n > 0 || len(c.done) > 0
 	if did {
 		c.gen++
@@ -140,6 +146,7 @@ func (c *Context) dropPeer(peer hal.Rank, err error) {
 		}
 	}
 	c.gets.failPeer(c, peer, err)
+	c.dropRDMA(peer, err)
 	if c.awaiting != nil {
 		for k := range c.awaiting[peer] {
 			k.fail(err)
@@ -275,7 +282,7 @@ func (c *Context) sendsQueued() bool {
 			return true
 		}
 	}
-	return len(c.flushed) > 0 && c.reliable
+	return len(c.flushed) > 0 && c.reliable || c.rdmaPending()
 }
 
 // block waits for something to happen: a frame, another goroutine's

@@ -46,6 +46,7 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 func (c *Context) resetPeer(peer hal.Rank) {
 	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
 	c.dropPeer(peer, err)
+	c.rd.eng.ResetPeer(peer)
 	if !c.reliable {
 		c.links[peer].init(peer, c.cfg.Window)
 	}

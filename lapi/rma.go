@@ -119,6 +119,9 @@ func (nopHandler) OnComplete(hal.Rank, any)                     {}
 // may be reused, o.Completion when the data is in place at tgt (or with an
 // error naming the failed protection check).
 func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	if c.useRDMA(tgt, len(src)) {
+		return c.putRDMA(tgt, dst, src, o)
+	}
 	var u [hal.PVOLen + 4]byte
 	hal.PutPVO(u[:], dst)
 	if o.Completion != nil {
@@ -258,6 +261,9 @@ func (t *getTable) put(s *getSlot) {
 func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	if uint64(len(dst)) > 1<<32-1 {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
+	}
+	if c.useRDMA(tgt, len(dst)) {
+		return c.getRDMA(tgt, src, dst, o)
 	}
 	var u [hal.PVOLen + 8]byte
 	hal.PutPVO(u[:], src)
@@ -428,6 +434,16 @@ func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
 // Fence waits until every operation this context started has completed at
 // its target (LAPI_Fence).
 func (c *Context) Fence(ctx context.Context) error {
+	// RDMA transfers are complete at their target when their completion
+	// comes back.
+	if err := c.waitUntil(ctx, func() error {
+		if c.rd.nops == 0 {
+			return errDone
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if !c.reliable {
 		// On an unordered device a probe could overtake earlier packets:
 		// first wait until every packet is acknowledged, hence placed.

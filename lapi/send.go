@@ -209,6 +209,7 @@ func (c *Context) flushLocked() error {
 		}
 		return err
 	}
+	c.rd.used = 0 // the device let go of every RDMA header
 	for i, p := range c.flushed {
 		c.release(p)
 		c.flushed[i] = nil

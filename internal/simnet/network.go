@@ -226,6 +226,26 @@ func (n *Network) SetFilter(f func(src, dst hal.Rank, frame []byte) bool) {
 	n.filter = f
 }
 
+// Inject puts a copy of frame on the wire from src to dst, to arrive after
+// the link's latency, past fault injection and the filter: how a test
+// replays a frame seen earlier (a delayed duplicate of a stale packet).
+func (n *Network) Inject(src, dst hal.Rank, frame []byte) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if int(src) >= len(n.ranks) || int(dst) >= len(n.ranks) {
+		return fmt.Errorf("simnet: inject %d -> %d of %d ranks: %w", src, dst, len(n.ranks), hal.ErrUnknownPeer)
+	}
+	p := n.alloc(len(frame))
+	copy(p.buf, frame)
+	s := &n.ranks[src]
+	p.at, p.src, p.dst, p.seq = n.now.Add(n.cfg.latency), src, dst, s.seq
+	s.seq++
+	heap.Push(&n.flight, p)
+	s.inFlight++
+	n.ranks[dst].inbound++
+	return nil
+}
+
 // Kill makes rank r's device dead, as if its process crashed: its calls fail
 // with hal.ErrClosed, frames it had not polled are lost, and frames toward it
 // are lost until Restart. Frames it sent before dying still arrive.

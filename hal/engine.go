@@ -1,0 +1,365 @@
+package hal
+
+// RDMAEngine is the software RDMA engine of a rank, for devices without
+// native RDMA: it places self-describing RDMA packets into the rank's TPT
+// regions, in any arrival order, and says when transfers complete. Like
+// the reintegration protocol it is a state machine with no I/O and no
+// clock: Handle takes a frame and returns events for the driver and
+// header-only frames to send. It never retransmits: the origin's driver
+// redrives a transfer under a new tid when its completion does not come.
+//
+// Tid rules, per (origin, rCxt), at whichever end places data (the target
+// of a write, the origin of a read):
+//
+//   - a lower tid than the transfer's current one is stale: dropped and
+//     counted, so an abandoned drive never writes memory;
+//   - a higher tid with a new base starts a new transfer;
+//   - a higher tid with the same base is a redrive of the current
+//     transfer: it continues it, keeping what earlier drives placed (the
+//     bytes are the same), so a long transfer over a lossy link completes
+//     after a few drives instead of needing one that loses nothing; and a
+//     redrive of a transfer that already completed is answered with a
+//     completion, not placed again, so memory the target has since reused
+//     is never overwritten;
+//   - an equal tid continues the transfer; a packet already placed (a
+//     duplicate) is dropped, so half-RDMA reduces every packet once.
+//
+// Not safe for concurrent use: the driver's progress lock guards it.
+type RDMAEngine struct {
+	tpt   *TPT
+	in    map[xferKey]*xfer // writes into this rank, and reads it asked for
+	serve map[xferKey]uint32
+	ev    []RDMAEvent
+	out   []RDMAMsg
+	stats RDMAStats
+	epoch uint32 // this rank's incarnation (low half); 0: not checked
+}
+
+type xferKey struct {
+	peer Rank
+	rcxt uint32
+	read bool // a read this rank asked for (the rCxt is this rank's)
+}
+
+// xfer is one transfer being placed at this rank.
+type xfer struct {
+	key, tid, base uint32
+	total          uint64
+	seg            uint32
+	left           uint64 // segments not yet placed
+	bits           []uint64
+	done           bool  // every segment placed
+	code           uint8 // a protection check failed: nothing more is placed
+	notify         Notify
+	place          Placement
+	cookie, arg    uint32
+	pvo            PVO
+	access         Access
+}
+
+// RDMAEventKind says what an RDMAEvent reports.
+type RDMAEventKind uint8
+
+// Events.
+const (
+	// EvTargetDone: a write (direct or half-RDMA) into this rank that
+	// asked NotifyTarget completed: Peer, RCxt, Cookie, Len.
+	EvTargetDone RDMAEventKind = iota + 1
+	// EvOriginDone: a completion arrived for a transfer this rank
+	// originated (Peer, RCxt, Key, Tid; Code non-zero if the target
+	// refused it). The driver checks it against its RCxt (Current).
+	EvOriginDone
+	// EvReadDone: every byte of a read this rank asked for (ExpectRead)
+	// has been placed: Peer, RCxt, Key, Tid.
+	EvReadDone
+	// EvFault: a packet addressed memory of this rank and failed a
+	// protection check (Err; Peer, RCxt, Cookie). Nothing was placed; the
+	// origin was told when it asked to be.
+	EvFault
+	// EvFIFO: a half-RDMA packet arrived: Data (valid until the next
+	// Handle) for the region slice Dst, at Offset of the transfer, with
+	// the origin's Arg. The driver acts on it before the next Handle.
+	EvFIFO
+	// EvServeRead: Peer asks to read this rank's memory: send it Stream,
+	// replacing any earlier stream for the same Peer and RCxt.
+	EvServeRead
+)
+
+// RDMAEvent is one thing the driver must act on.
+type RDMAEvent struct {
+	Kind        RDMAEventKind
+	Peer        Rank
+	RCxt, Key   uint32
+	Tid         uint32
+	Code        uint8
+	Cookie, Arg uint32
+	Len         uint64
+	Offset      uint64
+	Dst, Data   []byte
+	Err         error
+	Stream      *RDMAStream
+}
+
+// RDMAMsg is a header-only completion the driver must send to Peer.
+type RDMAMsg struct {
+	Peer Rank
+	Hdr  RDMAHdr
+}
+
+// RDMAStats count what the engine did with the packets it was given.
+type RDMAStats struct {
+	Packets    uint64 // RDMA frames handled
+	Placed     uint64 // data packets placed (or handed up, half-RDMA)
+	Bytes      uint64 // data bytes placed
+	Stale      uint64 // packets of an abandoned drive, dropped
+	Duplicates uint64 // packets already placed, dropped
+	Faults     uint64 // packets that failed a protection check
+	Bad        uint64 // malformed packets
+	Completed  uint64 // transfers completed here
+}
+
+// NewRDMAEngine makes the engine of a rank whose regions tpt holds.
+func NewRDMAEngine(tpt *TPT) *RDMAEngine {
+	return &RDMAEngine{tpt: tpt, in: make(map[xferKey]*xfer), serve: make(map[xferKey]uint32)}
+}
+
+// SetEpoch sets this rank's incarnation (the low half of the
+// reintegration epoch): packets addressed to another, an earlier life of
+// the rank, are dropped as stale. 0 turns the check off.
+func (e *RDMAEngine) SetEpoch(ep uint32) { e.epoch = ep }
+
+// Stats are the engine's counters.
+func (e *RDMAEngine) Stats() RDMAStats { return e.stats }
+
+// ExpectRead records a read this rank asked peer for (on rCxt r's current
+// drive, h as in the request), so that its response packets are placed
+// into h.Local. Call it again for each redrive: what earlier drives placed
+// is kept.
+func (e *RDMAEngine) ExpectRead(peer Rank, r *RCxt, h *RDMAHdr) {
+	k := xferKey{peer, r.ID, true}
+	x := e.in[k]
+	if x == nil || x.base != r.base || x.key != r.Key {
+		x = e.begin(k, x, r.Key, h)
+		x.pvo, x.base = h.Local, r.base
+	}
+	x.tid = r.tid
+}
+
+// ReadLeft is how many segments of a read this rank asked for have not
+// arrived (0 when it is unknown): a driver whose timer expires while this
+// still falls knows the read is progressing and need not be redriven.
+func (e *RDMAEngine) ReadLeft(peer Rank, r *RCxt) uint64 {
+	if x := e.in[xferKey{peer, r.ID, true}]; x != nil {
+		return x.left
+	}
+	return 0
+}
+
+// EndRead forgets a read this rank asked for (completed or abandoned):
+// its late packets are then dropped as stale.
+func (e *RDMAEngine) EndRead(peer Rank, r *RCxt) { delete(e.in, xferKey{peer, r.ID, true}) }
+
+// ResetPeer forgets every transfer with peer: it restarted.
+func (e *RDMAEngine) ResetPeer(peer Rank) {
+	for k := range e.in {
+		if k.peer == peer {
+			delete(e.in, k)
+		}
+	}
+	for k := range e.serve {
+		if k.peer == peer {
+			delete(e.serve, k)
+		}
+	}
+}
+
+// Handle takes the payload of an RDMA frame of type t from peer. The
+// events and messages it returns are valid until the next call.
+func (e *RDMAEngine) Handle(peer Rank, t FrameType, payload []byte) ([]RDMAEvent, []RDMAMsg) {
+	e.ev, e.out = e.ev[:0], e.out[:0]
+	e.stats.Packets++
+	var h RDMAHdr
+	if err := DecodeRDMA(t, payload, &h); err != nil {
+		e.stats.Bad++
+		return e.ev, e.out
+	}
+	if e.epoch != 0 && h.DstEp != 0 && h.DstEp != e.epoch {
+		e.stats.Stale++ // for an earlier life of this rank
+		return e.ev, e.out
+	}
+	switch t {
+	case FrameRDMAWrite:
+		e.place(xferKey{peer, h.RCxt, false}, &h, AccessWrite)
+	case FrameRDMAReadResp:
+		e.place(xferKey{peer, h.RCxt, true}, &h, AccessWrite)
+	case FrameRDMAReadReq:
+		e.readReq(peer, &h)
+	case FrameRDMADone:
+		e.ev = append(e.ev, RDMAEvent{Kind: EvOriginDone, Peer: peer, RCxt: h.RCxt, Key: h.Key,
+			Tid: h.Tid, Code: h.Code, Cookie: h.Cookie})
+	}
+	return e.ev, e.out
+}
+
+// begin (re)initialises x for a new transfer described by h.
+func (e *RDMAEngine) begin(k xferKey, x *xfer, key uint32, h *RDMAHdr) *xfer {
+	if x == nil {
+		x = &xfer{}
+		e.in[k] = x
+	}
+	n := Segments(h.Total, h.Seg)
+	words := int((n + 63) / 64)
+	bits := x.bits[:0]
+	if cap(bits) < words {
+		bits = make([]uint64, words)
+	} else {
+		bits = bits[:words]
+		clear(bits)
+	}
+	*x = xfer{key: key, tid: h.Tid, base: h.Base, total: h.Total, seg: h.Seg, left: n, bits: bits,
+		notify: h.Notify, place: h.Place, cookie: h.Cookie, arg: h.Arg, pvo: h.PVO}
+	return x
+}
+
+// place applies the tid rules to a data packet and places it.
+func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
+	x := e.in[k]
+	switch {
+	case k.read:
+		// A read's state is made by ExpectRead: a response without one,
+		// or for another drive, answers a read that was abandoned.
+		if x == nil || x.key != h.Key || x.tid != h.Tid || x.total != h.Total || x.seg != h.Seg {
+			e.stats.Stale++
+			return
+		}
+	case x == nil || x.key != h.Key:
+		x = e.begin(k, x, h.Key, h)
+		if !e.admit(k, x, h, acc) {
+			return
+		}
+	case int32(h.Tid-x.tid) < 0:
+		e.stats.Stale++
+		return
+	case h.Tid != x.tid && h.Base != x.base:
+		x = e.begin(k, x, h.Key, h)
+		if !e.admit(k, x, h, acc) {
+			return
+		}
+	case h.Tid != x.tid: // a redrive of the current transfer
+		x.tid = h.Tid
+		if x.done || x.code != 0 {
+			e.answer(k.peer, k.rcxt, x) // its completion was lost
+			e.stats.Duplicates++
+			return
+		}
+	}
+	if x.done || x.code != 0 || h.Total != x.total || h.Seg != x.seg {
+		e.stats.Duplicates++
+		return
+	}
+	i := h.Offset / uint64(x.seg)
+	if x.bits[i/64]&(1<<(i%64)) != 0 {
+		e.stats.Duplicates++
+		return
+	}
+	n := uint64(len(h.Data))
+	mem, err := e.tpt.Resolve(x.pvo.Add(h.Offset), n, acc)
+	if err != nil {
+		// The region went away (or was never this big) under the
+		// transfer: nothing more of this drive is placed.
+		e.fault(k, x, err)
+		return
+	}
+	x.bits[i/64] |= 1 << (i % 64)
+	x.left--
+	e.stats.Placed++
+	e.stats.Bytes += n
+	if x.place == PlaceFIFO && !k.read {
+		e.ev = append(e.ev, RDMAEvent{Kind: EvFIFO, Peer: k.peer, RCxt: k.rcxt, Tid: x.tid,
+			Cookie: x.cookie, Arg: x.arg, Offset: h.Offset, Dst: mem, Data: h.Data})
+	} else {
+		copy(mem, h.Data)
+	}
+	if x.left == 0 {
+		x.done = true
+		e.stats.Completed++
+		e.complete(k, x)
+	}
+}
+
+// admit checks a new transfer's whole region before anything is placed.
+func (e *RDMAEngine) admit(k xferKey, x *xfer, h *RDMAHdr, acc Access) bool {
+	if _, err := e.tpt.Resolve(x.pvo, x.total, acc); err != nil {
+		e.fault(k, x, err)
+		return false
+	}
+	return true
+}
+
+// fault records a protection failure of x's current drive, tells the ULP,
+// and the origin when it asked.
+func (e *RDMAEngine) fault(k xferKey, x *xfer, err error) {
+	e.stats.Faults++
+	x.code = FaultCode(err)
+	e.ev = append(e.ev, RDMAEvent{Kind: EvFault, Peer: k.peer, RCxt: k.rcxt, Key: x.key, Tid: x.tid,
+		Code: x.code, Cookie: x.cookie, Err: err})
+	if !k.read {
+		e.answer(k.peer, k.rcxt, x)
+	}
+}
+
+// complete reports a transfer whose every byte is placed.
+func (e *RDMAEngine) complete(k xferKey, x *xfer) {
+	if k.read {
+		e.ev = append(e.ev, RDMAEvent{Kind: EvReadDone, Peer: k.peer, RCxt: k.rcxt, Key: x.key, Tid: x.tid, Len: x.total})
+		return
+	}
+	if x.notify&NotifyTarget != 0 {
+		e.ev = append(e.ev, RDMAEvent{Kind: EvTargetDone, Peer: k.peer, RCxt: k.rcxt, Key: x.key, Tid: x.tid,
+			Cookie: x.cookie, Arg: x.arg, Len: x.total})
+	}
+	e.answer(k.peer, k.rcxt, x)
+}
+
+// answer sends the origin the completion of x's current drive, when it
+// asked for one.
+func (e *RDMAEngine) answer(peer Rank, rcxt uint32, x *xfer) {
+	if x.notify&NotifyOrigin == 0 {
+		return
+	}
+	e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: RDMAHdr{RCxt: rcxt, Key: x.key, Tid: x.tid, Base: x.base,
+		Total: x.total, Seg: x.seg, Notify: NotifyOrigin, Code: x.code, Cookie: x.cookie}})
+}
+
+// readReq answers a request to read this rank's memory with a stream of
+// response packets, or with a completion naming the check it failed.
+func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
+	k := xferKey{peer, h.RCxt, false}
+	if last, ok := e.serve[k]; ok && int32(h.Tid-last) <= 0 {
+		e.stats.Stale++ // an earlier drive's request, or a duplicate
+		return
+	}
+	e.serve[k] = h.Tid
+	if _, err := e.tpt.Resolve(h.PVO, h.Total, AccessRead); err != nil {
+		e.stats.Faults++
+		code := FaultCode(err)
+		e.ev = append(e.ev, RDMAEvent{Kind: EvFault, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid,
+			Code: code, Cookie: h.Cookie, Err: err})
+		if h.Notify&NotifyOrigin != 0 {
+			e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid,
+				Base: h.Base, Total: h.Total, Seg: h.Seg, Notify: NotifyOrigin, Code: code, Cookie: h.Cookie}})
+		}
+		return
+	}
+	r := RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total, Seg: h.Seg,
+		Notify: h.Notify, Cookie: h.Cookie, PVO: h.Local}
+	s := &RDMAStream{Peer: peer, Type: FrameRDMAReadResp, Hdr: r, tpt: e.tpt, src: h.PVO,
+		frame: Header{Type: FrameRDMAReadResp, Dst: peer}}
+	e.ev = append(e.ev, RDMAEvent{Kind: EvServeRead, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Stream: s})
+}
+
+// SetFrame sets the job key and ranks a served stream's packets carry
+// (the engine does not know them).
+func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
+	s.frame.JobKey, s.frame.Src = jobKey, src
+}

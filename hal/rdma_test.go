@@ -1,0 +1,400 @@
+package hal
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+// packets cuts one drive of s into frames, as a device would carry them.
+func packets(t testing.TB, s *RDMAStream) [][]byte {
+	t.Helper()
+	var out [][]byte
+	buf := make([]byte, StreamBufLen)
+	for !s.Done() {
+		hdr, data, err := s.Next(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, append(append([]byte(nil), hdr...), data...))
+		s.Advance()
+	}
+	return out
+}
+
+// feed hands frames to e as arriving from peer and collects what it says.
+func feed(t testing.TB, e *RDMAEngine, peer Rank, frames [][]byte) (evs []RDMAEvent, msgs []RDMAMsg) {
+	t.Helper()
+	for _, f := range frames {
+		var h Header
+		p, err := Check(f, 1, false, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, out := e.Handle(peer, h.Type, p)
+		for _, x := range ev {
+			x.Data, x.Dst = append([]byte(nil), x.Data...), nil
+			evs = append(evs, x)
+		}
+		msgs = append(msgs, out...)
+	}
+	return evs, msgs
+}
+
+func writeStream(t testing.TB, r *RCxt, dst PVO, data []byte, seg uint32, place Placement) *RDMAStream {
+	t.Helper()
+	s, err := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAWrite, RDMAHdr{RCxt: r.ID, Key: r.Key,
+		Tid: r.Tid(), Base: r.Base(), Total: uint64(len(data)), Seg: seg, Notify: NotifyOrigin | NotifyTarget,
+		Place: place, Cookie: 7, Arg: 9, PVO: dst}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func count(evs []RDMAEvent, k RDMAEventKind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRDMARoundTrip(t *testing.T) {
+	for _, ft := range []FrameType{FrameRDMAWrite, FrameRDMAReadReq, FrameRDMAReadResp, FrameRDMADone} {
+		h := RDMAHdr{RCxt: 3, Key: 0xabcdef01, Tid: 9, Base: 7, Total: 1000, Seg: 512, Notify: NotifyOrigin,
+			Place: PlaceFIFO, Code: 2, Cookie: 5, Arg: 6, DstEp: 8, PVO: PVO{1, 2, 3}, Local: PVO{4, 5, 6}}
+		b := make([]byte, RDMAPayloadLen(ft)+488)
+		EncodeRDMA(b, ft, &h)
+		switch ft {
+		case FrameRDMAWrite, FrameRDMAReadResp:
+			h.Offset = 512
+			EncodeRDMA(b, ft, &h)
+		default:
+			b = b[:RDMAPayloadLen(ft)]
+		}
+		var got RDMAHdr
+		if err := DecodeRDMA(ft, b, &got); err != nil {
+			t.Fatalf("%v: %v", ft, err)
+		}
+		if ft != FrameRDMAReadReq {
+			h.Local = PVO{}
+		}
+		got.Data, h.Data = nil, nil
+		if !reflect.DeepEqual(got, h) {
+			t.Fatalf("%v: decoded %+v, want %+v", ft, got, h)
+		}
+	}
+}
+
+func TestDecodeRDMARejects(t *testing.T) {
+	good := func() []byte {
+		b := make([]byte, RDMAHdrLen+300)
+		EncodeRDMA(b, FrameRDMAWrite, &RDMAHdr{Tid: 2, Base: 1, Total: 300, Seg: 300})
+		return b
+	}
+	var h RDMAHdr
+	if err := DecodeRDMA(FrameRDMAWrite, good(), &h); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(b []byte) []byte{
+		"short":        func(b []byte) []byte { return b[:RDMAHdrLen-1] },
+		"data missing": func(b []byte) []byte { return b[:RDMAHdrLen+299] },
+		"data extra":   func(b []byte) []byte { return append(b, 0) },
+		"reserved":     func(b []byte) []byte { b[39] = 1; return b },
+		"notify":       func(b []byte) []byte { b[36] = 4; return b },
+		"place":        func(b []byte) []byte { b[37] = 2; return b },
+		"rcxt":         func(b []byte) []byte { b[2] = 1; return b },
+		"tid < base":   func(b []byte) []byte { b[12] = 3; return b },
+		"seg zero":     func(b []byte) []byte { b[32], b[33] = 0, 0; return b },
+		"seg small":    func(b []byte) []byte { b[32], b[33] = 100, 0; return b },
+		"offset":       func(b []byte) []byte { b[24] = 1; return b },
+		"past end":     func(b []byte) []byte { b[25] = 2; return b },
+	}
+	for name, f := range cases {
+		if err := DecodeRDMA(FrameRDMAWrite, f(good()), &h); !errors.Is(err, ErrBadRDMA) {
+			t.Errorf("%s: got %v, want ErrBadRDMA", name, err)
+		}
+	}
+	if err := DecodeRDMA(FrameData, good(), &h); !errors.Is(err, ErrBadRDMA) {
+		t.Errorf("data frame: got %v", err)
+	}
+}
+
+func FuzzDecodeRDMA(f *testing.F) {
+	for _, ft := range []FrameType{FrameRDMAWrite, FrameRDMAReadReq, FrameRDMAReadResp, FrameRDMADone} {
+		b := make([]byte, RDMAPayloadLen(ft))
+		EncodeRDMA(b, ft, &RDMAHdr{Tid: 1, Base: 1, Seg: MinSeg})
+		f.Add(uint8(ft), b)
+		b = make([]byte, RDMAHdrLen+700)
+		EncodeRDMA(b, ft, &RDMAHdr{Tid: 4, Base: 2, Total: 1700, Offset: 1000, Seg: 1000, PVO: PVO{1, 2, 3}})
+		f.Add(uint8(ft), b)
+	}
+	f.Fuzz(func(t *testing.T, ft uint8, b []byte) {
+		var h RDMAHdr
+		if err := DecodeRDMA(FrameType(ft), b, &h); err != nil {
+			if !errors.Is(err, ErrBadRDMA) {
+				t.Fatalf("error %v does not wrap ErrBadRDMA", err)
+			}
+			return
+		}
+		// What decodes re-encodes to the same bytes, and its data fits
+		// the transfer's arithmetic.
+		c := make([]byte, len(b))
+		EncodeRDMA(c, FrameType(ft), &h)
+		copy(c[RDMAPayloadLen(FrameType(ft)):], h.Data)
+		if !bytes.Equal(b, c) {
+			t.Fatalf("re-encoded % x, was % x", c, b)
+		}
+		if h.Offset+uint64(len(h.Data)) > h.Total {
+			t.Fatalf("data past the transfer: %+v", h)
+		}
+		if Segments(h.Total, h.Seg) > 1<<40 {
+			t.Fatalf("segment count unbounded: %+v", h)
+		}
+	})
+}
+
+// target is a rank with one registered region, and an origin's rCxt.
+func target(t *testing.T, n int, acc Access) (*TPT, []byte, PVO, *RDMAEngine, *RCxtPool) {
+	t.Helper()
+	tpt := NewTPT()
+	mem := make([]byte, n)
+	p, err := tpt.Register(mem, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpt, mem, p, NewRDMAEngine(tpt), NewRCxtPool(4, 0)
+}
+
+func TestEngineWriteAnyOrderOnce(t *testing.T) {
+	_, mem, p, e, pool := target(t, 10000, AccessWrite)
+	r, _ := pool.Alloc()
+	r.Begin()
+	data := make([]byte, 9000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	frames := packets(t, writeStream(t, r, p.Add(1000), data, 1024, PlaceDirect))
+	// Shuffle, duplicate some: placed once, completed once.
+	frames = append(frames, frames[2], frames[5], frames[0])
+	rng.Shuffle(len(frames), func(i, j int) { frames[i], frames[j] = frames[j], frames[i] })
+	evs, msgs := feed(t, e, 0, frames)
+	if !bytes.Equal(mem[1000:], data) || !bytes.Equal(mem[:1000], make([]byte, 1000)) {
+		t.Fatal("memory differs from the data written")
+	}
+	if count(evs, EvTargetDone) != 1 || len(msgs) != 1 || msgs[0].Hdr.Tid != r.Tid() || msgs[0].Hdr.Code != 0 {
+		t.Fatalf("events %+v, messages %+v: want one completion each", evs, msgs)
+	}
+	if s := e.Stats(); s.Duplicates != 3 || s.Placed != 9 || s.Completed != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestEngineStaleTidNeverWrites(t *testing.T) {
+	_, mem, p, e, pool := target(t, 4096, AccessWrite)
+	r, _ := pool.Alloc()
+	r.Begin()
+	old := packets(t, writeStream(t, r, p, bytes.Repeat([]byte{1}, 4096), 512, PlaceDirect))
+	// The first drive is abandoned after two packets; the redrive
+	// completes; the application then reuses the memory.
+	feed(t, e, 0, old[:2])
+	r.Redrive()
+	_, msgs := feed(t, e, 0, packets(t, writeStream(t, r, p, bytes.Repeat([]byte{1}, 4096), 512, PlaceDirect)))
+	if len(msgs) != 1 || msgs[0].Hdr.Tid != r.Tid() {
+		t.Fatalf("redrive completion %+v", msgs)
+	}
+	clear(mem)
+	// Late packets of the abandoned drive, and of the completed one.
+	evs, msgs := feed(t, e, 0, old)
+	if !bytes.Equal(mem, make([]byte, 4096)) || len(evs) != 0 || len(msgs) != 0 {
+		t.Fatalf("stale packets wrote memory or answered: %v %v", evs, msgs)
+	}
+	if e.Stats().Stale != uint64(len(old)) {
+		t.Fatalf("stale count %d, want %d", e.Stats().Stale, len(old))
+	}
+	// A redrive of the completed transfer (its completion was lost) is
+	// answered, not placed again.
+	r.Redrive()
+	evs, msgs = feed(t, e, 0, packets(t, writeStream(t, r, p, bytes.Repeat([]byte{2}, 4096), 512, PlaceDirect)))
+	if !bytes.Equal(mem, make([]byte, 4096)) || count(evs, EvTargetDone) != 0 || len(msgs) != 1 || msgs[0].Hdr.Tid != r.Tid() {
+		t.Fatalf("redrive of a completed transfer: placed or not answered: %v %v", evs, msgs)
+	}
+	// A new transfer (new base) on the same rCxt is placed.
+	r.Begin()
+	feed(t, e, 0, packets(t, writeStream(t, r, p, bytes.Repeat([]byte{3}, 4096), 512, PlaceDirect)))
+	if !bytes.Equal(mem, bytes.Repeat([]byte{3}, 4096)) {
+		t.Fatal("new transfer not placed")
+	}
+}
+
+func TestEngineRedriveKeepsPlaced(t *testing.T) {
+	_, mem, p, e, pool := target(t, 8192, AccessWrite)
+	r, _ := pool.Alloc()
+	r.Begin()
+	data := bytes.Repeat([]byte{7}, 8192)
+	first := packets(t, writeStream(t, r, p, data, 1024, PlaceFIFO))
+	evs, _ := feed(t, e, 0, first[:5])
+	r.Redrive()
+	second := packets(t, writeStream(t, r, p, data, 1024, PlaceFIFO))
+	evs2, msgs := feed(t, e, 0, second)
+	evs = append(evs, evs2...)
+	if count(evs, EvFIFO) != 8 || count(evs, EvTargetDone) != 1 || len(msgs) != 1 {
+		t.Fatalf("half-RDMA: %d packets handed up, %d completions (want 8 and 1)", count(evs, EvFIFO), count(evs, EvTargetDone))
+	}
+	if !bytes.Equal(mem, make([]byte, 8192)) {
+		t.Fatal("half-RDMA wrote memory itself")
+	}
+	for _, ev := range evs {
+		if ev.Kind == EvFIFO && (ev.Arg != 9 || len(ev.Data) != 1024) {
+			t.Fatalf("FIFO event %+v", ev)
+		}
+	}
+}
+
+func TestEngineProtection(t *testing.T) {
+	cases := []struct {
+		check string
+		acc   Access
+		edit  func(tpt *TPT, p *PVO)
+		n     int
+	}{
+		{"key", AccessWrite, func(_ *TPT, p *PVO) { p.Key++ }, 1024},
+		{"entry", AccessWrite, func(_ *TPT, p *PVO) { p.Entry = 99 }, 1024},
+		{"bounds", AccessWrite, func(_ *TPT, p *PVO) { p.Offset = 1 }, 1024},
+		{"access", AccessRead, func(*TPT, *PVO) {}, 1024},
+		{"key", AccessWrite, func(tpt *TPT, p *PVO) { tpt.Deregister(*p) }, 1024},
+	}
+	for _, tc := range cases {
+		tpt, mem, p, e, pool := target(t, 1024, tc.acc)
+		r, _ := pool.Alloc()
+		r.Begin()
+		tc.edit(tpt, &p)
+		evs, msgs := feed(t, e, 0, packets(t, writeStream(t, r, p, bytes.Repeat([]byte{5}, tc.n), 256, PlaceDirect)))
+		if !bytes.Equal(mem, make([]byte, 1024)) {
+			t.Fatalf("%s: memory written", tc.check)
+		}
+		var pe *ProtectionError
+		if count(evs, EvFault) != 1 || !errors.As(evs[0].Err, &pe) || pe.Check != tc.check {
+			t.Fatalf("%s: events %+v", tc.check, evs)
+		}
+		if len(msgs) != 1 || FaultCheck(msgs[0].Hdr.Code) != tc.check {
+			t.Fatalf("%s: origin told %+v", tc.check, msgs)
+		}
+	}
+	// Deregistered mid-transfer: the rest is refused.
+	tpt, mem, p, e, pool := target(t, 4096, AccessWrite)
+	r, _ := pool.Alloc()
+	r.Begin()
+	frames := packets(t, writeStream(t, r, p, bytes.Repeat([]byte{5}, 4096), 1024, PlaceDirect))
+	feed(t, e, 0, frames[:2])
+	tpt.Deregister(p)
+	evs, msgs := feed(t, e, 0, frames[2:])
+	if !bytes.Equal(mem[2048:], make([]byte, 2048)) || count(evs, EvFault) != 1 || len(msgs) != 1 || FaultCheck(msgs[0].Hdr.Code) != "key" {
+		t.Fatalf("deregistered mid-transfer: events %+v messages %+v", evs, msgs)
+	}
+}
+
+func TestEngineRead(t *testing.T) {
+	// Rank 1 holds the data; rank 0 reads it into its own region.
+	ttpt, tmem, tp, te, _ := target(t, 5000, AccessRead)
+	for i := range tmem {
+		tmem[i] = byte(i * 7)
+	}
+	otpt := NewTPT()
+	dst := make([]byte, 5000)
+	lp, _ := otpt.Register(dst, AccessWrite)
+	oe := NewRDMAEngine(otpt)
+	pool := NewRCxtPool(2, 0)
+	r, _ := pool.Alloc()
+	r.Begin()
+	req := RDMAHdr{RCxt: r.ID, Key: r.Key, Tid: r.Tid(), Base: r.Base(), Total: 5000, Seg: 1000,
+		Notify: NotifyOrigin, PVO: tp, Local: lp}
+	rs, err := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oe.ExpectRead(1, r, &req)
+	evs, _ := feed(t, te, 0, packets(t, rs))
+	if count(evs, EvServeRead) != 1 {
+		t.Fatalf("read request: %+v", evs)
+	}
+	s := evs[0].Stream
+	s.SetFrame(1, 1)
+	resp := packets(t, s)
+	// A duplicate request is not served twice.
+	rs.Restart(r.Tid())
+	if evs, _ := feed(t, te, 0, packets(t, rs)); len(evs) != 0 {
+		t.Fatalf("duplicate request served: %+v", evs)
+	}
+	evs, _ = feed(t, oe, 1, append(resp, resp[1]))
+	if count(evs, EvReadDone) != 1 || !bytes.Equal(dst, tmem) {
+		t.Fatalf("read: events %+v, data equal %v", evs, bytes.Equal(dst, tmem))
+	}
+	// After EndRead, late responses are stale.
+	oe.EndRead(1, r)
+	clear(dst)
+	if evs, _ := feed(t, oe, 1, resp); len(evs) != 0 || !bytes.Equal(dst, make([]byte, 5000)) {
+		t.Fatal("late read response placed")
+	}
+	// A read of memory deregistered mid-stream stops with the key check.
+	r.Redrive()
+	req.Tid = r.Tid()
+	rs, _ = NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	evs, _ = feed(t, te, 0, packets(t, rs))
+	s = evs[0].Stream
+	ttpt.Deregister(tp)
+	var pe *ProtectionError
+	if _, _, err := s.Next(make([]byte, StreamBufLen)); !errors.As(err, &pe) || pe.Check != "key" {
+		t.Fatalf("serving deregistered memory: %v", err)
+	}
+	// A request for memory it may not read is refused at once.
+	r.Redrive()
+	req.Tid = r.Tid()
+	rs, _ = NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	evs, msgs := feed(t, te, 0, packets(t, rs))
+	if count(evs, EvFault) != 1 || len(msgs) != 1 || FaultCheck(msgs[0].Hdr.Code) != "key" {
+		t.Fatalf("read of deregistered region: %+v %+v", evs, msgs)
+	}
+}
+
+func TestRCxtPool(t *testing.T) {
+	p := NewRCxtPool(2, 3)
+	a, _ := p.Alloc()
+	b, _ := p.Alloc()
+	if _, err := p.Alloc(); !errors.Is(err, ErrNoResource) {
+		t.Fatalf("third alloc: %v", err)
+	}
+	t1 := a.Begin()
+	if a.Redrive() <= t1 || a.Base() != t1 || !a.Current(a.Key, a.Tid()) || a.Current(a.Key, t1) {
+		t.Fatal("tids")
+	}
+	key, tid := a.Key, a.Tid()
+	p.Free(a)
+	c, _ := p.Alloc()
+	if c != a || c.Key == key || c.Begin() <= tid || c.Window != 3 || p.InUse() != 2 || b.ID == c.ID {
+		t.Fatal("reuse must keep the tid sequence and change the key")
+	}
+}
+
+func TestEngineAllocs(t *testing.T) {
+	_, _, p, e, pool := target(t, 1<<16, AccessWrite)
+	r, _ := pool.Alloc()
+	r.Begin()
+	frames := packets(t, writeStream(t, r, p, make([]byte, 1<<16), 1024, PlaceDirect))
+	var h Header
+	i := 0
+	allocs := testing.AllocsPerRun(50, func() {
+		pl, _ := Check(frames[i%len(frames)], 1, false, &h)
+		e.Handle(0, h.Type, pl)
+		i++
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per placed packet", allocs)
+	}
+}

@@ -1,0 +1,96 @@
+package hal
+
+import "fmt"
+
+// RDMAStream is one drive of an outgoing transfer as the packets that
+// carry it: an origin's write (or half-RDMA write), a read request, or a
+// target's answer to one. The driver takes packets with Next as the device
+// has room, calls Advance for each one the device accepted, and Restart
+// to drive the transfer again under a new tid. It keeps no clock and
+// retransmits nothing by itself.
+type RDMAStream struct {
+	Peer  Rank
+	Type  FrameType
+	Hdr   RDMAHdr // the template every packet is encoded from
+	frame Header
+	mem   []byte // the data, when the stream owns a slice of it
+	tpt   *TPT   // serving a read: the region is resolved per packet,
+	src   PVO    // so that deregistering it stops the stream
+	next  uint64
+	done  bool
+}
+
+// StreamBufLen is the buffer Next needs: frame header, RDMA header and a
+// read request's PVO.
+const StreamBufLen = HeaderLen + RDMAHdrLen + PVOLen
+
+// NewRDMAStream makes the stream of a transfer of type t (FrameRDMAWrite
+// or FrameRDMAReadReq) to frame.Dst, described by h, whose data is mem
+// (writes; len(mem) must be h.Total). frame supplies the job key and
+// ranks of every packet's frame header.
+func NewRDMAStream(frame Header, t FrameType, h RDMAHdr, mem []byte) (*RDMAStream, error) {
+	switch {
+	case t != FrameRDMAWrite && t != FrameRDMAReadReq:
+		return nil, fmt.Errorf("hal: stream of %v frames", t)
+	case t == FrameRDMAWrite && uint64(len(mem)) != h.Total:
+		return nil, fmt.Errorf("hal: write of %d bytes from a %d-byte buffer", h.Total, len(mem))
+	case h.Seg == 0 || h.Seg < MinSeg && uint64(h.Seg) < h.Total:
+		return nil, fmt.Errorf("hal: segment %d for %d bytes (min %d)", h.Seg, h.Total, MinSeg)
+	}
+	frame.Type = t
+	return &RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem}, nil
+}
+
+// Done reports whether every packet of the current drive has been taken.
+func (s *RDMAStream) Done() bool { return s.done }
+
+// Next encodes the next packet's headers into b (at least StreamBufLen
+// bytes) and returns them and the data that follows them on the wire.
+// Serving a read, it fails with the protection error of a region that was
+// deregistered (or otherwise stopped resolving) since the request.
+func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
+	h := &s.Hdr
+	h.Offset = s.next
+	n := min(uint64(h.Seg), h.Total-min(s.next, h.Total))
+	switch {
+	case s.Type == FrameRDMAReadReq:
+		n = 0
+	case s.tpt != nil:
+		data, err = s.tpt.Resolve(s.src.Add(s.next), n, AccessRead)
+		if err != nil {
+			return nil, nil, err
+		}
+	default:
+		data = s.mem[s.next : s.next+n]
+	}
+	hl := RDMAPayloadLen(s.Type)
+	s.frame.Len = uint16(hl + int(n))
+	EncodeHeader(b, &s.frame)
+	EncodeRDMA(b[HeaderLen:], s.Type, h)
+	return b[:HeaderLen+hl], data, nil
+}
+
+// Advance moves past the packet Next returned: the device took it.
+func (s *RDMAStream) Advance() {
+	if s.Type == FrameRDMAReadReq {
+		s.done = true
+		return
+	}
+	s.next += uint64(s.Hdr.Seg)
+	if s.next >= s.Hdr.Total {
+		s.done = true
+	}
+}
+
+// Restart drives the transfer again from its first packet under tid.
+func (s *RDMAStream) Restart(tid uint32) {
+	s.Hdr.Tid, s.next, s.done = tid, 0, false
+}
+
+// Remaining is how many bytes of the current drive are still to be taken.
+func (s *RDMAStream) Remaining() uint64 {
+	if s.done {
+		return 0
+	}
+	return s.Hdr.Total - min(s.next, s.Hdr.Total)
+}

@@ -1,0 +1,206 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// AccOp is the reduction an Accumulate applies at the target.
+type AccOp uint8
+
+// Accumulate operations. Complex types take AccSum and AccProd only.
+const (
+	AccSum AccOp = 1 + iota
+	AccProd
+	AccMin
+	AccMax
+)
+
+// ElemType is the element type of an Accumulate's buffers.
+type ElemType uint8
+
+// Element types.
+const (
+	Int8 ElemType = 1 + iota
+	Int16
+	Int32
+	Int64
+	Uint8
+	Uint16
+	Uint32
+	Uint64
+	Float32
+	Float64
+	Complex64
+	Complex128
+	numElemTypes
+)
+
+var elemSizes = [numElemTypes]int{0, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 16}
+
+// Size is the element's size in bytes (0 for an unknown type).
+func (t ElemType) Size() int {
+	if t >= numElemTypes {
+		return 0
+	}
+	return elemSizes[t]
+}
+
+// errAccArg: an accumulate names an operation or type this build does not
+// know, or data that is not a whole number of elements.
+var errAccArg = errors.New("lapi: bad accumulate")
+
+// accArg packs an operation and type into an RDMA packet's arg word.
+func accArg(op AccOp, t ElemType) uint32 { return uint32(op) | uint32(t)<<8 }
+
+// checkAcc validates an operation on a type.
+func checkAcc(op AccOp, t ElemType) error {
+	switch {
+	case t == 0 || t >= numElemTypes:
+		return fmt.Errorf("%w: element type %d", errAccArg, t)
+	case op < AccSum || op > AccMax:
+		return fmt.Errorf("%w: operation %d", errAccArg, op)
+	case (t == Complex64 || t == Complex128) && op > AccProd:
+		return fmt.Errorf("%w: min and max of complex numbers", errAccArg)
+	}
+	return nil
+}
+
+// Accumulate reduces src into the region dst names at tgt, element by
+// element (dst[i] = dst[i] op src[i]), as half-RDMA: the data travels as
+// RDMA packets and the target reduces each one as it arrives, so the
+// reduction overlaps the transfer. len(src) must be a whole number of
+// elements. o.Origin and o.Completion fire once every element is reduced;
+// o.Target names a counter bumped at the target then.
+func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t ElemType, o SendOpts) error {
+	if err := checkAcc(op, t); err != nil {
+		return err
+	}
+	if len(src)%t.Size() != 0 {
+		return fmt.Errorf("%w: %d bytes of %d-byte elements", errAccArg, len(src), t.Size())
+	}
+	if int(tgt) >= c.cfg.Size {
+		return fmt.Errorf("lapi: accumulate at %d of %d: %w", tgt, c.cfg.Size, ErrBadRank)
+	}
+	if tgt == c.rank {
+		mem, err := c.tpt.Resolve(dst, uint64(len(src)), hal.AccessWrite)
+		if err != nil {
+			return fmt.Errorf("lapi: accumulate: %w", err)
+		}
+		c.mu.Lock()
+		reduceInto(mem, src, accArg(op, t))
+		if k := c.counter(o.Target); k != nil {
+			k.incr()
+		}
+		c.originDone(&o)
+		if o.Completion != nil {
+			o.Completion.incr()
+		}
+		c.mu.Unlock()
+		c.runCompletions()
+		return nil
+	}
+	rop := &rdmaOp{kind: opAcc, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
+	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target, Place: hal.PlaceFIFO, Arg: accArg(op, t)}
+	if o.Target != 0 {
+		h.Notify = hal.NotifyTarget
+	}
+	c.mu.Lock()
+	err := c.startOp(rop, hal.FrameRDMAWrite, h, src)
+	if err == nil {
+		c.rd.stats.Accumulates++
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// reduceInto applies the accumulate arg names to dst and src, of equal
+// length, a whole number of elements.
+func reduceInto(dst, src []byte, arg uint32) error {
+	op, t := AccOp(arg), ElemType(arg>>8)
+	if arg>>16 != 0 || checkAcc(op, t) != nil || len(dst) != len(src) || len(src)%t.Size() != 0 {
+		return errAccArg
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	switch t {
+	case Int8:
+		reduceOrdered(as[int8](dst), as[int8](src), op)
+	case Int16:
+		reduceOrdered(as[int16](dst), as[int16](src), op)
+	case Int32:
+		reduceOrdered(as[int32](dst), as[int32](src), op)
+	case Int64:
+		reduceOrdered(as[int64](dst), as[int64](src), op)
+	case Uint8:
+		reduceOrdered(as[uint8](dst), as[uint8](src), op)
+	case Uint16:
+		reduceOrdered(as[uint16](dst), as[uint16](src), op)
+	case Uint32:
+		reduceOrdered(as[uint32](dst), as[uint32](src), op)
+	case Uint64:
+		reduceOrdered(as[uint64](dst), as[uint64](src), op)
+	case Float32:
+		reduceOrdered(as[float32](dst), as[float32](src), op)
+	case Float64:
+		reduceOrdered(as[float64](dst), as[float64](src), op)
+	case Complex64:
+		reduceComplex(as[complex64](dst), as[complex64](src), op)
+	case Complex128:
+		reduceComplex(as[complex128](dst), as[complex128](src), op)
+	}
+	return nil
+}
+
+// as views b as a slice of T. Registered regions and Go buffers of T are
+// aligned for T; a byte slice cut at an odd offset is not, which amd64 and
+// arm64 tolerate for these plain loads and stores.
+func as[T any](b []byte) []T {
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+}
+
+type ordered interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~float32 | ~float64
+}
+
+// reduceOrdered reduces integers and floats; for floats the built-in min
+// and max let a NaN win, as MPI_MIN and MPI_MAX do in practice.
+func reduceOrdered[T ordered](d, s []T, op AccOp) {
+	s = s[:len(d)]
+	switch op {
+	case AccSum:
+		for i := range d {
+			d[i] += s[i]
+		}
+	case AccProd:
+		for i := range d {
+			d[i] *= s[i]
+		}
+	case AccMin:
+		for i := range d {
+			d[i] = min(d[i], s[i])
+		}
+	case AccMax:
+		for i := range d {
+			d[i] = max(d[i], s[i])
+		}
+	}
+}
+
+func reduceComplex[T complex64 | complex128](d, s []T, op AccOp) {
+	s = s[:len(d)]
+	if op == AccSum {
+		for i := range d {
+			d[i] += s[i]
+		}
+		return
+	}
+	for i := range d {
+		d[i] *= s[i]
+	}
+}

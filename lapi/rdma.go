@@ -1,0 +1,487 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// RDMA in lapi: large Put and Get, and every Accumulate, travel as hal's
+// self-describing RDMA packets rather than as active messages. They bypass
+// the per-packet sequence and acknowledgement machinery of link.go: each
+// transfer is one rCxt drive, answered by one completion, and a transfer
+// whose completion does not come in time is redriven whole under a new,
+// larger tid, with the timeout doubling each time (progressive back-off).
+// The target's engine keeps what earlier drives placed, so over a lossy
+// link each drive only has to bring what the previous ones lost.
+
+// opKind is what an rdmaOp does.
+type opKind uint8
+
+const (
+	opWrite opKind = iota + 1 // Put
+	opRead                    // Get
+	opAcc                     // Accumulate (half-RDMA)
+)
+
+// rdmaOp is an RDMA transfer this rank originated, from its start to its
+// completion.
+type rdmaOp struct {
+	kind     opKind
+	peer     hal.Rank
+	rc       *hal.RCxt
+	s        *hal.RDMAStream // this drive's packets: the data, or the read request
+	req      hal.RDMAHdr     // a read's request, for ExpectRead on each drive
+	local    hal.PVO         // a read's destination, registered for the transfer
+	org, cmp *Counter
+	notify   Completer
+	queued   bool
+	sentAll  bool      // this drive's packets are all with the device
+	deadline time.Time // redrive when no completion by then (unreliable devices)
+	rto      time.Duration
+	lastGood time.Time // last sign of life: a drive's start, a read's progress
+	left     uint64    // a read's segments outstanding at the last timer
+	drives   int
+}
+
+// outStream is a stream waiting for the device, with the op it drives
+// (nil when serving a peer's read).
+type outStream struct {
+	s  *hal.RDMAStream
+	op *rdmaOp
+}
+
+// rdmaState is a context's part of the RDMA engine (guarded by c.mu).
+type rdmaState struct {
+	eng     *hal.RDMAEngine
+	pool    *hal.RCxtPool
+	ops     []*rdmaOp // by rCxt ID
+	nops    int
+	queue   []outStream
+	serving map[servKey]*hal.RDMAStream
+	hdrs    [][]byte // header buffers the device may hold until Flush
+	used    int
+	seg     int
+	stats   RDMAStats
+}
+
+type servKey struct {
+	peer hal.Rank
+	rcxt uint32
+}
+
+// RDMAStats count a context's RDMA transfers.
+type RDMAStats struct {
+	Writes, Reads, Accumulates uint64 // transfers originated
+	Redrives                   uint64 // drives after the first
+	StaleCompletions           uint64 // completions of an earlier drive, ignored
+	Faults                     uint64 // accesses to this rank's memory refused
+	Engine                     hal.RDMAStats
+}
+
+// rdmaHdrSlab is how many packets may go to the device between flushes.
+const rdmaHdrSlab = 64
+
+func (c *Context) initRDMA() {
+	r := &c.rd
+	r.eng = hal.NewRDMAEngine(c.tpt)
+	r.pool = hal.NewRCxtPool(c.cfg.MaxRCxt, 0)
+	r.serving = make(map[servKey]*hal.RDMAStream)
+	r.seg = (c.mtu - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63
+	r.seg = min(r.seg, (hal.MaxPayload-hal.RDMAHdrLen)&^63)
+	r.hdrs = make([][]byte, rdmaHdrSlab)
+	slab := make([]byte, rdmaHdrSlab*hal.StreamBufLen)
+	for i := range r.hdrs {
+		r.hdrs[i] = slab[i*hal.StreamBufLen : (i+1)*hal.StreamBufLen]
+	}
+	if c.reint != nil {
+		r.eng.SetEpoch(uint32(c.reint.Epoch()))
+	}
+}
+
+// RDMAStats returns a snapshot of the RDMA counters.
+func (c *Context) RDMAStats() RDMAStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.rd.stats
+	s.Engine = c.rd.eng.Stats()
+	return s
+}
+
+// useRDMA reports whether a transfer of n bytes to tgt goes by RDMA.
+func (c *Context) useRDMA(tgt hal.Rank, n int) bool {
+	return tgt != c.rank && c.cfg.RDMAThreshold >= 0 && n >= c.cfg.RDMAThreshold
+}
+
+// startOp begins a transfer (c.mu held): a fresh rCxt and tid, and its
+// first drive queued.
+func (c *Context) startOp(op *rdmaOp, t hal.FrameType, h hal.RDMAHdr, mem []byte) error {
+	if c.closed {
+		return ErrClosed
+	}
+	if err := c.peerErr[op.peer]; err != nil {
+		return err
+	}
+	if err := c.rdmaCheck(op.peer); err != nil {
+		return err
+	}
+	rc, err := c.rd.pool.Alloc()
+	if err != nil {
+		return fmt.Errorf("lapi: RDMA to rank %d: %w", op.peer, err)
+	}
+	op.rc = rc
+	h.RCxt, h.Key, h.Tid = rc.ID, rc.Key, rc.Begin()
+	h.Base, h.Seg, h.DstEp = h.Tid, uint32(c.rd.seg), c.dstEpoch(op.peer)
+	h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
+	frame := hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: op.peer}
+	s, err := hal.NewRDMAStream(frame, t, h, mem)
+	if err != nil {
+		c.rd.pool.Free(rc)
+		return fmt.Errorf("lapi: RDMA to rank %d: %w", op.peer, err)
+	}
+	op.s = s
+	if t == hal.FrameRDMAReadReq {
+		op.req = h
+		c.rd.eng.ExpectRead(op.peer, rc, &op.req)
+	}
+	for int(rc.ID) >= len(c.rd.ops) {
+		c.rd.ops = append(c.rd.ops, nil)
+	}
+	c.rd.ops[rc.ID] = op
+	c.rd.nops++
+	now := c.now()
+	op.lastGood = now
+	if !c.reliable {
+		l := &c.links[op.peer]
+		op.rto = 2 * l.rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
+	}
+	c.queueStream(outStream{s, op})
+	c.pushRDMA(now)
+	return nil
+}
+
+func (c *Context) queueStream(o outStream) {
+	if o.op != nil {
+		o.op.queued, o.op.sentAll = true, false
+	}
+	c.rd.queue = append(c.rd.queue, o)
+}
+
+// pushRDMA hands queued RDMA packets to the device while it takes them
+// (c.mu held).
+func (c *Context) pushRDMA(now time.Time) {
+	r := &c.rd
+	for len(r.queue) > 0 {
+		o := r.queue[0]
+		if c.peerErr[o.s.Peer] != nil {
+			r.popStream()
+			continue
+		}
+		for !o.s.Done() {
+			if r.used == len(r.hdrs) {
+				if c.flushLocked() != nil || r.used != 0 {
+					return // the device still holds the headers
+				}
+			}
+			hdr, data, err := o.s.Next(r.hdrs[r.used])
+			if err != nil {
+				// Serving a read whose region was deregistered under
+				// it: tell the origin which check failed.
+				r.popStream()
+				c.rdmaFault(o.s, err)
+				goto next
+			}
+			if !c.reliable {
+				hal.Seal(hdr, data)
+			}
+			err = c.dev.Send(hdr, data)
+			if errors.Is(err, hal.ErrNoResource) {
+				if c.flushLocked() != nil {
+					return
+				}
+				err = c.dev.Send(hdr, data)
+				if errors.Is(err, hal.ErrNoResource) {
+					return // progress retries this packet
+				}
+			}
+			if err != nil {
+				if c.reliable || fatalSendErr(err) {
+					r.popStream()
+					c.failPeer(o.s.Peer, err.Error())
+					goto next
+				}
+				c.stats.SendErrors++ // a loss: the redrive covers it
+			} else {
+				c.stats.PacketsSent++
+			}
+			r.used++
+			o.s.Advance()
+		}
+		r.popStream()
+		if op := o.op; op != nil {
+			op.queued, op.sentAll = false, true
+			op.deadline = now.Add(op.rto)
+			c.armTimer(op.deadline)
+		}
+	next:
+	}
+	c.flushLocked()
+}
+
+func (r *rdmaState) popStream() {
+	r.queue[0] = outStream{}
+	r.queue = r.queue[1:]
+	if len(r.queue) == 0 {
+		r.queue = r.queue[:0:0] // let the array go; appends start a fresh one
+	}
+}
+
+// armTimer makes sure a waiter wakes by t (unreliable devices only).
+func (c *Context) armTimer(t time.Time) {
+	if c.reliable {
+		return
+	}
+	if c.nextTick.IsZero() || t.Before(c.nextTick) {
+		c.nextTick = t
+	}
+	if c.blocking {
+		c.wakeLocked() // it set its deadline before this timer existed
+	}
+}
+
+// rdmaFault tells the origin of a served read that it failed a check.
+func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
+	c.rd.stats.Faults++
+	h := s.Hdr
+	c.sendDone(s.Peer, hal.RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total,
+		Seg: h.Seg, Notify: hal.NotifyOrigin, Code: hal.FaultCode(err), Cookie: h.Cookie})
+}
+
+// sendDone sends a header-only completion; a lost one is answered again
+// when the origin redrives.
+func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
+	if c.rd.used == len(c.rd.hdrs) && (c.flushLocked() != nil || c.rd.used != 0) {
+		return
+	}
+	b := c.rd.hdrs[c.rd.used]
+	h.DstEp = c.dstEpoch(peer)
+	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: hal.RDMAHdrLen}
+	hal.EncodeHeader(b, &fh)
+	hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
+	b = b[:hal.HeaderLen+hal.RDMAHdrLen]
+	if !c.reliable {
+		hal.Seal(b, nil)
+	}
+	if err := c.dev.Send(b, nil); err == nil {
+		c.rd.used++
+		c.stats.PacketsSent++
+	}
+}
+
+// onRDMA is onFrame for RDMA frames (c.mu held).
+func (c *Context) onRDMA(h *hal.Header, payload []byte) {
+	if c.peerErr[h.Src] != nil {
+		return
+	}
+	evs, msgs := c.rd.eng.Handle(h.Src, h.Type, payload)
+	for i := range evs {
+		c.rdmaEvent(&evs[i])
+	}
+	for _, m := range msgs {
+		c.sendDone(m.Peer, m.Hdr)
+	}
+}
+
+func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
+	switch ev.Kind {
+	case hal.EvOriginDone, hal.EvReadDone:
+		op := c.opFor(ev.RCxt)
+		if op == nil || op.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) {
+			c.rd.stats.StaleCompletions++
+			return
+		}
+		var err error
+		if ev.Code != 0 {
+			err = fmt.Errorf("lapi: RDMA at rank %d: %s check failed: %w", ev.Peer, hal.FaultCheck(ev.Code), ErrProtection)
+		}
+		c.finishOp(op, err)
+	case hal.EvTargetDone:
+		if k := c.counter(ev.Cookie); k != nil {
+			k.incr()
+		}
+	case hal.EvFault:
+		c.rd.stats.Faults++
+		if k := c.counter(ev.Cookie); k != nil {
+			k.fail(fmt.Errorf("lapi: RDMA from rank %d: %w", ev.Peer, ev.Err))
+			k.incr()
+		}
+	case hal.EvFIFO:
+		if err := reduceInto(ev.Dst, ev.Data, ev.Arg); err != nil {
+			c.stats.BadPackets++
+		}
+	case hal.EvServeRead:
+		s := ev.Stream
+		s.SetFrame(c.cfg.JobKey, c.rank)
+		s.Hdr.DstEp = c.dstEpoch(ev.Peer)
+		k := servKey{ev.Peer, ev.RCxt}
+		if old := c.rd.serving[k]; old != nil {
+			c.unqueue(old) // a redrive replaces the earlier drive
+		}
+		c.rd.serving[k] = s
+		c.queueStream(outStream{s: s}) // the progress pass pushes it
+	}
+}
+
+func (c *Context) opFor(id uint32) *rdmaOp {
+	if int(id) >= len(c.rd.ops) {
+		return nil
+	}
+	return c.rd.ops[id]
+}
+
+// unqueue removes a stream from the send queue.
+func (c *Context) unqueue(s *hal.RDMAStream) {
+	q := c.rd.queue
+	for i := range q {
+		if q[i].s == s {
+			if i == 0 {
+				c.rd.popStream()
+			} else {
+				c.rd.queue = append(q[:i], q[i+1:]...)
+			}
+			return
+		}
+	}
+}
+
+// finishOp completes an op, successfully or with err, and releases it.
+func (c *Context) finishOp(op *rdmaOp, err error) {
+	if op.queued {
+		c.unqueue(op.s)
+		op.queued = false
+	}
+	if op.kind == opRead {
+		c.rd.eng.EndRead(op.peer, op.rc)
+		c.tpt.Deregister(op.local)
+	}
+	c.rd.ops[op.rc.ID] = nil
+	c.rd.nops--
+	c.rd.pool.Free(op.rc)
+	if err != nil {
+		op.org.fail(err)
+		op.cmp.fail(err)
+	}
+	if op.org != nil {
+		op.org.incr()
+	}
+	if op.cmp != nil {
+		op.cmp.incr()
+	}
+	c.note(op.notify, err)
+	c.wakeLocked()
+}
+
+// rdmaTick redrives transfers whose completion is overdue and folds the
+// next deadline into nextTick (c.mu held; unreliable devices).
+func (c *Context) rdmaTick(now time.Time) {
+	if c.rd.nops == 0 {
+		return
+	}
+	for _, op := range c.rd.ops {
+		if op == nil || !op.sentAll {
+			continue
+		}
+		if now.Before(op.deadline) {
+			c.armTimer(op.deadline)
+			continue
+		}
+		if op.kind == opRead {
+			if left := c.rd.eng.ReadLeft(op.peer, op.rc); left != 0 && (op.left == 0 || left < op.left) {
+				op.left, op.lastGood = left, now // still arriving
+				op.deadline = now.Add(op.rto)
+				c.armTimer(op.deadline)
+				continue
+			}
+		}
+		if now.Sub(op.lastGood) > c.cfg.PeerTimeout {
+			c.failPeer(op.peer, fmt.Sprintf("RDMA transfer unanswered for %v", c.cfg.PeerTimeout))
+			continue
+		}
+		c.redrive(op, now)
+	}
+}
+
+// redrive sends a transfer again under a new tid, with a doubled timeout.
+func (c *Context) redrive(op *rdmaOp, now time.Time) {
+	tid := op.rc.Redrive()
+	op.drives++
+	c.rd.stats.Redrives++
+	op.rto = min(2*op.rto, c.cfg.MaxRTO)
+	op.s.Hdr.DstEp = c.dstEpoch(op.peer)
+	op.s.Restart(tid)
+	if op.kind == opRead {
+		op.req.Tid = tid
+		op.left = 0
+		c.rd.eng.ExpectRead(op.peer, op.rc, &op.req)
+	}
+	c.queueStream(outStream{op.s, op})
+	c.pushRDMA(now)
+}
+
+// dropRDMA fails every transfer with peer, and stops serving its reads
+// (c.mu held): it failed or restarted.
+func (c *Context) dropRDMA(peer hal.Rank, err error) {
+	for _, op := range c.rd.ops {
+		if op != nil && op.peer == peer {
+			c.finishOp(op, err)
+		}
+	}
+	for k, s := range c.rd.serving {
+		if k.peer == peer {
+			c.unqueue(s)
+			delete(c.rd.serving, k)
+		}
+	}
+}
+
+// rdmaPending reports whether RDMA packets wait for the device.
+func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 }
+
+// putRDMA is Put by RDMA write.
+func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	op := &rdmaOp{kind: opWrite, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
+	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target}
+	if o.Target != 0 {
+		h.Notify = hal.NotifyTarget
+	}
+	c.mu.Lock()
+	err := c.startOp(op, hal.FrameRDMAWrite, h, src)
+	if err == nil {
+		c.rd.stats.Writes++
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// getRDMA is Get by RDMA read: dst is registered for the transfer, so the
+// answer is placed like any RDMA write, checked against this rank's TPT.
+func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+	local, err := c.tpt.Register(dst, hal.AccessWrite)
+	if err != nil {
+		return fmt.Errorf("lapi: get: %w", err)
+	}
+	op := &rdmaOp{kind: opRead, peer: tgt, org: o.Origin, notify: o.Notify, local: local}
+	h := hal.RDMAHdr{Total: uint64(len(dst)), PVO: src, Local: local}
+	c.mu.Lock()
+	err = c.startOp(op, hal.FrameRDMAReadReq, h, nil)
+	if err == nil {
+		c.rd.stats.Reads++
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.tpt.Deregister(local)
+	}
+	return err
+}
