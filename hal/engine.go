@@ -21,6 +21,11 @@ package hal
 //     redrive of a transfer that already completed is answered with a
 //     completion, not placed again, so memory the target has since reused
 //     is never overwritten;
+//   - keys are not compared for order: an origin re-keys a context each
+//     time it reuses it, but its tids keep growing across transfers, so a
+//     packet of a transfer the context carried before is stale by its tid
+//     (a restarted origin's fresh tids are the reintegration protocol's
+//     business: ResetPeer);
 //   - an equal tid continues the transfer; a packet already placed (a
 //     duplicate) is dropped, so half-RDMA reduces every packet once.
 //
@@ -232,15 +237,18 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 			e.stats.Stale++
 			return
 		}
-	case x == nil || x.key != h.Key:
+	case x == nil:
 		x = e.begin(k, x, h.Key, h)
 		if !e.admit(k, x, h, acc) {
 			return
 		}
 	case int32(h.Tid-x.tid) < 0:
+		// Lower than the current drive, whatever its key: the origin
+		// re-keys a context each time it reuses it, but its tids only
+		// grow, so this is a packet of an earlier transfer.
 		e.stats.Stale++
 		return
-	case h.Tid != x.tid && h.Base != x.base:
+	case h.Tid != x.tid && (h.Base != x.base || h.Key != x.key):
 		x = e.begin(k, x, h.Key, h)
 		if !e.admit(k, x, h, acc) {
 			return
@@ -253,7 +261,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 			return
 		}
 	}
-	if x.done || x.code != 0 || h.Total != x.total || h.Seg != x.seg {
+	if x.done || x.code != 0 || h.Key != x.key || h.Total != x.total || h.Seg != x.seg {
 		e.stats.Duplicates++
 		return
 	}
@@ -362,4 +370,19 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 // (the engine does not know them).
 func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
 	s.frame.JobKey, s.frame.Src = jobKey, src
+}
+
+// DbgMissing is temporary.
+func (e *RDMAEngine) DbgMissing() []int {
+	var m []int
+	for _, x := range e.in {
+		n := Segments(x.total, x.seg)
+		for i := uint64(0); i < n; i++ {
+			if x.bits[i/64]&(1<<(i%64)) == 0 {
+				m = append(m, int(i))
+			}
+		}
+		m = append(m, -1, int(n), int(x.seg))
+	}
+	return m
 }

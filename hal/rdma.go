@@ -170,7 +170,7 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 		if len(rest) != 0 || h.Offset != 0 {
 			return fmt.Errorf("%w: completion with data or offset", ErrBadRDMA)
 		}
-		return nil
+		return checkSeg(h)
 	}
 	if err := checkSeg(h); err != nil {
 		return err

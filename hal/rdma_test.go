@@ -225,11 +225,21 @@ func TestEngineStaleTidNeverWrites(t *testing.T) {
 	if !bytes.Equal(mem, make([]byte, 4096)) || count(evs, EvTargetDone) != 0 || len(msgs) != 1 || msgs[0].Hdr.Tid != r.Tid() {
 		t.Fatalf("redrive of a completed transfer: placed or not answered: %v %v", evs, msgs)
 	}
-	// A new transfer (new base) on the same rCxt is placed.
+	// The context is freed and reused (re-keyed) for a new transfer,
+	// which is placed; the earlier transfer's packets, under the old key,
+	// are still stale.
+	pool.Free(r)
+	if r2, _ := pool.Alloc(); r2 != r {
+		t.Fatal("pool did not reuse the context")
+	}
 	r.Begin()
 	feed(t, e, 0, packets(t, writeStream(t, r, p, bytes.Repeat([]byte{3}, 4096), 512, PlaceDirect)))
 	if !bytes.Equal(mem, bytes.Repeat([]byte{3}, 4096)) {
 		t.Fatal("new transfer not placed")
+	}
+	clear(mem)
+	if evs, msgs := feed(t, e, 0, old); !bytes.Equal(mem, make([]byte, 4096)) || len(evs)+len(msgs) != 0 {
+		t.Fatal("a packet of the context's previous transfer, under its old key, was placed")
 	}
 }
 

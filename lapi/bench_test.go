@@ -15,7 +15,7 @@ import (
 
 // openInprocJob opens n contexts over the in-process device, optionally
 // wrapped with faults (which makes lapi run its reliability protocol).
-func openInprocJob(t testing.TB, n int, spec faults.Spec) []*Context {
+func openInprocJob(t testing.TB, n int, spec faults.Spec, mods ...func(*Config)) []*Context {
 	t.Helper()
 	const key = 0xbe4c
 	fab := inproc.NewFabric(n, key)
@@ -30,7 +30,11 @@ func openInprocJob(t testing.TB, n int, spec faults.Spec) []*Context {
 			s.Seed += uint64(r)
 			d = faults.Wrap(d, s, time.Now)
 		}
-		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key}); err != nil {
+		cfg := Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key}
+		for _, m := range mods {
+			m(&cfg)
+		}
+		if ctxs[r], err = Open(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,8 +39,12 @@ type Config struct {
 	// does.
 	RDMAThreshold int
 	// MaxRCxt bounds the RDMA transfers in flight at once (default 1024);
-	// more wait for one to complete.
-	MaxRCxt int
+	// more wait for one to complete. RDMAWindow bounds those toward one
+	// peer, in chunks of up to 1 MiB (default 4): the origin gets no
+	// acknowledgement while a chunk streams, so this is what keeps it from
+	// running ahead of a slower receiver (a socket buffer overflowing costs
+	// a redrive).
+	MaxRCxt, RDMAWindow int
 	// Reintegrate runs hal's reintegration protocol on the device: at Open
 	// the context announces itself (BOOTING) and Put, Get and Rmw stay off
 	// until every peer has answered; a peer that restarts is reset (its
@@ -79,6 +83,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRCxt <= 0 || c.MaxRCxt > hal.MaxRCxt {
 		c.MaxRCxt = 1024
+	}
+	if c.RDMAWindow <= 0 {
+		c.RDMAWindow = 4
 	}
 	if c.CopyThreshold == 0 {
 		c.CopyThreshold = 16 << 10

@@ -26,19 +26,31 @@ const (
 	opAcc                     // Accumulate (half-RDMA)
 )
 
-// rdmaOp is an RDMA transfer this rank originated, from its start to its
-// completion.
-type rdmaOp struct {
+// rdmaGroup is one Put, Get or Accumulate: the chunks it was cut into,
+// and whom to tell when the last of them completes.
+type rdmaGroup struct {
 	kind     opKind
 	peer     hal.Rank
-	rc       *hal.RCxt
-	s        *hal.RDMAStream // this drive's packets: the data, or the read request
-	req      hal.RDMAHdr     // a read's request, for ExpectRead on each drive
-	local    hal.PVO         // a read's destination, registered for the transfer
+	left     int // chunks not yet completed
+	err      error
 	org, cmp *Counter
 	notify   Completer
+	tcntr    uint32  // a chunked transfer's target counter, bumped by an AM at the end
+	local    hal.PVO // a read's destination, registered for the transfer
+}
+
+// rdmaOp is one chunk of a transfer: one rCxt, driven until its
+// completion comes.
+type rdmaOp struct {
+	g        *rdmaGroup
+	t        hal.FrameType
+	h        hal.RDMAHdr // the chunk's header, before an rCxt is assigned
+	mem      []byte      // a write's data
+	rc       *hal.RCxt
+	s        *hal.RDMAStream // this drive's packets: the data, or the read request
 	queued   bool
 	sentAll  bool      // this drive's packets are all with the device
+	sentAt   time.Time // when they were
 	deadline time.Time // redrive when no completion by then (unreliable devices)
 	rto      time.Duration
 	lastGood time.Time // last sign of life: a drive's start, a read's progress
@@ -58,7 +70,10 @@ type rdmaState struct {
 	eng     *hal.RDMAEngine
 	pool    *hal.RCxtPool
 	ops     []*rdmaOp // by rCxt ID
-	nops    int
+	waiting []*rdmaOp // chunks waiting for an rCxt or for room toward their peer
+	out     []int     // per peer: chunks launched and not completed
+	groups  int       // transfers not yet completed
+	rtt     []rttEstimator
 	queue   []outStream
 	serving map[servKey]*hal.RDMAStream
 	hdrs    [][]byte // header buffers the device may hold until Flush
@@ -89,6 +104,8 @@ func (c *Context) initRDMA() {
 	r.eng = hal.NewRDMAEngine(c.tpt)
 	r.pool = hal.NewRCxtPool(c.cfg.MaxRCxt, 0)
 	r.serving = make(map[servKey]*hal.RDMAStream)
+	r.rtt = make([]rttEstimator, c.cfg.Size)
+	r.out = make([]int, c.cfg.Size)
 	r.seg = (c.mtu - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63
 	r.seg = min(r.seg, (hal.MaxPayload-hal.RDMAHdrLen)&^63)
 	r.hdrs = make([][]byte, rdmaHdrSlab)
@@ -115,51 +132,88 @@ func (c *Context) useRDMA(tgt hal.Rank, n int) bool {
 	return tgt != c.rank && c.cfg.RDMAThreshold >= 0 && n >= c.cfg.RDMAThreshold
 }
 
-// startOp begins a transfer (c.mu held): a fresh rCxt and tid, and its
-// first drive queued.
-func (c *Context) startOp(op *rdmaOp, t hal.FrameType, h hal.RDMAHdr, mem []byte) error {
-	if c.closed {
+// rdmaChunk is the most one rCxt carries: a longer transfer is cut into
+// chunks driven side by side, so a loss costs a chunk's redrive, not the
+// whole transfer's, and completion times (the redrive timer's samples)
+// do not grow with the transfer.
+const rdmaChunk = 1 << 20
+
+// startTransfer begins a transfer of h.Total bytes (c.mu held): its chunks
+// get an rCxt each (or wait for one) and are queued for the device.
+func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, mem []byte) error {
+	switch {
+	case c.closed:
 		return ErrClosed
+	case c.peerErr[g.peer] != nil:
+		return c.peerErr[g.peer]
 	}
-	if err := c.peerErr[op.peer]; err != nil {
+	if err := c.rdmaCheck(g.peer); err != nil {
 		return err
 	}
-	if err := c.rdmaCheck(op.peer); err != nil {
-		return err
+	h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
+	if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 {
+		// Chunks complete at the target in any order: the target hears
+		// once, from the origin, when the last one has.
+		h.Notify &^= hal.NotifyTarget
+		g.tcntr = h.Cookie
+	}
+	c.rd.groups++
+	for off := uint64(0); ; off += rdmaChunk {
+		n := min(rdmaChunk, h.Total-off)
+		op := &rdmaOp{g: g, t: t, h: h}
+		op.h.Total, op.h.PVO, op.h.Local = n, h.PVO.Add(off), h.Local.Add(off)
+		if t == hal.FrameRDMAWrite {
+			op.mem = mem[off : off+n]
+		}
+		g.left++
+		c.launch(op)
+		if off+n >= h.Total {
+			break
+		}
+	}
+	c.pushRDMA(c.now())
+	return nil
+}
+
+// launch gives a chunk an rCxt and queues its first drive, or has it wait
+// for an rCxt (c.mu held).
+func (c *Context) launch(op *rdmaOp) {
+	peer := op.g.peer
+	if c.rd.out[peer] >= c.cfg.RDMAWindow {
+		c.rd.waiting = append(c.rd.waiting, op)
+		return
 	}
 	rc, err := c.rd.pool.Alloc()
 	if err != nil {
-		return fmt.Errorf("lapi: RDMA to rank %d: %w", op.peer, err)
+		c.rd.waiting = append(c.rd.waiting, op)
+		return
 	}
+	c.rd.out[peer]++
 	op.rc = rc
+	h := op.h
 	h.RCxt, h.Key, h.Tid = rc.ID, rc.Key, rc.Begin()
-	h.Base, h.Seg, h.DstEp = h.Tid, uint32(c.rd.seg), c.dstEpoch(op.peer)
-	h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
-	frame := hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: op.peer}
-	s, err := hal.NewRDMAStream(frame, t, h, mem)
-	if err != nil {
+	h.Base, h.Seg, h.DstEp = h.Tid, uint32(c.rd.seg), c.dstEpoch(peer)
+	s, err := hal.NewRDMAStream(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer}, op.t, h, op.mem)
+	if err != nil { // cannot happen: lapi built h
 		c.rd.pool.Free(rc)
-		return fmt.Errorf("lapi: RDMA to rank %d: %w", op.peer, err)
+		op.rc = nil
+		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
+		return
 	}
-	op.s = s
-	if t == hal.FrameRDMAReadReq {
-		op.req = h
-		c.rd.eng.ExpectRead(op.peer, rc, &op.req)
+	op.s, op.h = s, h
+	if op.t == hal.FrameRDMAReadReq {
+		c.rd.eng.ExpectRead(peer, rc, &op.h)
 	}
 	for int(rc.ID) >= len(c.rd.ops) {
 		c.rd.ops = append(c.rd.ops, nil)
 	}
 	c.rd.ops[rc.ID] = op
-	c.rd.nops++
-	now := c.now()
-	op.lastGood = now
 	if !c.reliable {
-		l := &c.links[op.peer]
-		op.rto = 2 * l.rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
+		op.lastGood = c.now()
+		link := c.links[peer].rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
+		op.rto = max(2*link, c.rd.rtt[peer].rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO))
 	}
 	c.queueStream(outStream{s, op})
-	c.pushRDMA(now)
-	return nil
 }
 
 func (c *Context) queueStream(o outStream) {
@@ -180,10 +234,8 @@ func (c *Context) pushRDMA(now time.Time) {
 			continue
 		}
 		for !o.s.Done() {
-			if r.used == len(r.hdrs) {
-				if c.flushLocked() != nil || r.used != 0 {
-					return // the device still holds the headers
-				}
+			if r.used == len(r.hdrs) && (c.flushLocked() != nil || r.used != 0) {
+				return // the device still holds the headers
 			}
 			hdr, data, err := o.s.Next(r.hdrs[r.used])
 			if err != nil {
@@ -198,13 +250,13 @@ func (c *Context) pushRDMA(now time.Time) {
 			}
 			err = c.dev.Send(hdr, data)
 			if errors.Is(err, hal.ErrNoResource) {
-				if c.flushLocked() != nil {
-					return
+				// Flush and start the packet again: a flush that
+				// succeeds hands the header slab back, so the packet
+				// is encoded afresh into the slot now current.
+				if used := r.used; c.flushLocked() != nil || r.used == used {
+					return // still full: progress retries this packet
 				}
-				err = c.dev.Send(hdr, data)
-				if errors.Is(err, hal.ErrNoResource) {
-					return // progress retries this packet
-				}
+				continue
 			}
 			if err != nil {
 				if c.reliable || fatalSendErr(err) {
@@ -222,7 +274,7 @@ func (c *Context) pushRDMA(now time.Time) {
 		r.popStream()
 		if op := o.op; op != nil {
 			op.queued, op.sentAll = false, true
-			op.deadline = now.Add(op.rto)
+			op.sentAt, op.deadline = now, now.Add(op.rto)
 			c.armTimer(op.deadline)
 		}
 	next:
@@ -298,7 +350,7 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 	switch ev.Kind {
 	case hal.EvOriginDone, hal.EvReadDone:
 		op := c.opFor(ev.RCxt)
-		if op == nil || op.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) {
+		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) {
 			c.rd.stats.StaleCompletions++
 			return
 		}
@@ -356,37 +408,82 @@ func (c *Context) unqueue(s *hal.RDMAStream) {
 	}
 }
 
-// finishOp completes an op, successfully or with err, and releases it.
+// finishOp completes a chunk, successfully or with err, and releases its
+// rCxt to the next chunk waiting for one (c.mu held).
 func (c *Context) finishOp(op *rdmaOp, err error) {
+	g := op.g
 	if op.queued {
 		c.unqueue(op.s)
 		op.queued = false
 	}
-	if op.kind == opRead {
-		c.rd.eng.EndRead(op.peer, op.rc)
-		c.tpt.Deregister(op.local)
+	if rc := op.rc; rc != nil {
+		if op.t == hal.FrameRDMAReadReq {
+			c.rd.eng.EndRead(g.peer, rc)
+		}
+		if err == nil && op.drives == 0 && !c.reliable && !op.sentAt.IsZero() {
+			// Karn's rule: only a first drive's completion times it.
+			c.rd.rtt[g.peer].sample(c.now().Sub(op.sentAt))
+		}
+		c.rd.ops[rc.ID] = nil
+		c.rd.pool.Free(rc)
+		c.rd.out[g.peer]--
+		op.rc = nil
+		c.launchWaiting()
 	}
-	c.rd.ops[op.rc.ID] = nil
-	c.rd.nops--
-	c.rd.pool.Free(op.rc)
-	if err != nil {
-		op.org.fail(err)
-		op.cmp.fail(err)
+	if err != nil && g.err == nil {
+		g.err = err
 	}
-	if op.org != nil {
-		op.org.incr()
+	if g.left--; g.left == 0 {
+		c.finishGroup(g)
 	}
-	if op.cmp != nil {
-		op.cmp.incr()
+}
+
+// launchWaiting launches, oldest first, the waiting chunks that now have
+// an rCxt and room toward their peer.
+func (c *Context) launchWaiting() {
+	w := c.rd.waiting
+	keep := w[:0]
+	for i, op := range w {
+		if c.rd.pool.InUse() >= c.cfg.MaxRCxt {
+			keep = append(keep, w[i:]...)
+			break
+		}
+		if c.rd.out[op.g.peer] >= c.cfg.RDMAWindow {
+			keep = append(keep, op)
+			continue
+		}
+		c.launch(op)
 	}
-	c.note(op.notify, err)
+	clear(w[len(keep):])
+	c.rd.waiting = keep
+}
+
+// finishGroup reports a whole transfer done (c.mu held).
+func (c *Context) finishGroup(g *rdmaGroup) {
+	c.rd.groups--
+	if g.kind == opRead {
+		c.tpt.Deregister(g.local)
+	}
+	if err := g.err; err != nil {
+		g.org.fail(err)
+		g.cmp.fail(err)
+	} else if g.tcntr != 0 {
+		c.notifyLocked(g.peer, g.tcntr)
+	}
+	if g.org != nil {
+		g.org.incr()
+	}
+	if g.cmp != nil {
+		g.cmp.incr()
+	}
+	c.note(g.notify, g.err)
 	c.wakeLocked()
 }
 
 // rdmaTick redrives transfers whose completion is overdue and folds the
 // next deadline into nextTick (c.mu held; unreliable devices).
 func (c *Context) rdmaTick(now time.Time) {
-	if c.rd.nops == 0 {
+	if c.rd.groups == 0 {
 		return
 	}
 	for _, op := range c.rd.ops {
@@ -397,8 +494,8 @@ func (c *Context) rdmaTick(now time.Time) {
 			c.armTimer(op.deadline)
 			continue
 		}
-		if op.kind == opRead {
-			if left := c.rd.eng.ReadLeft(op.peer, op.rc); left != 0 && (op.left == 0 || left < op.left) {
+		if op.t == hal.FrameRDMAReadReq {
+			if left := c.rd.eng.ReadLeft(op.g.peer, op.rc); left != 0 && (op.left == 0 || left < op.left) {
 				op.left, op.lastGood = left, now // still arriving
 				op.deadline = now.Add(op.rto)
 				c.armTimer(op.deadline)
@@ -406,7 +503,7 @@ func (c *Context) rdmaTick(now time.Time) {
 			}
 		}
 		if now.Sub(op.lastGood) > c.cfg.PeerTimeout {
-			c.failPeer(op.peer, fmt.Sprintf("RDMA transfer unanswered for %v", c.cfg.PeerTimeout))
+			c.failPeer(op.g.peer, fmt.Sprintf("RDMA transfer unanswered for %v", c.cfg.PeerTimeout))
 			continue
 		}
 		c.redrive(op, now)
@@ -419,12 +516,12 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	op.drives++
 	c.rd.stats.Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
-	op.s.Hdr.DstEp = c.dstEpoch(op.peer)
+	op.s.Hdr.DstEp = c.dstEpoch(op.g.peer)
 	op.s.Restart(tid)
-	if op.kind == opRead {
-		op.req.Tid = tid
+	if op.t == hal.FrameRDMAReadReq {
+		op.h.Tid = tid
 		op.left = 0
-		c.rd.eng.ExpectRead(op.peer, op.rc, &op.req)
+		c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
 	}
 	c.queueStream(outStream{op.s, op})
 	c.pushRDMA(now)
@@ -434,10 +531,20 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 // (c.mu held): it failed or restarted.
 func (c *Context) dropRDMA(peer hal.Rank, err error) {
 	for _, op := range c.rd.ops {
-		if op != nil && op.peer == peer {
+		if op != nil && op.g.peer == peer {
 			c.finishOp(op, err)
 		}
 	}
+	keep := c.rd.waiting[:0]
+	for _, op := range c.rd.waiting {
+		if op.g.peer == peer {
+			c.finishOp(op, err)
+		} else {
+			keep = append(keep, op)
+		}
+	}
+	clear(c.rd.waiting[len(keep):])
+	c.rd.waiting = keep
 	for k, s := range c.rd.serving {
 		if k.peer == peer {
 			c.unqueue(s)
@@ -451,13 +558,13 @@ func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 }
 
 // putRDMA is Put by RDMA write.
 func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	op := &rdmaOp{kind: opWrite, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
+	g := &rdmaGroup{kind: opWrite, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
 	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target}
 	if o.Target != 0 {
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := c.startOp(op, hal.FrameRDMAWrite, h, src)
+	err := c.startTransfer(g, hal.FrameRDMAWrite, h, src)
 	if err == nil {
 		c.rd.stats.Writes++
 	}
@@ -472,10 +579,10 @@ func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) err
 	if err != nil {
 		return fmt.Errorf("lapi: get: %w", err)
 	}
-	op := &rdmaOp{kind: opRead, peer: tgt, org: o.Origin, notify: o.Notify, local: local}
+	g := &rdmaGroup{kind: opRead, peer: tgt, org: o.Origin, notify: o.Notify, local: local}
 	h := hal.RDMAHdr{Total: uint64(len(dst)), PVO: src, Local: local}
 	c.mu.Lock()
-	err = c.startOp(op, hal.FrameRDMAReadReq, h, nil)
+	err = c.startTransfer(g, hal.FrameRDMAReadReq, h, nil)
 	if err == nil {
 		c.rd.stats.Reads++
 	}

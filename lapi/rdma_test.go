@@ -159,7 +159,7 @@ func TestRDMAHostile(t *testing.T) {
 				}
 			}
 		}
-		j.run(10*time.Minute, check, func() bool { return left == 0 })
+		j.run(10*time.Minute, nil, func() bool { check(); return left == 0 })
 		// Replay every captured data frame, twice, and let the network
 		// drain: nothing may change.
 		snap := make([][]byte, 4)

@@ -437,7 +437,7 @@ func (c *Context) Fence(ctx context.Context) error {
 	// RDMA transfers are complete at their target when their completion
 	// comes back.
 	if err := c.waitUntil(ctx, func() error {
-		if c.rd.nops == 0 {
+		if c.rd.groups == 0 {
 			return errDone
 		}
 		return nil

@@ -87,6 +87,14 @@ func (j *simJob) dump() string {
 		if c.reint != nil {
 			fmt.Fprintf(&b, "  reint: %+v\n", *c.reint)
 		}
+		fmt.Fprintf(&b, "  rdma: groups %d waiting %d queued %d serving %d stats %+v engine %+v\n",
+			c.rd.groups, len(c.rd.waiting), len(c.rd.queue), len(c.rd.serving), c.rd.stats, c.rd.eng.Stats())
+		for _, op := range c.rd.ops {
+			if op != nil {
+				fmt.Fprintf(&b, "    op rcxt %d type %v peer %d total %d queued %v sent %v deadline %v drives %d\n",
+					op.rc.ID, op.t, op.g.peer, op.h.Total, op.queued, op.sentAll, op.deadline.Sub(simnet.Epoch), op.drives)
+			}
+		}
 		for p := range c.links {
 			l := &c.links[p]
 			q := 0

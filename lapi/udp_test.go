@@ -18,7 +18,7 @@ import (
 // openUDPJob opens n lapi contexts over real UDP sockets on loopback, with
 // spec's faults injected on the send side when it is enabled (the kernel
 // does not lose packets on loopback by itself).
-func openUDPJob(t testing.TB, n int, spec faults.Spec) []*Context {
+func openUDPJob(t testing.TB, n int, spec faults.Spec, mods ...func(*Config)) []*Context {
 	t.Helper()
 	const key = 0x5eed
 	devs := make([]hal.Device, n)
@@ -43,7 +43,11 @@ func openUDPJob(t testing.TB, n int, spec faults.Spec) []*Context {
 			s.Seed = spec.Seed + uint64(r)
 			d = faults.Wrap(d, s, time.Now)
 		}
-		c, err := Open(Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key})
+		cfg := Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key}
+		for _, m := range mods {
+			m(&cfg)
+		}
+		c, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
