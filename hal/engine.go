@@ -31,13 +31,14 @@ package hal
 //
 // Not safe for concurrent use: the driver's progress lock guards it.
 type RDMAEngine struct {
-	tpt   *TPT
-	in    map[xferKey]*xfer // writes into this rank, and reads it asked for
-	serve map[xferKey]uint32
-	ev    []RDMAEvent
-	out   []RDMAMsg
-	stats RDMAStats
-	epoch uint32 // this rank's incarnation (low half); 0: not checked
+	tpt     *TPT
+	in      map[xferKey]*xfer // writes into this rank, and reads it asked for
+	serve   map[xferKey]uint32
+	ev      []RDMAEvent
+	out     []RDMAMsg
+	stats   RDMAStats
+	streams []*RDMAStream // released read-serving streams, for reuse
+	epoch   uint32        // this rank's incarnation (low half); 0: not checked
 }
 
 type xferKey struct {
@@ -54,6 +55,7 @@ type xfer struct {
 	left           uint64 // segments not yet placed
 	bits           []uint64
 	done           bool  // every segment placed
+	ended          bool  // a read no longer wanted: its packets are stale
 	code           uint8 // a protection check failed: nothing more is placed
 	notify         Notify
 	place          Placement
@@ -86,7 +88,8 @@ const (
 	// the origin's Arg. The driver acts on it before the next Handle.
 	EvFIFO
 	// EvServeRead: Peer asks to read this rank's memory: send it Stream,
-	// replacing any earlier stream for the same Peer and RCxt.
+	// replacing any earlier stream for the same Peer and RCxt, and give
+	// it back with ReleaseStream when done.
 	EvServeRead
 )
 
@@ -143,7 +146,7 @@ func (e *RDMAEngine) Stats() RDMAStats { return e.stats }
 func (e *RDMAEngine) ExpectRead(peer Rank, r *RCxt, h *RDMAHdr) {
 	k := xferKey{peer, r.ID, true}
 	x := e.in[k]
-	if x == nil || x.base != r.base || x.key != r.Key {
+	if x == nil || x.ended || x.base != r.base || x.key != r.Key {
 		x = e.begin(k, x, r.Key, h)
 		x.pvo, x.base = h.Local, r.base
 	}
@@ -162,7 +165,18 @@ func (e *RDMAEngine) ReadLeft(peer Rank, r *RCxt) uint64 {
 
 // EndRead forgets a read this rank asked for (completed or abandoned):
 // its late packets are then dropped as stale.
-func (e *RDMAEngine) EndRead(peer Rank, r *RCxt) { delete(e.in, xferKey{peer, r.ID, true}) }
+func (e *RDMAEngine) EndRead(peer Rank, r *RCxt) {
+	if x := e.in[xferKey{peer, r.ID, true}]; x != nil {
+		x.ended = true // kept, with its bitmap, for the context's next read
+	}
+}
+
+// ReleaseStream gives back a stream EvServeRead handed out, once the
+// driver is done with it (sent, replaced or abandoned).
+func (e *RDMAEngine) ReleaseStream(s *RDMAStream) {
+	*s = RDMAStream{}
+	e.streams = append(e.streams, s)
+}
 
 // ResetPeer forgets every transfer with peer: it restarted.
 func (e *RDMAEngine) ResetPeer(peer Rank) {
@@ -233,7 +247,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 	case k.read:
 		// A read's state is made by ExpectRead: a response without one,
 		// or for another drive, answers a read that was abandoned.
-		if x == nil || x.key != h.Key || x.tid != h.Tid || x.total != h.Total || x.seg != h.Seg {
+		if x == nil || x.ended || x.key != h.Key || x.tid != h.Tid || x.total != h.Total || x.seg != h.Seg {
 			e.stats.Stale++
 			return
 		}
@@ -361,7 +375,13 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 	}
 	r := RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total, Seg: h.Seg,
 		Notify: h.Notify, Cookie: h.Cookie, PVO: h.Local}
-	s := &RDMAStream{Peer: peer, Type: FrameRDMAReadResp, Hdr: r, tpt: e.tpt, src: h.PVO,
+	var s *RDMAStream
+	if n := len(e.streams); n > 0 {
+		s, e.streams = e.streams[n-1], e.streams[:n-1]
+	} else {
+		s = new(RDMAStream)
+	}
+	*s = RDMAStream{Peer: peer, Type: FrameRDMAReadResp, Hdr: r, tpt: e.tpt, src: h.PVO,
 		frame: Header{Type: FrameRDMAReadResp, Dst: peer}}
 	e.ev = append(e.ev, RDMAEvent{Kind: EvServeRead, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Stream: s})
 }
@@ -370,19 +390,4 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 // (the engine does not know them).
 func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
 	s.frame.JobKey, s.frame.Src = jobKey, src
-}
-
-// DbgMissing is temporary.
-func (e *RDMAEngine) DbgMissing() []int {
-	var m []int
-	for _, x := range e.in {
-		n := Segments(x.total, x.seg)
-		for i := uint64(0); i < n; i++ {
-			if x.bits[i/64]&(1<<(i%64)) == 0 {
-				m = append(m, int(i))
-			}
-		}
-		m = append(m, -1, int(n), int(x.seg))
-	}
-	return m
 }

@@ -29,16 +29,26 @@ const StreamBufLen = HeaderLen + RDMAHdrLen + PVOLen
 // (writes; len(mem) must be h.Total). frame supplies the job key and
 // ranks of every packet's frame header.
 func NewRDMAStream(frame Header, t FrameType, h RDMAHdr, mem []byte) (*RDMAStream, error) {
+	s := new(RDMAStream)
+	if err := s.Reset(frame, t, h, mem); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reset makes s the stream NewRDMAStream would make, reusing its memory.
+func (s *RDMAStream) Reset(frame Header, t FrameType, h RDMAHdr, mem []byte) error {
 	switch {
 	case t != FrameRDMAWrite && t != FrameRDMAReadReq:
-		return nil, fmt.Errorf("hal: stream of %v frames", t)
+		return fmt.Errorf("hal: stream of %v frames", t)
 	case t == FrameRDMAWrite && uint64(len(mem)) != h.Total:
-		return nil, fmt.Errorf("hal: write of %d bytes from a %d-byte buffer", h.Total, len(mem))
+		return fmt.Errorf("hal: write of %d bytes from a %d-byte buffer", h.Total, len(mem))
 	case h.Seg == 0 || h.Seg < MinSeg && uint64(h.Seg) < h.Total:
-		return nil, fmt.Errorf("hal: segment %d for %d bytes (min %d)", h.Seg, h.Total, MinSeg)
+		return fmt.Errorf("hal: segment %d for %d bytes (min %d)", h.Seg, h.Total, MinSeg)
 	}
 	frame.Type = t
-	return &RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem}, nil
+	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem}
+	return nil
 }
 
 // Done reports whether every packet of the current drive has been taken.

@@ -103,13 +103,12 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		c.runCompletions()
 		return nil
 	}
-	g := &rdmaGroup{kind: opAcc, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
 	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target, Place: hal.PlaceFIFO, Arg: accArg(op, t)}
 	if o.Target != 0 {
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := c.startTransfer(g, hal.FrameRDMAWrite, h, src)
+	err := c.startTransfer(c.newGroup(opAcc, tgt, &o), hal.FrameRDMAWrite, h, src)
 	if err == nil {
 		c.rd.stats.Accumulates++
 	}

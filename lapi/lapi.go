@@ -38,12 +38,12 @@ type Config struct {
 	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always
 	// does.
 	RDMAThreshold int
-	// MaxRCxt bounds the RDMA transfers in flight at once (default 1024);
-	// more wait for one to complete. RDMAWindow bounds those toward one
-	// peer, in chunks of up to 1 MiB (default 4): the origin gets no
-	// acknowledgement while a chunk streams, so this is what keeps it from
-	// running ahead of a slower receiver (a socket buffer overflowing costs
-	// a redrive).
+	// MaxRCxt bounds the RDMA transfers (chunks of up to 1 MiB) in flight
+	// at once (default 1024); more wait for one to complete. RDMAWindow
+	// bounds the bytes in flight toward one peer (default 4 MiB): the
+	// origin hears nothing while a chunk streams, so this is what keeps it
+	// from running ahead of a slower receiver (an overflowing socket buffer
+	// costs a redrive).
 	MaxRCxt, RDMAWindow int
 	// Reintegrate runs hal's reintegration protocol on the device: at Open
 	// the context announces itself (BOOTING) and Put, Get and Rmw stay off
@@ -85,7 +85,7 @@ func (c *Config) setDefaults() {
 		c.MaxRCxt = 1024
 	}
 	if c.RDMAWindow <= 0 {
-		c.RDMAWindow = 4
+		c.RDMAWindow = 4 << 20
 	}
 	if c.CopyThreshold == 0 {
 		c.CopyThreshold = 16 << 10

@@ -37,6 +37,7 @@ type rdmaGroup struct {
 	notify   Completer
 	tcntr    uint32  // a chunked transfer's target counter, bumped by an AM at the end
 	local    hal.PVO // a read's destination, registered for the transfer
+	next     *rdmaGroup
 }
 
 // rdmaOp is one chunk of a transfer: one rCxt, driven until its
@@ -48,6 +49,8 @@ type rdmaOp struct {
 	mem      []byte      // a write's data
 	rc       *hal.RCxt
 	s        *hal.RDMAStream // this drive's packets: the data, or the read request
+	stream   hal.RDMAStream  // what s points to
+	next     *rdmaOp         // free list
 	queued   bool
 	sentAll  bool      // this drive's packets are all with the device
 	sentAt   time.Time // when they were
@@ -67,19 +70,24 @@ type outStream struct {
 
 // rdmaState is a context's part of the RDMA engine (guarded by c.mu).
 type rdmaState struct {
-	eng     *hal.RDMAEngine
-	pool    *hal.RCxtPool
-	ops     []*rdmaOp // by rCxt ID
-	waiting []*rdmaOp // chunks waiting for an rCxt or for room toward their peer
-	out     []int     // per peer: chunks launched and not completed
-	groups  int       // transfers not yet completed
-	rtt     []rttEstimator
-	queue   []outStream
-	serving map[servKey]*hal.RDMAStream
-	hdrs    [][]byte // header buffers the device may hold until Flush
-	used    int
-	seg     int
-	stats   RDMAStats
+	eng        *hal.RDMAEngine
+	pool       *hal.RCxtPool
+	ops        []*rdmaOp // by rCxt ID
+	waiting    []*rdmaOp // chunks waiting for an rCxt or for room toward their peer
+	spare      []*rdmaOp // launchWaiting's other buffer
+	out        []int     // per peer: bytes of chunks launched and not completed
+	nwait      []int     // per peer: chunks waiting (they go first, in order)
+	blocked    []bool    // launchWaiting's scratch
+	groups     int       // transfers not yet completed
+	rtt        []rttEstimator
+	queue      []outStream
+	freeOps    *rdmaOp
+	freeGroups *rdmaGroup
+	serving    map[servKey]*hal.RDMAStream
+	hdrs       [][]byte // header buffers the device may hold until Flush
+	used       int
+	seg        int
+	stats      RDMAStats
 }
 
 type servKey struct {
@@ -106,6 +114,8 @@ func (c *Context) initRDMA() {
 	r.serving = make(map[servKey]*hal.RDMAStream)
 	r.rtt = make([]rttEstimator, c.cfg.Size)
 	r.out = make([]int, c.cfg.Size)
+	r.nwait = make([]int, c.cfg.Size)
+	r.blocked = make([]bool, c.cfg.Size)
 	r.seg = (c.mtu - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63
 	r.seg = min(r.seg, (hal.MaxPayload-hal.RDMAHdrLen)&^63)
 	r.hdrs = make([][]byte, rdmaHdrSlab)
@@ -160,7 +170,13 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 	c.rd.groups++
 	for off := uint64(0); ; off += rdmaChunk {
 		n := min(rdmaChunk, h.Total-off)
-		op := &rdmaOp{g: g, t: t, h: h}
+		op := c.rd.freeOps
+		if op == nil {
+			op = new(rdmaOp)
+		} else {
+			c.rd.freeOps = op.next
+		}
+		*op = rdmaOp{g: g, t: t, h: h}
 		op.h.Total, op.h.PVO, op.h.Local = n, h.PVO.Add(off), h.Local.Add(off)
 		if t == hal.FrameRDMAWrite {
 			op.mem = mem[off : off+n]
@@ -179,22 +195,29 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 // for an rCxt (c.mu held).
 func (c *Context) launch(op *rdmaOp) {
 	peer := op.g.peer
-	if c.rd.out[peer] >= c.cfg.RDMAWindow {
-		c.rd.waiting = append(c.rd.waiting, op)
+	if c.rd.nwait[peer] > 0 || !c.roomFor(op) || c.rd.pool.InUse() >= c.cfg.MaxRCxt {
+		c.wait(op)
 		return
 	}
+	c.start(op)
+}
+
+// start gives a chunk that has room an rCxt and queues its first drive.
+func (c *Context) start(op *rdmaOp) {
+	peer := op.g.peer
 	rc, err := c.rd.pool.Alloc()
-	if err != nil {
-		c.rd.waiting = append(c.rd.waiting, op)
+	if err != nil { // cannot happen: the caller checked MaxRCxt
+		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
 		return
 	}
-	c.rd.out[peer]++
+	c.rd.out[peer] += int(op.h.Total)
 	op.rc = rc
 	h := op.h
 	h.RCxt, h.Key, h.Tid = rc.ID, rc.Key, rc.Begin()
 	h.Base, h.Seg, h.DstEp = h.Tid, uint32(c.rd.seg), c.dstEpoch(peer)
-	s, err := hal.NewRDMAStream(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer}, op.t, h, op.mem)
-	if err != nil { // cannot happen: lapi built h
+	s := &op.stream
+	if err := s.Reset(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer}, op.t, h, op.mem); err != nil {
+		// cannot happen: lapi built h
 		c.rd.pool.Free(rc)
 		op.rc = nil
 		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
@@ -243,6 +266,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				// it: tell the origin which check failed.
 				r.popStream()
 				c.rdmaFault(o.s, err)
+				c.served(o.s)
 				goto next
 			}
 			if !c.reliable {
@@ -272,6 +296,9 @@ func (c *Context) pushRDMA(now time.Time) {
 			o.s.Advance()
 		}
 		r.popStream()
+		if o.op == nil {
+			c.served(o.s)
+		}
 		if op := o.op; op != nil {
 			op.queued, op.sentAll = false, true
 			op.sentAt, op.deadline = now, now.Add(op.rto)
@@ -282,12 +309,13 @@ func (c *Context) pushRDMA(now time.Time) {
 	c.flushLocked()
 }
 
+// popStream drops the stream at the head of the queue. The queue is short
+// (the chunks in the window, the reads being served): shifting it keeps
+// its array for the next append.
 func (r *rdmaState) popStream() {
-	r.queue[0] = outStream{}
-	r.queue = r.queue[1:]
-	if len(r.queue) == 0 {
-		r.queue = r.queue[:0:0] // let the array go; appends start a fresh one
-	}
+	n := copy(r.queue, r.queue[1:])
+	r.queue[n] = outStream{}
+	r.queue = r.queue[:n]
 }
 
 // armTimer makes sure a waiter wakes by t (unreliable devices only).
@@ -380,10 +408,20 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 		k := servKey{ev.Peer, ev.RCxt}
 		if old := c.rd.serving[k]; old != nil {
 			c.unqueue(old) // a redrive replaces the earlier drive
+			c.rd.eng.ReleaseStream(old)
 		}
 		c.rd.serving[k] = s
 		c.queueStream(outStream{s: s}) // the progress pass pushes it
 	}
+}
+
+// served forgets a read-serving stream that has sent its last packet.
+func (c *Context) served(s *hal.RDMAStream) {
+	k := servKey{s.Peer, s.Hdr.RCxt}
+	if c.rd.serving[k] == s {
+		delete(c.rd.serving, k)
+	}
+	c.rd.eng.ReleaseStream(s)
 }
 
 func (c *Context) opFor(id uint32) *rdmaOp {
@@ -398,11 +436,9 @@ func (c *Context) unqueue(s *hal.RDMAStream) {
 	q := c.rd.queue
 	for i := range q {
 		if q[i].s == s {
-			if i == 0 {
-				c.rd.popStream()
-			} else {
-				c.rd.queue = append(q[:i], q[i+1:]...)
-			}
+			n := copy(q[i:], q[i+1:]) + i
+			q[n] = outStream{}
+			c.rd.queue = q[:n]
 			return
 		}
 	}
@@ -426,7 +462,7 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 		}
 		c.rd.ops[rc.ID] = nil
 		c.rd.pool.Free(rc)
-		c.rd.out[g.peer]--
+		c.rd.out[g.peer] -= int(op.h.Total)
 		op.rc = nil
 		c.launchWaiting()
 	}
@@ -436,26 +472,48 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 	if g.left--; g.left == 0 {
 		c.finishGroup(g)
 	}
+	*op = rdmaOp{next: c.rd.freeOps}
+	c.rd.freeOps = op
+}
+
+// roomFor reports whether op's bytes fit the window toward its peer (a
+// chunk always goes when nothing else is in flight there).
+func (c *Context) roomFor(op *rdmaOp) bool {
+	out := c.rd.out[op.g.peer]
+	return out == 0 || out+int(op.h.Total) <= c.cfg.RDMAWindow
+}
+
+func (c *Context) wait(op *rdmaOp) {
+	c.rd.waiting = append(c.rd.waiting, op)
+	c.rd.nwait[op.g.peer]++
 }
 
 // launchWaiting launches, oldest first, the waiting chunks that now have
-// an rCxt and room toward their peer.
+// an rCxt and room toward their peer; toward each peer they go in order.
 func (c *Context) launchWaiting() {
+	if len(c.rd.waiting) == 0 {
+		return
+	}
 	w := c.rd.waiting
-	keep := w[:0]
+	keep := c.rd.spare[:0]
+	blocked := c.rd.blocked
+	clear(blocked)
 	for i, op := range w {
 		if c.rd.pool.InUse() >= c.cfg.MaxRCxt {
 			keep = append(keep, w[i:]...)
 			break
 		}
-		if c.rd.out[op.g.peer] >= c.cfg.RDMAWindow {
+		p := op.g.peer
+		if blocked[p] || !c.roomFor(op) {
+			blocked[p] = true
 			keep = append(keep, op)
 			continue
 		}
-		c.launch(op)
+		c.rd.nwait[p]--
+		c.start(op)
 	}
-	clear(w[len(keep):])
-	c.rd.waiting = keep
+	clear(w)
+	c.rd.waiting, c.rd.spare = keep, w[:0]
 }
 
 // finishGroup reports a whole transfer done (c.mu held).
@@ -478,6 +536,20 @@ func (c *Context) finishGroup(g *rdmaGroup) {
 	}
 	c.note(g.notify, g.err)
 	c.wakeLocked()
+	*g = rdmaGroup{next: c.rd.freeGroups}
+	c.rd.freeGroups = g
+}
+
+// newGroup takes a transfer's state from the free list.
+func (c *Context) newGroup(kind opKind, peer hal.Rank, o *SendOpts) *rdmaGroup {
+	g := c.rd.freeGroups
+	if g == nil {
+		g = new(rdmaGroup)
+	} else {
+		c.rd.freeGroups = g.next
+	}
+	*g = rdmaGroup{kind: kind, peer: peer, org: o.Origin, cmp: o.Completion, notify: o.Notify}
+	return g
 }
 
 // rdmaTick redrives transfers whose completion is overdue and folds the
@@ -535,7 +607,7 @@ func (c *Context) dropRDMA(peer hal.Rank, err error) {
 			c.finishOp(op, err)
 		}
 	}
-	keep := c.rd.waiting[:0]
+	var keep []*rdmaOp
 	for _, op := range c.rd.waiting {
 		if op.g.peer == peer {
 			c.finishOp(op, err)
@@ -543,12 +615,12 @@ func (c *Context) dropRDMA(peer hal.Rank, err error) {
 			keep = append(keep, op)
 		}
 	}
-	clear(c.rd.waiting[len(keep):])
-	c.rd.waiting = keep
+	c.rd.waiting, c.rd.nwait[peer] = keep, 0
 	for k, s := range c.rd.serving {
 		if k.peer == peer {
 			c.unqueue(s)
 			delete(c.rd.serving, k)
+			c.rd.eng.ReleaseStream(s)
 		}
 	}
 }
@@ -558,13 +630,12 @@ func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 }
 
 // putRDMA is Put by RDMA write.
 func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	g := &rdmaGroup{kind: opWrite, peer: tgt, org: o.Origin, cmp: o.Completion, notify: o.Notify}
 	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target}
 	if o.Target != 0 {
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := c.startTransfer(g, hal.FrameRDMAWrite, h, src)
+	err := c.startTransfer(c.newGroup(opWrite, tgt, &o), hal.FrameRDMAWrite, h, src)
 	if err == nil {
 		c.rd.stats.Writes++
 	}
@@ -579,9 +650,10 @@ func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) err
 	if err != nil {
 		return fmt.Errorf("lapi: get: %w", err)
 	}
-	g := &rdmaGroup{kind: opRead, peer: tgt, org: o.Origin, notify: o.Notify, local: local}
 	h := hal.RDMAHdr{Total: uint64(len(dst)), PVO: src, Local: local}
 	c.mu.Lock()
+	g := c.newGroup(opRead, tgt, &o)
+	g.cmp, g.local = nil, local // a get's Completion is its Origin
 	err = c.startTransfer(g, hal.FrameRDMAReadReq, h, nil)
 	if err == nil {
 		c.rd.stats.Reads++

@@ -97,7 +97,7 @@ type reduceSink struct {
 }
 
 func (s *reduceSink) OnHeader(_ hal.Rank, _ []byte, n int) ([]byte, any) { return s.tmp[:n], nil }
-func (s *reduceSink) OnComplete(hal.Rank, any)                          { reduceInto(s.dst, s.tmp, s.arg) }
+func (s *reduceSink) OnComplete(hal.Rank, any)                           { reduceInto(s.dst, s.tmp, s.arg) }
 
 // BenchmarkAccumulate sums 16 MiB of float64 from rank 0 into rank 1 by
 // half-RDMA (each packet reduced as it lands) and by receive-then-reduce.

@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -19,6 +21,11 @@ import (
 
 // newRDMAJob is newSimJob with every Put and Get going by RDMA.
 func newRDMAJob(t *testing.T, n int, spec faults.Spec, opts ...simnet.Option) *simJob {
+	return newRDMAJobCfg(t, n, spec, nil, opts...)
+}
+
+// newRDMAJobCfg is newRDMAJob with mod applied to each rank's Config.
+func newRDMAJobCfg(t *testing.T, n int, spec faults.Spec, mod func(*Config), opts ...simnet.Option) *simJob {
 	t.Helper()
 	net, err := simnet.New(n, spec, opts...)
 	if err != nil {
@@ -26,8 +33,12 @@ func newRDMAJob(t *testing.T, n int, spec faults.Spec, opts ...simnet.Option) *s
 	}
 	j := &simJob{t: t, net: net}
 	for r := 0; r < n; r++ {
-		c, err := Open(Config{Device: net.Device(hal.Rank(r)), Rank: hal.Rank(r), Size: n,
-			JobKey: simnet.DefaultJobKey, Clock: net.Now, PeerTimeout: time.Minute, RDMAThreshold: 1})
+		cfg := Config{Device: net.Device(hal.Rank(r)), Rank: hal.Rank(r), Size: n,
+			JobKey: simnet.DefaultJobKey, Clock: net.Now, PeerTimeout: time.Minute, RDMAThreshold: 1}
+		if mod != nil {
+			mod(&cfg)
+		}
+		c, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +71,8 @@ type rdmaCase struct {
 // TestRDMAHostile: random RDMA writes and reads (1 B up to 64 MiB, at
 // random offsets, many in flight on their own rCxts at once) between 4
 // ranks under 20% loss, 10% reordering, 5% duplication and 1% corruption
-// land byte-exact. Every write's target slot is then reused (overwritten)
+// land byte-exact. Even seeds run with few rCxts and a small window, so
+// that transfers queue for both. Every write's target slot is then reused (overwritten)
 // while the job goes on, and at the end every RDMA data frame that was
 // ever captured is replayed: no packet of an abandoned or completed drive
 // may write memory.
@@ -72,7 +84,11 @@ func TestRDMAHostile(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		spec := hostile
 		spec.Seed = seed
-		j := newRDMAJob(t, 4, spec)
+		var mod func(*Config)
+		if seed%2 == 0 {
+			mod = func(c *Config) { c.MaxRCxt, c.RDMAWindow = 3, 1<<20 }
+		}
+		j := newRDMAJobCfg(t, 4, spec, mod)
 		rng := rand.New(rand.NewPCG(seed, 7))
 		// Each transfer gets its own slot in its target's region, so the
 		// expected contents are known whatever the order.
@@ -316,5 +332,46 @@ func TestRDMAProtection(t *testing.T) {
 	}
 	if bytes.Count(big, []byte{1}) == len(big) {
 		t.Fatal("the whole transfer landed after deregistration")
+	}
+}
+
+// TestRDMAAllocs: once warm, an RDMA Put, Get or Accumulate (whole
+// transfer, both ends) allocates nothing.
+func TestRDMAAllocs(t *testing.T) {
+	// Waiters spin rather than block: blocking allocates a context, and
+	// is the progress engine's business, not the transfer's.
+	ctxs := openInprocJob(t, 2, faults.Spec{}, rdmaAlways, func(c *Config) { c.Spin = time.Hour })
+	c0, c1 := ctxs[0], ctxs[1]
+	mem := make([]byte, 3<<20)
+	region, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go serve(c1, &stop, &wg)
+	defer func() { stop.Store(true); c1.Wake(); wg.Wait() }()
+	src := make([]byte, 3<<20) // three chunks
+	k := c0.NewCounter()
+	ctx := context.Background()
+	for name, op := range map[string]func() error{
+		"put": func() error { return c0.Put(1, region, src, SendOpts{Completion: k}) },
+		"get": func() error { return c0.Get(1, region, src, SendOpts{Origin: k}) },
+		"accumulate": func() error {
+			return c0.Accumulate(1, region, src, AccSum, Float64, SendOpts{Completion: k})
+		},
+	} {
+		run := func() {
+			if err := op(); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Wait(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 100 {
+			run() // warm up the device's frame pool, the free lists, the maps
+		}
+		if n := testing.AllocsPerRun(50, run); n > 0.1 {
+			t.Errorf("%s: %v allocations per transfer", name, n)
+		}
 	}
 }
