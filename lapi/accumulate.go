@@ -109,9 +109,6 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 	}
 	c.mu.Lock()
 	err := c.startTransfer(c.newGroup(opAcc, tgt, &o), hal.FrameRDMAWrite, h, src)
-	if err == nil {
-		c.rd.stats.Accumulates++
-	}
 	c.mu.Unlock()
 	return err
 }

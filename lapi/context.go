@@ -48,6 +48,7 @@ type Context struct {
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	xchg      xchgState
 	rd        rdmaState
+	rvs       rvTable
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
 	done      []completion // completions waiting to run outside the lock

@@ -38,6 +38,12 @@ type Config struct {
 	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always
 	// does.
 	RDMAThreshold int
+	// AMRendezvous: active messages with at least this much data to
+	// another rank go by rendezvous (default 256 KiB; negative: never):
+	// the header goes ahead, and the target reads the data by RDMA into
+	// the buffer its header handler chose. Their user header must leave
+	// room for rendezvous's own (MaxUhdr-rtsLen bytes), or they go eagerly.
+	AMRendezvous int
 	// MaxRCxt bounds the RDMA transfers (chunks of up to 1 MiB) in flight
 	// at once (default 1024); more wait for one to complete. RDMAWindow
 	// bounds the bytes in flight toward one peer (default 4 MiB): the
@@ -77,6 +83,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
+	}
+	if c.AMRendezvous == 0 {
+		c.AMRendezvous = 256 << 10
 	}
 	if c.RDMAThreshold == 0 {
 		c.RDMAThreshold = 64 << 10

@@ -168,6 +168,14 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 		g.tcntr = h.Cookie
 	}
 	c.rd.groups++
+	switch g.kind {
+	case opWrite:
+		c.rd.stats.Writes++
+	case opRead:
+		c.rd.stats.Reads++
+	case opAcc:
+		c.rd.stats.Accumulates++
+	}
 	for off := uint64(0); ; off += rdmaChunk {
 		n := min(rdmaChunk, h.Total-off)
 		op := c.rd.freeOps
@@ -636,9 +644,6 @@ func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) err
 	}
 	c.mu.Lock()
 	err := c.startTransfer(c.newGroup(opWrite, tgt, &o), hal.FrameRDMAWrite, h, src)
-	if err == nil {
-		c.rd.stats.Writes++
-	}
 	c.mu.Unlock()
 	return err
 }
@@ -655,9 +660,6 @@ func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) err
 	g := c.newGroup(opRead, tgt, &o)
 	g.cmp, g.local = nil, local // a get's Completion is its Origin
 	err = c.startTransfer(g, hal.FrameRDMAReadReq, h, nil)
-	if err == nil {
-		c.rd.stats.Reads++
-	}
 	c.mu.Unlock()
 	if err != nil {
 		c.tpt.Deregister(local)

@@ -20,6 +20,8 @@ const (
 	hRmw                         // read-modify-write on 8 bytes
 	hXchg                        // address exchange
 	hFence                       // fence probe
+	hRTS                         // a large active message's header: read its data
+	hRvFin                       // the target has taken a large message's data
 )
 
 // RmwOp is a read-modify-write operation on an 8-byte, 8-aligned int64.
@@ -65,6 +67,8 @@ func (c *Context) installInternalHandlers() {
 	c.handlers[hRmw] = rmwHandler{c}
 	c.handlers[hXchg] = &c.xchg
 	c.handlers[hFence] = nopHandler{}
+	c.handlers[hRTS] = rtsHandler{c}
+	c.handlers[hRvFin] = rvFinHandler{c}
 	c.xchg.c = c
 }
 

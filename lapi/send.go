@@ -27,6 +27,9 @@ const pktBufLen = hal.HeaderLen + pktHdrLen + MaxUhdr
 // made. Counters in o say when data may be reused and when the target has
 // completed the message.
 func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+	if c.useRendezvous(tgt, len(data), len(uhdr)) {
+		return c.amRendezvous(tgt, h, uhdr, data, o)
+	}
 	c.mu.Lock()
 	err := c.amsendLocked(tgt, h, uhdr, data, o)
 	pending := len(c.done) > 0

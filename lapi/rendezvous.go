@@ -1,0 +1,225 @@
+package lapi
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Rendezvous for large active messages: the origin registers the data and
+// sends only the header (RTS: the user's handler and header, the length,
+// the data's PVO); the target's header handler chooses the buffer as for
+// any message, the target reads the data into it by RDMA, runs the
+// completion handler, and tells the origin (FIN), which may then reuse
+// the data. The data crosses the network once, placed directly, and a
+// receiver that is not ready to take it is never flooded with it.
+
+// RTS user header, little-endian: the handler, the origin's rendezvous ID,
+// the target counter to bump, the data's length and PVO, then the user's
+// header.
+const (
+	rtsLen   = 2 + 4 + 4 + 8 + hal.PVOLen
+	rvFinLen = 5 // ID, fault code
+)
+
+// rvSend is an origin's large message waiting for its FIN.
+type rvSend struct {
+	peer     hal.Rank
+	local    hal.PVO
+	org, cmp *Counter
+	notify   Completer
+	idx, gen uint32
+	used     bool
+}
+
+// rvTable holds rendezvous sends, named by index and generation so that
+// a late FIN for a reused slot is dropped.
+type rvTable struct {
+	slots []rvSend
+	free  []uint32
+}
+
+func (t *rvTable) take(s rvSend) uint32 {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		i = uint32(len(t.slots))
+		t.slots = append(t.slots, rvSend{})
+	}
+	s.idx, s.gen, s.used = i, t.slots[i].gen+1, true
+	t.slots[i] = s
+	return i | s.gen<<slotBits
+}
+
+func (t *rvTable) lookup(id uint32) *rvSend {
+	i := id & (1<<slotBits - 1)
+	if int(i) >= len(t.slots) {
+		return nil
+	}
+	s := &t.slots[i]
+	if !s.used || s.gen&(1<<(32-slotBits)-1) != id>>slotBits {
+		return nil
+	}
+	return s
+}
+
+// finish completes a rendezvous send (c.mu held).
+func (t *rvTable) finish(c *Context, s *rvSend, err error) {
+	c.tpt.Deregister(s.local)
+	if err != nil {
+		s.org.fail(err)
+		s.cmp.fail(err)
+	}
+	if s.org != nil {
+		s.org.incr()
+	}
+	if s.cmp != nil {
+		s.cmp.incr()
+	}
+	c.note(s.notify, err)
+	t.release(s)
+	c.wakeLocked()
+}
+
+// release frees s's slot.
+func (t *rvTable) release(s *rvSend) {
+	*s = rvSend{idx: s.idx, gen: s.gen}
+	t.free = append(t.free, s.idx)
+}
+
+// failPeer fails every rendezvous send toward peer (c.mu held).
+func (t *rvTable) failPeer(c *Context, peer hal.Rank, err error) {
+	for i := range t.slots {
+		if s := &t.slots[i]; s.used && s.peer == peer {
+			t.finish(c, s, err)
+		}
+	}
+}
+
+// useRendezvous reports whether an active message goes by rendezvous.
+func (c *Context) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
+	return tgt != c.rank && int(tgt) < c.cfg.Size && c.cfg.AMRendezvous >= 0 &&
+		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen
+}
+
+// amRendezvous is Amsend for a large message.
+func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+	local, err := c.tpt.Register(data, hal.AccessRead)
+	if err != nil {
+		return fmt.Errorf("lapi: send to %d: %w", tgt, err)
+	}
+	var u [MaxUhdr]byte
+	binary.LittleEndian.PutUint16(u[0:], uint16(h))
+	binary.LittleEndian.PutUint32(u[6:], o.Target)
+	binary.LittleEndian.PutUint64(u[10:], uint64(len(data)))
+	hal.PutPVO(u[18:], local)
+	n := rtsLen + copy(u[rtsLen:], uhdr)
+	c.mu.Lock()
+	id := c.rvs.take(rvSend{peer: tgt, local: local, org: o.Origin, cmp: o.Completion, notify: o.Notify})
+	binary.LittleEndian.PutUint32(u[2:], id)
+	err = c.amsendLocked(tgt, hRTS, u[:n], nil, SendOpts{})
+	if err != nil {
+		c.tpt.Deregister(local)
+		c.rvs.release(c.rvs.lookup(id))
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// rtsHandler takes an RTS at the target: it asks the user's handler for a
+// buffer and reads the data into it.
+type rtsHandler struct{ c *Context }
+
+// rvRecv is a rendezvous receive between its read and its completion.
+type rvRecv struct {
+	c      *Context
+	src    hal.Rank
+	h      AMHandler
+	cookie any
+	id     uint32
+	tcntr  uint32
+}
+
+func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	c := r.c
+	if len(uhdr) < rtsLen {
+		c.stats.BadPackets++
+		return nil, nil
+	}
+	hid := HandlerID(binary.LittleEndian.Uint16(uhdr))
+	if int(hid) >= len(c.handlers) || hid < firstUserHandler || c.handlers[hid] == nil {
+		c.stats.BadPackets++
+		return nil, nil
+	}
+	rv := &rvRecv{c: c, src: src, h: c.handlers[hid], id: binary.LittleEndian.Uint32(uhdr[2:]),
+		tcntr: binary.LittleEndian.Uint32(uhdr[6:])}
+	total := binary.LittleEndian.Uint64(uhdr[10:])
+	remote := hal.GetPVO(uhdr[18:])
+	buf, cookie := rv.h.OnHeader(src, uhdr[rtsLen:], int(total))
+	rv.cookie = cookie
+	n := min(uint64(len(buf)), total)
+	if n == 0 {
+		c.note(rv, nil) // nothing to read: complete at once
+		return nil, nil
+	}
+	local, err := c.tpt.Register(buf[:n], hal.AccessWrite)
+	if err != nil {
+		c.note(rv, err)
+		return nil, nil
+	}
+	g := c.newGroup(opRead, src, &SendOpts{Notify: rv})
+	g.local = local
+	if err := c.startTransfer(g, hal.FrameRDMAReadReq, hal.RDMAHdr{Total: n, PVO: remote, Local: local}, nil); err != nil {
+		c.tpt.Deregister(local)
+		c.note(rv, err)
+	}
+	return nil, nil
+}
+
+func (rtsHandler) OnComplete(hal.Rank, any) {}
+
+// Complete runs when the read has placed the data (or failed): the user's
+// completion handler runs, the target counter is bumped and the origin
+// told, with the fault code of a failed read.
+func (rv *rvRecv) Complete(err error) {
+	c := rv.c
+	if err == nil {
+		rv.h.OnComplete(rv.src, rv.cookie)
+	}
+	var u [rvFinLen]byte
+	binary.LittleEndian.PutUint32(u[:], rv.id)
+	if err != nil {
+		u[4] = hal.FaultCode(err)
+	}
+	c.mu.Lock()
+	if k := c.counter(rv.tcntr); k != nil && err == nil {
+		k.incr()
+	}
+	c.amsendLocked(rv.src, hRvFin, u[:], nil, SendOpts{})
+	c.mu.Unlock()
+}
+
+// rvFinHandler takes a FIN at the origin: the data may be reused.
+type rvFinHandler struct{ c *Context }
+
+func (r rvFinHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	c := r.c
+	if len(uhdr) != rvFinLen {
+		c.stats.BadPackets++
+		return nil, nil
+	}
+	s := c.rvs.lookup(binary.LittleEndian.Uint32(uhdr))
+	if s == nil || s.peer != src {
+		return nil, nil // late: the send already failed
+	}
+	var err error
+	if uhdr[4] != 0 {
+		err = fmt.Errorf("lapi: large message to rank %d: data read failed (%s check): %w", src, hal.FaultCheck(uhdr[4]), ErrProtection)
+	}
+	c.rvs.finish(c, s, err)
+	return nil, nil
+}
+
+func (rvFinHandler) OnComplete(hal.Rank, any) {}
