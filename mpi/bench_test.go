@@ -76,3 +76,41 @@ func BenchmarkAllreduce8B(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllreduceLarge times a 16 MiB float64 Allreduce on n goroutine
+// ranks, reduced by half-RDMA accumulate and by the two-sided ring
+// (receive a block, then reduce it).
+func BenchmarkAllreduceLarge(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, mode := range []string{"half-rdma", "ring"} {
+			b.Run(fmt.Sprintf("n=%d/%s/16MiB", n, mode), func(b *testing.B) {
+				if mode == "ring" {
+					b.Setenv("WEFT_ACCUMULATE", "0")
+				}
+				const count = 2 << 20
+				b.SetBytes(8 * count)
+				err := Run(n, func(c *Comm) error {
+					v := make([]float64, count)
+					if err := c.Barrier(); err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						b.ResetTimer()
+					}
+					for i := 0; i < b.N; i++ {
+						if err := Allreduce(c, v, v, Sum); err != nil {
+							return err
+						}
+					}
+					if c.Rank() == 0 {
+						b.StopTimer()
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}

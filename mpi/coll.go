@@ -187,9 +187,13 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	copy(recv, send)
 	b, es := asBytes(recv), sizeOf[T]()
 	if c.size > 1 {
-		if len(b) >= allreduceLarge && len(recv) >= c.size {
+		aop, at, ok := accSpec[T](op)
+		switch {
+		case ok && c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
+			err = c.allreduceAccumulate(b, es, aop, at)
+		case len(b) >= allreduceLarge && len(recv) >= c.size:
 			err = c.allreduceRing(b, es, red)
-		} else {
+		default:
 			err = c.allreduceRecursiveDoubling(b, red)
 		}
 	}

@@ -3,6 +3,8 @@ package mpi
 import (
 	"fmt"
 	"slices"
+
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Comm is a communicator: a group of ranks with its own matching context,
@@ -14,6 +16,9 @@ type Comm struct {
 	rank  int
 	size  int
 	group []int // communicator rank → world rank
+
+	accIn  []*lapi.Counter // half-RDMA reductions (accumulate.go)
+	accOut *lapi.Counter
 }
 
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {

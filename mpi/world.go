@@ -29,6 +29,7 @@ type World struct {
 
 	hEager, hRTS, hFin lapi.HandlerID
 	eagerLimit         int
+	accumulateMin      int // Allreduce bytes from which half-RDMA reduces; 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
 	deferred           []*Request              // rendezvous reads to start outside lapi's lock
@@ -40,12 +41,16 @@ type World struct {
 // same handlers in the same order.
 func newWorld(lc *lapi.Context) *World {
 	w := &World{
-		lc:         lc,
-		rank:       int(lc.Rank()),
-		size:       lc.Size(),
-		seqOut:     make([]atomic.Uint32, lc.Size()),
-		nextCtx:    2,
-		eagerLimit: 64 << 10,
+		lc:            lc,
+		rank:          int(lc.Rank()),
+		size:          lc.Size(),
+		seqOut:        make([]atomic.Uint32, lc.Size()),
+		nextCtx:       2,
+		eagerLimit:    64 << 10,
+		accumulateMin: accumulateLarge,
+	}
+	if v, err := envInt("WEFT_ACCUMULATE"); err == nil && v >= 0 {
+		w.accumulateMin = v
 	}
 	if v, err := envInt("WEFT_EAGER"); err == nil && v > 0 {
 		w.eagerLimit = v

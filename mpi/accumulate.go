@@ -1,0 +1,158 @@
+package mpi
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"reflect"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Half-RDMA reductions: in the ring reduce-scatter of a large Allreduce,
+// each rank accumulates its block straight into its right neighbour's
+// buffer (lapi.Accumulate), which reduces each packet as it lands instead
+// of receiving the whole block and then reducing it: the reduction
+// overlaps the transfer, and the block is copied once instead of twice.
+
+// accumulateLarge is the default smallest Allreduce (bytes) that reduces
+// by half-RDMA (WEFT_ACCUMULATE sets it; 0 turns half-RDMA off): below it,
+// exchanging the neighbours' addresses does not pay for itself.
+const accumulateLarge = 1 << 20
+
+// accSpec is the lapi accumulate operation and type for T and op, if
+// half-RDMA can do it (ok false: it cannot, use the two-sided ring).
+func accSpec[T Elem](op Op) (lapi.AccOp, lapi.ElemType, bool) {
+	var t lapi.ElemType
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Int8:
+		t = lapi.Int8
+	case reflect.Int16:
+		t = lapi.Int16
+	case reflect.Int32:
+		t = lapi.Int32
+	case reflect.Int64, reflect.Int:
+		t = lapi.Int64
+	case reflect.Uint8:
+		t = lapi.Uint8
+	case reflect.Uint16:
+		t = lapi.Uint16
+	case reflect.Uint32:
+		t = lapi.Uint32
+	case reflect.Uint64, reflect.Uint:
+		t = lapi.Uint64
+	case reflect.Float32:
+		t = lapi.Float32
+	case reflect.Float64:
+		t = lapi.Float64
+	case reflect.Complex64:
+		t = lapi.Complex64
+	case reflect.Complex128:
+		t = lapi.Complex128
+	default:
+		return 0, 0, false
+	}
+	if t.Size() != sizeOf[T]() {
+		return 0, 0, false // int and uint on a 32-bit platform
+	}
+	switch op {
+	case Sum:
+		return lapi.AccSum, t, true
+	case Prod:
+		return lapi.AccProd, t, true
+	case Min:
+		return lapi.AccMin, t, t != lapi.Complex64 && t != lapi.Complex128
+	case Max:
+		return lapi.AccMax, t, t != lapi.Complex64 && t != lapi.Complex128
+	}
+	return 0, 0, false
+}
+
+// accCounters are the communicator's counters for half-RDMA: one per
+// ring step for the left neighbour's accumulates (they may complete out of
+// order, so each step has its own), and the one this rank's own
+// accumulates complete on. Collectives on a communicator run one at a
+// time, so they are reused.
+func (c *Comm) accCounters() (in []*lapi.Counter, out *lapi.Counter) {
+	if c.accIn == nil {
+		c.accIn = make([]*lapi.Counter, c.size-1)
+		for i := range c.accIn {
+			c.accIn[i] = c.w.lc.NewCounter()
+		}
+		c.accOut = c.w.lc.NewCounter()
+	}
+	return c.accIn, c.accOut
+}
+
+// allreduceAccumulate is allreduceRing with the reduce-scatter done by
+// half-RDMA: at step s, rank r accumulates block r-s into its right
+// neighbour's block r-s, after waiting for its left neighbour's
+// accumulate into that block (step s-1) to have completed.
+func (c *Comm) allreduceAccumulate(acc []byte, es int, op lapi.AccOp, t lapi.ElemType) error {
+	w := c.w
+	lc := w.lc
+	p := c.size
+	count := len(acc) / es
+	off := func(i int) int { return i * count / p * es }
+	block := func(i int) []byte { return acc[off(i):off(i+1)] }
+	right, left := (c.rank+1)%p, (c.rank-1+p)%p
+	mine, sent := c.accCounters()
+	region, err := lc.TPT().Register(acc, hal.AccessWrite)
+	if err != nil {
+		return err
+	}
+	defer lc.TPT().Deregister(region)
+	// Tell the left neighbour where to accumulate and which counter each
+	// step bumps; learn the same of the right one.
+	me, them := make([]byte, hal.PVOLen+4*(p-1)), make([]byte, hal.PVOLen+4*(p-1))
+	hal.PutPVO(me, region)
+	for i, k := range mine {
+		binary.LittleEndian.PutUint32(me[hal.PVOLen+4*i:], k.ID())
+	}
+	if err := c.csendrecv(me, left, them, right, tagAllreduce); err != nil {
+		return err
+	}
+	rpvo := hal.GetPVO(them)
+	rcntr := func(step int) uint32 { return binary.LittleEndian.Uint32(them[hal.PVOLen+4*step:]) }
+	rr := hal.Rank(c.group[right])
+	ctx, cancel := w.deadline(context.Background())
+	defer cancel()
+	for step := 0; step < p-1; step++ {
+		i := (c.rank - step + p) % p
+		if step > 0 {
+			if err := mine[step-1].Wait(ctx, 1); err != nil { // left's block i is in
+				return c.accErr(ctx, err, left)
+			}
+		}
+		if err := lc.Accumulate(rr, rpvo.Add(uint64(off(i))), block(i), op, t,
+			lapi.SendOpts{Completion: sent, Target: rcntr(step)}); err != nil {
+			return err
+		}
+	}
+	// This rank's own block (rank+1) is complete once left's last
+	// accumulate is in; its blocks may be overwritten by the allgather
+	// once its own accumulates have all landed.
+	if err := mine[p-2].Wait(ctx, 1); err != nil {
+		return c.accErr(ctx, err, left)
+	}
+	if err := sent.Wait(ctx, int64(p-1)); err != nil {
+		return c.accErr(ctx, err, right)
+	}
+	for step := 0; step < p-1; step++ {
+		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)
+		if err := c.csendrecv(sb, right, rb, left, tagAllreduce); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// accErr names a timeout of a half-RDMA step.
+func (c *Comm) accErr(ctx context.Context, err error, peer int) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: c.w.rank,
+			Waiting: fmt.Sprintf("allreduce accumulate with rank %d", c.group[peer])}, ctx.Err())
+	}
+	return err
+}
