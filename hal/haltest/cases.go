@@ -343,3 +343,106 @@ func testCounters(t *testing.T, n *Net) {
 		t.Errorf("sent %d frames/%d bytes, received %d/%d, dropped %d: want equal and none dropped", sent, bsent, recv, brecv, dropped)
 	}
 }
+
+// testRDMA runs hal's software RDMA engine over the devices: rank 0
+// writes into a region of rank 1, then reads it back, every packet and
+// completion carried by the device under test.
+func testRDMA(t *testing.T, n *Net) {
+	seg := uint32((n.mtu() - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63)
+	if seg < hal.MinSeg {
+		t.Skipf("MTU %d leaves no room for an RDMA segment", n.mtu())
+	}
+	total := min(int(seg)*5/2, 1<<16)
+	tpt0, tpt1 := hal.NewTPT(), hal.NewTPT()
+	e0, e1 := hal.NewRDMAEngine(tpt0), hal.NewRDMAEngine(tpt1)
+	remote := make([]byte, total)
+	rp, _ := tpt1.Register(remote, hal.AccessRead|hal.AccessWrite)
+	back := make([]byte, total)
+	lp, _ := tpt0.Register(back, hal.AccessWrite)
+	data := pattern(11, total)
+	pool := hal.NewRCxtPool(2, 0)
+	rc, _ := pool.Alloc()
+	rc.Begin()
+	frame := hal.Header{JobKey: n.JobKey, Src: 0, Dst: 1}
+	h := hal.RDMAHdr{RCxt: rc.ID, Key: rc.Key, Tid: rc.Tid(), Base: rc.Base(), Total: uint64(total), Seg: seg,
+		Notify: hal.NotifyOrigin | hal.NotifyTarget, PVO: rp, Local: lp}
+	stream := func(s *hal.RDMAStream, src hal.Rank) int {
+		k := 0
+		buf := make([]byte, hal.StreamBufLen)
+		for ; !s.Done(); k++ {
+			hdr, payload, err := s.Next(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdr = slices.Clone(hdr)
+			if !n.Devs[src].Caps().Reliable {
+				hal.Seal(hdr, payload)
+			}
+			n.send(t, src, hdr, payload)
+			s.Advance()
+		}
+		return k
+	}
+	// deliver feeds what r receives to its engine until want events of
+	// kind have been reported, and sends the completions it asks for.
+	deliver := func(r hal.Rank, e *hal.RDMAEngine, kind hal.RDMAEventKind, frames int) []hal.RDMAEvent {
+		rc := &receiver{n: n, r: r}
+		rc.count(t, frames)
+		var evs []hal.RDMAEvent
+		for _, f := range rc.got {
+			if !hal.IsRDMAFrame(f.h.Type) {
+				t.Fatalf("rank %d: got a %v frame", r, f.h.Type)
+			}
+			ev, msgs := e.Handle(f.h.Src, f.h.Type, f.payload)
+			evs = append(evs, ev...)
+			for _, m := range msgs {
+				b := make([]byte, hal.HeaderLen+hal.RDMAHdrLen)
+				hal.EncodeHeader(b, &hal.Header{Type: hal.FrameRDMADone, Len: hal.RDMAHdrLen, JobKey: n.JobKey, Src: r, Dst: m.Peer})
+				hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &m.Hdr)
+				if !n.Devs[r].Caps().Reliable {
+					hal.Seal(b, nil)
+				}
+				n.send(t, r, b, nil)
+			}
+		}
+		if c := countKind(evs, kind); c != 1 {
+			t.Fatalf("rank %d: %d %v events, want 1 (%+v)", r, c, kind, evs)
+		}
+		return evs
+	}
+	ws, err := hal.NewRDMAStream(frame, hal.FrameRDMAWrite, h, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(1, e1, hal.EvTargetDone, stream(ws, 0))
+	if !slices.Equal(remote, data) {
+		t.Fatal("RDMA write: the target's region differs from the data")
+	}
+	deliver(0, e0, hal.EvOriginDone, 1)
+	// Read it back.
+	h.Tid, h.Base = rc.Begin(), rc.Tid()
+	e0.ExpectRead(1, rc, &h)
+	rs, _ := hal.NewRDMAStream(frame, hal.FrameRDMAReadReq, h, nil)
+	evs := deliver(1, e1, hal.EvServeRead, stream(rs, 0))
+	var serve *hal.RDMAStream
+	for _, ev := range evs {
+		if ev.Kind == hal.EvServeRead {
+			serve = ev.Stream
+		}
+	}
+	serve.SetFrame(n.JobKey, 1)
+	deliver(0, e0, hal.EvReadDone, stream(serve, 1))
+	if !slices.Equal(back, data) {
+		t.Fatal("RDMA read: the data read back differs")
+	}
+}
+
+func countKind(evs []hal.RDMAEvent, k hal.RDMAEventKind) int {
+	c := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			c++
+		}
+	}
+	return c
+}

@@ -59,6 +59,10 @@ const timeout = 10 * time.Second
 //     Flush, Poll, Wait, Connect and Close return hal.ErrClosed.
 //   - Counters: in a lossless all-to-all run, frames and bytes sent equal
 //     frames and bytes received, and nothing is dropped.
+//   - RDMA: the device carries RDMA frames (write, read request, read
+//     response, completion) intact, so hal's software engine can run over
+//     it: a write and a read of MTU-sized segments, placed by the engine,
+//     land byte-exact and complete once at each end.
 func Run(t *testing.T, open Opener) {
 	t.Helper()
 	cases := []struct {
@@ -78,6 +82,7 @@ func Run(t *testing.T, open Opener) {
 		{"Wait", testWait, 2},
 		{"Close", testClose, 2},
 		{"Counters", testCounters, 3},
+		{"RDMA", testRDMA, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
