@@ -15,6 +15,16 @@
 // Seal, Check) so that every device validates frames the same way and counts
 // each rejected frame under the reason it failed.
 //
+// RDMA for devices without native RDMA is a software engine, split by
+// concern: tpt.go (the rank's translation and protection table, PVOs and
+// keys), rcxt.go (the origin's rCxt pool: keys and ever-growing tids),
+// rdma.go (the self-describing RDMA packet: a pure codec with a fuzz
+// test), stream.go (one drive of a transfer cut into packets) and
+// engine.go (placement at the target as a state machine: tid rules, an
+// arrival bitmap per transfer, completions, protection faults, half-RDMA
+// hand-up, read serving). HAL never retransmits: the ULP redrives.
+// reint.go is the reintegration protocol, also a state machine.
+//
 // hal may import only the standard library and github.com/klauspost/cpuid/v2
 // (to report the CRC32 instruction). It never imports a weft package.
 package hal

@@ -12,6 +12,18 @@
 // owns the device and the goroutines. Over a reliable device (inproc, shm)
 // none of it runs.
 //
+// Large transfers go by RDMA (rdma.go): Put and Get of RDMAThreshold bytes
+// or more, every Accumulate (half-RDMA: the target reduces each packet as
+// it lands), and active messages of AMRendezvous bytes or more (the header
+// goes ahead and the target reads the data into the buffer its header
+// handler chose, rendezvous.go). These packets are hal's self-describing
+// RDMA packets, placed by hal's engine; they bypass the per-packet
+// sequence and acknowledgement machinery. A transfer is cut into chunks of
+// up to 1 MiB, each on its own rCxt, at most RDMAWindow bytes in flight
+// per peer; a chunk whose completion does not come within a timeout
+// learned from earlier completions is redriven under a new tid with the
+// timeout doubled, and the target keeps what earlier drives placed.
+//
 // Delivery is exactly-once but not ordered: messages are fragmented into
 // self-describing packets that may be placed in any order. Ordering, where
 // wanted, is the business of the layer above (mpi).

@@ -17,7 +17,12 @@
 // wait. Small messages go eagerly (into the posted buffer when one is
 // waiting, else into an unexpected-message buffer); large ones by
 // rendezvous: the receiver reads the sender's registered buffer with a
-// lapi Get once the receive is matched.
+// lapi Get (an RDMA read) once the receive is matched.
+//
+// Large Allreduces (WEFT_ACCUMULATE bytes, default 1 MiB) reduce by
+// half-RDMA: in the ring's reduce-scatter each rank accumulates its block
+// straight into its neighbour's buffer, which reduces every packet as it
+// lands (lapi.Accumulate), so the reduction overlaps the transfer.
 //
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
