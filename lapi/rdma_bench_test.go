@@ -11,8 +11,9 @@ import (
 	"github.com/weft-hpc/weft/internal/faults"
 )
 
-// rdmaAlways sends every Put and Get by RDMA, whatever its size.
-func rdmaAlways(c *Config) { c.RDMAThreshold = 1 }
+// rdmaAlways sends every Put and Get by RDMA, whatever its size, and every
+// active message eagerly (the path RDMA is compared with).
+func rdmaAlways(c *Config) { c.RDMAThreshold, c.AMRendezvous = 1, -1 }
 
 var rdmaBenchJobs = []struct {
 	name string

@@ -3,6 +3,7 @@ package lapi
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +31,17 @@ func openReint(t *testing.T, j *simJob, r int, dev hal.Device, epoch uint64) *Co
 // ready, writes with its new keys succeed. Rank 1's active messages to rank
 // 2 flow again after the restart.
 func TestRestartStaleWrites(t *testing.T) {
-	for _, spec := range []faults.Spec{{}, {Loss: 0.1, Reorder: 0.1, Dup: 0.05, Delay: 50 * time.Microsecond, Seed: 21}} {
-		t.Run(spec.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		spec faults.Spec
+		size int // 64: active messages; 256 KiB: RDMA
+	}{
+		{faults.Spec{}, 64},
+		{faults.Spec{Loss: 0.1, Reorder: 0.1, Dup: 0.05, Delay: 50 * time.Microsecond, Seed: 21}, 64},
+		{faults.Spec{}, 256 << 10},
+		{faults.Spec{Loss: 0.1, Reorder: 0.1, Dup: 0.05, Delay: 50 * time.Microsecond, Seed: 21}, 256 << 10},
+	} {
+		spec, size := tc.spec, tc.size
+		t.Run(fmt.Sprintf("%v/%dB", spec, size), func(t *testing.T) {
 			net, err := simnet.New(3, spec)
 			if err != nil {
 				t.Fatal(err)
@@ -46,10 +56,10 @@ func TestRestartStaleWrites(t *testing.T) {
 			}
 			j.run(time.Second, nil, ready(0, 2))
 
-			old := make([]byte, 64)
+			old := make([]byte, size)
 			oldPVO, _ := j.ctxs[2].TPT().Register(old, hal.AccessWrite)
 			k := j.ctxs[0].NewCounter()
-			j.ctxs[0].Put(2, oldPVO, bytes.Repeat([]byte{1}, 64), SendOpts{Completion: k})
+			j.ctxs[0].Put(2, oldPVO, bytes.Repeat([]byte{1}, size), SendOpts{Completion: k})
 			j.run(time.Second, nil, func() bool { return settled(k, 1) })
 			if k.err != nil || old[0] != 1 {
 				t.Fatalf("put before restart: %v", k.err)
@@ -63,7 +73,7 @@ func TestRestartStaleWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			j.ctxs[2] = openReint(t, j, 2, dev, 99)
-			fresh := make([]byte, 64)
+			fresh := make([]byte, size)
 			newPVO, _ := j.ctxs[2].TPT().Register(fresh, hal.AccessWrite)
 
 			// Rank 0 keeps writing with the old PVO while rank 2 rejoins,
@@ -77,7 +87,7 @@ func TestRestartStaleWrites(t *testing.T) {
 					t.Fatalf("no key-check failure after %d writes (refused %d, restarted %d)", i, refused, restarted)
 				}
 				k := j.ctxs[0].NewCounter()
-				err := j.ctxs[0].Put(2, oldPVO, bytes.Repeat([]byte{0xbb}, 64), SendOpts{Completion: k})
+				err := j.ctxs[0].Put(2, oldPVO, bytes.Repeat([]byte{0xbb}, size), SendOpts{Completion: k})
 				switch {
 				case errors.Is(err, ErrNotReady):
 					refused++
@@ -98,15 +108,18 @@ func TestRestartStaleWrites(t *testing.T) {
 					t.Fatalf("stale write failed with %v", k.err)
 				}
 			}
-			if !bytes.Equal(fresh, make([]byte, 64)) {
+			if !bytes.Equal(fresh, make([]byte, size)) {
 				t.Fatalf("a stale write landed in the new life's memory: %v", fresh[:8])
+			}
+			if rd := j.ctxs[0].RDMAStats(); size > 64 && rd.Writes == 0 {
+				t.Fatal("the large writes did not go by RDMA")
 			}
 			t.Logf("stale writes: %d refused while rejoining, %d abandoned by the restart, %d refused by the key check", refused, restarted, keyFails)
 			// New keys work.
 			k = j.ctxs[0].NewCounter()
-			j.ctxs[0].Put(2, newPVO, bytes.Repeat([]byte{7}, 64), SendOpts{Completion: k})
+			j.ctxs[0].Put(2, newPVO, bytes.Repeat([]byte{7}, size), SendOpts{Completion: k})
 			j.run(time.Second, nil, func() bool { return settled(k, 1) })
-			if k.err != nil || !bytes.Equal(fresh, bytes.Repeat([]byte{7}, 64)) {
+			if k.err != nil || !bytes.Equal(fresh, bytes.Repeat([]byte{7}, size)) {
 				t.Fatalf("put with new keys: %v", k.err)
 			}
 			// Active messages from rank 1 reach the new life.
