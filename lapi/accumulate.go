@@ -103,14 +103,7 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		c.runCompletions()
 		return nil
 	}
-	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target, Place: hal.PlaceFIFO, Arg: accArg(op, t)}
-	if o.Target != 0 {
-		h.Notify = hal.NotifyTarget
-	}
-	c.mu.Lock()
-	err := c.startTransfer(c.newGroup(opAcc, tgt, &o), hal.FrameRDMAWrite, h, src)
-	c.mu.Unlock()
-	return err
+	return c.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)
 }
 
 // reduceInto applies the accumulate arg names to dst and src, of equal

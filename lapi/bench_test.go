@@ -67,6 +67,20 @@ func (s *sink) OnHeader(_ hal.Rank, _ []byte, n int) ([]byte, any) {
 }
 func (s *sink) OnComplete(hal.Rank, any) {}
 
+// serving makes progress on c in another goroutine until the function it
+// returns is called (which waits for that goroutine to end).
+func serving(c *Context) (stop func()) {
+	var flag atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go serve(c, &flag, &wg)
+	return func() {
+		flag.Store(true)
+		c.Wake()
+		wg.Wait()
+	}
+}
+
 // serve makes progress on c until stop is set.
 func serve(c *Context, stop *atomic.Bool, wg *sync.WaitGroup) {
 	defer wg.Done()

@@ -380,6 +380,9 @@ func (c *Context) onRDMA(h *hal.Header, payload []byte) {
 	for _, m := range msgs {
 		c.sendDone(m.Peer, m.Hdr)
 	}
+	if len(msgs) > 0 {
+		c.flushLocked() // a completion waits for nothing else to ride with
+	}
 }
 
 func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
@@ -643,12 +646,18 @@ func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 }
 
 // putRDMA is Put by RDMA write.
 func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	h := hal.RDMAHdr{Total: uint64(len(src)), PVO: dst, Cookie: o.Target}
+	return c.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
+}
+
+// write starts an RDMA write of src described by h (direct or half-RDMA)
+// with o's counters.
+func (c *Context) write(kind opKind, tgt hal.Rank, h hal.RDMAHdr, src []byte, o *SendOpts) error {
+	h.Total, h.Cookie = uint64(len(src)), o.Target
 	if o.Target != 0 {
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := c.startTransfer(c.newGroup(opWrite, tgt, &o), hal.FrameRDMAWrite, h, src)
+	err := c.startTransfer(c.newGroup(kind, tgt, o), hal.FrameRDMAWrite, h, src)
 	c.mu.Unlock()
 	return err
 }

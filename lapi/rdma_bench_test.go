@@ -3,8 +3,6 @@ package lapi
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/weft-hpc/weft/hal"
@@ -51,10 +49,7 @@ func benchWrite(b *testing.B, ctxs []*Context, size int, rdma bool) {
 	}
 	h := c0.RegisterHandler(&sink{buf: dst})
 	c1.RegisterHandler(&sink{buf: dst})
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go serve(c1, &stop, &wg)
+	stop := serving(c1)
 	src := make([]byte, size)
 	done := c0.NewCounter()
 	ctx := context.Background()
@@ -85,9 +80,7 @@ func benchWrite(b *testing.B, ctxs []*Context, size int, rdma bool) {
 		s := c0.RDMAStats()
 		b.ReportMetric(float64(s.Redrives)/float64(b.N), "redrives/op")
 	}
-	stop.Store(true)
-	c1.Wake()
-	wg.Wait()
+	stop()
 }
 
 // reduceSink is the receive-then-reduce baseline: the message lands in a
@@ -114,10 +107,7 @@ func BenchmarkAccumulate(b *testing.B) {
 				rs := &reduceSink{tmp: make([]byte, size), dst: dst, arg: accArg(AccSum, Float64)}
 				h := c0.RegisterHandler(rs)
 				c1.RegisterHandler(rs)
-				var stop atomic.Bool
-				var wg sync.WaitGroup
-				wg.Add(1)
-				go serve(c1, &stop, &wg)
+				stop := serving(c1)
 				src := make([]byte, size)
 				done := c0.NewCounter()
 				ctx := context.Background()
@@ -139,9 +129,7 @@ func BenchmarkAccumulate(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				stop.Store(true)
-				c1.Wake()
-				wg.Wait()
+				stop()
 			})
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -24,27 +22,14 @@ func newRDMAJob(t *testing.T, n int, spec faults.Spec, opts ...simnet.Option) *s
 	return newRDMAJobCfg(t, n, spec, nil, opts...)
 }
 
-// newRDMAJobCfg is newRDMAJob with mod applied to each rank's Config.
+// newRDMAJobCfg is newRDMAJob with mod applied to each rank's Config too.
 func newRDMAJobCfg(t *testing.T, n int, spec faults.Spec, mod func(*Config), opts ...simnet.Option) *simJob {
-	t.Helper()
-	net, err := simnet.New(n, spec, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &simJob{t: t, net: net}
-	for r := 0; r < n; r++ {
-		cfg := Config{Device: net.Device(hal.Rank(r)), Rank: hal.Rank(r), Size: n,
-			JobKey: simnet.DefaultJobKey, Clock: net.Now, PeerTimeout: time.Minute, RDMAThreshold: 1}
+	return openSimJob(t, n, spec, func(c *Config) {
+		c.RDMAThreshold = 1
 		if mod != nil {
-			mod(&cfg)
+			mod(c)
 		}
-		c, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.ctxs = append(j.ctxs, c)
-	}
-	return j
+	}, opts...)
 }
 
 // fill writes a reproducible pattern, different per seed, into b.
@@ -344,11 +329,7 @@ func TestRDMAAllocs(t *testing.T) {
 	c0, c1 := ctxs[0], ctxs[1]
 	mem := make([]byte, 3<<20)
 	region, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go serve(c1, &stop, &wg)
-	defer func() { stop.Store(true); c1.Wake(); wg.Wait() }()
+	defer serving(c1)()
 	src := make([]byte, 3<<20) // three chunks
 	k := c0.NewCounter()
 	ctx := context.Background()

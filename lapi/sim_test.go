@@ -28,14 +28,25 @@ type simJob struct {
 
 func newSimJob(t *testing.T, n int, spec faults.Spec, opts ...simnet.Option) *simJob {
 	t.Helper()
+	return openSimJob(t, n, spec, nil, opts...)
+}
+
+// openSimJob is newSimJob with mod (if not nil) applied to each rank's
+// Config before it opens.
+func openSimJob(t *testing.T, n int, spec faults.Spec, mod func(*Config), opts ...simnet.Option) *simJob {
+	t.Helper()
 	net, err := simnet.New(n, spec, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := &simJob{t: t, net: net}
 	for r := 0; r < n; r++ {
-		c, err := Open(Config{Device: net.Device(hal.Rank(r)), Rank: hal.Rank(r), Size: n,
-			JobKey: simnet.DefaultJobKey, Clock: net.Now, PeerTimeout: time.Minute})
+		cfg := Config{Device: net.Device(hal.Rank(r)), Rank: hal.Rank(r), Size: n,
+			JobKey: simnet.DefaultJobKey, Clock: net.Now, PeerTimeout: time.Minute}
+		if mod != nil {
+			mod(&cfg)
+		}
+		c, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,38 +21,25 @@ import (
 // exchanging the neighbours' addresses does not pay for itself.
 const accumulateLarge = 1 << 20
 
+// accTypes are lapi's element types by Go kind (int and uint as 64-bit:
+// accSpec checks the size).
+var accTypes = [...]lapi.ElemType{
+	reflect.Int8: lapi.Int8, reflect.Int16: lapi.Int16, reflect.Int32: lapi.Int32,
+	reflect.Int64: lapi.Int64, reflect.Int: lapi.Int64,
+	reflect.Uint8: lapi.Uint8, reflect.Uint16: lapi.Uint16, reflect.Uint32: lapi.Uint32,
+	reflect.Uint64: lapi.Uint64, reflect.Uint: lapi.Uint64,
+	reflect.Float32: lapi.Float32, reflect.Float64: lapi.Float64,
+	reflect.Complex64: lapi.Complex64, reflect.Complex128: lapi.Complex128,
+}
+
 // accSpec is the lapi accumulate operation and type for T and op, if
 // half-RDMA can do it (ok false: it cannot, use the two-sided ring).
 func accSpec[T Elem](op Op) (lapi.AccOp, lapi.ElemType, bool) {
-	var t lapi.ElemType
-	switch reflect.TypeFor[T]().Kind() {
-	case reflect.Int8:
-		t = lapi.Int8
-	case reflect.Int16:
-		t = lapi.Int16
-	case reflect.Int32:
-		t = lapi.Int32
-	case reflect.Int64, reflect.Int:
-		t = lapi.Int64
-	case reflect.Uint8:
-		t = lapi.Uint8
-	case reflect.Uint16:
-		t = lapi.Uint16
-	case reflect.Uint32:
-		t = lapi.Uint32
-	case reflect.Uint64, reflect.Uint:
-		t = lapi.Uint64
-	case reflect.Float32:
-		t = lapi.Float32
-	case reflect.Float64:
-		t = lapi.Float64
-	case reflect.Complex64:
-		t = lapi.Complex64
-	case reflect.Complex128:
-		t = lapi.Complex128
-	default:
+	k := reflect.TypeFor[T]().Kind()
+	if int(k) >= len(accTypes) || accTypes[k] == 0 {
 		return 0, 0, false
 	}
+	t := accTypes[k]
 	if t.Size() != sizeOf[T]() {
 		return 0, 0, false // int and uint on a 32-bit platform
 	}

@@ -52,27 +52,11 @@ func BenchmarkSendRecv(b *testing.B) {
 func BenchmarkAllreduce8B(b *testing.B) {
 	for _, n := range []int{2, 4, 64, 1024} {
 		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
-			err := Run(n, func(c *Comm) error {
-				v := []float64{1}
-				if err := c.Barrier(); err != nil {
-					return err
-				}
-				if c.Rank() == 0 {
-					b.ResetTimer()
-				}
-				for i := 0; i < b.N; i++ {
-					if err := Allreduce(c, v, v, Sum); err != nil {
-						return err
-					}
-				}
-				if c.Rank() == 0 {
-					b.StopTimer()
-				}
+			v := make([][]float64, n)
+			benchRanks(b, n, func(c *Comm) error {
+				v[c.Rank()] = []float64{1}
 				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			}, func(c *Comm) error { return Allreduce(c, v[c.Rank()], v[c.Rank()], Sum) })
 		})
 	}
 }
@@ -89,28 +73,40 @@ func BenchmarkAllreduceLarge(b *testing.B) {
 				}
 				const count = 2 << 20
 				b.SetBytes(8 * count)
-				err := Run(n, func(c *Comm) error {
-					v := make([]float64, count)
-					if err := c.Barrier(); err != nil {
-						return err
-					}
-					if c.Rank() == 0 {
-						b.ResetTimer()
-					}
-					for i := 0; i < b.N; i++ {
-						if err := Allreduce(c, v, v, Sum); err != nil {
-							return err
-						}
-					}
-					if c.Rank() == 0 {
-						b.StopTimer()
-					}
+				v := make([][]float64, n)
+				benchRanks(b, n, func(c *Comm) error {
+					v[c.Rank()] = make([]float64, count)
 					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				}, func(c *Comm) error { return Allreduce(c, v[c.Rank()], v[c.Rank()], Sum) })
 			})
 		}
+	}
+}
+
+// benchRanks runs setup, then b.N times op, on n goroutine ranks; rank 0
+// keeps the time, from a barrier after setup.
+func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
+	err := Run(n, func(c *Comm) error {
+		if err := setup(c); err != nil {
+			return err
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			b.ResetTimer()
+		}
+		for i := 0; i < b.N; i++ {
+			if err := op(c); err != nil {
+				return err
+			}
+		}
+		if c.Rank() == 0 {
+			b.StopTimer()
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
