@@ -75,12 +75,14 @@ type TPT struct {
 	entries []tptEntry
 	free    []uint32
 	nextKey uint64
+	watch   func(TPTEntry) // told of every change, outside the lock
 }
 
 type tptEntry struct {
 	mem    []byte
 	access Access
 	key    uint64 // 0: free
+	local  bool   // RegisterLocal: the watcher is not told
 }
 
 // NewTPT makes an empty table whose keys start from a random seed, so keys
@@ -94,16 +96,26 @@ func NewTPT() *TPT {
 // Register makes mem reachable with the given access and returns its PVO.
 // The caller must keep mem alive and not move it until Deregister.
 func (t *TPT) Register(mem []byte, acc Access) (PVO, error) {
+	return t.register(mem, acc, false)
+}
+
+// RegisterLocal is Register for a region only this rank's own RDMA engine
+// addresses (where a read it asked for lands, say): its PVO never goes to
+// a peer, so the watcher is not told of it.
+func (t *TPT) RegisterLocal(mem []byte, acc Access) (PVO, error) {
+	return t.register(mem, acc, true)
+}
+
+func (t *TPT) register(mem []byte, acc Access, local bool) (PVO, error) {
 	if acc&^(AccessRead|AccessWrite) != 0 || acc == 0 {
 		return PVO{}, fmt.Errorf("hal: register: bad access %#x", acc)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.nextKey += 0x9e3779b97f4a7c15 // golden-ratio step: keys never repeat soon
 	if t.nextKey == 0 {
 		t.nextKey++
 	}
-	e := tptEntry{mem: mem, access: acc, key: t.nextKey}
+	e := tptEntry{mem: mem, access: acc, key: t.nextKey, local: local}
 	var idx uint32
 	if n := len(t.free); n > 0 {
 		idx = t.free[n-1]
@@ -113,19 +125,54 @@ func (t *TPT) Register(mem []byte, acc Access) (PVO, error) {
 		idx = uint32(len(t.entries))
 		t.entries = append(t.entries, e)
 	}
+	w := t.watch
+	t.mu.Unlock()
+	if w != nil && !local {
+		w(TPTEntry{Entry: idx, Key: e.key, Addr: addrOf(mem), Len: uint64(len(mem)), Access: acc})
+	}
 	return PVO{Entry: idx, Key: e.key}, nil
+}
+
+// Watch has fn told of every later registration and deregistration (a
+// removal has Key 0), after the table has changed and outside its lock,
+// in the registering goroutine: this is how a rank's peers keep replicas
+// of its table. One watcher; nil removes it.
+func (t *TPT) Watch(fn func(TPTEntry)) {
+	t.mu.Lock()
+	t.watch = fn
+	t.mu.Unlock()
+}
+
+// Entries returns every entry in the table, for a peer whose replica
+// starts afresh.
+func (t *TPT) Entries() []TPTEntry {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var es []TPTEntry
+	for i, e := range t.entries {
+		if e.key != 0 && !e.local {
+			es = append(es, TPTEntry{Entry: uint32(i), Key: e.key, Addr: addrOf(e.mem), Len: uint64(len(e.mem)), Access: e.access})
+		}
+	}
+	return es
 }
 
 // Deregister removes the region p names. Later accesses with its PVO fail
 // the key check.
 func (t *TPT) Deregister(p PVO) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if _, err := t.lookup(p, 0, 0); err != nil {
+		t.mu.Unlock()
 		return fmt.Errorf("hal: deregister: %w", err)
 	}
+	local := t.entries[p.Entry].local
 	t.entries[p.Entry] = tptEntry{}
 	t.free = append(t.free, p.Entry)
+	w := t.watch
+	t.mu.Unlock()
+	if w != nil && !local {
+		w(TPTEntry{Entry: p.Entry})
+	}
 	return nil
 }
 

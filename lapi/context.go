@@ -49,6 +49,7 @@ type Context struct {
 	xchg      xchgState
 	rd        rdmaState
 	rvs       rvTable
+	cm        cmaState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
 	done      []completion // completions waiting to run outside the lock
@@ -141,6 +142,7 @@ func Open(cfg Config) (*Context, error) {
 		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 	}
 	c.initRDMA()
+	c.initCMA()
 	c.onFrameFn = c.onFrame
 	c.releaseFn = c.release
 	c.rtxFn = c.retransmit

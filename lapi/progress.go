@@ -35,6 +35,7 @@ func (c *Context) progressLocked() bool {
 		}
 		c.reintTick(c.pollNow)
 	}
+	c.pushTPT()
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
 			c.pushLocked(p, c.pollNow)

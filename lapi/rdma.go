@@ -100,7 +100,10 @@ type RDMAStats struct {
 	Writes, Reads, Accumulates uint64 // transfers originated
 	Redrives                   uint64 // drives after the first
 	StaleCompletions           uint64 // completions of an earlier drive, ignored
-	Faults                     uint64 // accesses to this rank's memory refused
+	Faults                     uint64 // accesses refused (here, or by a replica)
+	CMAWrites, CMAReads        uint64 // Puts and Gets done by cross-memory attach
+	CMABytes                   uint64
+	CMAMisses                  uint64 // PVOs the replica did not know yet: software path
 	Engine                     hal.RDMAStats
 }
 
@@ -257,6 +260,9 @@ func (c *Context) queueStream(o outStream) {
 // pushRDMA hands queued RDMA packets to the device while it takes them
 // (c.mu held).
 func (c *Context) pushRDMA(now time.Time) {
+	if !c.pushTPT() {
+		return // TPT changes go first; progress retries
+	}
 	r := &c.rd
 	for len(r.queue) > 0 {
 		o := r.queue[0]
@@ -665,7 +671,7 @@ func (c *Context) write(kind opKind, tgt hal.Rank, h hal.RDMAHdr, src []byte, o 
 // getRDMA is Get by RDMA read: dst is registered for the transfer, so the
 // answer is placed like any RDMA write, checked against this rank's TPT.
 func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
-	local, err := c.tpt.Register(dst, hal.AccessWrite)
+	local, err := c.tpt.RegisterLocal(dst, hal.AccessWrite)
 	if err != nil {
 		return fmt.Errorf("lapi: get: %w", err)
 	}

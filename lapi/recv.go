@@ -33,6 +33,10 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		c.applyReint(c.reint.Handle(h.Src, h.Type, payload, c.now()))
 		return
 	}
+	if h.Type == hal.FrameTPTUpdate && int(h.Src) < c.cfg.Size && h.Dst == c.rank {
+		c.onTPTUpdate(h.Src, payload)
+		return
+	}
 	if hal.IsRDMAFrame(h.Type) && int(h.Src) < c.cfg.Size && h.Dst == c.rank {
 		c.onRDMA(h, payload)
 		return

@@ -20,8 +20,13 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 		switch a.Kind {
 		case hal.ActClearPeer:
 			c.resetPeer(a.Peer)
-		case hal.ActReady, hal.ActEnablePeer:
+		case hal.ActEnablePeer:
+			if c.cm.dev != nil {
+				c.sendTPT(a.Peer, c.tpt.Entries()) // its replica of us starts afresh
+			}
 			c.wakeLocked() // waiters for RDMAReady
+		case hal.ActReady:
+			c.wakeLocked()
 		}
 	}
 	for _, m := range msgs {
@@ -47,6 +52,9 @@ func (c *Context) resetPeer(peer hal.Rank) {
 	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
 	c.dropPeer(peer, err)
 	c.rd.eng.ResetPeer(peer)
+	if c.cm.dev != nil {
+		c.cm.replicas[peer].Clear()
+	}
 	if !c.reliable {
 		c.links[peer].init(peer, c.cfg.Window)
 	}

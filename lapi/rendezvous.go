@@ -164,7 +164,7 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 		c.note(rv, nil) // nothing to read: complete at once
 		return nil, nil
 	}
-	local, err := c.tpt.Register(buf[:n], hal.AccessWrite)
+	local, err := c.tpt.RegisterLocal(buf[:n], hal.AccessWrite)
 	if err != nil {
 		c.note(rv, err)
 		return nil, nil

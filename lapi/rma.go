@@ -123,6 +123,9 @@ func (nopHandler) OnComplete(hal.Rank, any)                     {}
 // may be reused, o.Completion when the data is in place at tgt (or with an
 // error naming the failed protection check).
 func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	if done, err := c.cmaTransfer(tgt, dst, src, true, o); done {
+		return err
+	}
 	if c.useRDMA(tgt, len(src)) {
 		return c.putRDMA(tgt, dst, src, o)
 	}
@@ -265,6 +268,9 @@ func (t *getTable) put(s *getSlot) {
 func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	if uint64(len(dst)) > 1<<32-1 {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
+	}
+	if done, err := c.cmaTransfer(tgt, src, dst, false, o); done {
+		return err
 	}
 	if c.useRDMA(tgt, len(dst)) {
 		return c.getRDMA(tgt, src, dst, o)

@@ -126,6 +126,9 @@ func (c *Context) activate(peer hal.Rank) {
 // pushLocked sends queued packets to peer while the window and the device
 // allow, then flushes.
 func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
+	if !c.pushTPT() {
+		return nil // TPT changes go first; progress retries
+	}
 	q := &c.queues[peer]
 	var err error
 	for q.head != nil {

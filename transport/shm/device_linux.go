@@ -18,7 +18,7 @@ import (
 )
 
 // Device is one rank's shared-memory device. Besides hal.Device it
-// implements CrossMemory.
+// implements hal.CrossMemory.
 type Device struct {
 	seg    *segment
 	g      geometry
@@ -66,8 +66,8 @@ type peer struct {
 }
 
 var (
-	_ hal.Device  = (*Device)(nil)
-	_ CrossMemory = (*Device)(nil)
+	_ hal.Device      = (*Device)(nil)
+	_ hal.CrossMemory = (*Device)(nil)
 )
 
 // cacheLine is the cache line size the layout separates writers by: the
@@ -169,7 +169,7 @@ func OpenLocal(jobKey uint64, size int, opts Options) ([]*Device, error) {
 }
 
 // Caps: reliable and ordered, as a memory copy is; no native RDMA frames
-// (large transfers go by cross-memory attach, see CrossMemory).
+// (large transfers go by cross-memory attach, see hal.CrossMemory).
 func (d *Device) Caps() hal.Caps { return d.caps }
 
 // Addr is "shm:<segment name>:<rank>:<pid>": the segment tells a peer

@@ -80,7 +80,7 @@
 //
 // # Cross-memory attach
 //
-// Device implements CrossMemory: ReadFrom and WriteTo copy between this
+// Device implements hal.CrossMemory: ReadFrom and WriteTo copy between this
 // process and a peer's address space with process_vm_readv/writev, using
 // the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>").
 // Open finds out whether the kernel allows it (Yama ptrace_scope, seccomp),

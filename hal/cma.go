@@ -1,0 +1,146 @@
+package hal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// CrossMemory is implemented by devices that copy directly between this
+// process's memory and a peer's (cross-memory attach: the shm device's
+// process_vm_readv/writev). It is one-sided and single-copy, and the
+// kernel checks only that the pages are mapped in the peer: the caller
+// validates the whole access against its Replica of the peer's TPT first,
+// which is what the TPT updates peers push are for.
+//
+// Both methods copy all of the slice or fail; they may run concurrently
+// with each other and with the device's other methods, but not after
+// Close.
+type CrossMemory interface {
+	// CMA reports whether cross-memory attach works toward this device's
+	// peers. When false, ReadFrom and WriteTo fail.
+	CMA() bool
+	// ReadFrom copies len(dst) bytes at addr in peer's address space
+	// into dst.
+	ReadFrom(peer Rank, addr uintptr, dst []byte) error
+	// WriteTo copies src to addr in peer's address space.
+	WriteTo(peer Rank, addr uintptr, src []byte) error
+}
+
+// TPTEntry is one TPT entry as a peer's replica holds it: where the region
+// is in the owner's address space, and what it allows. Key 0 removes the
+// entry.
+type TPTEntry struct {
+	Entry  uint32
+	Key    uint64
+	Addr   uint64
+	Len    uint64
+	Access Access
+}
+
+// tptEntryLen is an entry's encoded size in a FrameTPTUpdate payload.
+const tptEntryLen = 4 + 8 + 8 + 8 + 1
+
+// MaxTPTEntries is how many entries one update frame of payload size mtu
+// may carry.
+func MaxTPTEntries(mtu int) int { return (mtu - 2) / tptEntryLen }
+
+// ErrBadTPTUpdate is wrapped by every TPT update decoding failure.
+var ErrBadTPTUpdate = errors.New("hal: malformed TPT update")
+
+// EncodeTPTUpdate writes a FrameTPTUpdate payload carrying es into b and
+// returns its length: a u16 count, then each entry (entry u32, key u64,
+// addr u64, len u64, access u8), little-endian. b must hold
+// 2+len(es)*tptEntryLen bytes.
+func EncodeTPTUpdate(b []byte, es []TPTEntry) int {
+	le := binary.LittleEndian
+	le.PutUint16(b, uint16(len(es)))
+	o := 2
+	for _, e := range es {
+		le.PutUint32(b[o:], e.Entry)
+		le.PutUint64(b[o+4:], e.Key)
+		le.PutUint64(b[o+12:], e.Addr)
+		le.PutUint64(b[o+20:], e.Len)
+		b[o+28] = byte(e.Access)
+		o += tptEntryLen
+	}
+	return o
+}
+
+// DecodeTPTUpdate parses a FrameTPTUpdate payload, appending its entries
+// to es.
+func DecodeTPTUpdate(b []byte, es []TPTEntry) ([]TPTEntry, error) {
+	if len(b) < 2 {
+		return es, fmt.Errorf("%w: %d bytes", ErrBadTPTUpdate, len(b))
+	}
+	le := binary.LittleEndian
+	n := int(le.Uint16(b))
+	if len(b) != 2+n*tptEntryLen {
+		return es, fmt.Errorf("%w: %d entries in %d bytes", ErrBadTPTUpdate, n, len(b))
+	}
+	for o := 2; o < len(b); o += tptEntryLen {
+		e := TPTEntry{Entry: le.Uint32(b[o:]), Key: le.Uint64(b[o+4:]), Addr: le.Uint64(b[o+12:]),
+			Len: le.Uint64(b[o+20:]), Access: Access(b[o+28])}
+		if e.Access&^(AccessRead|AccessWrite) != 0 || e.Key != 0 && e.Addr+e.Len < e.Addr {
+			return es, fmt.Errorf("%w: entry %d: access %#x, %d bytes at %#x", ErrBadTPTUpdate, e.Entry, e.Access, e.Len, e.Addr)
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+// Replica is this rank's copy of one peer's TPT, kept from the updates
+// the peer pushes, against which every cross-memory access is validated
+// before the kernel is asked to copy. Not safe for concurrent use.
+type Replica struct {
+	entries map[uint32]TPTEntry
+}
+
+// Apply records an update: an entry added, replaced, or (Key 0) removed.
+func (r *Replica) Apply(e TPTEntry) {
+	if r.entries == nil {
+		r.entries = make(map[uint32]TPTEntry)
+	}
+	if e.Key == 0 {
+		delete(r.entries, e.Entry)
+		return
+	}
+	r.entries[e.Entry] = e
+}
+
+// Clear forgets every entry: the peer restarted.
+func (r *Replica) Clear() { clear(r.entries) }
+
+// Has reports whether the replica holds p's entry (whatever its key): a
+// miss means the peer's update has not come, not that access is refused.
+func (r *Replica) Has(p PVO) bool {
+	_, ok := r.entries[p.Entry]
+	return ok
+}
+
+// Check validates an access of n bytes at p with acc as the peer's TPT
+// would (key, bounds, access) and returns the address in the peer's
+// address space.
+func (r *Replica) Check(p PVO, n uint64, acc Access) (uintptr, error) {
+	e, ok := r.entries[p.Entry]
+	switch {
+	case !ok:
+		return 0, &ProtectionError{Check: "entry", PVO: p, Len: n}
+	case e.Key != p.Key:
+		return 0, &ProtectionError{Check: "key", PVO: p, Len: n}
+	case p.Offset > e.Len || n > e.Len-p.Offset:
+		return 0, &ProtectionError{Check: "bounds", PVO: p, Len: n}
+	case e.Access&acc != acc:
+		return 0, &ProtectionError{Check: "access", PVO: p, Len: n}
+	}
+	return uintptr(e.Addr + p.Offset), nil
+}
+
+// addrOf is where mem starts (0 for an empty slice).
+func addrOf(mem []byte) uint64 {
+	if len(mem) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
+}

@@ -1,0 +1,191 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Cross-memory attach: over a device that can copy straight between
+// processes (hal.CrossMemory, the shm device), large Put and Get are one
+// process_vm_writev or process_vm_readv, single-copy, with no packet and
+// no completion message. The kernel protects nothing, so this rank checks
+// every access against its replica of the target's TPT, which each rank
+// keeps up to date by pushing its registrations and deregistrations to its
+// peers (FrameTPTUpdate) before anything that could carry a new PVO
+// leaves: a peer has the entry before it can know the PVO. A PVO the
+// replica does not know yet goes by the software engine, which checks it
+// at the target.
+//
+// A region deregistered while a peer is writing it may still be written
+// until the removal reaches that peer: as with hardware RDMA, deregister
+// only what no peer is using.
+
+// cmaState is a context's cross-memory attach state.
+type cmaState struct {
+	dev      hal.CrossMemory // nil: not available
+	replicas []hal.Replica   // per peer (c.mu)
+	mu       sync.Mutex      // guards out: the TPT's watcher runs in any goroutine
+	out      []hal.TPTEntry  // changes to push
+	pending  atomic.Bool
+	sending  []hal.TPTEntry // pushTPT's batch (c.mu)
+	buf      []byte         // update frame (c.mu)
+	decoded  []hal.TPTEntry // onTPTUpdate's scratch (c.mu)
+}
+
+// initCMA turns cross-memory attach on when the device offers it.
+func (c *Context) initCMA() {
+	cm, ok := c.dev.(hal.CrossMemory)
+	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.RDMAThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
+		return
+	}
+	c.cm.dev = cm
+	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
+	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
+	c.tpt.Watch(func(e hal.TPTEntry) {
+		c.cm.mu.Lock()
+		c.cm.out = append(c.cm.out, e)
+		c.cm.pending.Store(true)
+		c.cm.mu.Unlock()
+	})
+}
+
+// pushTPT sends this rank's pending TPT changes to every peer (c.mu held)
+// and reports whether none is left pending: callers send nothing else
+// until then, so no PVO overtakes its entry.
+func (c *Context) pushTPT() bool {
+	if c.cm.dev == nil || !c.cm.pending.Load() && len(c.cm.sending) == 0 {
+		return true
+	}
+	if len(c.cm.sending) == 0 {
+		c.cm.mu.Lock()
+		c.cm.sending, c.cm.out = c.cm.out, c.cm.sending[:0]
+		c.cm.pending.Store(false)
+		c.cm.mu.Unlock()
+	}
+	for p := range c.cfg.Size {
+		if hal.Rank(p) != c.rank && c.peerErr[p] == nil {
+			if !c.sendTPT(hal.Rank(p), c.cm.sending) {
+				return false // the device is full: try again at the next pass
+			}
+		}
+	}
+	c.cm.sending = c.cm.sending[:0]
+	return true
+}
+
+// sendTPT sends entries to peer's replica (c.mu held); false: the device
+// had no room (what was sent is applied again harmlessly on a retry).
+func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
+	per := hal.MaxTPTEntries(c.mtu)
+	for len(es) > 0 {
+		n := min(per, len(es))
+		b := c.cm.buf
+		l := hal.EncodeTPTUpdate(b[hal.HeaderLen:], es[:n])
+		h := hal.Header{Type: hal.FrameTPTUpdate, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(l)}
+		hal.EncodeHeader(b, &h)
+		if !c.reliable {
+			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:hal.HeaderLen+l])
+		}
+		err := c.dev.Send(b[:hal.HeaderLen], b[hal.HeaderLen:hal.HeaderLen+l])
+		if err == nil {
+			err = c.dev.Flush() // the buffer is reused for the next frame
+		}
+		if errors.Is(err, hal.ErrNoResource) {
+			return false
+		}
+		if err != nil {
+			c.failPeer(peer, err.Error())
+			return true
+		}
+		c.stats.PacketsSent++
+		es = es[n:]
+	}
+	return true
+}
+
+// onTPTUpdate applies a peer's TPT changes to its replica (c.mu held).
+func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
+	if c.cm.dev == nil {
+		c.stats.BadPackets++
+		return
+	}
+	es, err := hal.DecodeTPTUpdate(payload, c.cm.decoded[:0])
+	c.cm.decoded = es[:0]
+	if err != nil {
+		c.stats.BadPackets++
+		return
+	}
+	for _, e := range es {
+		c.cm.replicas[src].Apply(e)
+	}
+}
+
+// cmaTransfer is Put (write) or Get by cross-memory attach. done is false
+// when it does not apply (no CMA, a PVO the replica does not know yet):
+// the caller takes the software engine's path.
+func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+	if c.cm.dev == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.RDMAThreshold {
+		return false, nil
+	}
+	acc := hal.AccessRead
+	if write {
+		acc = hal.AccessWrite
+	}
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return true, ErrClosed
+	case c.peerErr[tgt] != nil:
+		c.mu.Unlock()
+		return true, c.peerErr[tgt]
+	}
+	if err := c.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return true, err
+	}
+	rep := &c.cm.replicas[tgt]
+	if !rep.Has(p) {
+		c.rd.stats.CMAMisses++
+		c.mu.Unlock()
+		return false, nil
+	}
+	addr, cerr := rep.Check(p, uint64(len(buf)), acc)
+	c.mu.Unlock()
+	if cerr != nil {
+		cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
+			tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
+	} else if write {
+		cerr = c.cm.dev.WriteTo(tgt, addr, buf)
+	} else {
+		cerr = c.cm.dev.ReadFrom(tgt, addr, buf)
+	}
+	c.mu.Lock()
+	if cerr == nil {
+		if write {
+			c.rd.stats.CMAWrites++
+		} else {
+			c.rd.stats.CMAReads++
+		}
+		c.rd.stats.CMABytes += uint64(len(buf))
+		if o.Target != 0 {
+			c.notifyLocked(tgt, o.Target) // the data is in place: say so
+		}
+	} else {
+		c.rd.stats.Faults++
+		o.Origin.fail(cerr)
+		o.Completion.fail(cerr)
+	}
+	c.originDone(&o)
+	if o.Completion != nil {
+		o.Completion.incr()
+	}
+	c.wakeLocked()
+	c.mu.Unlock()
+	c.runCompletions()
+	return true, nil
+}

@@ -1,0 +1,154 @@
+package lapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+	"github.com/weft-hpc/weft/transport/shm"
+)
+
+// openShmJob opens n contexts over shm devices in this process (cross-
+// memory attach toward our own pid works like toward another process).
+func openShmJob(t *testing.T, n int) []*Context {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("shm needs Linux")
+	}
+	const key = 0xc3a
+	devs, err := shm.OpenLocal(key, n, shm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !devs[0].CMA() {
+		t.Skip("cross-memory attach is refused here (ptrace policy): run as root or set kernel.yama.ptrace_scope=0")
+	}
+	for _, d := range devs {
+		for q, e := range devs {
+			if err := d.Connect(hal.Rank(q), e.Addr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctxs := make([]*Context, n)
+	for r, d := range devs {
+		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range ctxs {
+			c.Close()
+		}
+	})
+	return ctxs
+}
+
+// TestCMA: over shm, large Put and Get are single copies by cross-memory
+// attach, checked against the TPT replica: every refusal names its check
+// and leaves memory alone; a PVO the replica does not know yet, and
+// everything under the threshold, go the packet way.
+func TestCMA(t *testing.T) {
+	ctxs := openShmJob(t, 2)
+	c0, c1 := ctxs[0], ctxs[1]
+	defer serving(c1)()
+	ctx := context.Background()
+	mem := make([]byte, 1<<20)
+	ro := make([]byte, 1<<20)
+	p, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	pro, _ := c1.TPT().Register(ro, hal.AccessRead)
+	src := make([]byte, 1<<20)
+	fill(src, 1)
+	// c1's updates reach c0 with its next frames: a fence makes sure.
+	if err := c1.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := c0.NewCounter()
+	wait := func() error {
+		c0.Progress()
+		return k.Wait(ctx, 1)
+	}
+	waitReplica := func(pv hal.PVO, want bool) {
+		c0.Wait(ctx, func() (bool, error) { return c0.cm.replicas[1].Has(pv) == want, nil })
+	}
+	waitReplica(p, true)
+	if err := c0.Put(1, p, src, SendOpts{Completion: k}); err != nil {
+		t.Fatal("put", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal("put", err)
+	}
+	if !bytes.Equal(mem, src) {
+		t.Fatal("put by CMA: memory differs")
+	}
+	back := make([]byte, 1<<20)
+	if err := c0.Get(1, p, back, SendOpts{Origin: k}); err != nil {
+		t.Fatal("get", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal("get", err)
+	}
+	if !bytes.Equal(back, src) {
+		t.Fatal("get by CMA: data differs")
+	}
+	if s := c0.RDMAStats(); s.CMAWrites != 1 || s.CMAReads != 1 || s.CMABytes != 2<<20 || s.Writes+s.Reads != 0 {
+		t.Fatalf("not by CMA: %+v", s)
+	}
+	// Refusals, each by its check, memory untouched.
+	clear(mem)
+	bad := p
+	bad.Key++
+	for _, tc := range []struct {
+		check string
+		op    func(k *Counter) error
+	}{
+		{"key", func(k *Counter) error { return c0.Put(1, bad, src, SendOpts{Completion: k}) }},
+		{"bounds", func(k *Counter) error { return c0.Put(1, p.Add(1), src, SendOpts{Completion: k}) }},
+		{"access", func(k *Counter) error { return c0.Put(1, pro, src, SendOpts{Completion: k}) }},
+	} {
+		k := c0.NewCounter() // a counter's error sticks: one per case
+		if err := tc.op(k); err != nil {
+			t.Fatal(err)
+		}
+		err := k.Wait(ctx, 1)
+		if !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), tc.check+" check failed") {
+			t.Fatalf("%s: %v", tc.check, err)
+		}
+	}
+	if !bytes.Equal(mem, make([]byte, len(mem))) || !bytes.Equal(ro, make([]byte, len(ro))) {
+		t.Fatal("a refused access changed memory")
+	}
+	// Deregistered: once the removal has reached c0, its replica refuses.
+	c1.TPT().Deregister(p)
+	c1.Fence(ctx)
+	waitReplica(p, false)
+	k = c0.NewCounter()
+	if err := c0.Put(1, p, src, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Wait(ctx, 1); !errors.Is(err, ErrProtection) || !bytes.Equal(mem, make([]byte, len(mem))) {
+		t.Fatalf("put to a deregistered region: %v", err)
+	}
+	if s := c0.RDMAStats(); s.CMAMisses != 1 || s.Writes != 1 {
+		t.Fatalf("a PVO the replica does not know must go the packet way: %+v", s)
+	}
+}
+
+// TestCMAOff: over a device without cross-memory attach nothing of it
+// runs, and no TPT update is sent.
+func TestCMAOff(t *testing.T) {
+	ctxs := openInprocJob(t, 2, faults.Spec{})
+	if ctxs[0].cm.dev != nil {
+		t.Fatal("CMA on over inproc")
+	}
+	ctxs[1].TPT().Register(make([]byte, 10), hal.AccessWrite)
+	ctxs[1].Progress()
+	if s := ctxs[1].Stats(); s.PacketsSent != 0 {
+		t.Fatalf("%d packets sent for a registration", s.PacketsSent)
+	}
+}
