@@ -41,6 +41,7 @@ type Reintegration struct {
 	lastSent time.Time  // when BOOTING last went to the unanswered
 	peerEp   []uint64   // the incarnation each peer last announced
 	rdmaTo   []bool     // RDMA toward peer allowed
+	owed     []bool     // peer asked for our RDMA_READY before we were ready
 	out      []ReintMsg // reused result buffers
 	acts     []ReintAction
 }
@@ -113,7 +114,7 @@ func NewReintegration(self Rank, size int, epoch uint64, cfg ReintConfig) *Reint
 	}
 	return &Reintegration{self: self, size: size, cfg: cfg, epoch: epoch,
 		answered: make([]bool, size), tries: make([]int, size),
-		peerEp: make([]uint64, size), rdmaTo: make([]bool, size)}
+		peerEp: make([]uint64, size), rdmaTo: make([]bool, size), owed: make([]bool, size)}
 }
 
 // Start begins joining: RDMA is off until every peer is accounted for.
@@ -124,6 +125,7 @@ func (r *Reintegration) Start(now time.Time) ([]ReintMsg, []ReintAction) {
 		r.answered[p] = Rank(p) == r.self
 		r.tries[p] = 0
 		r.rdmaTo[p] = false
+		r.owed[p] = false
 	}
 	r.sendBooting(now)
 	r.checkDone()
@@ -189,6 +191,11 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		}
 		if ask && r.ready {
 			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.epoch, false})
+		} else if ask {
+			// Not ready yet: answer once we are, or the peer learns it
+			// only from its retry timer (and a driver that sleeps on a
+			// reliable device may never run it).
+			r.owed[from] = true
 		}
 	}
 	r.checkDone()
@@ -266,4 +273,10 @@ func (r *Reintegration) checkDone() {
 		r.tries[p] = 0
 	}
 	r.sendReady(r.lastSent)
+	for p, o := range r.owed {
+		if o && r.rdmaTo[p] {
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.epoch, false})
+		}
+		r.owed[p] = false
+	}
 }

@@ -205,3 +205,35 @@ func TestReintegrationDeadPeer(t *testing.T) {
 	rn.start(2)
 	rn.run(time.Second, rn.converged)
 }
+
+// TestReintOwedReady: a peer that announced RDMA_READY (asking for one
+// back) while this rank was still joining gets its answer the moment this
+// rank is ready, without waiting for its own retry timer: over a reliable
+// device a driver may sleep with no timer running.
+func TestReintOwedReady(t *testing.T) {
+	now := time.Unix(0, 0)
+	// Rank 1 of 3 joins; rank 0 is ready already; rank 2 has not answered.
+	r := hal.NewReintegration(1, 3, 11, hal.ReintConfig{})
+	r.Start(now)
+	pay := func(ep uint64, ask bool) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep, Ask: ask})
+		return b
+	}
+	r.Handle(0, hal.FrameBootAck, pay(11, false), now)
+	out, _ := r.Handle(0, hal.FrameRDMAReady, pay(7, true), now) // rank 0 (epoch 7) asks
+	if len(out) != 0 || r.Ready() {
+		t.Fatalf("answered before ready: %+v", out)
+	}
+	out, acts := r.Handle(2, hal.FrameBootAck, pay(11, false), now)
+	var toZero, ready bool
+	for _, m := range out {
+		toZero = toZero || m.Type == hal.FrameRDMAReady && m.Peer == 0
+	}
+	for _, a := range acts {
+		ready = ready || a.Kind == hal.ActReady
+	}
+	if !ready || !toZero {
+		t.Fatalf("on becoming ready: actions %+v, frames %+v: want hal.ActReady and an RDMA_READY to rank 0", acts, out)
+	}
+}

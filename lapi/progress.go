@@ -32,6 +32,7 @@ func (c *Context) progressLocked() bool {
 	if c.reint != nil {
 		if c.reliable {
 			c.pollNow = c.now()
+			c.nextTick = time.Time{} // only the protocol's timer runs here
 		}
 		c.reintTick(c.pollNow)
 	}
@@ -264,7 +265,7 @@ const timerResolution = time.Millisecond
 // due sooner than a sleep could be trusted to end: then polling is the only
 // way to meet a sub-millisecond RTO.
 func (c *Context) timerSoon(now time.Time) bool {
-	if c.reliable {
+	if c.reliable && c.reint == nil {
 		return false
 	}
 	c.mu.Lock()
@@ -314,7 +315,7 @@ func (c *Context) block(ctx context.Context, gen uint64) {
 	}
 	c.blocking = true
 	wctx, cancel := context.WithCancel(ctx)
-	if !c.reliable && !c.nextTick.IsZero() {
+	if (!c.reliable || c.reint != nil) && !c.nextTick.IsZero() {
 		wctx, cancel = context.WithDeadline(ctx, c.nextTick)
 	}
 	c.blockCancel = cancel

@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -75,7 +76,10 @@ func initWith(cl pmi.Client) (*World, error) {
 			return nil, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
 		}
 	}
-	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key}
+	// Every process joins by reintegration: a rank that is restarted
+	// (same rank, new process) never receives RDMA meant for its earlier
+	// life, and peers' replicas of its TPT start afresh.
+	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true}
 	if oversubscribed(cl) {
 		lcfg.Spin = -1 // more ranks than cores here: spinning only delays the rank that would answer
 	}
@@ -84,7 +88,13 @@ func initWith(cl pmi.Client) (*World, error) {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
+	// Handlers first: waiting makes progress, and a fast peer's first
+	// messages may already be here.
 	w := newWorld(lc)
+	if err := waitJoined(lc); err != nil {
+		lc.Close()
+		return nil, err
+	}
 	stop := profile.StartFromEnv(rank)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
@@ -92,6 +102,25 @@ func initWith(cl pmi.Client) (*World, error) {
 		cl.Finalize)
 	trace.Printf(2, "init: rank %d of %d via %s, device %s", rank, size, cl.Kind(), dev.Addr())
 	return w, nil
+}
+
+// waitJoined waits until RDMA is enabled toward every peer: each has
+// answered this rank's BOOTING and announced it is ready itself (bounded by
+// WEFT_TIMEOUT, else a minute: the peers passed the same PMI fence, so
+// they are up).
+func waitJoined(lc *lapi.Context) error {
+	d := time.Minute
+	if t, err := time.ParseDuration(os.Getenv("WEFT_TIMEOUT")); err == nil && t > 0 {
+		d = t
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for p := range lc.Size() {
+		if err := lc.WaitRDMAReady(ctx, hal.Rank(p)); err != nil {
+			return fmt.Errorf("mpi: init: rank %d did not join (reintegration): %w", p, err)
+		}
+	}
+	return nil
 }
 
 // openDevice opens the device WEFT_TRANSPORT names. auto picks shared
