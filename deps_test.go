@@ -65,6 +65,7 @@ var layers = []rule{
 		"github.com/pkg/profile", "golang.org/x/sys/..."}},
 	// Per-rank profiles for gorun --profile, written by the rank itself.
 	{"internal/profile", []string{"std", "github.com/pkg/profile"}},
+	{"internal/osyield", []string{"std", "golang.org/x/sys/unix"}},
 	// netbench runs one side of a measurement between two hosts (network
 	// namespaces): a program over lapi and the UDP device it measures.
 	{"internal/netbench", []string{"std", "hal/...", "lapi", "transport/udp", "internal/faults"}},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/transport/inproc"
 	"github.com/weft-hpc/weft/transport/udp"
 )
@@ -132,5 +133,30 @@ func TestFullDeviceQueue(t *testing.T) {
 	}
 	if err := ctxs[0].Wait(ctx, func() (bool, error) { return done.got.Load() == 1, nil }); err != nil {
 		t.Fatalf("sender stalled with a full device queue: %v", err)
+	}
+}
+
+// TestYieldingWait: a waiter configured to yield its processor rather than
+// spin or sleep (Spin -1, Yield) still sees every completion, and a long
+// wait past the yield window ends in a blocking wait that is woken.
+func TestYieldingWait(t *testing.T) {
+	ctxs := openInprocJob(t, 2, faults.Spec{}, func(c *Config) { c.Spin, c.Yield = -1, 200*time.Microsecond })
+	c0, c1 := ctxs[0], ctxs[1]
+	got := c0.NewCounter()
+	hSink := c0.RegisterHandler(&sink{buf: make([]byte, 64)})
+	c1.RegisterHandler(&sink{})
+	e := &echo{c: c1, reply: hSink, tcntr: got.ID()}
+	hEcho := c1.RegisterHandler(e)
+	c0.RegisterHandler(e)
+	defer serving(c1)()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 200 {
+		if err := c0.Amsend(1, hEcho, nil, []byte{byte(i)}, SendOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := got.Wait(ctx, 1); err != nil {
+			t.Fatalf("round trip %d: %v", i, err)
+		}
 	}
 }

@@ -29,8 +29,12 @@ type Config struct {
 	// peer is declared failed (default 30s).
 	PeerTimeout time.Duration
 	// Spin is how long a waiting goroutine polls before it blocks (default
-	// 50µs; negative: block at once).
-	Spin time.Duration
+	// 50µs; negative: block at once). Yield, when positive, is how long it
+	// then goes on polling while giving its processor to any other
+	// runnable thread between polls (sched_yield) before it blocks: what a
+	// rank sharing a core with another wants, since the peer it waits for
+	// may be the thread it yields to, and a sleep and wake-up costs more.
+	Spin, Yield time.Duration
 	// CopyThreshold: messages with at most this much data are copied when
 	// sent, so their origin counter fires at once (default 16 KiB).
 	CopyThreshold int

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/osyield"
 )
 
 // errDone is what a wait condition returns when it is met.
@@ -250,6 +251,10 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		}
 		if now.Sub(spinStart) < c.cfg.Spin || c.timerSoon(now) || c.sendsQueued() {
 			runtime.Gosched()
+			continue
+		}
+		if now.Sub(spinStart) < max(c.cfg.Spin, 0)+c.cfg.Yield {
+			osyield.Yield()
 			continue
 		}
 		c.block(ctx, gen)

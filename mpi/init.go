@@ -81,7 +81,12 @@ func initWith(cl pmi.Client) (*World, error) {
 	// life, and peers' replicas of its TPT start afresh.
 	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true}
 	if oversubscribed(cl) {
-		lcfg.Spin = -1 // more ranks than cores here: spinning only delays the rank that would answer
+		// More ranks than cores here: spinning only delays the rank that
+		// would answer, so give it the processor at once.
+		lcfg.Spin, lcfg.Yield = -1, time.Millisecond
+	}
+	if d, err := time.ParseDuration(os.Getenv("WEFT_YIELD")); err == nil {
+		lcfg.Yield = d
 	}
 	lc, err := lapi.Open(lcfg)
 	if err != nil {
