@@ -106,6 +106,12 @@ func Open(cfg Config) (*Context, error) {
 	}
 	cfg.setDefaults()
 	caps := cfg.Device.Caps()
+	if cfg.AMRendezvous == 0 {
+		cfg.AMRendezvous = -1
+		if caps.Reliable {
+			cfg.AMRendezvous = 256 << 10
+		}
+	}
 	if caps.MTU < pktHdrLen+64 {
 		return nil, fmt.Errorf("lapi: open: device MTU %d too small (need %d)", caps.MTU, pktHdrLen+64)
 	}

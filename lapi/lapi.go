@@ -43,10 +43,13 @@ type Config struct {
 	// does.
 	RDMAThreshold int
 	// AMRendezvous: active messages with at least this much data to
-	// another rank go by rendezvous (default 256 KiB; negative: never):
-	// the header goes ahead, and the target reads the data by RDMA into
-	// the buffer its header handler chose. Their user header must leave
-	// room for rendezvous's own (MaxUhdr-rtsLen bytes), or they go eagerly.
+	// another rank go by rendezvous (negative: never): the header goes
+	// ahead, and the target reads the data by RDMA into the buffer its
+	// header handler chose. Their user header must leave room for
+	// rendezvous's own (MaxUhdr-rtsLen bytes), or they go eagerly. The
+	// default is 256 KiB on reliable devices and never on unreliable ones,
+	// where the eager path's selective acknowledgements repair a loss
+	// with one packet, and an RDMA redrive resends a whole chunk.
 	AMRendezvous int
 	// MaxRCxt bounds the RDMA transfers (chunks of up to 1 MiB) in flight
 	// at once (default 1024); more wait for one to complete. RDMAWindow
@@ -88,9 +91,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
-	}
-	if c.AMRendezvous == 0 {
-		c.AMRendezvous = 256 << 10
 	}
 	if c.RDMAThreshold == 0 {
 		c.RDMAThreshold = 64 << 10

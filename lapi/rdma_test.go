@@ -381,7 +381,7 @@ func TestAMRendezvous(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		spec := hostile
 		spec.Seed = seed
-		j := newSimJob(t, 2, spec)
+		j := openSimJob(t, 2, spec, func(c *Config) { c.AMRendezvous = 256 << 10 }) // off by default when unreliable
 		c0, c1 := j.ctxs[0], j.ctxs[1]
 		full := &rvSink{buf: make([]byte, 3<<20)}
 		short := &rvSink{buf: make([]byte, 1<<20)}
@@ -410,5 +410,16 @@ func TestAMRendezvous(t *testing.T) {
 			t.Fatalf("seed %d: target made %d RDMA reads, want 2", seed, s.Reads)
 		}
 		j.close()
+	}
+}
+
+// TestAMRendezvousDefault: rendezvous is on by default over reliable
+// devices and off over unreliable ones.
+func TestAMRendezvousDefault(t *testing.T) {
+	if c := openInprocJob(t, 2, faults.Spec{})[0]; c.cfg.AMRendezvous != 256<<10 {
+		t.Errorf("reliable device: AMRendezvous %d", c.cfg.AMRendezvous)
+	}
+	if c := openInprocJob(t, 2, faults.Spec{Loss: 0.01})[0]; c.cfg.AMRendezvous >= 0 {
+		t.Errorf("unreliable device: AMRendezvous %d", c.cfg.AMRendezvous)
 	}
 }
