@@ -59,7 +59,12 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		c.await(tgt, o.Completion)
 	}
 	if tgt == c.rank {
-		c.deliver(tgt, &ph, uhdr, data)
+		// The handler gets a copy of uhdr: had an interface method seen
+		// the caller's, Go would move every caller's header to the heap.
+		p := c.getPkt()
+		p.buf = append(p.buf[:0], uhdr...)
+		c.deliver(tgt, &ph, p.buf, data)
+		c.putPkt(p)
 		c.originDone(&o)
 		return nil
 	}

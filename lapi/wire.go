@@ -147,17 +147,16 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		if b[1] != 0 || b[6] != 0 || b[7] != 0 {
 			return nil, nil, errBadPacket
 		}
-		*h = pktHdr{
-			kind:    kindAM,
-			handler: binary.LittleEndian.Uint16(b[2:]),
-			uhdrLen: binary.LittleEndian.Uint16(b[4:]),
-			msgID:   binary.LittleEndian.Uint32(b[8:]),
-			total:   binary.LittleEndian.Uint32(b[12:]),
-			offset:  binary.LittleEndian.Uint32(b[16:]),
-			tcntr:   binary.LittleEndian.Uint32(b[20:]),
-			ccntr:   binary.LittleEndian.Uint32(b[24:]),
-			dstEp:   binary.LittleEndian.Uint32(b[28:]),
-		}
+		h.kind, h.flags, h.credit = kindAM, 0, 0
+		h.seq, h.ackCum, h.sack = 0, 0, [2]uint64{}
+		h.handler = binary.LittleEndian.Uint16(b[2:])
+		h.uhdrLen = binary.LittleEndian.Uint16(b[4:])
+		h.msgID = binary.LittleEndian.Uint32(b[8:])
+		h.total = binary.LittleEndian.Uint32(b[12:])
+		h.offset = binary.LittleEndian.Uint32(b[16:])
+		h.tcntr = binary.LittleEndian.Uint32(b[20:])
+		h.ccntr = binary.LittleEndian.Uint32(b[24:])
+		h.dstEp = binary.LittleEndian.Uint32(b[28:])
 		rest = b[shortHdrLen:]
 	case kindAM, kindAck:
 		if len(b) < pktHdrLen {
