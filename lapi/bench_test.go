@@ -190,3 +190,29 @@ func BenchmarkAMThroughput(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAMLatencyCPU is BenchmarkAMLatency/inproc/8B's work without its
+// waiting: one goroutine plays both ranks, so ns/op is the processor time
+// of one round trip (see mpi's BenchmarkSendRecvCPU).
+func BenchmarkAMLatencyCPU(b *testing.B) {
+	ctxs := openInprocJob(b, 2, faults.Spec{})
+	c0, c1 := ctxs[0], ctxs[1]
+	got := c0.NewCounter()
+	hSink := c0.RegisterHandler(&sink{buf: make([]byte, 8)})
+	c1.RegisterHandler(&sink{})
+	e := &echo{c: c1, reply: hSink, tcntr: got.ID()}
+	hEcho := c1.RegisterHandler(e)
+	c0.RegisterHandler(e)
+	data := make([]byte, 8)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c0.Amsend(1, hEcho, nil, data, SendOpts{}); err != nil {
+			b.Fatal(err)
+		}
+		c1.Progress() // takes it in, and the echo answers
+		if err := got.Wait(ctx, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

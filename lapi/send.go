@@ -62,11 +62,17 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		c.await(tgt, o.Completion)
 	}
 	if tgt == c.rank {
-		c.deliver(tgt, &ph, uhdr, data)
+		// The handler gets a copy of uhdr: had an interface method seen
+		// the caller's, Go would move every caller's header to the heap.
+		p := c.getPkt()
+		p.buf = append(p.buf[:0], uhdr...)
+		c.deliver(tgt, &ph, p.buf, data)
+		c.putPkt(p)
 		c.originDone(&o)
 		return nil
 	}
-	room := c.mtu - pktHdrLen - len(uhdr)
+	hl := c.pktHdrLen()
+	room := c.mtu - hl - len(uhdr)
 	copyData := len(data) <= c.cfg.CopyThreshold
 	var m *outMsg
 	if !copyData && (o.Origin != nil || o.Notify != nil) {
@@ -82,11 +88,15 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		p.peer = tgt
 		ph.offset = uint32(off)
 		hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt,
-			Len: uint16(pktHdrLen + len(uhdr) + n)}
-		p.buf = p.buf[:hal.HeaderLen+pktHdrLen+len(uhdr)]
+			Len: uint16(hl + len(uhdr) + n)}
+		p.buf = p.buf[:hal.HeaderLen+hl+len(uhdr)]
 		hal.EncodeHeader(p.buf, &hh)
-		ph.encode(p.buf[hal.HeaderLen:])
-		copy(p.buf[hal.HeaderLen+pktHdrLen:], uhdr)
+		if c.reliable {
+			ph.encodeShort(p.buf[hal.HeaderLen:])
+		} else {
+			ph.encode(p.buf[hal.HeaderLen:])
+		}
+		copy(p.buf[hal.HeaderLen+hl:], uhdr)
 		if copyData {
 			if cap(p.own) < n {
 				p.own = make([]byte, 0, max(n, 256))
@@ -114,6 +124,15 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		now = c.now() // only the reliability protocol keeps time
 	}
 	return c.pushLocked(tgt, now)
+}
+
+// pktHdrLen is the length of the packet headers this context sends: the
+// short layout on a reliable device.
+func (c *Context) pktHdrLen() int {
+	if c.reliable {
+		return shortHdrLen
+	}
+	return pktHdrLen
 }
 
 func (c *Context) activate(peer hal.Rank) {

@@ -27,8 +27,31 @@ import (
 // The user header travels in every packet so that whichever packet of a
 // message arrives first can run the header handler: packets are placed in
 // any order and nothing is buffered waiting for the first one.
+//
+// On a reliable device (inproc, shm) the sequence, acknowledgement and
+// credit fields are never used, so active messages there carry a short
+// header instead, 24 bytes smaller: an 8-byte MPI message then fits the
+// shm device's inline cell. decodePkt reads it as a kindAM header whose
+// flags, credit, seq, ackCum and sack are zero (which an unreliable
+// context refuses: flagSeq is not set).
+//
+//	 0 kind    u8   kindAMShort
+//	 1 -       u8   zero
+//	 2 handler u16
+//	 4 uhdrLen u16
+//	 6 -       u16  zero
+//	 8 msgID   u32
+//	12 total   u32
+//	16 offset  u32
+//	20 tcntr   u32
+//	24 ccntr   u32
+//	28 dstEp   u32
+//	32 user header, then data
+//
+// These values are part of the wire protocol.
 const (
-	pktHdrLen = 56
+	pktHdrLen   = 56
+	shortHdrLen = 32
 	// MaxUhdr is the largest user header an active message may carry.
 	MaxUhdr = 256
 	// sackBits is how many packets past ackCum an acknowledgement describes,
@@ -37,8 +60,9 @@ const (
 )
 
 const (
-	kindAM  = 1
-	kindAck = 2
+	kindAM      = 1
+	kindAck     = 2
+	kindAMShort = 3
 
 	flagSeq = 1 << 0
 )
@@ -82,6 +106,22 @@ func (h *pktHdr) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[52:], h.dstEp)
 }
 
+// encodeShort writes h, an active-message header for a reliable device, in
+// the short layout. The fields the short layout lacks must be zero.
+func (h *pktHdr) encodeShort(b []byte) {
+	_ = b[shortHdrLen-1]
+	b[0], b[1] = kindAMShort, 0
+	binary.LittleEndian.PutUint16(b[2:], h.handler)
+	binary.LittleEndian.PutUint16(b[4:], h.uhdrLen)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint32(b[8:], h.msgID)
+	binary.LittleEndian.PutUint32(b[12:], h.total)
+	binary.LittleEndian.PutUint32(b[16:], h.offset)
+	binary.LittleEndian.PutUint32(b[20:], h.tcntr)
+	binary.LittleEndian.PutUint32(b[24:], h.ccntr)
+	binary.LittleEndian.PutUint32(b[28:], h.dstEp)
+}
+
 // putAck rewrites only the acknowledgement fields of an encoded header, so a
 // retransmitted packet carries current acknowledgements.
 func putAck(b []byte, credit uint16, cum uint32, sack [2]uint64) {
@@ -91,37 +131,61 @@ func putAck(b []byte, credit uint16, cum uint32, sack [2]uint64) {
 	binary.LittleEndian.PutUint64(b[24:], sack[1])
 }
 
-// decodePkt parses a packet and checks that its fields are consistent with
-// its size. It returns the user header and the data that follow.
+// decodePkt parses a packet, in either layout, and checks that its fields
+// are consistent with its size. It returns the user header and the data
+// that follow.
 func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
-	if len(b) < pktHdrLen {
+	if len(b) == 0 {
 		return nil, nil, errShortPacket
 	}
-	h.kind, h.flags = b[0], b[1]
-	h.credit = binary.LittleEndian.Uint16(b[2:])
-	h.seq = binary.LittleEndian.Uint32(b[4:])
-	h.ackCum = binary.LittleEndian.Uint32(b[8:])
-	h.msgID = binary.LittleEndian.Uint32(b[12:])
-	h.sack[0] = binary.LittleEndian.Uint64(b[16:])
-	h.sack[1] = binary.LittleEndian.Uint64(b[24:])
-	h.handler = binary.LittleEndian.Uint16(b[32:])
-	h.uhdrLen = binary.LittleEndian.Uint16(b[34:])
-	h.total = binary.LittleEndian.Uint32(b[36:])
-	h.offset = binary.LittleEndian.Uint32(b[40:])
-	h.tcntr = binary.LittleEndian.Uint32(b[44:])
-	h.ccntr = binary.LittleEndian.Uint32(b[48:])
-	h.dstEp = binary.LittleEndian.Uint32(b[52:])
-	switch h.kind {
-	case kindAck:
-		if len(b) != pktHdrLen {
+	var rest []byte
+	switch b[0] {
+	case kindAMShort:
+		if len(b) < shortHdrLen {
+			return nil, nil, errShortPacket
+		}
+		if b[1] != 0 || b[6] != 0 || b[7] != 0 {
 			return nil, nil, errBadPacket
 		}
-		return nil, nil, nil
-	case kindAM:
+		h.kind, h.flags, h.credit = kindAM, 0, 0
+		h.seq, h.ackCum, h.sack = 0, 0, [2]uint64{}
+		h.handler = binary.LittleEndian.Uint16(b[2:])
+		h.uhdrLen = binary.LittleEndian.Uint16(b[4:])
+		h.msgID = binary.LittleEndian.Uint32(b[8:])
+		h.total = binary.LittleEndian.Uint32(b[12:])
+		h.offset = binary.LittleEndian.Uint32(b[16:])
+		h.tcntr = binary.LittleEndian.Uint32(b[20:])
+		h.ccntr = binary.LittleEndian.Uint32(b[24:])
+		h.dstEp = binary.LittleEndian.Uint32(b[28:])
+		rest = b[shortHdrLen:]
+	case kindAM, kindAck:
+		if len(b) < pktHdrLen {
+			return nil, nil, errShortPacket
+		}
+		h.kind, h.flags = b[0], b[1]
+		h.credit = binary.LittleEndian.Uint16(b[2:])
+		h.seq = binary.LittleEndian.Uint32(b[4:])
+		h.ackCum = binary.LittleEndian.Uint32(b[8:])
+		h.msgID = binary.LittleEndian.Uint32(b[12:])
+		h.sack[0] = binary.LittleEndian.Uint64(b[16:])
+		h.sack[1] = binary.LittleEndian.Uint64(b[24:])
+		h.handler = binary.LittleEndian.Uint16(b[32:])
+		h.uhdrLen = binary.LittleEndian.Uint16(b[34:])
+		h.total = binary.LittleEndian.Uint32(b[36:])
+		h.offset = binary.LittleEndian.Uint32(b[40:])
+		h.tcntr = binary.LittleEndian.Uint32(b[44:])
+		h.ccntr = binary.LittleEndian.Uint32(b[48:])
+		h.dstEp = binary.LittleEndian.Uint32(b[52:])
+		if h.kind == kindAck {
+			if len(b) != pktHdrLen {
+				return nil, nil, errBadPacket
+			}
+			return nil, nil, nil
+		}
+		rest = b[pktHdrLen:]
 	default:
 		return nil, nil, errBadPacket
 	}
-	rest := b[pktHdrLen:]
 	if int(h.uhdrLen) > MaxUhdr || int(h.uhdrLen) > len(rest) {
 		return nil, nil, errBadPacket
 	}

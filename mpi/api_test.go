@@ -204,3 +204,35 @@ func TestPanicNamesRank(t *testing.T) {
 		t.Fatalf("Run = %v, want a panic naming rank 2", err)
 	}
 }
+
+// TestSmallMessagesAllocateNothing: a blocking 8-byte send, and the
+// receive posted for it, allocate nothing once warm. One goroutine plays
+// both ranks.
+func TestSmallMessagesAllocateNothing(t *testing.T) {
+	worlds, err := openInproc(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, w := range worlds {
+			w.lc.Close()
+		}
+	}()
+	c0, c1 := worlds[0].comm, worlds[1].comm
+	buf := []float64{1}
+	step := func() {
+		r, err := c1.irecv(asBytes(buf), 8, 0, 3, c1.ctx) // Recv's first half
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Send(c0, buf, 1, 3); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.waitRecycle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Errorf("%v allocations per message", a)
+	}
+}

@@ -110,3 +110,39 @@ func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkSendRecvCPU is BenchmarkSendRecv/8B's work without its waiting:
+// one goroutine plays both ranks (post the receive, send, poll it in), so
+// ns/op is the processor time of one round trip, free of the cross-core
+// hand-offs that make the ping-pong noisy on a shared machine. Compare
+// with lapi's BenchmarkAMLatencyCPU.
+func BenchmarkSendRecvCPU(b *testing.B) {
+	worlds, err := openInproc(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, w := range worlds {
+			w.lc.Close()
+		}
+	}()
+	c0, c1 := worlds[0].comm, worlds[1].comm
+	buf := make([]byte, 8)
+	hop := func(from, to *Comm) {
+		r, err := to.irecv(buf, 1, from.rank, 0, to.ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := Send(from, buf, to.rank, 0); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.waitRecycle(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		hop(c0, c1)
+		hop(c1, c0)
+	}
+}

@@ -116,14 +116,7 @@ const (
 	tagAlltoall
 )
 
-func (c *Comm) csend(b []byte, dest, tag int) error {
-	r, err := c.isend(b, dest, tag, c.ctx|1)
-	if err != nil {
-		return err
-	}
-	_, err = r.waitRecycle()
-	return err
-}
+func (c *Comm) csend(b []byte, dest, tag int) error { return c.send(b, dest, tag, c.ctx|1) }
 
 func (c *Comm) crecv(b []byte, src, tag int) error {
 	r, err := c.irecv(b, 1, src, tag, c.ctx|1)
@@ -138,6 +131,13 @@ func (c *Comm) crecv(b []byte, src, tag int) error {
 func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
 	rr, err := c.irecv(rb, 1, src, tag, c.ctx|1)
 	if err != nil {
+		return err
+	}
+	if c.w.copies(len(sb)) {
+		if err := c.send(sb, dest, tag, c.ctx|1); err != nil {
+			return err
+		}
+		_, err = rr.waitRecycle()
 		return err
 	}
 	sr, err := c.isend(sb, dest, tag, c.ctx|1)

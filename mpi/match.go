@@ -128,6 +128,9 @@ func (m *matcher) arrive(a *arrival, place func(*arrival)) {
 		m.expect[a.from]++
 		m.match(a)
 		place(a)
+		if len(m.held) == 0 {
+			return
+		}
 		k := heldKey{a.from, m.expect[a.from]}
 		next := m.held[k]
 		if next == nil {
@@ -136,6 +139,19 @@ func (m *matcher) arrive(a *arrival, place func(*arrival)) {
 		delete(m.held, k)
 		a = next
 	}
+}
+
+// matchNext is arrive for a message that needs no arrival: next in its
+// sender's order, with nothing held back that it would release. It
+// returns the posted receive the message matches, or nil (the caller then
+// queues it as unexpected); ok is false, and nothing has changed, when the
+// message does not qualify and must go through arrive.
+func (m *matcher) matchNext(env *envelope, from hal.Rank) (r *Request, ok bool) {
+	if env.seq != m.expect[from] || len(m.held) > 0 {
+		return nil, false
+	}
+	m.expect[from]++
+	return m.posted.take(func(r *Request) bool { return env.matches(r.ctx, r.src, r.tag) }), true
 }
 
 func (m *matcher) match(a *arrival) {

@@ -11,12 +11,7 @@ import (
 
 // Send sends buf to dest with tag and returns when buf may be reused.
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
-	r, err := c.isend(asBytes(buf), dest, tag, c.ctx)
-	if err != nil {
-		return err
-	}
-	_, err = r.waitRecycle()
-	return err
+	return c.send(asBytes(buf), dest, tag, c.ctx)
 }
 
 // Recv receives into buf a message from source (or AnySource) with tag (or
@@ -45,6 +40,12 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, re
 	rr, err := c.irecv(asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
 	if err != nil {
 		return Status{}, err
+	}
+	if sb := asBytes(send); c.w.copies(len(sb)) {
+		if err := c.send(sb, dest, sendTag, c.ctx); err != nil {
+			return Status{}, err
+		}
+		return rr.waitRecycle()
 	}
 	sr, err := c.isend(asBytes(send), dest, sendTag, c.ctx)
 	if err != nil {
@@ -100,14 +101,52 @@ func (c *Comm) checkSource(src, tag int) error {
 	return nil
 }
 
+func (c *Comm) checkDest(dest, tag int) error {
+	if dest < 0 || dest >= c.size {
+		return fmt.Errorf("mpi: send to rank %d in a communicator of %d: %w", dest, c.size, ErrRank)
+	}
+	if tag < 0 {
+		return fmt.Errorf("mpi: send with tag %d: %w", tag, ErrArg)
+	}
+	return nil
+}
+
+// send sends b on context ctx and returns when b may be reused. A message
+// that lapi copies (eager, at most its CopyThreshold) is complete once lapi
+// has it, so it needs no request and no wait: the blocking send of a small
+// message is one call into lapi.
+func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
+	w := c.w
+	if !w.copies(len(b)) {
+		r, err := c.isend(b, dest, tag, ctx)
+		if err != nil {
+			return err
+		}
+		_, err = r.waitRecycle()
+		return err
+	}
+	if err := c.checkDest(dest, tag); err != nil {
+		return err
+	}
+	wd := c.group[dest]
+	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
+		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
+	var hdr [envLen]byte
+	if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(hdr[:]), b, lapi.SendOpts{}); err != nil {
+		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+	}
+	return nil
+}
+
+// copies reports whether a send of n bytes is eager and copied by lapi,
+// and so complete as soon as lapi has it.
+func (w *World) copies(n int) bool { return n <= w.eagerLimit && n <= w.lc.CopyThreshold() }
+
 // isend starts a send on context ctx (the communicator's, or its
 // collective context).
 func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
-	if dest < 0 || dest >= c.size {
-		return nil, fmt.Errorf("mpi: send to rank %d in a communicator of %d: %w", dest, c.size, ErrRank)
-	}
-	if tag < 0 {
-		return nil, fmt.Errorf("mpi: send with tag %d: %w", tag, ErrArg)
+	if err := c.checkDest(dest, tag); err != nil {
+		return nil, err
 	}
 	w := c.w
 	wd := c.group[dest]
@@ -189,7 +228,7 @@ func (w *World) finishRecv(a *arrival) {
 	if !a.inPlace {
 		copy(r.buf, a.data[:min(n, len(a.data))])
 	}
-	r.finish(w.status(r, a, n))
+	r.finish(w.status(r, &a.env, n))
 	w.freeArrival(a)
 }
 
@@ -212,11 +251,11 @@ func (w *World) freeArrival(a *arrival) {
 	w.freeArr = a
 }
 
-func (w *World) status(r *Request, a *arrival, n int) (Status, error) {
-	st := Status{Source: a.env.src, Tag: a.env.tag, Count: n / max(r.elem, 1)}
-	if int(a.env.size) > len(r.buf) {
+func (w *World) status(r *Request, env *envelope, n int) (Status, error) {
+	st := Status{Source: env.src, Tag: env.tag, Count: n / max(r.elem, 1)}
+	if int(env.size) > len(r.buf) {
 		return st, fmt.Errorf("mpi: message of %d bytes from rank %d (tag %d) into a buffer of %d: %w",
-			a.env.size, a.env.src, a.env.tag, len(r.buf), ErrTruncate)
+			env.size, env.src, env.tag, len(r.buf), ErrTruncate)
 	}
 	return st, nil
 }
@@ -240,7 +279,7 @@ func (w *World) getDone(r *Request, err error) {
 	if err != nil {
 		r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
 	} else {
-		r.finish(w.status(r, a, min(int(a.env.size), len(r.buf))))
+		r.finish(w.status(r, &a.env, min(int(a.env.size), len(r.buf))))
 	}
 	var u [4]byte
 	binary.LittleEndian.PutUint32(u[:], a.env.sreq)
@@ -283,6 +322,21 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 		return false
 	}
 	w.mu.Lock()
+	if r, ok := w.m.matchNext(&env, src); ok {
+		// Its turn, and nothing held back: no arrival to keep order with.
+		if r != nil {
+			n := min(len(data), len(r.buf))
+			copy(r.buf, data[:n])
+			r.finish(w.status(r, &env, n))
+		} else {
+			a := w.newArrival()
+			a.env, a.from, a.complete = env, src, true
+			a.data = append([]byte(nil), data...) // must outlive the packet
+			w.m.unexpected.push(a)
+		}
+		w.mu.Unlock()
+		return true
+	}
 	a := w.newArrival()
 	a.env, a.from, a.data, a.complete = env, src, data, true
 	w.m.arrive(a, w.place)
