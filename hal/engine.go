@@ -163,6 +163,29 @@ func (e *RDMAEngine) ReadLeft(peer Rank, r *RCxt) uint64 {
 	return 0
 }
 
+// MissingRange is the part of a read this rank asked for that still has
+// holes: from its first missing segment to the end of its last (n 0: none
+// missing, or no such read). A redrive asks only for it.
+func (e *RDMAEngine) MissingRange(peer Rank, r *RCxt) (off, n uint64) {
+	x := e.in[xferKey{peer, r.ID, true}]
+	if x == nil || x.ended || x.left == 0 {
+		return 0, 0
+	}
+	segs := Segments(x.total, x.seg)
+	first, last := segs, uint64(0)
+	for i := uint64(0); i < segs; i++ {
+		if x.bits[i/64]&(1<<(i%64)) == 0 {
+			first = min(first, i)
+			last = i
+		}
+	}
+	if first == segs {
+		return 0, 0
+	}
+	off = first * uint64(x.seg)
+	return off, min((last+1)*uint64(x.seg), x.total) - off
+}
+
 // EndRead forgets a read this rank asked for (completed or abandoned):
 // its late packets are then dropped as stale.
 func (e *RDMAEngine) EndRead(peer Rank, r *RCxt) {
@@ -375,6 +398,10 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 	}
 	r := RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total, Seg: h.Seg,
 		Notify: h.Notify, Cookie: h.Cookie, PVO: h.Local}
+	end := h.Total
+	if h.Arg != 0 {
+		end = h.Offset + uint64(h.Arg)
+	}
 	var s *RDMAStream
 	if n := len(e.streams); n > 0 {
 		s, e.streams = e.streams[n-1], e.streams[:n-1]
@@ -382,7 +409,7 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 		s = new(RDMAStream)
 	}
 	*s = RDMAStream{Peer: peer, Type: FrameRDMAReadResp, Hdr: r, tpt: e.tpt, src: h.PVO,
-		frame: Header{Type: FrameRDMAReadResp, Dst: peer}}
+		frame: Header{Type: FrameRDMAReadResp, Dst: peer}, start: h.Offset, next: h.Offset, end: end}
 	e.ev = append(e.ev, RDMAEvent{Kind: EvServeRead, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Stream: s})
 }
 

@@ -24,7 +24,8 @@ import (
 //	38 code    u8   done: 0, or the protection check that failed (FaultCode)
 //	39 -       u8   zero
 //	40 cookie  u32  the ULP's word for the target (a counter to bump)
-//	44 arg     u32  the ULP's word for half-RDMA (an accumulate operation)
+//	44 arg     u32  the ULP's word for half-RDMA (an accumulate operation);
+//	                a read request's length from offset (0: to the end)
 //	48 dstEp   u32  the receiver's incarnation as the sender knows it (0: any)
 //	52 pvo     20B  the target's region (write, read request) or the
 //	                origin's (read response), at the transfer's start
@@ -161,11 +162,21 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 	rest := b[RDMAPayloadLen(t):]
 	switch t {
 	case FrameRDMAReadReq:
+		// Offset and Arg name the part of the transfer wanted (a redrive
+		// asks only for what has not arrived); Arg 0: up to its end.
 		h.Local = GetPVO(b[RDMAHdrLen:])
-		if len(rest) != 0 || h.Offset != 0 {
-			return fmt.Errorf("%w: read request with data or offset", ErrBadRDMA)
+		if err := checkSeg(h); err != nil {
+			return err
 		}
-		return checkSeg(h)
+		switch {
+		case len(rest) != 0:
+			return fmt.Errorf("%w: read request with data", ErrBadRDMA)
+		case h.Offset%uint64(h.Seg) != 0 || h.Offset > h.Total || h.Offset == h.Total && h.Total != 0:
+			return fmt.Errorf("%w: read request from offset %d of %d (segment %d)", ErrBadRDMA, h.Offset, h.Total, h.Seg)
+		case uint64(h.Arg) > h.Total-h.Offset:
+			return fmt.Errorf("%w: read request for %d bytes at %d of %d", ErrBadRDMA, h.Arg, h.Offset, h.Total)
+		}
+		return nil
 	case FrameRDMADone:
 		if len(rest) != 0 || h.Offset != 0 {
 			return fmt.Errorf("%w: completion with data or offset", ErrBadRDMA)

@@ -408,3 +408,48 @@ func TestEngineAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per placed packet", allocs)
 	}
 }
+
+// TestEngineReadRange: a redriven read asks only for the range that still
+// has holes, and the answer completes it.
+func TestEngineReadRange(t *testing.T) {
+	_, tmem, tp, te, _ := target(t, 10000, AccessRead)
+	fill := func(b []byte) {
+		for i := range b {
+			b[i] = byte(i*13 + 1)
+		}
+	}
+	fill(tmem)
+	otpt := NewTPT()
+	dst := make([]byte, 10000)
+	lp, _ := otpt.RegisterLocal(dst, AccessWrite)
+	oe := NewRDMAEngine(otpt)
+	r, _ := NewRCxtPool(1, 0).Alloc()
+	r.Begin()
+	req := RDMAHdr{RCxt: r.ID, Key: r.Key, Tid: r.Tid(), Base: r.Base(), Total: 10000, Seg: 1000, Notify: NotifyOrigin, PVO: tp, Local: lp}
+	rs, _ := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	oe.ExpectRead(1, r, &req)
+	evs, _ := feed(t, te, 0, packets(t, rs))
+	evs[0].Stream.SetFrame(1, 1)
+	resp := packets(t, evs[0].Stream)
+	// Segments 3 and 6 are lost.
+	feed(t, oe, 1, append(append(resp[:3:3], resp[4:6]...), resp[7:]...))
+	if off, n := oe.MissingRange(1, r); off != 3000 || n != 4000 {
+		t.Fatalf("missing range %d+%d, want 3000+4000", off, n)
+	}
+	req.Tid = r.Redrive()
+	oe.ExpectRead(1, r, &req)
+	rs.RestartRange(req.Tid, 3000, 4000)
+	evs, _ = feed(t, te, 0, packets(t, rs))
+	if len(evs) != 1 || evs[0].Kind != EvServeRead {
+		t.Fatalf("range request: %+v", evs)
+	}
+	evs[0].Stream.SetFrame(1, 1)
+	resp = packets(t, evs[0].Stream)
+	if len(resp) != 4 {
+		t.Fatalf("range answered with %d packets, want 4", len(resp))
+	}
+	evs, _ = feed(t, oe, 1, resp)
+	if count(evs, EvReadDone) != 1 || !bytes.Equal(dst, tmem) {
+		t.Fatalf("after the range: %+v, equal %v", evs, bytes.Equal(dst, tmem))
+	}
+}

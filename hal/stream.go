@@ -16,6 +16,8 @@ type RDMAStream struct {
 	mem   []byte // the data, when the stream owns a slice of it
 	tpt   *TPT   // serving a read: the region is resolved per packet,
 	src   PVO    // so that deregistering it stops the stream
+	start uint64 // where each drive begins (a read request: the offset asked for)
+	end   uint64 // where it stops (0: the transfer's end)
 	next  uint64
 	done  bool
 }
@@ -61,7 +63,7 @@ func (s *RDMAStream) Done() bool { return s.done }
 func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 	h := &s.Hdr
 	h.Offset = s.next
-	n := min(uint64(h.Seg), h.Total-min(s.next, h.Total))
+	n := min(uint64(h.Seg), s.last()-min(s.next, s.last()))
 	switch {
 	case s.Type == FrameRDMAReadReq:
 		n = 0
@@ -87,14 +89,32 @@ func (s *RDMAStream) Advance() {
 		return
 	}
 	s.next += uint64(s.Hdr.Seg)
-	if s.next >= s.Hdr.Total {
+	if s.next >= s.last() {
 		s.done = true
 	}
 }
 
+// last is where the stream stops.
+func (s *RDMAStream) last() uint64 {
+	if s.end != 0 {
+		return s.end
+	}
+	return s.Hdr.Total
+}
+
 // Restart drives the transfer again from its first packet under tid.
 func (s *RDMAStream) Restart(tid uint32) {
-	s.Hdr.Tid, s.next, s.done = tid, 0, false
+	s.Hdr.Tid, s.next, s.done = tid, s.start, false
+}
+
+// RestartRange drives a read request again under tid, asking only for the
+// n bytes at off (a multiple of the segment size): what has not arrived.
+func (s *RDMAStream) RestartRange(tid uint32, off, n uint64) {
+	s.Restart(tid)
+	if s.Type == FrameRDMAReadReq {
+		s.start, s.next = off, off
+		s.Hdr.Arg = uint32(n)
+	}
 }
 
 // Remaining is how many bytes of the current drive are still to be taken.
@@ -102,5 +122,5 @@ func (s *RDMAStream) Remaining() uint64 {
 	if s.done {
 		return 0
 	}
-	return s.Hdr.Total - min(s.next, s.Hdr.Total)
+	return s.last() - min(s.next, s.last())
 }

@@ -611,11 +611,16 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	c.rd.stats.Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	op.s.Hdr.DstEp = c.dstEpoch(op.g.peer)
-	op.s.Restart(tid)
 	if op.t == hal.FrameRDMAReadReq {
+		// This rank places a read's data, so it knows what is missing:
+		// ask only for that.
+		off, n := c.rd.eng.MissingRange(op.g.peer, op.rc)
+		op.s.RestartRange(tid, off, n)
 		op.h.Tid = tid
 		op.left = 0
 		c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
+	} else {
+		op.s.Restart(tid)
 	}
 	c.queueStream(outStream{op.s, op})
 	c.pushRDMA(now)
