@@ -197,9 +197,12 @@ func runConformance(t *testing.T, n, iters int, seed uint64) (repaired uint64) {
 	var mu sync.Mutex
 	err := Run(n, func(c *Comm) error {
 		defer func() {
-			st := c.World().lc.Stats()
+			st, rd := c.World().lc.Stats(), c.World().lc.RDMAStats()
 			mu.Lock()
-			repaired += st.Retransmits + st.Duplicates
+			// Repairs: lapi's retransmissions and discarded duplicates,
+			// and the RDMA transfers' redrives and dropped stale or
+			// duplicate packets.
+			repaired += st.Retransmits + st.Duplicates + rd.Redrives + rd.Engine.Duplicates + rd.Engine.Stale
 			mu.Unlock()
 		}()
 		rng := rand.New(rand.NewPCG(seed, uint64(n))) // same draws on every rank
