@@ -53,7 +53,7 @@ type Config struct {
 	AMRendezvous int
 	// MaxRCxt bounds the RDMA transfers (chunks of up to 1 MiB) in flight
 	// at once (default 1024); more wait for one to complete. RDMAWindow
-	// bounds the bytes in flight toward one peer (default 4 MiB): the
+	// bounds the bytes in flight toward one peer (default 8 MiB): the
 	// origin hears nothing while a chunk streams, so this is what keeps it
 	// from running ahead of a slower receiver (an overflowing socket buffer
 	// costs a redrive). Reliable devices push back by themselves and have
@@ -99,7 +99,7 @@ func (c *Config) setDefaults() {
 		c.MaxRCxt = 1024
 	}
 	if c.RDMAWindow <= 0 {
-		c.RDMAWindow = 4 << 20
+		c.RDMAWindow = 8 << 20
 	}
 	if c.CopyThreshold == 0 {
 		c.CopyThreshold = 16 << 10

@@ -198,7 +198,11 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 			break
 		}
 	}
-	c.pushRDMA(c.now())
+	var now time.Time
+	if !c.reliable {
+		now = c.now() // only redrive timers keep time
+	}
+	c.pushRDMA(now)
 	return nil
 }
 
