@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -445,4 +447,44 @@ func countKind(evs []hal.RDMAEvent, k hal.RDMAEventKind) int {
 		}
 	}
 	return c
+}
+
+// testWaitBesidePoll: Wait may run while another goroutine polls; both
+// together must deliver every frame once, and share no unguarded state.
+func testWaitBesidePoll(t *testing.T, n *Net) {
+	if n.Advance != nil {
+		t.Skip("a simulated clock is driven by one goroutine")
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			n.Devs[1].Wait(ctx)
+			cancel()
+		}
+	}()
+	const frames = 200
+	rc := &receiver{n: n, r: 1}
+	deadline := time.Now().Add(timeout)
+	for i := range frames {
+		p := pattern(uint32(i), min(64, n.mtu()))
+		n.send(t, 0, n.header(0, 1, p), p)
+		rc.poll(t)
+	}
+	for len(rc.got) < frames && time.Now().Before(deadline) {
+		rc.poll(t)
+	}
+	close(stop)
+	wg.Wait()
+	if len(rc.got) != frames {
+		t.Fatalf("%d of %d frames delivered with a Wait running beside Poll", len(rc.got), frames)
+	}
 }

@@ -59,6 +59,9 @@ const timeout = 10 * time.Second
 //     Flush, Poll, Wait, Connect and Close return hal.ErrClosed.
 //   - Counters: in a lossless all-to-all run, frames and bytes sent equal
 //     frames and bytes received, and nothing is dropped.
+//   - WaitBesidePoll: a goroutine in Wait while another polls (as lapi
+//     does when one goroutine blocks and another makes progress) loses
+//     nothing and races on nothing (run the suite with -race).
 //   - RDMA: the device carries RDMA frames (write, read request, read
 //     response, completion) intact, so hal's software engine can run over
 //     it: a write and a read of MTU-sized segments, placed by the engine,
@@ -83,6 +86,7 @@ func Run(t *testing.T, open Opener) {
 		{"Close", testClose, 2},
 		{"Counters", testCounters, 3},
 		{"RDMA", testRDMA, 2},
+		{"WaitBesidePoll", testWaitBesidePoll, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package udp
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/weft-hpc/weft/hal"
 	"golang.org/x/sys/unix"
@@ -19,9 +20,14 @@ type Device struct {
 	efd   int // eventfd that wakes a Wait blocked in ppoll
 	peers []*sockaddr
 
-	tx    txQueue
-	gso   bool // coalesce runs with UDP_SEGMENT (Options.GSO, until the kernel refuses)
-	rx    rxRing
+	tx  txQueue
+	gso bool // coalesce runs with UDP_SEGMENT (Options.GSO, until the kernel refuses)
+	rx  rxRing
+	// rxMu guards the receive ring and the drop counter's last value:
+	// Poll holds it, and Wait, which hal lets run beside a Poll in
+	// another goroutine, only tries it (receiving ahead while spinning is
+	// an optimisation it skips when someone is polling).
+	rxMu  sync.Mutex
 	rxHdr hal.Header // passed to Poll's callback; reused so delivery does not allocate
 
 	// lastDrops is the kernel drop counter already folded into the drop
@@ -201,6 +207,8 @@ func (d *Device) SyncDrops() error {
 		return errClosed
 	}
 	defer d.life.leave()
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
 	return d.syncDrops()
 }
 

@@ -22,6 +22,8 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		return 0, errClosed
 	}
 	defer d.life.leave()
+	d.rxMu.Lock()
+	defer d.rxMu.Unlock()
 	delivered := 0
 	if d.rx.next < d.rx.n {
 		delivered = d.deliver(fn)

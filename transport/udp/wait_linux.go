@@ -28,7 +28,12 @@ func (d *Device) Wait(ctx context.Context) error {
 		return errClosed
 	}
 	defer d.life.leave()
-	if d.rx.next < d.rx.n {
+	if !d.rxMu.TryLock() {
+		return nil // another goroutine is polling: it delivers what came
+	}
+	pending := d.rx.next < d.rx.n
+	d.rxMu.Unlock()
+	if pending {
 		return nil
 	}
 	done := ctx.Done()
@@ -56,7 +61,11 @@ func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
 	start := time.Now()
 	deadline, yieldAfter := start.Add(d.opts.Spin), start.Add(spinAlone)
 	for {
+		if !d.rxMu.TryLock() {
+			return true, nil // someone is polling: let it deliver
+		}
 		n, err := d.recv()
+		d.rxMu.Unlock()
 		if n > 0 || err != nil {
 			return true, err
 		}
@@ -83,8 +92,12 @@ func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
 func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 	// Drops after the last datagram received are invisible in the control
 	// messages; going idle is the cheap moment to read the counter.
-	if err := d.syncDrops(); err != nil {
-		return err
+	if d.rxMu.TryLock() {
+		err := d.syncDrops()
+		d.rxMu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	if done != nil {
 		stop := context.AfterFunc(ctx, d.wakeFromOutside)
