@@ -62,6 +62,8 @@ type xfer struct {
 	cookie, arg    uint32
 	pvo            PVO
 	access         Access
+	mem            []byte // the region as admitted, valid while removals is
+	removals       uint64 // the TPT's count when it was resolved
 }
 
 // RDMAEventKind says what an RDMAEvent reports.
@@ -308,7 +310,13 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		return
 	}
 	n := uint64(len(h.Data))
-	mem, err := e.tpt.Resolve(x.pvo.Add(h.Offset), n, acc)
+	var mem []byte
+	var err error
+	if x.mem != nil && e.tpt.Removals() == x.removals {
+		mem = x.mem[h.Offset : h.Offset+n] // nothing deregistered since it was checked
+	} else {
+		mem, err = e.tpt.Resolve(x.pvo.Add(h.Offset), n, acc)
+	}
 	if err != nil {
 		// The region went away (or was never this big) under the
 		// transfer: nothing more of this drive is placed.
@@ -334,10 +342,13 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 
 // admit checks a new transfer's whole region before anything is placed.
 func (e *RDMAEngine) admit(k xferKey, x *xfer, h *RDMAHdr, acc Access) bool {
-	if _, err := e.tpt.Resolve(x.pvo, x.total, acc); err != nil {
+	r := e.tpt.Removals() // before the check: a removal during it invalidates
+	mem, err := e.tpt.Resolve(x.pvo, x.total, acc)
+	if err != nil {
 		e.fault(k, x, err)
 		return false
 	}
+	x.mem, x.removals = mem, r
 	return true
 }
 

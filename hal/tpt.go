@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Access is what a region allows remote peers to do.
@@ -76,7 +77,14 @@ type TPT struct {
 	free    []uint32
 	nextKey uint64
 	watch   func(TPTEntry) // told of every change, outside the lock
+	// removals counts deregistrations: a region resolved while it has
+	// not moved is still valid, so the RDMA engine need not resolve
+	// every packet of a transfer again.
+	removals atomic.Uint64
 }
+
+// Removals is how many regions have been deregistered so far.
+func (t *TPT) Removals() uint64 { return t.removals.Load() }
 
 type tptEntry struct {
 	mem    []byte
@@ -167,6 +175,7 @@ func (t *TPT) Deregister(p PVO) error {
 	}
 	local := t.entries[p.Entry].local
 	t.entries[p.Entry] = tptEntry{}
+	t.removals.Add(1)
 	t.free = append(t.free, p.Entry)
 	w := t.watch
 	t.mu.Unlock()

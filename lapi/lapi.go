@@ -56,8 +56,8 @@ type Config struct {
 	// bounds the bytes in flight toward one peer (default 8 MiB): the
 	// origin hears nothing while a chunk streams, so this is what keeps it
 	// from running ahead of a slower receiver (an overflowing socket buffer
-	// costs a redrive). Reliable devices push back by themselves and have
-	// no window.
+	// costs a redrive, and on any device frames queued far ahead fall out
+	// of the caches).
 	MaxRCxt, RDMAWindow int
 	// Reintegrate runs hal's reintegration protocol on the device: at Open
 	// the context announces itself (BOOTING) and Put, Get and Rmw stay off

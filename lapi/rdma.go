@@ -498,13 +498,11 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 }
 
 // roomFor reports whether op's bytes fit the window toward its peer (a
-// chunk always goes when nothing else is in flight there). The window is
-// for unreliable devices, where running ahead of the receiver loses
-// packets.
+// chunk always goes when nothing else is in flight there). On an
+// unreliable device running ahead of the receiver loses packets; on a
+// reliable one it only grows the frames in flight past the caches (64 MiB
+// Puts over inproc: 6.7 GB/s without the window, 8.8 with it).
 func (c *Context) roomFor(op *rdmaOp) bool {
-	if c.reliable {
-		return true // a reliable device pushes back by itself (ErrNoResource)
-	}
 	out := c.rd.out[op.g.peer]
 	return out == 0 || out+int(op.h.Total) <= c.cfg.RDMAWindow
 }
