@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,22 @@ func TestAllreduceAccumulate(t *testing.T) {
 					func(a, b uint8) uint8 { return min(a, b) })
 			}
 		})
+	}
+}
+
+// TestInitBadYield: a malformed WEFT_YIELD is an error that names it, not
+// a silent default.
+func TestInitBadYield(t *testing.T) {
+	for _, v := range []string{"PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("WEFT_YIELD", "soon")
+	w, err := Init()
+	if err == nil {
+		w.Finalize()
+		t.Fatal("Init accepted WEFT_YIELD=soon")
+	}
+	if !strings.Contains(err.Error(), "WEFT_YIELD") {
+		t.Fatalf("error does not name WEFT_YIELD: %v", err)
 	}
 }

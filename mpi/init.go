@@ -85,7 +85,12 @@ func initWith(cl pmi.Client) (*World, error) {
 		// would answer, so give it the processor at once.
 		lcfg.Spin, lcfg.Yield = -1, time.Millisecond
 	}
-	if d, err := time.ParseDuration(os.Getenv("WEFT_YIELD")); err == nil {
+	if v := os.Getenv("WEFT_YIELD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			dev.Close()
+			return nil, fmt.Errorf("mpi: init: WEFT_YIELD=%q: want a duration such as 1ms or 0", v)
+		}
 		lcfg.Yield = d
 	}
 	lc, err := lapi.Open(lcfg)
