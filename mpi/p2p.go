@@ -205,6 +205,14 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*Request, error)
 		w.mu.Unlock()
 		return nil, ErrFinalized
 	}
+	if src != AnySource && w.failed != nil {
+		// The check above raced the failure: peerFailed may have run
+		// between it and this lock, and would never see this receive.
+		if err := w.failed[c.group[src]]; err != nil {
+			w.mu.Unlock()
+			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
+		}
+	}
 	a := w.m.post(r)
 	get := false
 	if a != nil && a.complete {

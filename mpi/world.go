@@ -35,6 +35,7 @@ type World struct {
 	deferred           []*Request              // rendezvous reads to start outside lapi's lock
 	freeArr            *arrival                // recycled arrivals (w.mu)
 	onClose            []func() error
+	failed             []error // by world rank: peers declared failed (w.mu)
 }
 
 // newWorld sets MPI up over an open lapi context. Every rank registers the
@@ -142,6 +143,10 @@ func (w *World) Waiting() string {
 func (w *World) peerFailed(peer hal.Rank, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = make([]error, w.size)
+	}
+	w.failed[peer] = err // receives posted from now on fail at once
 	var failed []*Request
 	w.m.posted.take(func(r *Request) bool {
 		if r.src == AnySource || r.comm.group[r.src] == int(peer) {
