@@ -1,0 +1,5 @@
+//go:build !race
+
+package lapi
+
+const raceEnabled = false
