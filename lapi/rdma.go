@@ -314,13 +314,12 @@ func (c *Context) pushRDMA(now time.Time) {
 			o.s.Advance()
 		}
 		r.popStream()
-		if o.op == nil {
-			c.served(o.s)
-		}
 		if op := o.op; op != nil {
 			op.queued, op.sentAll = false, true
 			op.sentAt, op.deadline = now, now.Add(op.rto)
 			c.armTimer(op.deadline)
+		} else {
+			c.served(o.s)
 		}
 	next:
 	}
