@@ -106,12 +106,24 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 	return c.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)
 }
 
-// reduceInto applies the accumulate arg names to dst and src, of equal
-// length, a whole number of elements.
+// reduceInto applies the accumulate arg names to dst and src.
 func reduceInto(dst, src []byte, arg uint32) error {
-	op, t := AccOp(arg), ElemType(arg>>8)
-	if arg>>16 != 0 || checkAcc(op, t) != nil || len(dst) != len(src) || len(src)%t.Size() != 0 {
+	if arg>>16 != 0 {
 		return errAccArg
+	}
+	return Reduce(dst, src, AccOp(arg), ElemType(arg>>8))
+}
+
+// Reduce combines src into dst element by element, dst[i] = dst[i] op
+// src[i]: what Accumulate does at the target, and what mpi's two-sided
+// reductions do, so that both run the same loops. dst and src hold the
+// same whole number of elements of t.
+func Reduce(dst, src []byte, op AccOp, t ElemType) error {
+	if err := checkAcc(op, t); err != nil {
+		return err
+	}
+	if len(dst) != len(src) || len(src)%t.Size() != 0 {
+		return fmt.Errorf("%w: %d and %d bytes of %d-byte elements", errAccArg, len(dst), len(src), t.Size())
 	}
 	if len(src) == 0 {
 		return nil

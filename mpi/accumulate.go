@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"reflect"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
@@ -20,41 +19,6 @@ import (
 // by half-RDMA (WEFT_ACCUMULATE sets it; 0 turns half-RDMA off): below it,
 // exchanging the neighbours' addresses does not pay for itself.
 const accumulateLarge = 1 << 20
-
-// accTypes are lapi's element types by Go kind (int and uint as 64-bit:
-// accSpec checks the size).
-var accTypes = [...]lapi.ElemType{
-	reflect.Int8: lapi.Int8, reflect.Int16: lapi.Int16, reflect.Int32: lapi.Int32,
-	reflect.Int64: lapi.Int64, reflect.Int: lapi.Int64,
-	reflect.Uint8: lapi.Uint8, reflect.Uint16: lapi.Uint16, reflect.Uint32: lapi.Uint32,
-	reflect.Uint64: lapi.Uint64, reflect.Uint: lapi.Uint64,
-	reflect.Float32: lapi.Float32, reflect.Float64: lapi.Float64,
-	reflect.Complex64: lapi.Complex64, reflect.Complex128: lapi.Complex128,
-}
-
-// accSpec is the lapi accumulate operation and type for T and op, if
-// half-RDMA can do it (ok false: it cannot, use the two-sided ring).
-func accSpec[T Elem](op Op) (lapi.AccOp, lapi.ElemType, bool) {
-	k := reflect.TypeFor[T]().Kind()
-	if int(k) >= len(accTypes) || accTypes[k] == 0 {
-		return 0, 0, false
-	}
-	t := accTypes[k]
-	if t.Size() != sizeOf[T]() {
-		return 0, 0, false // int and uint on a 32-bit platform
-	}
-	switch op {
-	case Sum:
-		return lapi.AccSum, t, true
-	case Prod:
-		return lapi.AccProd, t, true
-	case Min:
-		return lapi.AccMin, t, t != lapi.Complex64 && t != lapi.Complex128
-	case Max:
-		return lapi.AccMax, t, t != lapi.Complex64 && t != lapi.Complex128
-	}
-	return 0, 0, false
-}
 
 // accCounters are the communicator's counters for half-RDMA: one per
 // ring step for the left neighbour's accumulates (they may complete out of
@@ -76,7 +40,7 @@ func (c *Comm) accCounters() (in []*lapi.Counter, out *lapi.Counter) {
 // half-RDMA: at step s, rank r accumulates block r-s into its right
 // neighbour's block r-s, after waiting for its left neighbour's
 // accumulate into that block (step s-1) to have completed.
-func (c *Comm) allreduceAccumulate(acc []byte, es int, op lapi.AccOp, t lapi.ElemType) error {
+func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 	w := c.w
 	lc := w.lc
 	p := c.size
@@ -112,7 +76,7 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, op lapi.AccOp, t lapi.Ele
 				return c.accErr(ctx, err, left)
 			}
 		}
-		if err := lc.Accumulate(rr, rpvo.Add(uint64(off(i))), block(i), op, t,
+		if err := lc.Accumulate(rr, rpvo.Add(uint64(off(i))), block(i), red.op, red.t,
 			lapi.SendOpts{Completion: sent, Target: rcntr(step)}); err != nil {
 			return err
 		}

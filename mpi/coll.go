@@ -164,7 +164,7 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 				if err := c.crecv(tmp, c.abs(child, root), tagReduce); err != nil {
 					return err
 				}
-				red(acc, tmp)
+				red.reduce(acc, tmp)
 			}
 			continue
 		}
@@ -187,10 +187,9 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	copy(recv, send)
 	b, es := asBytes(recv), sizeOf[T]()
 	if c.size > 1 {
-		aop, at, ok := accSpec[T](op)
 		switch {
-		case ok && c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
-			err = c.allreduceAccumulate(b, es, aop, at)
+		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
+			err = c.allreduceAccumulate(b, es, red)
 		case len(b) >= allreduceLarge && len(recv) >= c.size:
 			err = c.allreduceRing(b, es, red)
 		default:
@@ -225,7 +224,7 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 			if err := c.crecv(tmp, c.rank-1, tagAllreduce); err != nil {
 				return err
 			}
-			red(acc, tmp)
+			red.reduce(acc, tmp)
 			newrank = c.rank / 2
 		}
 	}
@@ -239,7 +238,7 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 			if err := c.csendrecv(acc, dst, tmp, dst, tagAllreduce); err != nil {
 				return err
 			}
-			red(acc, tmp)
+			red.reduce(acc, tmp)
 		}
 	}
 	if c.rank < 2*rem {
@@ -265,7 +264,7 @@ func (c *Comm) allreduceRing(acc []byte, es int, red reducer) error {
 		if err := c.csendrecv(sb, right, tmp[:len(rb)], left, tagAllreduce); err != nil {
 			return err
 		}
-		red(rb, tmp[:len(rb)])
+		red.reduce(rb, tmp[:len(rb)])
 	}
 	for step := 0; step < p-1; step++ {
 		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)

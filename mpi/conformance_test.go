@@ -48,7 +48,7 @@ func refReduce[T Elem](it, size, n int, op Op) ([]T, error) {
 	}
 	acc := fill[T](it, 0, n)
 	for r := 1; r < size; r++ {
-		red(asBytes(acc), asBytes(fill[T](it, r, n)))
+		red.reduce(asBytes(acc), asBytes(fill[T](it, r, n)))
 	}
 	return acc, nil
 }
