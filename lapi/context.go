@@ -48,7 +48,6 @@ type Context struct {
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	xchg      xchgState
 	rd        rdmaState
-	rvs       rvTable
 	cm        cmaState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter

@@ -150,7 +150,6 @@ func (c *Context) dropPeer(peer hal.Rank, err error) {
 	}
 	c.gets.failPeer(c, peer, err)
 	c.dropRDMA(peer, err)
-	c.rvs.failPeer(c, peer, err)
 	if c.awaiting != nil {
 		for k := range c.awaiting[peer] {
 			k.fail(err)

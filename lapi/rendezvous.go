@@ -23,81 +23,6 @@ const (
 	rvFinLen = 5 // ID, fault code
 )
 
-// rvSend is an origin's large message waiting for its FIN.
-type rvSend struct {
-	peer     hal.Rank
-	local    hal.PVO
-	org, cmp *Counter
-	notify   Completer
-	idx, gen uint32
-	used     bool
-}
-
-// rvTable holds rendezvous sends, named by index and generation so that
-// a late FIN for a reused slot is dropped.
-type rvTable struct {
-	slots []rvSend
-	free  []uint32
-}
-
-func (t *rvTable) take(s rvSend) uint32 {
-	var i uint32
-	if n := len(t.free); n > 0 {
-		i, t.free = t.free[n-1], t.free[:n-1]
-	} else {
-		i = uint32(len(t.slots))
-		t.slots = append(t.slots, rvSend{})
-	}
-	s.idx, s.gen, s.used = i, t.slots[i].gen+1, true
-	t.slots[i] = s
-	return i | s.gen<<slotBits
-}
-
-func (t *rvTable) lookup(id uint32) *rvSend {
-	i := id & (1<<slotBits - 1)
-	if int(i) >= len(t.slots) {
-		return nil
-	}
-	s := &t.slots[i]
-	if !s.used || s.gen&(1<<(32-slotBits)-1) != id>>slotBits {
-		return nil
-	}
-	return s
-}
-
-// finish completes a rendezvous send (c.mu held).
-func (t *rvTable) finish(c *Context, s *rvSend, err error) {
-	c.tpt.Deregister(s.local)
-	if err != nil {
-		s.org.fail(err)
-		s.cmp.fail(err)
-	}
-	if s.org != nil {
-		s.org.incr()
-	}
-	if s.cmp != nil {
-		s.cmp.incr()
-	}
-	c.note(s.notify, err)
-	t.release(s)
-	c.wakeLocked()
-}
-
-// release frees s's slot.
-func (t *rvTable) release(s *rvSend) {
-	*s = rvSend{idx: s.idx, gen: s.gen}
-	t.free = append(t.free, s.idx)
-}
-
-// failPeer fails every rendezvous send toward peer (c.mu held).
-func (t *rvTable) failPeer(c *Context, peer hal.Rank, err error) {
-	for i := range t.slots {
-		if s := &t.slots[i]; s.used && s.peer == peer {
-			t.finish(c, s, err)
-		}
-	}
-}
-
 // useRendezvous reports whether an active message goes by rendezvous.
 func (c *Context) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
 	return tgt != c.rank && int(tgt) < c.cfg.Size && c.cfg.AMRendezvous >= 0 &&
@@ -117,12 +42,12 @@ func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	hal.PutPVO(u[18:], local)
 	n := rtsLen + copy(u[rtsLen:], uhdr)
 	c.mu.Lock()
-	id := c.rvs.take(rvSend{peer: tgt, local: local, org: o.Origin, cmp: o.Completion, notify: o.Notify})
+	id := c.gets.take(getSlot{peer: tgt, rv: true, local: local, cntr: o.Origin, cmp: o.Completion, notify: o.Notify})
 	binary.LittleEndian.PutUint32(u[2:], id)
 	err = c.amsendLocked(tgt, hRTS, u[:n], nil, SendOpts{})
 	if err != nil {
 		c.tpt.Deregister(local)
-		c.rvs.release(c.rvs.lookup(id))
+		c.gets.put(c.gets.lookup(id))
 	}
 	c.mu.Unlock()
 	return err
@@ -210,15 +135,16 @@ func (r rvFinHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 		c.stats.BadPackets++
 		return nil, nil
 	}
-	s := c.rvs.lookup(binary.LittleEndian.Uint32(uhdr))
-	if s == nil || s.peer != src {
+	s := c.gets.lookup(binary.LittleEndian.Uint32(uhdr))
+	if s == nil || !s.rv || s.peer != src {
 		return nil, nil // late: the send already failed
 	}
-	var err error
 	if uhdr[4] != 0 {
-		err = fmt.Errorf("lapi: large message to rank %d: data read failed (%s check): %w", src, hal.FaultCheck(uhdr[4]), ErrProtection)
+		s.err = fmt.Errorf("lapi: large message to rank %d: data read failed (%s check): %w", src, hal.FaultCheck(uhdr[4]), ErrProtection)
 	}
-	c.rvs.finish(c, s, err)
+	s.finish(c)
+	c.gets.put(s)
+	c.wakeLocked()
 	return nil, nil
 }
 

@@ -193,24 +193,39 @@ type getSlot struct {
 	buf    []byte
 	prev   *int64
 	cntr   *Counter
+	cmp    *Counter // a rendezvous send's completion counter
 	notify Completer
 	err    error
 	peer   hal.Rank
+	rv     bool    // a rendezvous send (rendezvous.go) waiting for its FIN
+	local  hal.PVO // its data, registered for the target to read
 	idx    uint32
 	gen    uint32
 	used   bool
 }
 
-// finish reports a get or rmw done to its counter and completer.
+// finish reports a get, rmw or rendezvous send done (or failed, with
+// s.err) to its counters and completer.
 func (s *getSlot) finish(c *Context) {
+	if s.rv {
+		c.tpt.Deregister(s.local)
+	}
+	if s.err != nil {
+		s.cntr.fail(s.err)
+		s.cmp.fail(s.err)
+	}
 	if s.cntr != nil {
 		s.cntr.incr()
+	}
+	if s.cmp != nil {
+		s.cmp.incr()
 	}
 	c.note(s.notify, s.err)
 }
 
-// getTable holds outstanding gets and rmws, named by index and generation
-// so a late reply for a reused slot is recognised and dropped.
+// getTable holds outstanding gets, rmws and rendezvous sends, named by
+// index and generation so a late reply for a reused slot is recognised
+// and dropped.
 type getTable struct {
 	slots []*getSlot // pointers: a reply holds one between its handlers
 	free  []uint32
@@ -218,7 +233,7 @@ type getTable struct {
 
 const slotBits = 20
 
-func (t *getTable) take(peer hal.Rank, buf []byte, prev *int64, k *Counter, n Completer) uint32 {
+func (t *getTable) take(v getSlot) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
@@ -228,8 +243,8 @@ func (t *getTable) take(peer hal.Rank, buf []byte, prev *int64, k *Counter, n Co
 		t.slots = append(t.slots, &getSlot{idx: i})
 	}
 	s := t.slots[i]
-	s.gen++
-	s.peer, s.buf, s.prev, s.cntr, s.notify, s.used = peer, buf, prev, k, n, true
+	v.idx, v.gen, v.used = i, s.gen+1, true
+	*s = v
 	return i | s.gen<<slotBits
 }
 
@@ -250,7 +265,6 @@ func (t *getTable) failPeer(c *Context, peer hal.Rank, err error) {
 	for _, s := range t.slots {
 		if s.used && s.peer == peer {
 			s.err = err
-			s.cntr.fail(err)
 			s.finish(c)
 			t.put(s)
 		}
@@ -289,7 +303,7 @@ func (c *Context) request(tgt hal.Rank, h HandlerID, uhdr []byte, idAt int, buf 
 		c.mu.Unlock()
 		return err
 	}
-	id := c.gets.take(tgt, buf, prev, o.Origin, o.Notify)
+	id := c.gets.take(getSlot{peer: tgt, buf: buf, prev: prev, cntr: o.Origin, notify: o.Notify})
 	binary.LittleEndian.PutUint32(uhdr[idAt:], id)
 	err := c.amsendLocked(tgt, h, uhdr, nil, SendOpts{})
 	if err != nil {
@@ -356,8 +370,8 @@ func (h replyHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	}
 	id := binary.LittleEndian.Uint32(uhdr)
 	s := h.c.gets.lookup(id)
-	if s == nil {
-		return nil, nil // late, for a failed or reused slot
+	if s == nil || s.rv || s.peer != src {
+		return nil, nil // late, for a failed or reused slot, or not a reply's
 	}
 	if uhdr[4] != 0 {
 		s.err = faultErr(src, uhdr[4])
