@@ -61,7 +61,6 @@ type xfer struct {
 	place          Placement
 	cookie, arg    uint32
 	pvo            PVO
-	access         Access
 	mem            []byte // the region as admitted, valid while removals is
 	removals       uint64 // the TPT's count when it was resolved
 }
@@ -307,7 +306,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		}
 	case x == nil:
 		x = e.begin(k, x, h.Key, h)
-		if !e.admit(k, x, h, acc) {
+		if !e.admit(k, x, acc) {
 			return
 		}
 	case int32(h.Tid-x.tid) < 0:
@@ -318,7 +317,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		return
 	case h.Tid != x.tid && (h.Base != x.base || h.Key != x.key):
 		x = e.begin(k, x, h.Key, h)
-		if !e.admit(k, x, h, acc) {
+		if !e.admit(k, x, acc) {
 			return
 		}
 	case h.Tid != x.tid: // a redrive of the current transfer
@@ -370,7 +369,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 }
 
 // admit checks a new transfer's whole region before anything is placed.
-func (e *RDMAEngine) admit(k xferKey, x *xfer, h *RDMAHdr, acc Access) bool {
+func (e *RDMAEngine) admit(k xferKey, x *xfer, acc Access) bool {
 	r := e.tpt.Removals() // before the check: a removal during it invalidates
 	mem, err := e.tpt.Resolve(x.pvo, x.total, acc)
 	if err != nil {
@@ -412,8 +411,8 @@ func (e *RDMAEngine) answer(peer Rank, rcxt uint32, x *xfer) {
 	if x.notify&NotifyOrigin == 0 {
 		return
 	}
-	e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: RDMAHdr{RCxt: rcxt, Key: x.key, Tid: x.tid, Base: x.base,
-		Total: x.total, Seg: x.seg, Notify: NotifyOrigin, Code: x.code, Cookie: x.cookie}})
+	h := RDMAHdr{RCxt: rcxt, Key: x.key, Tid: x.tid, Base: x.base, Total: x.total, Seg: x.seg, Cookie: x.cookie}
+	e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: h.Completion(x.code)})
 }
 
 // readReq answers a request to read this rank's memory with a stream of
@@ -431,8 +430,7 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 		e.ev = append(e.ev, RDMAEvent{Kind: EvFault, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid,
 			Code: code, Cookie: h.Cookie, Err: err})
 		if h.Notify&NotifyOrigin != 0 {
-			e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid,
-				Base: h.Base, Total: h.Total, Seg: h.Seg, Notify: NotifyOrigin, Code: code, Cookie: h.Cookie}})
+			e.out = append(e.out, RDMAMsg{Peer: peer, Hdr: h.Completion(code)})
 		}
 		return
 	}

@@ -91,14 +91,6 @@ func (p *RCxtPool) Alloc() (*RCxt, error) {
 	return r, nil
 }
 
-// Get is the context with id, if it is allocated.
-func (p *RCxtPool) Get(id uint32) *RCxt {
-	if int(id) >= len(p.cxts) || !p.cxts[id].inUse {
-		return nil
-	}
-	return p.cxts[id]
-}
-
 // Free returns r to the pool. Its tid is kept: the next transfer on it
 // continues the sequence.
 func (p *RCxtPool) Free(r *RCxt) {

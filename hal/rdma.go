@@ -112,6 +112,14 @@ func EncodeRDMA(b []byte, t FrameType, h *RDMAHdr) {
 	}
 }
 
+// Completion is the header-only completion (FrameRDMADone) that answers
+// h's transfer at its current drive to the origin, with code non-zero for
+// the protection check that failed.
+func (h *RDMAHdr) Completion(code uint8) RDMAHdr {
+	return RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total, Seg: h.Seg,
+		Notify: NotifyOrigin, Code: code, Cookie: h.Cookie}
+}
+
 // RDMAPayloadLen is how many payload bytes of an RDMA frame of type t
 // precede its data: the header, and a read request's origin PVO.
 func RDMAPayloadLen(t FrameType) int {

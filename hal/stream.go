@@ -116,11 +116,3 @@ func (s *RDMAStream) RestartRange(tid uint32, off, n uint64) {
 		s.Hdr.Arg = uint32(n)
 	}
 }
-
-// Remaining is how many bytes of the current drive are still to be taken.
-func (s *RDMAStream) Remaining() uint64 {
-	if s.done {
-		return 0
-	}
-	return s.last() - min(s.next, s.last())
-}

@@ -351,9 +351,7 @@ func (c *Context) armTimer(t time.Time) {
 // rdmaFault tells the origin of a served read that it failed a check.
 func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 	c.rd.stats.Faults++
-	h := s.Hdr
-	c.sendDone(s.Peer, hal.RDMAHdr{RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Base: h.Base, Total: h.Total,
-		Seg: h.Seg, Notify: hal.NotifyOrigin, Code: hal.FaultCode(err), Cookie: h.Cookie})
+	c.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
 }
 
 // sendDone sends a header-only completion; a lost one is answered again
