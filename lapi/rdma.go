@@ -48,9 +48,8 @@ type rdmaOp struct {
 	h        hal.RDMAHdr // the chunk's header, before an rCxt is assigned
 	mem      []byte      // a write's data
 	rc       *hal.RCxt
-	s        *hal.RDMAStream // this drive's packets: the data, or the read request
-	stream   hal.RDMAStream  // what s points to
-	next     *rdmaOp         // free list
+	stream   hal.RDMAStream // this drive's packets: the data, or the read request
+	next     *rdmaOp        // free list
 	queued   bool
 	sentAll  bool      // this drive's packets are all with the device
 	sentAt   time.Time // when they were
@@ -238,7 +237,7 @@ func (c *Context) start(op *rdmaOp) {
 		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
 		return
 	}
-	op.s, op.h = s, h
+	op.h = h
 	if op.t == hal.FrameRDMAReadReq {
 		c.rd.eng.ExpectRead(peer, rc, &op.h)
 	}
@@ -275,10 +274,11 @@ func (c *Context) pushRDMA(now time.Time) {
 			continue
 		}
 		for !o.s.Done() {
-			if r.used == len(r.hdrs) && (c.flushLocked() != nil || r.used != 0) {
+			slot := c.hdrSlot()
+			if slot == nil {
 				return // the device still holds the headers
 			}
-			hdr, data, err := o.s.Next(r.hdrs[r.used])
+			hdr, data, err := o.s.Next(slot)
 			if err != nil {
 				// Serving a read whose region was deregistered under
 				// it: tell the origin which check failed.
@@ -326,6 +326,17 @@ func (c *Context) pushRDMA(now time.Time) {
 	c.flushLocked()
 }
 
+// hdrSlot is the next header buffer of the slab, flushing the device to
+// get the slab back when it is used up; nil while the device still holds
+// them. A packet sent from it must be counted in rd.used.
+func (c *Context) hdrSlot() []byte {
+	r := &c.rd
+	if r.used == len(r.hdrs) && (c.flushLocked() != nil || r.used != 0) {
+		return nil
+	}
+	return r.hdrs[r.used]
+}
+
 // popStream drops the stream at the head of the queue. The queue is short
 // (the chunks in the window, the reads being served): shifting it keeps
 // its array for the next append.
@@ -335,17 +346,22 @@ func (r *rdmaState) popStream() {
 	r.queue = r.queue[:n]
 }
 
-// armTimer makes sure a waiter wakes by t (unreliable devices only).
+// armTimer makes sure a waiter wakes by t, a new deadline (unreliable
+// devices only).
 func (c *Context) armTimer(t time.Time) {
-	if c.reliable {
-		return
-	}
-	if c.nextTick.IsZero() || t.Before(c.nextTick) {
-		c.nextTick = t
-	}
-	if c.blocking {
+	if c.foldTimer(t) && c.blocking {
 		c.wakeLocked() // it set its deadline before this timer existed
 	}
+}
+
+// foldTimer brings nextTick forward to t if t is sooner, and reports
+// whether it did.
+func (c *Context) foldTimer(t time.Time) bool {
+	if c.reliable || !c.nextTick.IsZero() && !t.Before(c.nextTick) {
+		return false
+	}
+	c.nextTick = t
+	return true
 }
 
 // rdmaFault tells the origin of a served read that it failed a check.
@@ -357,10 +373,10 @@ func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 // sendDone sends a header-only completion; a lost one is answered again
 // when the origin redrives.
 func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
-	if c.rd.used == len(c.rd.hdrs) && (c.flushLocked() != nil || c.rd.used != 0) {
+	b := c.hdrSlot()
+	if b == nil {
 		return
 	}
-	b := c.rd.hdrs[c.rd.used]
 	h.DstEp = c.dstEpoch(peer)
 	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: hal.RDMAHdrLen}
 	hal.EncodeHeader(b, &fh)
@@ -467,7 +483,7 @@ func (c *Context) unqueue(s *hal.RDMAStream) {
 func (c *Context) finishOp(op *rdmaOp, err error) {
 	g := op.g
 	if op.queued {
-		c.unqueue(op.s)
+		c.unqueue(&op.stream)
 		op.queued = false
 	}
 	if rc := op.rc; rc != nil {
@@ -584,14 +600,16 @@ func (c *Context) rdmaTick(now time.Time) {
 			continue
 		}
 		if now.Before(op.deadline) {
-			c.armTimer(op.deadline)
+			// A known deadline: a blocked waiter already sleeps until
+			// it (or sooner), so it is folded in, not woken for.
+			c.foldTimer(op.deadline)
 			continue
 		}
 		if op.t == hal.FrameRDMAReadReq {
 			if left := c.rd.eng.ReadLeft(op.g.peer, op.rc); left != 0 && (op.left == 0 || left < op.left) {
 				op.left, op.lastGood = left, now // still arriving
 				op.deadline = now.Add(op.rto)
-				c.armTimer(op.deadline)
+				c.foldTimer(op.deadline) // later than the one it replaces
 				continue
 			}
 		}
@@ -609,19 +627,19 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	op.drives++
 	c.rd.stats.Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
-	op.s.Hdr.DstEp = c.dstEpoch(op.g.peer)
+	op.stream.Hdr.DstEp = c.dstEpoch(op.g.peer)
 	if op.t == hal.FrameRDMAReadReq {
 		// This rank places a read's data, so it knows what is missing:
 		// ask only for that.
 		off, n := c.rd.eng.MissingRange(op.g.peer, op.rc)
-		op.s.RestartRange(tid, off, n)
+		op.stream.RestartRange(tid, off, n)
 		op.h.Tid = tid
 		op.left = 0
 		c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
 	} else {
-		op.s.Restart(tid)
+		op.stream.Restart(tid)
 	}
-	c.queueStream(outStream{op.s, op})
+	c.queueStream(outStream{&op.stream, op})
 	c.pushRDMA(now)
 }
 
