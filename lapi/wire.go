@@ -99,11 +99,29 @@ func (h *pktHdr) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[24:], h.sack[1])
 	binary.LittleEndian.PutUint16(b[32:], h.handler)
 	binary.LittleEndian.PutUint16(b[34:], h.uhdrLen)
-	binary.LittleEndian.PutUint32(b[36:], h.total)
-	binary.LittleEndian.PutUint32(b[40:], h.offset)
-	binary.LittleEndian.PutUint32(b[44:], h.tcntr)
-	binary.LittleEndian.PutUint32(b[48:], h.ccntr)
-	binary.LittleEndian.PutUint32(b[52:], h.dstEp)
+	h.putTail(b[36:])
+}
+
+// Both layouts end with the same 20 bytes: total, offset, tcntr, ccntr
+// and dstEp, little-endian u32s.
+const tailLen = 20
+
+func (h *pktHdr) putTail(b []byte) {
+	_ = b[tailLen-1]
+	binary.LittleEndian.PutUint32(b[0:], h.total)
+	binary.LittleEndian.PutUint32(b[4:], h.offset)
+	binary.LittleEndian.PutUint32(b[8:], h.tcntr)
+	binary.LittleEndian.PutUint32(b[12:], h.ccntr)
+	binary.LittleEndian.PutUint32(b[16:], h.dstEp)
+}
+
+func (h *pktHdr) getTail(b []byte) {
+	_ = b[tailLen-1]
+	h.total = binary.LittleEndian.Uint32(b[0:])
+	h.offset = binary.LittleEndian.Uint32(b[4:])
+	h.tcntr = binary.LittleEndian.Uint32(b[8:])
+	h.ccntr = binary.LittleEndian.Uint32(b[12:])
+	h.dstEp = binary.LittleEndian.Uint32(b[16:])
 }
 
 // encodeShort writes h, an active-message header for a reliable device, in
@@ -115,11 +133,7 @@ func (h *pktHdr) encodeShort(b []byte) {
 	binary.LittleEndian.PutUint16(b[4:], h.uhdrLen)
 	binary.LittleEndian.PutUint16(b[6:], 0)
 	binary.LittleEndian.PutUint32(b[8:], h.msgID)
-	binary.LittleEndian.PutUint32(b[12:], h.total)
-	binary.LittleEndian.PutUint32(b[16:], h.offset)
-	binary.LittleEndian.PutUint32(b[20:], h.tcntr)
-	binary.LittleEndian.PutUint32(b[24:], h.ccntr)
-	binary.LittleEndian.PutUint32(b[28:], h.dstEp)
+	h.putTail(b[12:])
 }
 
 // putAck rewrites only the acknowledgement fields of an encoded header, so a
@@ -152,11 +166,7 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		h.handler = binary.LittleEndian.Uint16(b[2:])
 		h.uhdrLen = binary.LittleEndian.Uint16(b[4:])
 		h.msgID = binary.LittleEndian.Uint32(b[8:])
-		h.total = binary.LittleEndian.Uint32(b[12:])
-		h.offset = binary.LittleEndian.Uint32(b[16:])
-		h.tcntr = binary.LittleEndian.Uint32(b[20:])
-		h.ccntr = binary.LittleEndian.Uint32(b[24:])
-		h.dstEp = binary.LittleEndian.Uint32(b[28:])
+		h.getTail(b[12:])
 		rest = b[shortHdrLen:]
 	case kindAM, kindAck:
 		if len(b) < pktHdrLen {
@@ -171,11 +181,7 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		h.sack[1] = binary.LittleEndian.Uint64(b[24:])
 		h.handler = binary.LittleEndian.Uint16(b[32:])
 		h.uhdrLen = binary.LittleEndian.Uint16(b[34:])
-		h.total = binary.LittleEndian.Uint32(b[36:])
-		h.offset = binary.LittleEndian.Uint32(b[40:])
-		h.tcntr = binary.LittleEndian.Uint32(b[44:])
-		h.ccntr = binary.LittleEndian.Uint32(b[48:])
-		h.dstEp = binary.LittleEndian.Uint32(b[52:])
+		h.getTail(b[36:])
 		if h.kind == kindAck {
 			if len(b) != pktHdrLen {
 				return nil, nil, errBadPacket
