@@ -95,10 +95,7 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		if k := c.counter(o.Target); k != nil {
 			k.incr()
 		}
-		c.originDone(&o)
-		if o.Completion != nil {
-			o.Completion.incr()
-		}
+		c.doneHere(&o, nil)
 		c.mu.Unlock()
 		c.runCompletions()
 		return nil

@@ -177,13 +177,8 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 		}
 	} else {
 		c.rd.stats.Faults++
-		o.Origin.fail(cerr)
-		o.Completion.fail(cerr)
 	}
-	c.originDone(&o)
-	if o.Completion != nil {
-		o.Completion.incr()
-	}
+	c.doneHere(&o, cerr) // the completer hears the error too
 	c.wakeLocked()
 	c.mu.Unlock()
 	c.runCompletions()

@@ -318,6 +318,23 @@ func (c *Context) originDone(o *SendOpts) {
 	c.note(o.Notify, nil)
 }
 
+// doneHere reports an operation this rank finished itself, at once (on
+// its own memory, or by cross-memory attach): origin and completion
+// counters and the completer, failed with err if it is not nil.
+func (c *Context) doneHere(o *SendOpts, err error) {
+	if err != nil {
+		o.Origin.fail(err)
+		o.Completion.fail(err)
+	}
+	if o.Origin != nil {
+		o.Origin.incr()
+	}
+	if o.Completion != nil {
+		o.Completion.incr()
+	}
+	c.note(o.Notify, err)
+}
+
 // note queues a Completer call to run outside the progress lock.
 func (c *Context) note(n Completer, err error) {
 	if n != nil {
