@@ -450,9 +450,3 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 		frame: Header{Type: FrameRDMAReadResp, Dst: peer}, start: h.Offset, next: h.Offset, end: end}
 	e.ev = append(e.ev, RDMAEvent{Kind: EvServeRead, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Stream: s})
 }
-
-// SetFrame sets the job key and ranks a served stream's packets carry
-// (the engine does not know them).
-func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
-	s.frame.JobKey, s.frame.Src = jobKey, src
-}

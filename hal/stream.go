@@ -45,8 +45,9 @@ func (s *RDMAStream) Reset(frame Header, t FrameType, h RDMAHdr, mem []byte) err
 		return fmt.Errorf("hal: stream of %v frames", t)
 	case t == FrameRDMAWrite && uint64(len(mem)) != h.Total:
 		return fmt.Errorf("hal: write of %d bytes from a %d-byte buffer", h.Total, len(mem))
-	case h.Seg == 0 || h.Seg < MinSeg && uint64(h.Seg) < h.Total:
-		return fmt.Errorf("hal: segment %d for %d bytes (min %d)", h.Seg, h.Total, MinSeg)
+	}
+	if err := checkSeg(&h); err != nil {
+		return err
 	}
 	frame.Type = t
 	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem}
@@ -115,4 +116,10 @@ func (s *RDMAStream) RestartRange(tid uint32, off, n uint64) {
 		s.start, s.next = off, off
 		s.Hdr.Arg = uint32(n)
 	}
+}
+
+// SetFrame sets the job key and ranks a served stream's packets carry
+// (the engine does not know them).
+func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
+	s.frame.JobKey, s.frame.Src = jobKey, src
 }
