@@ -28,6 +28,20 @@ type CrossMemory interface {
 	WriteTo(peer Rank, addr uintptr, src []byte) error
 }
 
+// SharedAddressSpace is implemented by devices whose peers are goroutines
+// of this process (inproc): RDMA toward them is one memory copy, checked
+// by the peer's own TPT rather than a replica, so it is exact — a region
+// deregistered before the copy starts fails the key check, and one being
+// deregistered waits for the copy to end.
+type SharedAddressSpace interface {
+	// ShareTPT makes t the TPT this device's peers reach this rank's
+	// memory through, until the device is closed.
+	ShareTPT(t *TPT)
+	// PeerTPT is the TPT peer shared, or nil (none yet, or its device is
+	// closed).
+	PeerTPT(peer Rank) *TPT
+}
+
 // TPTEntry is one TPT entry as a peer's replica holds it: where the region
 // is in the owner's address space, and what it allows. Key 0 removes the
 // entry.

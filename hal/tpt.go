@@ -192,6 +192,29 @@ func (t *TPT) Resolve(p PVO, n uint64, acc Access) ([]byte, error) {
 	return t.lookup(p, n, acc)
 }
 
+// Copy is an RDMA by memory copy within this process: with AccessWrite it
+// copies buf into the region at p, with AccessRead the region into buf,
+// after the checks a Resolve of len(buf) bytes makes. The table stays
+// read-locked during the copy, so a Deregister of the region waits for it
+// and nothing lands in memory its owner has taken back.
+func (t *TPT) Copy(p PVO, buf []byte, acc Access) error {
+	if acc != AccessRead && acc != AccessWrite {
+		return fmt.Errorf("hal: copy: access %#x, want read or write", acc)
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	mem, err := t.lookup(p, uint64(len(buf)), acc)
+	if err != nil {
+		return err
+	}
+	if acc == AccessWrite {
+		copy(mem, buf)
+	} else {
+		copy(buf, mem)
+	}
+	return nil
+}
+
 func (t *TPT) lookup(p PVO, n uint64, acc Access) ([]byte, error) {
 	if uint64(p.Entry) >= uint64(len(t.entries)) {
 		return nil, &ProtectionError{Check: "entry", PVO: p, Len: n}

@@ -23,13 +23,18 @@ import (
 // A region deregistered while a peer is writing it may still be written
 // until the removal reaches that peer: as with hardware RDMA, deregister
 // only what no peer is using.
+//
+// Over a device whose peers share this process (hal.SharedAddressSpace,
+// the inproc device) the same Put and Get are one memory copy, checked by
+// the target's own TPT, which needs no replica and is exact.
 
 // cmaState is a context's cross-memory attach state.
 type cmaState struct {
-	dev      hal.CrossMemory // nil: not available
-	replicas []hal.Replica   // per peer (c.mu)
-	mu       sync.Mutex      // guards out: the TPT's watcher runs in any goroutine
-	out      []hal.TPTEntry  // changes to push
+	shared   hal.SharedAddressSpace // nil: peers are not in this process
+	dev      hal.CrossMemory        // nil: not available
+	replicas []hal.Replica          // per peer (c.mu)
+	mu       sync.Mutex             // guards out: the TPT's watcher runs in any goroutine
+	out      []hal.TPTEntry         // changes to push
 	pending  atomic.Bool
 	sending  []hal.TPTEntry // pushTPT's batch (c.mu)
 	buf      []byte         // update frame (c.mu)
@@ -38,6 +43,11 @@ type cmaState struct {
 
 // initCMA turns cross-memory attach on when the device offers it.
 func (c *Context) initCMA() {
+	if sa, ok := c.dev.(hal.SharedAddressSpace); ok && c.cfg.RDMAThreshold >= 0 {
+		sa.ShareTPT(c.tpt)
+		c.cm.shared = sa
+		return
+	}
 	cm, ok := c.dev.(hal.CrossMemory)
 	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.RDMAThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
 		return
@@ -128,7 +138,7 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
 func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
-	if c.cm.dev == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.RDMAThreshold {
+	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.RDMAThreshold {
 		return false, nil
 	}
 	acc := hal.AccessRead
@@ -148,21 +158,35 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 		c.mu.Unlock()
 		return true, err
 	}
-	rep := &c.cm.replicas[tgt]
-	if !rep.Has(p) {
-		c.rd.stats.CMAMisses++
+	var cerr error
+	if c.cm.shared != nil {
 		c.mu.Unlock()
-		return false, nil
-	}
-	addr, cerr := rep.Check(p, uint64(len(buf)), acc)
-	c.mu.Unlock()
-	if cerr != nil {
-		cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
-			tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
-	} else if write {
-		cerr = c.cm.dev.WriteTo(tgt, addr, buf)
+		t := c.cm.shared.PeerTPT(tgt)
+		if t == nil {
+			return false, nil // not shared (yet): the engine's frames find out
+		}
+		if cerr = t.Copy(p, buf, acc); cerr != nil {
+			cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed: %w",
+				tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
+		}
 	} else {
-		cerr = c.cm.dev.ReadFrom(tgt, addr, buf)
+		rep := &c.cm.replicas[tgt]
+		if !rep.Has(p) {
+			c.rd.stats.CMAMisses++
+			c.mu.Unlock()
+			return false, nil
+		}
+		var addr uintptr
+		addr, cerr = rep.Check(p, uint64(len(buf)), acc)
+		c.mu.Unlock()
+		if cerr != nil {
+			cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
+				tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
+		} else if write {
+			cerr = c.cm.dev.WriteTo(tgt, addr, buf)
+		} else {
+			cerr = c.cm.dev.ReadFrom(tgt, addr, buf)
+		}
 	}
 	c.mu.Lock()
 	if cerr == nil {

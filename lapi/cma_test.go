@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -150,5 +151,108 @@ func TestCMAOff(t *testing.T) {
 	ctxs[1].Progress()
 	if s := ctxs[1].Stats(); s.PacketsSent != 0 {
 		t.Fatalf("%d packets sent for a registration", s.PacketsSent)
+	}
+}
+
+// TestSharedAddressSpace: over inproc, whose ranks share this process,
+// large Put and Get are one memory copy checked by the target's own TPT:
+// the data lands, the target counter hears of it, each refusal names its
+// check and leaves memory alone, and once Deregister returns no Put that
+// raced with it has written, or will write, the region.
+func TestSharedAddressSpace(t *testing.T) {
+	ctxs := openInprocJob(t, 2, faults.Spec{})
+	c0, c1 := ctxs[0], ctxs[1]
+	defer serving(c1)()
+	ctx := context.Background()
+	mem := make([]byte, 1<<20)
+	ro := make([]byte, 1<<20)
+	p, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	pro, _ := c1.TPT().Register(ro, hal.AccessRead)
+	pwo, _ := c1.TPT().Register(make([]byte, 1<<10), hal.AccessWrite)
+	src := make([]byte, 1<<20)
+	fill(src, 2)
+	k, tk := c0.NewCounter(), c1.NewCounter()
+	if err := c0.Put(1, p, src, SendOpts{Completion: k, Target: tk.ID()}); err != nil {
+		t.Fatal("put", err)
+	}
+	if err := k.Wait(ctx, 1); err != nil {
+		t.Fatal("put", err)
+	}
+	if !bytes.Equal(mem, src) {
+		t.Fatal("put by copy: memory differs")
+	}
+	if err := tk.Wait(ctx, 1); err != nil {
+		t.Fatal("target counter", err)
+	}
+	back := make([]byte, 1<<20)
+	if err := c0.Get(1, p, back, SendOpts{Origin: k}); err != nil {
+		t.Fatal("get", err)
+	}
+	if err := k.Wait(ctx, 1); err != nil || !bytes.Equal(back, src) {
+		t.Fatal("get by copy: data differs", err)
+	}
+	if s := c0.RDMAStats(); s.CMAWrites != 1 || s.CMAReads != 1 || s.CMABytes != 2<<20 || s.Writes+s.Reads != 0 {
+		t.Fatalf("not by one copy: %+v", s)
+	}
+	clear(mem)
+	bad := p
+	bad.Key++
+	for _, tc := range []struct {
+		check string
+		op    func(k *Counter) error
+	}{
+		{"key", func(k *Counter) error { return c0.Put(1, bad, src, SendOpts{Completion: k}) }},
+		{"bounds", func(k *Counter) error { return c0.Put(1, p.Add(1), src, SendOpts{Completion: k}) }},
+		{"access", func(k *Counter) error { return c0.Put(1, pro, src, SendOpts{Completion: k}) }},
+		{"entry", func(k *Counter) error { return c0.Put(1, hal.PVO{Entry: 99, Key: p.Key}, src, SendOpts{Completion: k}) }},
+		{"access", func(k *Counter) error { return c0.Get(1, pwo, make([]byte, 1<<10), SendOpts{Origin: k}) }},
+	} {
+		k := c0.NewCounter() // a counter's error sticks: one per case
+		if err := tc.op(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Wait(ctx, 1); !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), tc.check+" check failed") {
+			t.Fatalf("%s: %v", tc.check, err)
+		}
+	}
+	if !bytes.Equal(mem, make([]byte, len(mem))) || !bytes.Equal(ro, make([]byte, len(ro))) {
+		t.Fatal("a refused access changed memory")
+	}
+	// Deregistered while another goroutine keeps writing it: after
+	// Deregister returns the region never changes, and the writes fail
+	// the key check.
+	writing := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			k := c0.NewCounter()
+			if err := c0.Put(1, p, src[:64<<10], SendOpts{Completion: k}); err != nil {
+				writing <- err
+				return
+			}
+			if err := k.Wait(ctx, 1); err != nil {
+				select {
+				case <-stop:
+					writing <- err
+				default:
+					writing <- fmt.Errorf("write %d before deregistration: %w", i, err)
+				}
+				return
+			}
+		}
+	}()
+	for c0.RDMAStats().CMAWrites < 20 {
+		runtime.Gosched()
+	}
+	close(stop) // before Deregister: a write failing after it is expected
+	if err := c1.TPT().Deregister(p); err != nil {
+		t.Fatal(err)
+	}
+	snap := bytes.Clone(mem)
+	if err := <-writing; !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), "key check failed") {
+		t.Fatalf("write after deregistration: %v", err)
+	}
+	if !bytes.Equal(mem, snap) {
+		t.Fatal("a write landed after Deregister returned")
 	}
 }

@@ -100,7 +100,7 @@ type RDMAStats struct {
 	Redrives                   uint64 // drives after the first
 	StaleCompletions           uint64 // completions of an earlier drive, ignored
 	Faults                     uint64 // accesses refused (here, or by a replica)
-	CMAWrites, CMAReads        uint64 // Puts and Gets done by cross-memory attach
+	CMAWrites, CMAReads        uint64 // Puts and Gets done by one copy: cross-memory attach, or in-process
 	CMABytes                   uint64
 	CMAMisses                  uint64 // PVOs the replica did not know yet: software path
 	Engine                     hal.RDMAStats

@@ -13,11 +13,18 @@ import (
 // active message eagerly (the path RDMA is compared with).
 func rdmaAlways(c *Config) { c.RDMAThreshold, c.AMRendezvous = 1, -1 }
 
+// engineOnly hides the inproc device's shared address space: RDMA over it
+// then goes by the software engine's frames, as between processes.
+type engineOnly struct{ hal.Device }
+
+func rdmaEngine(c *Config) { rdmaAlways(c); c.Device = engineOnly{c.Device} }
+
 var rdmaBenchJobs = []struct {
 	name string
 	open benchJob
 }{
 	{"inproc", func(t testing.TB) []*Context { return openInprocJob(t, 2, faults.Spec{}, rdmaAlways) }},
+	{"inproc-engine", func(t testing.TB) []*Context { return openInprocJob(t, 2, faults.Spec{}, rdmaEngine) }},
 	{"udp", func(t testing.TB) []*Context { return openUDPJob(t, 2, faults.Spec{}, rdmaAlways) }},
 	{"udp-loss1%", func(t testing.TB) []*Context {
 		return openUDPJob(t, 2, faults.Spec{Loss: 0.01, Seed: 1}, rdmaAlways)
@@ -135,13 +142,18 @@ func BenchmarkAccumulate(b *testing.B) {
 	}
 }
 
-// BenchmarkWriteCPU is one 64 KiB write by RDMA and by an active message
-// with one goroutine driving both ranks: ns/op is the processor time of a
-// transfer and its completion, free of the cross-core hand-offs.
+// BenchmarkWriteCPU is one 64 KiB write by RDMA (one copy: inproc ranks
+// share the process), by the software RDMA engine, and by an active
+// message, with one goroutine driving both ranks: ns/op is the processor
+// time of a transfer and its completion, free of the cross-core hand-offs.
 func BenchmarkWriteCPU(b *testing.B) {
-	for _, mode := range []string{"rdma", "am"} {
+	for _, mode := range []string{"rdma", "engine", "am"} {
 		b.Run(mode, func(b *testing.B) {
-			ctxs := openInprocJob(b, 2, faults.Spec{}, rdmaAlways)
+			mod := rdmaAlways
+			if mode == "engine" {
+				mod = rdmaEngine
+			}
+			ctxs := openInprocJob(b, 2, faults.Spec{}, mod)
 			c0, c1 := ctxs[0], ctxs[1]
 			dst := make([]byte, 64<<10)
 			region, _ := c1.TPT().Register(dst, hal.AccessWrite)
@@ -153,7 +165,7 @@ func BenchmarkWriteCPU(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var err error
-				if mode == "rdma" {
+				if mode != "am" {
 					err = c0.Put(1, region, src, SendOpts{Completion: done})
 				} else {
 					err = c0.Amsend(1, h, nil, src, SendOpts{Completion: done})

@@ -55,6 +55,24 @@ func (d *device) Connect(peer hal.Rank, addr string) error {
 	return nil
 }
 
+// ShareTPT makes t the TPT through which peers' RDMA reaches this rank's
+// memory (hal.SharedAddressSpace): in one process it is a memory copy.
+func (d *device) ShareTPT(t *hal.TPT) {
+	d.box.mu.Lock() // against Close, which takes it back
+	if !d.closed.Load() {
+		d.box.tpt.Store(t)
+	}
+	d.box.mu.Unlock()
+}
+
+// PeerTPT is the TPT peer's open device shared, or nil.
+func (d *device) PeerTPT(peer hal.Rank) *hal.TPT {
+	if int(peer) >= len(d.fabric.inboxes) || d.closed.Load() {
+		return nil
+	}
+	return d.fabric.inboxes[peer].tpt.Load()
+}
+
 // Counters are this device's statistics.
 func (d *device) Counters() *hal.Counters { return &d.counters }
 

@@ -9,6 +9,15 @@
 // caller's function and returns it to the free list. Nothing is allocated per
 // frame once the free lists have warmed up, and nothing blocks but Wait.
 //
+// # RDMA
+//
+// The ranks share one address space, so the device is a
+// hal.SharedAddressSpace: each rank's lapi shares its TPT through it, and
+// a peer's large Put or Get is one memory copy, checked by the target's
+// own TPT while it is read-locked (a Deregister waits for the copy). The
+// fault wrapper does not pass this on: under WEFT_FAULTS RDMA goes by the
+// software engine's frames.
+//
 // # Faults
 //
 // When WEFT_FAULTS is set when the Fabric is made, Open returns the device

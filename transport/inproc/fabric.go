@@ -107,6 +107,10 @@ type inbox struct {
 	// notify when someone may be asleep on it.
 	waiting atomic.Bool
 	notify  chan struct{}
+
+	// tpt is the TPT the open device shared (hal.SharedAddressSpace):
+	// how its peers' RDMA reaches this rank's memory.
+	tpt atomic.Pointer[hal.TPT]
 }
 
 // get returns a buffer of n bytes from the free list. Call with mu held.
@@ -137,6 +141,7 @@ func (b *inbox) reset() {
 	b.q = nil
 	b.queued.Store(0)
 	b.free = [len(sizeClasses)][][]byte{}
+	b.tpt.Store(nil)
 }
 
 // wake tells a rank asleep in Wait that its inbox changed.
