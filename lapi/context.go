@@ -46,12 +46,15 @@ type Context struct {
 	reint     *hal.Reintegration
 	awaiting  []map[*Counter]int // per peer: completions it still owes us
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
+	reintIdle bool            // the protocol has settled: no timer to run until a frame of it comes
+	direct    [pktBufLen]byte // sendDirect's frame header
 	xchg      xchgState
 	rd        rdmaState
 	cm        cmaState
 	fenceMark []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
 	done      []completion // completions waiting to run outside the lock
+	spare     []completion // runCompletions' other queue, nil while it runs one
 	pollNow   time.Time
 	releaseFn func(*outPkt)
 	rtxFn     func(*outPkt)

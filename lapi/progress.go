@@ -30,7 +30,7 @@ func (c *Context) progressLocked() bool {
 	} else if len(c.flushed) > 0 {
 		c.flushLocked()
 	}
-	if c.reint != nil {
+	if c.reint != nil && !c.reintIdle {
 		if c.reliable {
 			c.pollNow = c.now()
 			c.nextTick = time.Time{} // only the protocol's timer runs here

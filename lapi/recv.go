@@ -30,6 +30,7 @@ type completion struct {
 // onFrame is the device's Poll callback: one arriving frame.
 func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	if c.reint != nil && isReintFrame(h.Type) && int(h.Src) < c.cfg.Size {
+		c.reintIdle = false // its timers may run again
 		c.applyReint(c.reint.Handle(h.Src, h.Type, payload, c.now()))
 		return
 	}
@@ -128,23 +129,30 @@ func (c *Context) complete(h AMHandler, src hal.Rank, cookie any, ph *pktHdr) {
 // (send a reply, start a get), then bumps target counters and tells origins
 // that asked.
 func (c *Context) runCompletions() bool {
-	var local [16]completion
+	// The queue is swapped out whole rather than copied: completions hold
+	// pointers, and copying them costs write barriers and clearing. A
+	// handler may call back in here; the nested call finds c.spare taken
+	// and its batch is left to the garbage collector.
 	ran := false
+	var batch []completion
 	for {
 		c.mu.Lock()
-		n := copy(local[:], c.done)
-		c.done = c.done[:copy(c.done, c.done[n:])]
-		if n == 0 {
+		if batch != nil && c.spare == nil {
+			c.spare = batch[:0]
+		}
+		batch = c.done
+		if len(batch) == 0 {
 			if ran {
 				c.wakeLocked()
 			}
 			c.mu.Unlock()
 			return ran
 		}
+		c.done, c.spare = c.spare, nil
 		c.mu.Unlock()
 		ran = true
-		for i := range local[:n] {
-			x := &local[i]
+		for i := range batch {
+			x := &batch[i]
 			if x.notify != nil {
 				x.notify.Complete(x.err)
 				*x = completion{}

@@ -100,6 +100,7 @@ func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
 // into nextTick.
 func (c *Context) reintTick(now time.Time) {
 	msgs, acts, next := c.reint.Tick(now)
+	c.reintIdle = next.IsZero() && len(msgs) == 0 && len(acts) == 0
 	c.applyReint(msgs, acts)
 	if !next.IsZero() && (c.nextTick.IsZero() || next.Before(c.nextTick)) {
 		c.nextTick = next

@@ -73,6 +73,12 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	}
 	hl := c.pktHdrLen()
 	room := c.mtu - hl - len(uhdr)
+	if c.reliable && len(data) <= room && c.queues[tgt].head == nil {
+		if sent, err := c.sendDirect(tgt, &ph, uhdr, data); sent {
+			c.originDone(&o)
+			return err
+		}
+	}
 	copyData := len(data) <= c.cfg.CopyThreshold
 	var m *outMsg
 	if !copyData && (o.Origin != nil || o.Notify != nil) {
@@ -124,6 +130,46 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		now = c.now() // only the reliability protocol keeps time
 	}
 	return c.pushLocked(tgt, now)
+}
+
+// sendDirect sends a one-packet message to a reliable device at once,
+// with nothing queued ahead of it toward tgt: the header is built in a
+// scratch buffer and the device, which copies the frame by the time Flush
+// returns, is flushed, so no packet is kept and data is free on return.
+// sent is false when the message must take the queue (TPT updates still
+// to push, or the device full); err is a failure of the peer.
+func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent bool, err error) {
+	if !c.pushTPT() {
+		return false, nil
+	}
+	hl := shortHdrLen
+	tiny := ph.tiny(len(data))
+	if tiny {
+		hl = tinyHdrLen
+	}
+	b := c.direct[:hal.HeaderLen+hl+len(uhdr)]
+	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt,
+		Len: uint16(hl + len(uhdr) + len(data))}
+	hal.EncodeHeader(b, &hh)
+	if tiny {
+		ph.encodeTiny(b[hal.HeaderLen:])
+	} else {
+		ph.encodeShort(b[hal.HeaderLen:])
+	}
+	copy(b[hal.HeaderLen+hl:], uhdr)
+	err = c.dev.Send(b, data)
+	if err == nil {
+		c.stats.PacketsSent++
+		err = c.flushLocked()
+	}
+	if errors.Is(err, hal.ErrNoResource) {
+		return false, nil // the ring is full: queued, progress sends it
+	}
+	if err != nil {
+		c.failPeer(tgt, err.Error())
+		return true, c.peerErr[tgt]
+	}
+	return true, nil
 }
 
 // pktHdrLen is the length of the packet headers this context sends: the

@@ -48,10 +48,23 @@ import (
 //	28 dstEp   u32
 //	32 user header, then data
 //
+// A whole message in one packet with no counters, the common small
+// message, has a tiny header instead, 8 bytes: its total is the packet's
+// data, its offset and counters zero, and it needs no message id, since
+// nothing is reassembled. With it and the MPI eager envelope an 8-byte MPI
+// message is one 64-byte frame, one cache line.
+//
+//	0 kind    u8   kindAMTiny
+//	1 uhdrLen u8
+//	2 handler u16
+//	4 dstEp   u32
+//	8 user header, then data
+//
 // These values are part of the wire protocol.
 const (
 	pktHdrLen   = 56
 	shortHdrLen = 32
+	tinyHdrLen  = 8
 	// MaxUhdr is the largest user header an active message may carry.
 	MaxUhdr = 256
 	// sackBits is how many packets past ackCum an acknowledgement describes,
@@ -63,6 +76,7 @@ const (
 	kindAM      = 1
 	kindAck     = 2
 	kindAMShort = 3
+	kindAMTiny  = 4
 
 	flagSeq = 1 << 0
 )
@@ -136,6 +150,20 @@ func (h *pktHdr) encodeShort(b []byte) {
 	h.putTail(b[12:])
 }
 
+// tiny reports whether h, a whole one-packet message of n data bytes, can
+// go in the tiny layout.
+func (h *pktHdr) tiny(n int) bool {
+	return h.uhdrLen <= 0xff && h.offset == 0 && int(h.total) == n && h.tcntr == 0 && h.ccntr == 0
+}
+
+// encodeTiny writes h, for which tiny holds, in the tiny layout.
+func (h *pktHdr) encodeTiny(b []byte) {
+	_ = b[tinyHdrLen-1]
+	b[0], b[1] = kindAMTiny, byte(h.uhdrLen)
+	binary.LittleEndian.PutUint16(b[2:], h.handler)
+	binary.LittleEndian.PutUint32(b[4:], h.dstEp)
+}
+
 // putAck rewrites only the acknowledgement fields of an encoded header, so a
 // retransmitted packet carries current acknowledgements.
 func putAck(b []byte, credit uint16, cum uint32, sack [2]uint64) {
@@ -168,6 +196,13 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		h.msgID = binary.LittleEndian.Uint32(b[8:])
 		h.getTail(b[12:])
 		rest = b[shortHdrLen:]
+	case kindAMTiny:
+		if len(b) < tinyHdrLen || len(b) < tinyHdrLen+int(b[1]) {
+			return nil, nil, errShortPacket
+		}
+		*h = pktHdr{kind: kindAM, uhdrLen: uint16(b[1]), handler: binary.LittleEndian.Uint16(b[2:]),
+			dstEp: binary.LittleEndian.Uint32(b[4:]), total: uint32(len(b) - tinyHdrLen - int(b[1]))}
+		rest = b[tinyHdrLen:]
 	case kindAM, kindAck:
 		if len(b) < pktHdrLen {
 			return nil, nil, errShortPacket

@@ -6,15 +6,21 @@ import (
 )
 
 // samplePkt is a packet in either layout: header, user header, data.
-func samplePkt(h *pktHdr, short bool, uhdr, data []byte) []byte {
+func samplePkt(h *pktHdr, layout byte, uhdr, data []byte) []byte {
 	n := pktHdrLen
-	if short {
+	switch layout {
+	case kindAMShort:
 		n = shortHdrLen
+	case kindAMTiny:
+		n = tinyHdrLen
 	}
 	b := make([]byte, n, n+len(uhdr)+len(data))
-	if short {
+	switch layout {
+	case kindAMShort:
 		h.encodeShort(b)
-	} else {
+	case kindAMTiny:
+		h.encodeTiny(b)
+	default:
 		h.encode(b)
 	}
 	return append(append(b, uhdr...), data...)
@@ -28,21 +34,25 @@ func TestDecodePktRoundTrip(t *testing.T) {
 	// The short layout carries what a reliable device needs, nothing else.
 	short := pktHdr{kind: kindAM, msgID: 5, handler: 17, uhdrLen: uint16(len(uhdr)),
 		total: 100, offset: 92, tcntr: 3, ccntr: 4, dstEp: 0xdeadbeef}
+	// The tiny layout: one whole packet, no counters, no message id.
+	tiny := pktHdr{kind: kindAM, handler: 17, uhdrLen: uint16(len(uhdr)), total: uint32(len(data)), dstEp: 0xdeadbeef}
 	ack := pktHdr{kind: kindAck, flags: flagSeq, credit: 1, ackCum: 2, sack: [2]uint64{3, 4}, dstEp: 5}
 	for _, tc := range []struct {
-		name  string
-		h     pktHdr
-		short bool
-		uhdr  []byte
-		data  []byte
+		name   string
+		h      pktHdr
+		layout byte
+		uhdr   []byte
+		data   []byte
 	}{
-		{"long", long, false, uhdr, data},
-		{"short", short, true, uhdr, data},
-		{"short-empty", pktHdr{kind: kindAM, handler: 16}, true, nil, nil},
-		{"ack", ack, false, nil, nil},
+		{"long", long, kindAM, uhdr, data},
+		{"short", short, kindAMShort, uhdr, data},
+		{"short-empty", pktHdr{kind: kindAM, handler: 16}, kindAMShort, nil, nil},
+		{"tiny", tiny, kindAMTiny, uhdr, data},
+		{"tiny-empty", pktHdr{kind: kindAM, handler: 3}, kindAMTiny, nil, nil},
+		{"ack", ack, kindAM, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := samplePkt(&tc.h, tc.short, tc.uhdr, tc.data)
+			b := samplePkt(&tc.h, tc.layout, tc.uhdr, tc.data)
 			var got pktHdr
 			u, d, err := decodePkt(b, &got)
 			if err != nil {
@@ -62,7 +72,7 @@ func TestDecodePktRoundTrip(t *testing.T) {
 // and its reserved bytes must be zero.
 func TestDecodePktShortRules(t *testing.T) {
 	h := pktHdr{kind: kindAM, handler: 16, total: 1}
-	b := samplePkt(&h, true, nil, []byte{1})
+	b := samplePkt(&h, kindAMShort, nil, []byte{1})
 	var got pktHdr
 	if _, _, err := decodePkt(b, &got); err != nil || got.flags&flagSeq != 0 {
 		t.Fatalf("decoded flags %#x, err %v: want no flagSeq and no error", got.flags, err)
@@ -84,23 +94,28 @@ func TestDecodePktShortRules(t *testing.T) {
 // and encoding what it decoded gives back the same bytes.
 func FuzzDecodePkt(f *testing.F) {
 	uhdr := bytes.Repeat([]byte{0xab}, 32)
-	for _, short := range []bool{false, true} {
+	for _, layout := range []byte{kindAM, kindAMShort} {
 		for _, n := range []int{0, 1, 8, 1000} {
 			h := pktHdr{kind: kindAM, handler: 16, uhdrLen: uint16(len(uhdr)), total: uint32(n), msgID: 7, dstEp: 3}
-			if !short {
+			if layout == kindAM {
 				h.flags, h.seq, h.ackCum, h.credit = flagSeq, 11, 10, 128
 			}
-			p := samplePkt(&h, short, uhdr, make([]byte, n))
+			p := samplePkt(&h, layout, uhdr, make([]byte, n))
 			f.Add(p)
 			f.Add(p[:len(p)-1])
 		}
 		h := pktHdr{kind: kindAM, handler: 16, total: 4096, offset: 4000, tcntr: 2, ccntr: 5}
-		f.Add(samplePkt(&h, short, nil, make([]byte, 96)))
+		f.Add(samplePkt(&h, layout, nil, make([]byte, 96)))
+	}
+	for _, n := range []int{0, 8} {
+		h := pktHdr{kind: kindAM, handler: 16, uhdrLen: uint16(len(uhdr)), total: uint32(n), dstEp: 3}
+		f.Add(samplePkt(&h, kindAMTiny, uhdr, make([]byte, n)))
 	}
 	ack := pktHdr{kind: kindAck, flags: flagSeq, credit: 1, ackCum: 2, sack: [2]uint64{3, 4}}
-	f.Add(samplePkt(&ack, false, nil, nil))
+	f.Add(samplePkt(&ack, kindAM, nil, nil))
 	f.Add([]byte{})
 	f.Add([]byte{kindAMShort})
+	f.Add([]byte{kindAMTiny, 200, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h pktHdr
 		u, d, err := decodePkt(b, &h)
@@ -117,11 +132,17 @@ func FuzzDecodePkt(f *testing.F) {
 		case uint64(h.offset)+uint64(len(d)) > uint64(h.total):
 			t.Fatalf("data [%d,+%d) outside a message of %d", h.offset, len(d), h.total)
 		}
-		short := b[0] == kindAMShort
-		if short && (h.kind != kindAM || h.flags != 0) {
-			t.Fatalf("short packet decoded as kind %d flags %#x", h.kind, h.flags)
+		layout := b[0]
+		if layout != kindAMShort && layout != kindAMTiny {
+			layout = kindAM
 		}
-		if again := samplePkt(&h, short, u, d); !bytes.Equal(again, b) {
+		if layout != kindAM && (h.kind != kindAM || h.flags != 0) {
+			t.Fatalf("short or tiny packet decoded as kind %d flags %#x", h.kind, h.flags)
+		}
+		if layout == kindAMTiny && !h.tiny(len(d)) {
+			t.Fatalf("tiny packet decoded as %+v with %d data bytes", h, len(d))
+		}
+		if again := samplePkt(&h, layout, u, d); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoded\n%x\nwant\n%x", again, b)
 		}
 	})

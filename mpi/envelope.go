@@ -8,22 +8,29 @@ import (
 )
 
 // The header an MPI message carries in its lapi user header,
-// little-endian:
+// little-endian. An eager message's is 16 bytes, so that with lapi's tiny
+// header a small message is one cache-line frame; its size is the lapi
+// message's. A rendezvous request (RTS) names its size and the sender's
+// buffer:
 //
-//	 0 kind  u8   kindEager or kindRTS
-//	 4 ctx   u32  communicator context
-//	 8 src   i32  sender's rank in the communicator
-//	12 tag   i32
-//	16 seq   u32  per (sender, receiver) world-rank pair: matching order
-//	20 sreq  u32  rendezvous: the sender's request, named in FIN
-//	24 size  u64  message bytes
-//	32 pvo        rendezvous: the sender's registered buffer (hal.PVOLen)
+//	eager (16 bytes)          RTS (32 + hal.PVOLen bytes)
+//	 0 ctx  u32               0 kind  u8   kindRTS, then 3 zero bytes
+//	 4 src  i32               4 ctx   u32  communicator context
+//	 8 tag  i32               8 src   i32  sender's rank in the communicator
+//	12 seq  u32              12 tag   i32
+//	                         16 seq   u32  per (sender, receiver) world-rank pair: matching order
+//	                         20 sreq  u32  the sender's request, named in FIN
+//	                         24 size  u64  message bytes
+//	                         32 pvo        the sender's registered buffer
+//
+// The two are told apart by length.
 const (
 	kindEager = 1
 	kindRTS   = 2
 
-	envLen    = 32
-	envRTSLen = envLen + hal.PVOLen
+	envEagerLen = 16
+	envLen      = 32
+	envRTSLen   = envLen + hal.PVOLen
 )
 
 // envelope is a decoded MPI message header.
@@ -38,42 +45,44 @@ type envelope struct {
 	pvo  hal.PVO
 }
 
+// encode writes e into b, which has room for it (envEagerLen bytes for an
+// eager message, envRTSLen for an RTS), and returns the encoded header.
 func (e *envelope) encode(b []byte) []byte {
-	n := envLen
-	if e.kind == kindRTS {
-		n = envRTSLen
+	le := binary.LittleEndian
+	if e.kind == kindEager {
+		b = b[:envEagerLen]
+		le.PutUint32(b[0:], e.ctx)
+		le.PutUint32(b[4:], uint32(int32(e.src)))
+		le.PutUint32(b[8:], uint32(int32(e.tag)))
+		le.PutUint32(b[12:], e.seq)
+		return b
 	}
-	b = b[:n]
+	b = b[:envRTSLen]
 	b[0], b[1], b[2], b[3] = e.kind, 0, 0, 0
-	binary.LittleEndian.PutUint32(b[4:], e.ctx)
-	binary.LittleEndian.PutUint32(b[8:], uint32(int32(e.src)))
-	binary.LittleEndian.PutUint32(b[12:], uint32(int32(e.tag)))
-	binary.LittleEndian.PutUint32(b[16:], e.seq)
-	binary.LittleEndian.PutUint32(b[20:], e.sreq)
-	binary.LittleEndian.PutUint64(b[24:], e.size)
-	if e.kind == kindRTS {
-		hal.PutPVO(b[envLen:], e.pvo)
-	}
+	le.PutUint32(b[4:], e.ctx)
+	le.PutUint32(b[8:], uint32(int32(e.src)))
+	le.PutUint32(b[12:], uint32(int32(e.tag)))
+	le.PutUint32(b[16:], e.seq)
+	le.PutUint32(b[20:], e.sreq)
+	le.PutUint64(b[24:], e.size)
+	hal.PutPVO(b[envLen:], e.pvo)
 	return b
 }
 
 var errBadEnvelope = errors.New("mpi: malformed message header")
 
-func (e *envelope) decode(b []byte) error {
-	if len(b) < envLen {
-		return errBadEnvelope
-	}
-	e.kind = b[0]
-	e.ctx = binary.LittleEndian.Uint32(b[4:])
-	e.src = int(int32(binary.LittleEndian.Uint32(b[8:])))
-	e.tag = int(int32(binary.LittleEndian.Uint32(b[12:])))
-	e.seq = binary.LittleEndian.Uint32(b[16:])
-	e.sreq = binary.LittleEndian.Uint32(b[20:])
-	e.size = binary.LittleEndian.Uint64(b[24:])
+// decode parses a header that came with n data bytes (an eager message's
+// size).
+func (e *envelope) decode(b []byte, n int) error {
+	le := binary.LittleEndian
 	switch {
-	case e.kind == kindEager && len(b) == envLen:
-	case e.kind == kindRTS && len(b) == envRTSLen:
-		e.pvo = hal.GetPVO(b[envLen:])
+	case len(b) == envEagerLen:
+		*e = envelope{kind: kindEager, ctx: le.Uint32(b[0:]), src: int(int32(le.Uint32(b[4:]))),
+			tag: int(int32(le.Uint32(b[8:]))), seq: le.Uint32(b[12:]), size: uint64(n)}
+	case len(b) == envRTSLen && b[0] == kindRTS && b[1]|b[2]|b[3] == 0 && n == 0:
+		*e = envelope{kind: kindRTS, ctx: le.Uint32(b[4:]), src: int(int32(le.Uint32(b[8:]))),
+			tag: int(int32(le.Uint32(b[12:]))), seq: le.Uint32(b[16:]), sreq: le.Uint32(b[20:]),
+			size: le.Uint64(b[24:]), pvo: hal.GetPVO(b[envLen:])}
 	default:
 		return errBadEnvelope
 	}

@@ -131,7 +131,7 @@ func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
 	wd := c.group[dest]
 	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
 		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
-	var hdr [envLen]byte
+	var hdr [envEagerLen]byte
 	if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(hdr[:]), b, lapi.SendOpts{}); err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
@@ -304,7 +304,7 @@ type eagerHandler struct{ w *World }
 func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	w := h.w
 	var env envelope
-	if env.decode(uhdr) != nil || int(src) >= w.size {
+	if env.decode(uhdr, n) != nil || int(src) >= w.size {
 		return nil, nil
 	}
 	w.mu.Lock()
@@ -326,7 +326,7 @@ func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 	w := h.w
 	var env envelope
-	if env.decode(uhdr) != nil || env.kind != kindEager || int(src) >= w.size {
+	if env.decode(uhdr, len(data)) != nil || env.kind != kindEager || int(src) >= w.size {
 		return false
 	}
 	w.mu.Lock()
