@@ -17,7 +17,10 @@
 // wait. Small messages go eagerly (into the posted buffer when one is
 // waiting, else into an unexpected-message buffer); large ones by
 // rendezvous: the receiver reads the sender's registered buffer with a
-// lapi Get (an RDMA read) once the receive is matched.
+// lapi Get (an RDMA read) once the receive is matched. From WEFT_SPLIT
+// bytes (default 256 KiB; 0 turns it off) both ends copy: the receiver
+// reads the lower half while the sender, asked by a CTS, writes the upper
+// half with a lapi Put, so two cores move the message (split.go).
 //
 // Large Allreduces (WEFT_ACCUMULATE bytes, default 1 MiB) reduce by
 // half-RDMA: in the ring's reduce-scatter each rank accumulates its block

@@ -172,7 +172,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
-	r.pvo = pvo
+	r.pvo, r.buf = pvo, b
 	w.mu.Lock()
 	w.reqs.add(r)
 	w.mu.Unlock()
@@ -272,6 +272,10 @@ func (w *World) status(r *Request, env *envelope, n int) (Status, error) {
 func (w *World) startGet(r *Request) {
 	a := r.rts
 	n := min(int(a.env.size), len(r.buf))
+	if w.splits(n, int(a.from)) {
+		w.startSplit(r, n)
+		return
+	}
 	if err := w.lc.Get(a.from, a.env.pvo, r.buf[:n], lapi.SendOpts{Notify: r}); err != nil {
 		w.mu.Lock()
 		r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
@@ -282,6 +286,12 @@ func (w *World) startGet(r *Request) {
 // getDone runs (w.mu held) when a rendezvous Get finished: the receive
 // completes and the sender is told it may release its buffer.
 func (w *World) getDone(r *Request, err error) {
+	if r.parts > 0 {
+		if !w.partDone(r, err) {
+			return
+		}
+		err = r.partErr
+	}
 	a := r.rts
 	r.rts = nil
 	if err != nil {
@@ -422,9 +432,9 @@ func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	w := h.w
 	w.mu.Lock()
 	r := w.reqs.get(binary.LittleEndian.Uint32(uhdr))
-	if r != nil && !r.recv {
+	if r != nil && !r.recv && !r.putting {
 		w.lc.TPT().Deregister(r.pvo)
-		r.finish(Status{}, nil)
+		r.finish(Status{}, r.partErr)
 	}
 	w.mu.Unlock()
 	return nil, nil

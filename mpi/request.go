@@ -33,6 +33,16 @@ type Request struct {
 	tabled bool
 	// get: the rendezvous arrival whose data this receive is reading
 	rts *arrival
+	// split rendezvous (split.go). Receive: parts not yet in, the first
+	// error, whether the sender said its part failed. Send: writing
+	// buf[split:end] to dst, the receive rreq.
+	parts      int
+	partErr    error
+	putFailed  bool
+	putting    bool
+	split, end int
+	rreq       uint32
+	dst        hal.PVO
 	// hdr holds the envelope a send encodes: lapi passes it to an
 	// interface method, so a stack array would escape to the heap anyway.
 	hdr [envRTSLen]byte
@@ -155,6 +165,10 @@ func (r *Request) Complete(err error) {
 	w := r.w // once finished, r may be recycled by its waiter at once
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if r.putting {
+		w.putDone(r, err)
+		return
+	}
 	if r.rts != nil {
 		w.getDone(r, err)
 		return

@@ -28,7 +28,9 @@ type World struct {
 	closed  bool
 
 	hEager, hRTS, hFin lapi.HandlerID
+	hCTS, hPutFin      lapi.HandlerID
 	eagerLimit         int
+	splitMin           int // rendezvous bytes from which both ends copy (split.go); 0: never
 	accumulateMin      int // Allreduce bytes from which half-RDMA reduces; 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
@@ -48,7 +50,11 @@ func newWorld(lc *lapi.Context) *World {
 		seqOut:        make([]atomic.Uint32, lc.Size()),
 		nextCtx:       2,
 		eagerLimit:    64 << 10,
+		splitMin:      splitDefault,
 		accumulateMin: accumulateLarge,
+	}
+	if v, err := envInt("WEFT_SPLIT"); err == nil && v >= 0 {
+		w.splitMin = v
 	}
 	if v, err := envInt("WEFT_ACCUMULATE"); err == nil && v >= 0 {
 		w.accumulateMin = v
@@ -63,6 +69,8 @@ func newWorld(lc *lapi.Context) *World {
 	w.hEager = lc.RegisterHandler(eagerHandler{w})
 	w.hRTS = lc.RegisterHandler(eagerHandler{w})
 	w.hFin = lc.RegisterHandler(finHandler{w})
+	w.hCTS = lc.RegisterHandler(ctsHandler{w})
+	w.hPutFin = lc.RegisterHandler(putFinHandler{w})
 	lc.OnPeerFailed(w.peerFailed)
 	group := make([]int, w.size)
 	for i := range group {
@@ -159,7 +167,14 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 		r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
 	}
 	w.reqs.each(func(r *Request) {
-		if r.peer == int(peer) {
+		switch {
+		case r.peer != int(peer):
+		case r.recv: // a split receive: the sender's part will not come
+			r.parts = 0
+			w.reqs.remove(r)
+			w.lc.TPT().Deregister(r.pvo)
+			r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
+		default:
 			r.finish(Status{}, fmt.Errorf("mpi: send to rank %d: %w", peer, err))
 		}
 	})

@@ -1,0 +1,66 @@
+package mpi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestSplitRendezvous: a large message is copied by both ends, the
+// receiver reading the lower part and the sender writing the upper part
+// (one copy each over inproc), and lands intact; a receive into a buffer
+// shorter than the message splits what fits and reports ErrTruncate; and
+// with WEFT_SPLIT=0 the receiver reads it all.
+func TestSplitRendezvous(t *testing.T) {
+	for _, split := range []string{"", "0"} {
+		t.Run("WEFT_SPLIT="+split, func(t *testing.T) {
+			if split != "" {
+				t.Setenv("WEFT_SPLIT", split)
+			}
+			const n = 3<<20 + 12345 // not a page multiple
+			err := Run(2, func(c *Comm) error {
+				msg := make([]byte, n)
+				for i := range msg {
+					msg[i] = byte(i * 7)
+				}
+				for round := range 3 {
+					if c.Rank() == 0 {
+						if err := Send(c, msg, 1, round); err != nil {
+							return err
+						}
+						continue
+					}
+					got := make([]byte, n)
+					if round == 2 {
+						got = got[:n-200_001] // truncated: what fits is split
+					}
+					st, err := Recv(c, got, 0, round)
+					switch {
+					case round == 2 && !errors.Is(err, ErrTruncate):
+						return fmt.Errorf("round %d: truncated receive: %v", round, err)
+					case round < 2 && err != nil:
+						return fmt.Errorf("round %d: %w", round, err)
+					case st.Count != len(got) || !bytes.Equal(got, msg[:len(got)]):
+						return fmt.Errorf("round %d: %d bytes, differ from what was sent", round, st.Count)
+					}
+				}
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				// The sender's Puts are its parts: one per message, or none.
+				puts := c.World().lc.RDMAStats().CMAWrites
+				if c.Rank() == 0 && (split == "" && puts != 3 || split == "0" && puts != 0) {
+					return fmt.Errorf("WEFT_SPLIT=%q: the sender wrote %d parts", split, puts)
+				}
+				if live := c.World().reqs.live(); live != 0 {
+					return fmt.Errorf("rank %d: %d requests left in the table", c.Rank(), live)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
