@@ -241,8 +241,8 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			spinStart, i = time.Time{}, 0
 			continue
 		}
-		if i&15 != 0 {
-			continue
+		if i&15 != 0 && c.cfg.Spin >= 0 {
+			continue // a spinning waiter reads the clock every 16 polls; a yielding one yields at every poll
 		}
 		now := time.Now()
 		if spinStart.IsZero() {
