@@ -33,7 +33,7 @@ type Context struct {
 	nextMsg   []uint32
 	peerErr   []error
 	reasm     map[reasmKey]*inMsg
-	handlers  []AMHandler
+	handlers  []handlerEntry
 	counters  []*Counter
 	freePkt   *outPkt
 	freeMsg   *outMsg
@@ -129,7 +129,7 @@ func Open(cfg Config) (*Context, error) {
 		nextMsg:  make([]uint32, cfg.Size),
 		peerErr:  make([]error, cfg.Size),
 		reasm:    make(map[reasmKey]*inMsg),
-		handlers: make([]AMHandler, firstUserHandler),
+		handlers: make([]handlerEntry, firstUserHandler),
 		counters: []*Counter{nil}, // ID 0 means "no counter"
 		wake:     make(chan struct{}),
 		tpt:      hal.NewTPT(),
@@ -203,8 +203,20 @@ func (c *Context) Reliable() bool { return c.reliable }
 func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.handlers = append(c.handlers, h)
+	c.handlers = append(c.handlers, newHandlerEntry(h))
 	return HandlerID(len(c.handlers) - 1)
+}
+
+// handlerEntry is a registered handler, with its WholeHandler side found
+// once rather than by a type assertion per message.
+type handlerEntry struct {
+	h     AMHandler
+	whole WholeHandler // nil: h is not one
+}
+
+func newHandlerEntry(h AMHandler) handlerEntry {
+	wh, _ := h.(WholeHandler)
+	return handlerEntry{h: h, whole: wh}
 }
 
 // OnPeerFailed registers f to run (under the progress lock: f must not call

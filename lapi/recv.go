@@ -87,13 +87,14 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 
 // deliver places one packet of an active message.
 func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
-	if int(ph.handler) >= len(c.handlers) || c.handlers[ph.handler] == nil {
+	if int(ph.handler) >= len(c.handlers) || c.handlers[ph.handler].h == nil {
 		c.stats.BadPackets++
 		return
 	}
-	hd := c.handlers[ph.handler]
+	e := &c.handlers[ph.handler]
+	hd := e.h
 	if ph.offset == 0 && len(data) == int(ph.total) {
-		if wh, ok := hd.(WholeHandler); ok && ph.tcntr == 0 && ph.ccntr == 0 && wh.OnWhole(src, uhdr, data) {
+		if wh := e.whole; wh != nil && ph.tcntr == 0 && ph.ccntr == 0 && wh.OnWhole(src, uhdr, data) {
 			c.stats.MessagesIn++
 			return
 		}

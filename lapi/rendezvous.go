@@ -74,11 +74,11 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 		return nil, nil
 	}
 	hid := HandlerID(binary.LittleEndian.Uint16(uhdr))
-	if int(hid) >= len(c.handlers) || hid < firstUserHandler || c.handlers[hid] == nil {
+	if int(hid) >= len(c.handlers) || hid < firstUserHandler || c.handlers[hid].h == nil {
 		c.stats.BadPackets++
 		return nil, nil
 	}
-	rv := &rvRecv{c: c, src: src, h: c.handlers[hid], id: binary.LittleEndian.Uint32(uhdr[2:]),
+	rv := &rvRecv{c: c, src: src, h: c.handlers[hid].h, id: binary.LittleEndian.Uint32(uhdr[2:]),
 		tcntr: binary.LittleEndian.Uint32(uhdr[6:])}
 	total := binary.LittleEndian.Uint64(uhdr[10:])
 	remote := hal.GetPVO(uhdr[18:])

@@ -60,15 +60,15 @@ func faultErr(peer hal.Rank, code uint8) error {
 }
 
 func (c *Context) installInternalHandlers() {
-	c.handlers[hNotify] = notifyHandler{c}
-	c.handlers[hPut] = putHandler{c}
-	c.handlers[hGet] = getHandler{c}
-	c.handlers[hReply] = replyHandler{c}
-	c.handlers[hRmw] = rmwHandler{c}
-	c.handlers[hXchg] = &c.xchg
-	c.handlers[hFence] = nopHandler{}
-	c.handlers[hRTS] = rtsHandler{c}
-	c.handlers[hRvFin] = rvFinHandler{c}
+	c.handlers[hNotify] = newHandlerEntry(notifyHandler{c})
+	c.handlers[hPut] = newHandlerEntry(putHandler{c})
+	c.handlers[hGet] = newHandlerEntry(getHandler{c})
+	c.handlers[hReply] = newHandlerEntry(replyHandler{c})
+	c.handlers[hRmw] = newHandlerEntry(rmwHandler{c})
+	c.handlers[hXchg] = newHandlerEntry(&c.xchg)
+	c.handlers[hFence] = newHandlerEntry(nopHandler{})
+	c.handlers[hRTS] = newHandlerEntry(rtsHandler{c})
+	c.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
 	c.xchg.c = c
 }
 

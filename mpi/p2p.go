@@ -150,7 +150,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	}
 	w := c.w
 	wd := c.group[dest]
-	r := newRequest()
+	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
 	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
 		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
@@ -160,7 +160,8 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 		if !copied {
 			o.Notify = r // done when lapi no longer needs b
 		}
-		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(r.hdr[:]), b, o); err != nil {
+		var hdr [envEagerLen]byte
+		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(hdr[:]), b, o); err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {
@@ -177,7 +178,8 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	w.reqs.add(r)
 	w.mu.Unlock()
 	env.kind, env.sreq, env.pvo = kindRTS, r.id, pvo
-	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(r.hdr[:]), nil, lapi.SendOpts{}); err != nil {
+	var hdr [envRTSLen]byte
+	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{}); err != nil {
 		w.mu.Lock()
 		w.reqs.remove(r)
 		w.mu.Unlock()
@@ -198,7 +200,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*Request, error)
 			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 		}
 	}
-	r := newRequest()
+	r := w.newRequest()
 	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
 	w.mu.Lock()
 	if w.closed {
@@ -286,11 +288,11 @@ func (w *World) startGet(r *Request) {
 // getDone runs (w.mu held) when a rendezvous Get finished: the receive
 // completes and the sender is told it may release its buffer.
 func (w *World) getDone(r *Request, err error) {
-	if r.parts > 0 {
+	if r.sp != nil && r.sp.parts > 0 {
 		if !w.partDone(r, err) {
 			return
 		}
-		err = r.partErr
+		err = r.sp.err
 	}
 	a := r.rts
 	r.rts = nil
@@ -432,9 +434,13 @@ func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	w := h.w
 	w.mu.Lock()
 	r := w.reqs.get(binary.LittleEndian.Uint32(uhdr))
-	if r != nil && !r.recv && !r.putting {
+	if r != nil && !r.recv && (r.sp == nil || !r.sp.putting) {
 		w.lc.TPT().Deregister(r.pvo)
-		r.finish(Status{}, r.partErr)
+		var err error
+		if r.sp != nil {
+			err = r.sp.err // its part could not be written
+		}
+		r.finish(Status{}, err)
 	}
 	w.mu.Unlock()
 	return nil, nil

@@ -33,37 +33,33 @@ type Request struct {
 	tabled bool
 	// get: the rendezvous arrival whose data this receive is reading
 	rts *arrival
-	// split rendezvous (split.go). Receive: parts not yet in, the first
-	// error, whether the sender said its part failed. Send: writing
-	// buf[split:end] to dst, the receive rreq.
-	parts      int
-	partErr    error
-	putFailed  bool
-	putting    bool
-	split, end int
-	rreq       uint32
-	dst        hal.PVO
-	// hdr holds the envelope a send encodes: lapi passes it to an
-	// interface method, so a stack array would escape to the heap anyway.
-	hdr [envRTSLen]byte
+	// sp is a split rendezvous' state (split.go), nil for any other.
+	sp *splitState
 }
 
 // reqPool recycles the requests of blocking calls (Send, Recv, and the
 // collectives' steps), which never leave the package: a blocking call
-// costs no allocation.
+// costs no allocation. Each World keeps the last one recycled at hand
+// (World.spare), which a rank's next blocking call takes back with one
+// atomic swap, cheaper than the pool's.
 var reqPool = sync.Pool{New: func() any { return new(Request) }}
 
 // newRequest returns a zeroed request.
-func newRequest() *Request {
-	r := reqPool.Get().(*Request)
+func (w *World) newRequest() *Request {
+	r := w.spare.Swap(nil)
+	if r == nil {
+		r = reqPool.Get().(*Request)
+	}
 	*r = Request{}
 	return r
 }
 
-// recycle returns a completed request of a blocking call to the pool.
+// recycle returns a completed request of a blocking call for reuse.
 func (r *Request) recycle() {
 	if r != nil && r.done.Load() && !r.tabled {
-		reqPool.Put(r)
+		if old := r.w.spare.Swap(r); old != nil {
+			reqPool.Put(old)
+		}
 	}
 }
 
@@ -165,7 +161,7 @@ func (r *Request) Complete(err error) {
 	w := r.w // once finished, r may be recycled by its waiter at once
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if r.putting {
+	if r.sp != nil && r.sp.putting {
 		w.putDone(r, err)
 		return
 	}

@@ -27,6 +27,19 @@ const (
 	putFinLen    = 9
 )
 
+// splitState is a split rendezvous' state. Receive: parts not yet in, the
+// first error, whether the sender said its part failed. Send: writing
+// buf[split:end] to dst, for the receive rreq.
+type splitState struct {
+	parts      int
+	err        error
+	putFailed  bool
+	putting    bool
+	split, end int
+	rreq       uint32
+	dst        hal.PVO
+}
+
 // splits reports whether a rendezvous receive of n bytes from world rank
 // from is split between the two ends.
 func (w *World) splits(n, from int) bool {
@@ -44,10 +57,11 @@ func (w *World) startSplit(r *Request, n int) {
 		return
 	}
 	w.mu.Lock()
-	r.pvo, r.parts, r.peer = pvo, 2, int(a.from)
+	r.pvo, r.sp, r.peer = pvo, &splitState{parts: 2}, int(a.from)
 	w.reqs.add(r)
 	w.mu.Unlock()
-	u := r.hdr[:ctsLen]
+	var cts [ctsLen]byte
+	u := cts[:]
 	le := binary.LittleEndian
 	le.PutUint32(u[0:], a.env.sreq)
 	le.PutUint32(u[4:], r.id)
@@ -56,7 +70,7 @@ func (w *World) startSplit(r *Request, n int) {
 	hal.PutPVO(u[24:], pvo)
 	if err := w.lc.Amsend(a.from, w.hCTS, u, nil, lapi.SendOpts{}); err != nil {
 		w.mu.Lock()
-		r.parts = 1 // the sender will write nothing, and nothing is read
+		r.sp.parts = 1 // the sender will write nothing, and nothing is read
 		w.mu.Unlock()
 		r.Complete(fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
 		return
@@ -76,10 +90,10 @@ func (w *World) failSplit(r *Request, err error) {
 // partDone counts one part of a split receive in (w.mu held) and reports
 // whether the receive is now complete. The first error sticks.
 func (w *World) partDone(r *Request, err error) bool {
-	if err != nil && r.partErr == nil {
-		r.partErr = err
+	if err != nil && r.sp.err == nil {
+		r.sp.err = err
 	}
-	if r.parts--; r.parts > 0 {
+	if r.sp.parts--; r.sp.parts > 0 {
 		return false
 	}
 	w.reqs.remove(r)
@@ -101,10 +115,10 @@ func (h ctsHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	defer w.mu.Unlock()
 	r := w.reqs.get(le.Uint32(uhdr[0:]))
 	split, end := le.Uint64(uhdr[8:]), le.Uint64(uhdr[16:])
-	if r == nil || r.recv || r.peer != int(src) || r.done.Load() || r.putting || split > end || end > uint64(len(r.buf)) {
+	if r == nil || r.recv || r.peer != int(src) || r.done.Load() || r.sp != nil || split > end || end > uint64(len(r.buf)) {
 		return nil, nil // stale, or not ours: ignored
 	}
-	r.putting, r.split, r.end, r.rreq, r.dst = true, int(split), int(end), le.Uint32(uhdr[4:]), hal.GetPVO(uhdr[24:])
+	r.sp = &splitState{putting: true, split: int(split), end: int(end), rreq: le.Uint32(uhdr[4:]), dst: hal.GetPVO(uhdr[24:])}
 	return nil, r
 }
 
@@ -113,7 +127,7 @@ func (h ctsHandler) OnComplete(src hal.Rank, cookie any) {
 	if !ok {
 		return
 	}
-	if err := h.w.lc.Put(src, r.dst, r.buf[r.split:r.end], lapi.SendOpts{Notify: r}); err != nil {
+	if err := h.w.lc.Put(src, r.sp.dst, r.buf[r.sp.split:r.sp.end], lapi.SendOpts{Notify: r}); err != nil {
 		r.Complete(err)
 	}
 }
@@ -121,12 +135,13 @@ func (h ctsHandler) OnComplete(src hal.Rank, cookie any) {
 // putDone runs (w.mu held) when the sender's part is written: it tells
 // the receiver, failed or not.
 func (w *World) putDone(r *Request, err error) {
-	r.putting = false
+	r.sp.putting = false
 	if err != nil {
-		r.partErr = err
+		r.sp.err = err
 	}
-	u := r.hdr[:putFinLen]
-	binary.LittleEndian.PutUint32(u[0:], r.rreq)
+	var fin [putFinLen]byte
+	u := fin[:]
+	binary.LittleEndian.PutUint32(u[0:], r.sp.rreq)
 	binary.LittleEndian.PutUint32(u[4:], r.id)
 	u[8] = 0
 	if err != nil {
@@ -148,10 +163,10 @@ func (h putFinHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.reqs.get(binary.LittleEndian.Uint32(uhdr[0:]))
-	if r == nil || !r.recv || r.rts == nil || r.rts.from != src || r.rts.env.sreq != binary.LittleEndian.Uint32(uhdr[4:]) || r.parts == 0 {
+	if r == nil || !r.recv || r.rts == nil || r.rts.from != src || r.rts.env.sreq != binary.LittleEndian.Uint32(uhdr[4:]) || r.sp == nil || r.sp.parts == 0 {
 		return nil, nil
 	}
-	r.putFailed = uhdr[8] == 1
+	r.sp.putFailed = uhdr[8] == 1
 	return nil, r
 }
 
@@ -164,7 +179,7 @@ func (h putFinHandler) OnComplete(_ hal.Rank, cookie any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var err error
-	if r.putFailed {
+	if r.sp.putFailed {
 		err = fmt.Errorf("mpi: rendezvous receive from rank %d: the sender could not write its part", r.rts.env.src)
 	}
 	w.getDone(r, err)

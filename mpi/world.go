@@ -34,6 +34,7 @@ type World struct {
 	accumulateMin      int // Allreduce bytes from which half-RDMA reduces; 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
+	spare              atomic.Pointer[Request] // a recycled request (request.go)
 	deferred           []*Request              // rendezvous reads to start outside lapi's lock
 	freeArr            *arrival                // recycled arrivals (w.mu)
 	onClose            []func() error
@@ -170,7 +171,9 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 		switch {
 		case r.peer != int(peer):
 		case r.recv: // a split receive: the sender's part will not come
-			r.parts = 0
+			if r.sp != nil {
+				r.sp.parts = 0
+			}
 			w.reqs.remove(r)
 			w.lc.TPT().Deregister(r.pvo)
 			r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
