@@ -56,6 +56,9 @@ const (
 var frameTypeNames = [...]string{"invalid", "data", "rdma-write", "rdma-read-req",
 	"rdma-read-resp", "rdma-done", "booting", "boot-ack", "boot-nack", "rdma-ready", "tpt-update"}
 
+// Valid reports whether t is a frame type this version knows.
+func (t FrameType) Valid() bool { return t != 0 && t < frameTypeEnd }
+
 // String names the frame type.
 func (t FrameType) String() string {
 	if t < frameTypeEnd {

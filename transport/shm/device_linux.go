@@ -247,7 +247,13 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if atomic.LoadUint32(p.state) == stateClosed {
 		return fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
 	}
-	if err := r.push(hdr, payload); err != nil {
+	var err error
+	if n <= r.inlineMax && d.compact(hdr, n, dst) {
+		err = r.pushCompact(hal.FrameType(hdr[3]), hdr[hal.HeaderLen:], payload)
+	} else {
+		err = r.push(hdr, payload)
+	}
+	if err != nil {
 		if err == errRingFull {
 			d.counters.NoResource.Add(1)
 		}
@@ -265,6 +271,17 @@ func (d *Device) Send(hdr, payload []byte) error {
 		d.countSent()
 	}
 	return nil
+}
+
+// compact reports whether hdr is a well-formed frame header, of a frame
+// with n payload bytes toward dst, with nothing in it that the ring does
+// not imply: then only its type travels (ring.pushCompact).
+func (d *Device) compact(hdr []byte, n int, dst uint32) bool {
+	le := binary.LittleEndian
+	return le.Uint16(hdr[0:]) == hal.Magic && hdr[2] == hal.Version && hal.FrameType(hdr[3]).Valid() &&
+		le.Uint32(hdr[4:]) == 0 && hdr[8] == 0 && hdr[9] == 0 && int(le.Uint16(hdr[10:])) == n &&
+		le.Uint32(hdr[12:]) == 0 && le.Uint64(hdr[16:]) == d.jobKey &&
+		le.Uint32(hdr[24:]) == uint32(d.rank) && le.Uint32(hdr[28:]) == dst
 }
 
 // maxUncounted bounds how many sent frames the counters may lag behind.
@@ -352,7 +369,7 @@ func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered 
 	}
 	used := 0
 	for used < budget {
-		frame, dataEnd, err := r.next()
+		frame, t, dataEnd, err := r.next()
 		if err != nil {
 			r.release()
 			return delivered, used, bytes, err
@@ -361,10 +378,17 @@ func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered 
 			break
 		}
 		used++
-		if d.accept(frame) {
+		payload, ok := frame, true
+		if t != 0 {
+			// A compact frame: its header is the ring's.
+			d.hdr = hal.Header{Type: t, Len: uint16(len(frame)), JobKey: d.jobKey, Src: hal.Rank(r.src), Dst: d.rank}
+		} else if ok = d.accept(frame); ok {
+			payload = frame[hal.HeaderLen:]
+		}
+		if ok {
 			delivered++
 			bytes += uint64(d.hdr.Len)
-			fn(&d.hdr, frame[hal.HeaderLen:])
+			fn(&d.hdr, payload)
 			if d.closed.Load() {
 				// fn closed the device: the mapping is gone.
 				return delivered, used, bytes, nil

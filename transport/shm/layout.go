@@ -33,8 +33,10 @@ import (
 //	  shares no 128-byte pair with the lines the producer reads on every
 //	  Send, since adjacent-line prefetchers move lines in pairs. The
 //	  producer's tail is not a word: it is the stamps in the cells.)
-//	  cells from ringHdrLines*line: stamp u64, frame length u32, zero u32,
-//	    then the inline frame, or the frame's data position u64
+//	  cells from ringHdrLines*line: stamp u64, frame length u32, compact
+//	    type u32 (0: a whole frame), then the inline frame, or the
+//	    frame's data position u64; a compact frame is the payload alone
+//	    (the frame header is the ring's: see ring.pushCompact)
 //	  data area from dataOff (page-aligned)
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
@@ -89,6 +91,7 @@ const (
 	// Cell fields.
 	offCellStamp = 0
 	offCellLen   = 8
+	offCellType  = 12 // a compact frame's type, 0 for a whole frame (see ring.pushCompact)
 	offCellData  = 16 // the data position of an external frame; an inline frame starts here too
 )
 

@@ -3,6 +3,8 @@ package shm
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/weft-hpc/weft/hal"
 )
 
 // ring is one side's view of the single-producer, single-consumer ring of
@@ -150,8 +152,34 @@ func (r *ring) push(hdr, payload []byte) error {
 		r.dpos = start + span
 	}
 	*word32(c, offCellLen) = uint32(n)
+	*word32(c, offCellType) = 0
 	// The stamp is the release: everything written above is visible to a
 	// consumer that loads it.
+	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
+	r.pos++
+	return nil
+}
+
+// pushCompact publishes a frame whose header says nothing the ring does
+// not (this job, this source, this destination, no flags): only its type
+// and its payload, rest then payload, go in the cell. A small message
+// then shares the stamp's cache line: the producer takes one line from
+// the consumer's cache instead of two, and the consumer takes it back.
+// The caller checked that the payload fits inline; errRingFull as for
+// push.
+func (r *ring) pushCompact(t hal.FrameType, rest, payload []byte) error {
+	if r.pos-r.seenCell > r.cellMask {
+		if err := r.reloadHead(); err != nil {
+			return err
+		}
+		if r.pos-r.seenCell > r.cellMask {
+			return errRingFull
+		}
+	}
+	c := r.cell(r.pos)
+	copy(c[cellInlineOff+copy(c[cellInlineOff:], rest):], payload)
+	*word32(c, offCellLen) = uint32(len(rest) + len(payload))
+	*word32(c, offCellType) = uint32(t)
 	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
 	r.pos++
 	return nil
@@ -187,24 +215,33 @@ func (r *ring) peek() bool {
 // next returns the frame at the consumer's position, nil if none is
 // published yet, and where the data head moves once it is consumed. Every
 // value read from the cell is checked before it is used.
-func (r *ring) next() (frame []byte, dataEnd uint64, err error) {
+//
+// A compact frame (pushCompact) comes back as its payload, with its type;
+// t is 0 for a whole frame.
+func (r *ring) next() (frame []byte, t hal.FrameType, dataEnd uint64, err error) {
 	c := r.cell(r.pos)
 	if atomic.LoadUint64(word64(c, offCellStamp)) != r.pos+1 {
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
 	n := int(*word32(c, offCellLen))
+	if ct := *word32(c, offCellType); ct != 0 {
+		if ct > 0xff || !hal.FrameType(ct).Valid() || n > r.inlineMax {
+			return nil, 0, 0, r.corrupt(fmt.Sprintf("cell %d holds a compact frame of type %d and %d bytes", r.pos, ct, n))
+		}
+		return c[cellInlineOff : cellInlineOff+n], hal.FrameType(ct), r.dpos, nil
+	}
 	if n <= r.inlineMax {
-		return c[cellInlineOff : cellInlineOff+n], r.dpos, nil
+		return c[cellInlineOff : cellInlineOff+n], 0, r.dpos, nil
 	}
 	if n > r.maxFr {
-		return nil, 0, r.corrupt(fmt.Sprintf("cell %d holds a frame of %d bytes, more than %d", r.pos, n, r.maxFr))
+		return nil, 0, 0, r.corrupt(fmt.Sprintf("cell %d holds a frame of %d bytes, more than %d", r.pos, n, r.maxFr))
 	}
 	start, span := *word64(c, offCellData), uint64(frameSpan(n, r.line))
 	if start < r.dpos || start+span-r.dpos > r.ringBytes || start&r.dataMask+span > r.ringBytes {
-		return nil, 0, r.corrupt(fmt.Sprintf("cell %d places %d bytes at %d, outside the data area (head %d)", r.pos, n, start, r.dpos))
+		return nil, 0, 0, r.corrupt(fmt.Sprintf("cell %d places %d bytes at %d, outside the data area (head %d)", r.pos, n, start, r.dpos))
 	}
 	off := start & r.dataMask
-	return r.data[off : off+uint64(n)], start + span, nil
+	return r.data[off : off+uint64(n)], 0, start + span, nil
 }
 
 // advance moves past the frame next returned, whose callback has

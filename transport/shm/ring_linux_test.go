@@ -335,3 +335,44 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// A frame whose header the ring implies (this job, source and
+// destination, no flags) travels compact, its payload in the stamp's
+// cache line, and arrives with the header it was sent with; any other
+// frame travels whole; a compact cell of an unknown type is corruption.
+func TestCompactFrames(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{})
+	payload := []byte("8 bytes!")
+	plain := header(key, 0, 1, len(payload))
+	striped := header(key, 0, 1, len(payload))
+	striped[5] = 1 // SrcDev: the ring does not carry it
+	for i, h := range [][]byte{plain, striped} {
+		if err := devs[0].Send(h, payload); err != nil {
+			t.Fatal(err)
+		}
+		ct := *word32(devs[1].in[0].cell(uint64(i)), offCellType)
+		if compact := ct != 0; compact != (i == 0) {
+			t.Fatalf("frame %d: cell type %d, want compact %v", i, ct, i == 0)
+		}
+	}
+	var got []hal.Header
+	n, err := devs[1].Poll(func(h *hal.Header, p []byte) {
+		if string(p) != string(payload) {
+			t.Errorf("payload %q, want %q", p, payload)
+		}
+		got = append(got, *h)
+	})
+	want := hal.Header{Type: hal.FrameData, Len: uint16(len(payload)), JobKey: key, Src: 0, Dst: 1}
+	wantStriped := want
+	wantStriped.SrcDev = 1
+	if n != 2 || err != nil || got[0] != want || got[1] != wantStriped {
+		t.Fatalf("Poll: %d, %v, %+v; want %+v and %+v", n, err, got, want, wantStriped)
+	}
+	if err := devs[0].Send(plain, payload); err != nil {
+		t.Fatal(err)
+	}
+	*word32(devs[1].in[0].cell(2), offCellType) = 200
+	if _, err := devs[1].Poll(ignore); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Poll of a compact cell of type 200: %v, want ErrCorrupt", err)
+	}
+}
