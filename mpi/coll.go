@@ -146,6 +146,7 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
 	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
+		c.tmp = nil // a receive left pending may still write the scratch
 		return fmt.Errorf("mpi: reduce: %w", err)
 	}
 	return nil
@@ -155,7 +156,7 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 // commutative, so any tree shape gives the same result up to rounding).
 func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 	acc := append([]byte(nil), send...)
-	tmp := make([]byte, len(send))
+	tmp := c.scratch(len(send))
 	vr := c.rel(root)
 	for mask := 1; mask < c.size; mask <<= 1 {
 		if vr&mask == 0 {
@@ -197,6 +198,7 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		}
 	}
 	if err != nil {
+		c.tmp = nil // a receive left pending may still write the scratch
 		return fmt.Errorf("mpi: allreduce: %w", err)
 	}
 	return nil
@@ -212,7 +214,7 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 		pof2 *= 2
 	}
 	rem := p - pof2
-	tmp := make([]byte, len(acc))
+	tmp := c.scratch(len(acc))
 	newrank := c.rank - rem
 	if c.rank < 2*rem {
 		if c.rank%2 == 0 {

@@ -19,6 +19,24 @@ type Comm struct {
 
 	accIn  []*lapi.Counter // half-RDMA reductions (accumulate.go)
 	accOut *lapi.Counter
+	tmp    []byte // scratch for the collectives' receives (scratch)
+}
+
+// scratchMax is the largest scratch buffer a communicator keeps.
+const scratchMax = 64 << 10
+
+// scratch is a buffer of n bytes for a collective's incoming data. A rank
+// runs one collective on a communicator at a time (MPI's rule), and each
+// has received all it asked for when it returns, so up to scratchMax bytes
+// are reused from call to call instead of allocated.
+func (c *Comm) scratch(n int) []byte {
+	if n > scratchMax {
+		return make([]byte, n)
+	}
+	if cap(c.tmp) < n {
+		c.tmp = make([]byte, n, max(n, 64))
+	}
+	return c.tmp[:n]
 }
 
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
