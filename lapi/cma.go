@@ -34,26 +34,39 @@ type cmaState struct {
 	dev      hal.CrossMemory        // nil: not available
 	replicas []hal.Replica          // per peer (c.mu)
 	mu       sync.Mutex             // guards out: the TPT's watcher runs in any goroutine
-	out      []hal.TPTEntry         // changes to push
+	out      []hal.TPTEntry         // changes the watcher saw, not yet in log
 	pending  atomic.Bool
-	sending  []hal.TPTEntry // pushTPT's batch (c.mu)
-	buf      []byte         // update frame (c.mu)
-	decoded  []hal.TPTEntry // onTPTUpdate's scratch (c.mu)
+	// log holds the changes some peer has not been sent yet, the first
+	// being change number logBase; sentTo[p] is how many changes peer p
+	// has been sent (c.mu). A peer is sent its changes just before
+	// anything else goes to it, not every change to every peer at once: a
+	// rendezvous send registers its buffer, and only its receiver needs
+	// to hear of it.
+	log     []hal.TPTEntry
+	logBase uint64
+	sentTo  []uint64
+	buf     []byte         // update frame (c.mu)
+	decoded []hal.TPTEntry // onTPTUpdate's scratch (c.mu)
 }
+
+// tptLogMax bounds the log: past it, every peer that lags is sent its
+// changes at the next progress pass.
+const tptLogMax = 1024
 
 // initCMA turns cross-memory attach on when the device offers it.
 func (c *Context) initCMA() {
-	if sa, ok := c.dev.(hal.SharedAddressSpace); ok && c.cfg.RDMAThreshold >= 0 {
+	if sa, ok := c.dev.(hal.SharedAddressSpace); ok && c.cfg.SingleCopyThreshold >= 0 {
 		sa.ShareTPT(c.tpt)
 		c.cm.shared = sa
 		return
 	}
 	cm, ok := c.dev.(hal.CrossMemory)
-	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.RDMAThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
+	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
 		return
 	}
 	c.cm.dev = cm
 	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
+	c.cm.sentTo = make([]uint64, c.cfg.Size)
 	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
 	c.tpt.Watch(func(e hal.TPTEntry) {
 		c.cm.mu.Lock()
@@ -63,28 +76,83 @@ func (c *Context) initCMA() {
 	})
 }
 
-// pushTPT sends this rank's pending TPT changes to every peer (c.mu held)
-// and reports whether none is left pending: callers send nothing else
-// until then, so no PVO overtakes its entry.
-func (c *Context) pushTPT() bool {
-	if c.cm.dev == nil || !c.cm.pending.Load() && len(c.cm.sending) == 0 {
-		return true
-	}
-	if len(c.cm.sending) == 0 {
+// takeTPTChanges moves what the watcher saw into the log (c.mu held) and
+// returns the log's end.
+func (c *Context) takeTPTChanges() uint64 {
+	if c.cm.pending.Load() {
 		c.cm.mu.Lock()
-		c.cm.sending, c.cm.out = c.cm.out, c.cm.sending[:0]
+		c.cm.log = append(c.cm.log, c.cm.out...)
+		c.cm.out = c.cm.out[:0]
 		c.cm.pending.Store(false)
 		c.cm.mu.Unlock()
 	}
-	for p := range c.cfg.Size {
-		if hal.Rank(p) != c.rank && c.peerErr[p] == nil {
-			if !c.sendTPT(hal.Rank(p), c.cm.sending) {
-				return false // the device is full: try again at the next pass
-			}
+	return c.cm.logBase + uint64(len(c.cm.log))
+}
+
+// pushTPT sends peer the TPT changes it has not been sent (c.mu held) and
+// reports whether none is left: callers send peer nothing else until
+// then, so no PVO overtakes its entry.
+func (c *Context) pushTPT(peer hal.Rank) bool {
+	if c.cm.dev == nil || !c.cm.pending.Load() && c.cm.sentTo[peer] == c.cm.logBase+uint64(len(c.cm.log)) {
+		return true
+	}
+	end := c.takeTPTChanges()
+	if from := c.cm.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
+		if !c.sendTPT(peer, c.cm.log[from-c.cm.logBase:]) {
+			return false // the device is full: try again at the next pass
 		}
 	}
-	c.cm.sending = c.cm.sending[:0]
+	c.cm.sentTo[peer] = end
+	c.trimTPTLog()
 	return true
+}
+
+// tptBehind reports whether peer has TPT changes of this rank still to be
+// sent (c.mu held).
+func (c *Context) tptBehind(peer hal.Rank) bool {
+	return c.cm.dev != nil && (c.cm.pending.Load() || c.cm.sentTo[peer] < c.cm.logBase+uint64(len(c.cm.log)))
+}
+
+// catchUpTPT sends every peer that lags its changes once the log has
+// grown past tptLogMax (c.mu held): peers this rank does not talk to
+// would otherwise keep it growing.
+func (c *Context) catchUpTPT() {
+	if c.cm.dev == nil {
+		return
+	}
+	if c.takeTPTChanges() < c.cm.logBase+tptLogMax {
+		return
+	}
+	for p := range c.cfg.Size {
+		if !c.pushTPT(hal.Rank(p)) {
+			return
+		}
+	}
+}
+
+// trimTPTLog drops the changes every live peer has been sent.
+func (c *Context) trimTPTLog() {
+	low := c.cm.logBase + uint64(len(c.cm.log))
+	for p, s := range c.cm.sentTo {
+		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low {
+			low = s
+		}
+	}
+	if n := int(low - c.cm.logBase); n > 0 {
+		c.cm.log = c.cm.log[:copy(c.cm.log, c.cm.log[n:])]
+		c.cm.logBase = low
+	}
+}
+
+// resyncTPT sends peer, whose replica of this rank starts afresh (it
+// restarted), every entry this rank has (c.mu held).
+func (c *Context) resyncTPT(peer hal.Rank) {
+	if c.cm.dev == nil {
+		return
+	}
+	end := c.takeTPTChanges()
+	c.sendTPT(peer, c.tpt.Entries())
+	c.cm.sentTo[peer] = end
 }
 
 // sendTPT sends entries to peer's replica (c.mu held); false: the device
@@ -138,7 +206,7 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
 func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
-	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.RDMAThreshold {
+	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold {
 		return false, nil
 	}
 	acc := hal.AccessRead

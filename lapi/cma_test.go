@@ -65,10 +65,17 @@ func TestCMA(t *testing.T) {
 	pro, _ := c1.TPT().Register(ro, hal.AccessRead)
 	src := make([]byte, 1<<20)
 	fill(src, 1)
-	// c1's updates reach c0 with its next frames: a fence makes sure.
-	if err := c1.Fence(ctx); err != nil {
-		t.Fatal(err)
+	// c1's updates reach c0 before its next frame to c0: a fence (which
+	// c0 must answer) makes sure.
+	fence := func() {
+		t.Helper()
+		stop := serving(c0)
+		defer stop()
+		if err := c1.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
+	fence()
 	k := c0.NewCounter()
 	wait := func() error {
 		c0.Progress()
@@ -126,7 +133,7 @@ func TestCMA(t *testing.T) {
 	}
 	// Deregistered: once the removal has reached c0, its replica refuses.
 	c1.TPT().Deregister(p)
-	c1.Fence(ctx)
+	fence()
 	waitReplica(p, false)
 	k = c0.NewCounter()
 	if err := c0.Put(1, p, src, SendOpts{Completion: k}); err != nil {
@@ -254,5 +261,58 @@ func TestSharedAddressSpace(t *testing.T) {
 	}
 	if !bytes.Equal(mem, snap) {
 		t.Fatal("a write landed after Deregister returned")
+	}
+}
+
+// TestTPTPushPerPeer: a rank's TPT changes go to a peer just before
+// anything else does, not to every peer at once: a message to rank 1
+// brings rank 1's replica the new region while rank 2's stays without it;
+// a fence brings every peer up to date; and changes no traffic carries
+// are still pushed once tptLogMax of them are waiting, so the log stays
+// bounded.
+func TestTPTPushPerPeer(t *testing.T) {
+	ctxs := openShmJob(t, 3)
+	c0 := ctxs[0]
+	for _, c := range ctxs[1:] {
+		defer serving(c)()
+	}
+	ctx := context.Background()
+	h := c0.RegisterHandler(&sink{})
+	for _, c := range ctxs[1:] {
+		c.RegisterHandler(&sink{})
+	}
+	has := func(c *Context, p hal.PVO) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.cm.replicas[0].Has(p)
+	}
+	p, _ := c0.TPT().Register(make([]byte, 4096), hal.AccessRead)
+	k := c0.NewCounter()
+	if err := c0.Amsend(1, h, nil, []byte{1}, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !has(ctxs[1], p) || has(ctxs[2], p) {
+		t.Fatalf("after a message to rank 1: rank 1 has the region %v, rank 2 %v; want true, false", has(ctxs[1], p), has(ctxs[2], p))
+	}
+	if err := c0.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !has(ctxs[2], p) {
+		t.Fatal("after a fence rank 2's replica lacks the region")
+	}
+	// Changes with no traffic at all: the log is pushed and trimmed.
+	for range tptLogMax + 10 {
+		q, _ := c0.TPT().Register(make([]byte, 64), hal.AccessRead)
+		c0.TPT().Deregister(q)
+	}
+	c0.Progress()
+	c0.mu.Lock()
+	n, sent := len(c0.cm.log), c0.cm.sentTo[2]
+	c0.mu.Unlock()
+	if n >= tptLogMax || sent < 2*tptLogMax {
+		t.Fatalf("after %d changes and a progress pass: %d in the log, rank 2 sent %d", 2*(tptLogMax+10), n, sent)
 	}
 }

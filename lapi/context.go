@@ -337,3 +337,13 @@ func (c *Context) PeerErrLocked(peer hal.Rank) error {
 // CopyThreshold is the largest message Amsend copies: its origin buffer is
 // reusable, and its origin counter has fired, when Amsend returns.
 func (c *Context) CopyThreshold() int { return c.cfg.CopyThreshold }
+
+// SingleCopy is the size from which Put and Get to another rank are one
+// copy (see Config.SingleCopyThreshold), or 0 when the device cannot copy
+// into peers' memory.
+func (c *Context) SingleCopy() int {
+	if c.cm.dev == nil && c.cm.shared == nil {
+		return 0
+	}
+	return c.cfg.SingleCopyThreshold
+}

@@ -42,6 +42,15 @@ type Config struct {
 	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always
 	// does.
 	RDMAThreshold int
+	// SingleCopyThreshold: Put and Get of at least this many bytes to
+	// another rank are one copy where the device can copy straight into
+	// the peer's memory (cross-memory attach on shm, a shared address
+	// space on inproc): default 16 KiB, negative: never. Below it, and
+	// on other devices, RDMAThreshold decides. Measured on shm here, a
+	// 16-64 KiB MPI message is 2-4 times faster by one cross-memory read
+	// than copied through the rings and out again (which moves about
+	// 2 GB/s core to core); at 8 KiB the two are even.
+	SingleCopyThreshold int
 	// AMRendezvous: active messages with at least this much data to
 	// another rank go by rendezvous (negative: never): the header goes
 	// ahead, and the target reads the data by RDMA into the buffer its
@@ -91,6 +100,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
+	}
+	if c.SingleCopyThreshold == 0 {
+		c.SingleCopyThreshold = 16 << 10
 	}
 	if c.RDMAThreshold == 0 {
 		c.RDMAThreshold = 64 << 10

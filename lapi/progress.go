@@ -37,7 +37,7 @@ func (c *Context) progressLocked() bool {
 		}
 		c.reintTick(c.pollNow)
 	}
-	c.pushTPT()
+	c.catchUpTPT()
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
 			c.pushLocked(p, c.pollNow)

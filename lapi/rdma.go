@@ -263,15 +263,15 @@ func (c *Context) queueStream(o outStream) {
 // pushRDMA hands queued RDMA packets to the device while it takes them
 // (c.mu held).
 func (c *Context) pushRDMA(now time.Time) {
-	if !c.pushTPT() {
-		return // TPT changes go first; progress retries
-	}
 	r := &c.rd
 	for len(r.queue) > 0 {
 		o := r.queue[0]
 		if c.peerErr[o.s.Peer] != nil {
 			r.popStream()
 			continue
+		}
+		if !c.pushTPT(o.s.Peer) {
+			return // TPT changes go first; progress retries
 		}
 		for !o.s.Done() {
 			slot := c.hdrSlot()

@@ -21,10 +21,8 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 		case hal.ActClearPeer:
 			c.resetPeer(a.Peer)
 		case hal.ActEnablePeer:
-			if c.cm.dev != nil {
-				c.sendTPT(a.Peer, c.tpt.Entries()) // its replica of us starts afresh
-			}
-			c.wakeLocked() // waiters for RDMAReady
+			c.resyncTPT(a.Peer) // its replica of us starts afresh
+			c.wakeLocked()      // waiters for RDMAReady
 		case hal.ActReady:
 			c.wakeLocked()
 		}

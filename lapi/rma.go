@@ -456,7 +456,8 @@ func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
 }
 
 // Fence waits until every operation this context started has completed at
-// its target (LAPI_Fence).
+// its target (LAPI_Fence), and every peer's replica of this rank's TPT
+// has the regions registered or released before it.
 func (c *Context) Fence(ctx context.Context) error {
 	// RDMA transfers are complete at their target when their completion
 	// comes back.
@@ -490,7 +491,7 @@ func (c *Context) Fence(ctx context.Context) error {
 		if hal.Rank(p) == c.rank || c.peerErr[p] != nil {
 			continue
 		}
-		if c.nextMsg[p] != c.fenceMark[p] {
+		if c.nextMsg[p] != c.fenceMark[p] || c.tptBehind(hal.Rank(p)) {
 			c.fenceMark[p] = c.nextMsg[p] + 1
 			if err := c.amsendLocked(hal.Rank(p), hFence, nil, nil, SendOpts{Completion: k}); err != nil {
 				c.mu.Unlock()

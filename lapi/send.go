@@ -139,7 +139,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 // sent is false when the message must take the queue (TPT updates still
 // to push, or the device full); err is a failure of the peer.
 func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent bool, err error) {
-	if !c.pushTPT() {
+	if !c.pushTPT(tgt) {
 		return false, nil
 	}
 	hl := shortHdrLen
@@ -191,7 +191,7 @@ func (c *Context) activate(peer hal.Rank) {
 // pushLocked sends queued packets to peer while the window and the device
 // allow, then flushes.
 func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
-	if !c.pushTPT() {
+	if !c.pushTPT(peer) {
 		return nil // TPT changes go first; progress retries
 	}
 	q := &c.queues[peer]

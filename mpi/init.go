@@ -79,7 +79,8 @@ func initWith(cl pmi.Client) (*World, error) {
 	// Every process joins by reintegration: a rank that is restarted
 	// (same rank, new process) never receives RDMA meant for its earlier
 	// life, and peers' replicas of its TPT start afresh.
-	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true}
+	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
+		SingleCopyThreshold: singleCopyEnv()}
 	if oversubscribed(cl) {
 		// More ranks than cores here: spinning only delays the rank that
 		// would answer, so give it the processor at once.

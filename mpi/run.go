@@ -88,7 +88,8 @@ func openInproc(n int) ([]*World, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
 		}
-		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin})
+		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin,
+			SingleCopyThreshold: singleCopyEnv()})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}

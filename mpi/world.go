@@ -60,6 +60,11 @@ func newWorld(lc *lapi.Context) *World {
 	if v, err := envInt("WEFT_ACCUMULATE"); err == nil && v >= 0 {
 		w.accumulateMin = v
 	}
+	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
+		// A rendezvous read is one copy here: from its size up that
+		// beats copying through the device and out again.
+		w.eagerLimit = sc - 1
+	}
 	if v, err := envInt("WEFT_EAGER"); err == nil && v > 0 {
 		w.eagerLimit = v
 	}
@@ -186,6 +191,14 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 			a.complete = true // it never will: let a probe see it, a receive fail
 		}
 	}
+}
+
+// singleCopyEnv is WEFT_SINGLECOPY: the bytes from which messages and
+// Put/Get between ranks of a node are one copy (lapi's
+// SingleCopyThreshold; 0 or unset: its default, negative: never).
+func singleCopyEnv() int {
+	v, _ := envInt("WEFT_SINGLECOPY")
+	return v
 }
 
 func envInt(name string) (int, error) {
