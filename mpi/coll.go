@@ -7,7 +7,7 @@ import (
 // Size thresholds (bytes) at which collectives switch algorithm.
 const (
 	bcastLarge     = 256 << 10 // binomial below, scatter + ring allgather above
-	allreduceLarge = 64 << 10  // recursive doubling below, ring above
+	allreduceLarge = 64 << 10  // recursive doubling below, ring above (with more than 2 ranks)
 	allgatherLarge = 64 << 10  // Bruck below (total bytes), ring above
 )
 
@@ -191,7 +191,9 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		switch {
 		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
 			err = c.allreduceAccumulate(b, es, red)
-		case len(b) >= allreduceLarge && len(recv) >= c.size:
+		case len(b) >= allreduceLarge && len(recv) >= c.size && c.size > 2:
+			// Two ranks move the same bytes either way, and recursive
+			// doubling does it in one exchange instead of two.
 			err = c.allreduceRing(b, es, red)
 		default:
 			err = c.allreduceRecursiveDoubling(b, red)
@@ -259,7 +261,7 @@ func (c *Comm) allreduceRing(acc []byte, es int, red reducer) error {
 	p := c.size
 	count := len(acc) / es
 	block := func(i int) []byte { return acc[i*count/p*es : (i+1)*count/p*es] }
-	tmp := make([]byte, (count/p+1)*es)
+	tmp := c.scratch((count/p + 1) * es)
 	right, left := (c.rank+1)%p, (c.rank-1+p)%p
 	for step := 0; step < p-1; step++ {
 		sb, rb := block((c.rank-step+p)%p), block((c.rank-step-1+p)%p)

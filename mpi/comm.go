@@ -23,12 +23,13 @@ type Comm struct {
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.
-const scratchMax = 64 << 10
+const scratchMax = 4 << 20
 
 // scratch is a buffer of n bytes for a collective's incoming data. A rank
 // runs one collective on a communicator at a time (MPI's rule), and each
 // has received all it asked for when it returns, so up to scratchMax bytes
-// are reused from call to call instead of allocated.
+// are reused from call to call instead of allocated (fresh pages cost
+// a fault each, and the garbage collector must return them).
 func (c *Comm) scratch(n int) []byte {
 	if n > scratchMax {
 		return make([]byte, n)
