@@ -248,8 +248,20 @@ func (c *Context) Stats() Stats {
 }
 
 // Close stops the context and closes its device. Operations still pending
-// are abandoned; waiters return ErrClosed.
+// are abandoned; waiters return ErrClosed. On an unreliable device it
+// first waits, up to 2s, until what this rank sent is acknowledged and
+// peers stop resending to it (drain), so that ranks may close right after
+// a barrier.
 func (c *Context) Close() error {
+	c.mu.Lock()
+	done, drain := c.closed, !c.reliable && c.cfg.Clock == nil
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if drain {
+		c.drain()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -263,6 +275,50 @@ func (c *Context) Close() error {
 		<-c.bgDone
 	}
 	return c.dev.Close()
+}
+
+// closeDrainMax bounds how long Close drains and lingers.
+const closeDrainMax = 2 * time.Second
+
+// drain runs before Close lets go of an unreliable device, so that a rank
+// leaving right after a barrier does not take with it what a peer still
+// needs: first it waits until every packet this rank sent is acknowledged
+// (the peer has the barrier's message), then it goes on answering until
+// nothing has arrived for a quiet period (the peer resends a packet whose
+// acknowledgement was lost, and must hear it again). Both end at
+// closeDrainMax or PeerTimeout: a peer that is gone does not hold Close.
+// With Config.Clock set the caller drives time, and Close does not wait.
+func (c *Context) drain() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.PeerTimeout, closeDrainMax))
+	defer cancel()
+	err := c.waitUntil(ctx, func() error {
+		for _, p := range c.active {
+			if c.peerErr[p] == nil && (c.links[p].inFlight() > 0 || c.queues[p].head != nil) {
+				return nil
+			}
+		}
+		return errDone
+	})
+	if err != nil {
+		return
+	}
+	quiet := max(10*time.Millisecond, 4*c.cfg.InitRTO)
+	for {
+		c.mu.Lock()
+		last := c.stats.PacketsRecv
+		c.mu.Unlock()
+		qctx, qcancel := context.WithTimeout(ctx, quiet)
+		err := c.waitUntil(qctx, func() error {
+			if c.stats.PacketsRecv != last {
+				return errDone
+			}
+			return nil
+		})
+		qcancel()
+		if err != nil {
+			return // quiet for a whole period, or out of time
+		}
+	}
 }
 
 // Counter is a LAPI counter: operations increment it, Wait consumes it.
