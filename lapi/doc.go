@@ -24,6 +24,16 @@
 // learned from earlier completions is redriven under a new tid with the
 // timeout doubled, and the target keeps what earlier drives placed.
 //
+// Where the device can copy straight into a peer's memory (cma.go:
+// cross-memory attach on shm, checked against a replica of the peer's TPT
+// that the peer keeps current; a shared address space on inproc, checked
+// by the peer's own TPT), Put and Get of SingleCopyThreshold bytes or more
+// are that one copy instead.
+//
+// Close on an unreliable device drains first: it waits until what it sent
+// is acknowledged and peers stop resending, so ranks may close right after
+// a barrier.
+//
 // Delivery is exactly-once but not ordered: messages are fragmented into
 // self-describing packets that may be placed in any order. Ordering, where
 // wanted, is the business of the layer above (mpi).
