@@ -50,6 +50,27 @@ func openShmJob(t *testing.T, n int) []*Context {
 	return ctxs
 }
 
+// refusal is an RDMA that c's protection must refuse, by the named check.
+type refusal struct {
+	check string
+	op    func(k *Counter) error
+}
+
+// refused runs each refusal with a counter of its own (a counter's error
+// sticks) and checks that it fails with ErrProtection naming its check.
+func refused(t *testing.T, c *Context, rs []refusal) {
+	t.Helper()
+	for _, r := range rs {
+		k := c.NewCounter()
+		if err := r.op(k); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Wait(context.Background(), 1); !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), r.check+" check failed") {
+			t.Fatalf("%s: %v", r.check, err)
+		}
+	}
+}
+
 // TestCMA: over shm, large Put and Get are single copies by cross-memory
 // attach, checked against the TPT replica: every refusal names its check
 // and leaves memory alone; a PVO the replica does not know yet, and
@@ -111,23 +132,11 @@ func TestCMA(t *testing.T) {
 	clear(mem)
 	bad := p
 	bad.Key++
-	for _, tc := range []struct {
-		check string
-		op    func(k *Counter) error
-	}{
+	refused(t, c0, []refusal{
 		{"key", func(k *Counter) error { return c0.Put(1, bad, src, SendOpts{Completion: k}) }},
 		{"bounds", func(k *Counter) error { return c0.Put(1, p.Add(1), src, SendOpts{Completion: k}) }},
 		{"access", func(k *Counter) error { return c0.Put(1, pro, src, SendOpts{Completion: k}) }},
-	} {
-		k := c0.NewCounter() // a counter's error sticks: one per case
-		if err := tc.op(k); err != nil {
-			t.Fatal(err)
-		}
-		err := k.Wait(ctx, 1)
-		if !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), tc.check+" check failed") {
-			t.Fatalf("%s: %v", tc.check, err)
-		}
-	}
+	})
 	if !bytes.Equal(mem, make([]byte, len(mem))) || !bytes.Equal(ro, make([]byte, len(ro))) {
 		t.Fatal("a refused access changed memory")
 	}
@@ -204,24 +213,13 @@ func TestSharedAddressSpace(t *testing.T) {
 	clear(mem)
 	bad := p
 	bad.Key++
-	for _, tc := range []struct {
-		check string
-		op    func(k *Counter) error
-	}{
+	refused(t, c0, []refusal{
 		{"key", func(k *Counter) error { return c0.Put(1, bad, src, SendOpts{Completion: k}) }},
 		{"bounds", func(k *Counter) error { return c0.Put(1, p.Add(1), src, SendOpts{Completion: k}) }},
 		{"access", func(k *Counter) error { return c0.Put(1, pro, src, SendOpts{Completion: k}) }},
 		{"entry", func(k *Counter) error { return c0.Put(1, hal.PVO{Entry: 99, Key: p.Key}, src, SendOpts{Completion: k}) }},
 		{"access", func(k *Counter) error { return c0.Get(1, pwo, make([]byte, 1<<10), SendOpts{Origin: k}) }},
-	} {
-		k := c0.NewCounter() // a counter's error sticks: one per case
-		if err := tc.op(k); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.Wait(ctx, 1); !errors.Is(err, ErrProtection) || !strings.Contains(err.Error(), tc.check+" check failed") {
-			t.Fatalf("%s: %v", tc.check, err)
-		}
-	}
+	})
 	if !bytes.Equal(mem, make([]byte, len(mem))) || !bytes.Equal(ro, make([]byte, len(ro))) {
 		t.Fatal("a refused access changed memory")
 	}

@@ -118,13 +118,8 @@ func (r *ring) cell(pos uint64) []byte {
 // It returns errRingFull when the consumer has not freed enough room.
 func (r *ring) push(hdr, payload []byte) error {
 	n := len(hdr) + len(payload)
-	if r.pos-r.seenCell > r.cellMask {
-		if err := r.reloadHead(); err != nil {
-			return err
-		}
-		if r.pos-r.seenCell > r.cellMask {
-			return errRingFull
-		}
+	if err := r.cellFree(); err != nil {
+		return err
 	}
 	c := r.cell(r.pos)
 	if n <= r.inlineMax {
@@ -168,6 +163,21 @@ func (r *ring) push(hdr, payload []byte) error {
 // The caller checked that the payload fits inline; errRingFull as for
 // push.
 func (r *ring) pushCompact(t hal.FrameType, rest, payload []byte) error {
+	if err := r.cellFree(); err != nil {
+		return err
+	}
+	c := r.cell(r.pos)
+	copy(c[cellInlineOff+copy(c[cellInlineOff:], rest):], payload)
+	*word32(c, offCellLen) = uint32(len(rest) + len(payload))
+	*word32(c, offCellType) = uint32(t)
+	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
+	r.pos++
+	return nil
+}
+
+// cellFree reports errRingFull when the consumer still holds every cell,
+// as far as its published head says.
+func (r *ring) cellFree() error {
 	if r.pos-r.seenCell > r.cellMask {
 		if err := r.reloadHead(); err != nil {
 			return err
@@ -176,12 +186,6 @@ func (r *ring) pushCompact(t hal.FrameType, rest, payload []byte) error {
 			return errRingFull
 		}
 	}
-	c := r.cell(r.pos)
-	copy(c[cellInlineOff+copy(c[cellInlineOff:], rest):], payload)
-	*word32(c, offCellLen) = uint32(len(rest) + len(payload))
-	*word32(c, offCellType) = uint32(t)
-	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
-	r.pos++
 	return nil
 }
 
