@@ -102,6 +102,7 @@ func initWith(cl pmi.Client) (*World, error) {
 	// Handlers first: waiting makes progress, and a fast peer's first
 	// messages may already be here.
 	w := newWorld(lc)
+	w.oversub = oversubscribed(cl)
 	if err := waitJoined(lc); err != nil {
 		lc.Close()
 		return nil, err

@@ -94,6 +94,7 @@ func openInproc(n int) ([]*World, error) {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}
 		worlds[r] = newWorld(lc)
+		worlds[r].oversub = spin < 0
 	}
 	return worlds, nil
 }

@@ -30,8 +30,9 @@ type World struct {
 	hEager, hRTS, hFin lapi.HandlerID
 	hCTS, hPutFin      lapi.HandlerID
 	eagerLimit         int
-	splitMin           int // rendezvous bytes from which both ends copy (split.go); 0: never
-	accumulateMin      int // Allreduce bytes from which half-RDMA reduces; 0: never
+	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
+	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
+	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
 	spare              atomic.Pointer[Request] // a recycled request (request.go)
