@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,10 @@ type Device struct {
 	pollFn       func(h *hal.Header, payload []byte)
 	unsealed     int
 
+	// held is written only by Send, Flush and Poll, which the caller
+	// serialises, under heldMu, which Wait, Close and Held, which may run
+	// beside them, take to read it.
+	heldMu    sync.Mutex
 	held      []*frameCopy // held back for reordering, by due time
 	unflushed []*frameCopy // handed to inner.Send, referenced until its Flush
 	free      []*frameCopy
@@ -100,7 +105,11 @@ func (w *Device) Stats() *Stats { return &w.stats }
 func (w *Device) Discarded() uint64 { return w.discarded.Load() }
 
 // Held is how many frames are currently held back.
-func (w *Device) Held() int { return len(w.held) }
+func (w *Device) Held() int {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	return len(w.held)
+}
 
 // Caps are the inner device's, without Reliable and Ordered.
 func (w *Device) Caps() hal.Caps { return w.caps }
@@ -225,10 +234,16 @@ func (w *Device) Wait(ctx context.Context) error {
 	if w.closed.Load() {
 		return errClosed
 	}
-	if len(w.held) == 0 {
+	w.heldMu.Lock()
+	var due time.Time
+	if len(w.held) > 0 {
+		due = w.held[0].due
+	}
+	w.heldMu.Unlock()
+	if due.IsZero() {
 		return w.inner.Wait(ctx)
 	}
-	d := w.held[0].due.Sub(w.now())
+	d := due.Sub(w.now())
 	if d <= 0 {
 		return nil
 	}
@@ -246,10 +261,11 @@ func (w *Device) Close() error {
 	if !w.closed.CompareAndSwap(false, true) {
 		return errClosed
 	}
-	// Read-only: a concurrent Wait may still be looking at held.
+	w.heldMu.Lock()
 	for _, f := range w.held {
 		w.discarded.Add(uint64(f.copies))
 	}
+	w.heldMu.Unlock()
 	return w.inner.Close()
 }
 
@@ -279,7 +295,9 @@ func (w *Device) hold(f *frameCopy) {
 		}
 		return -1
 	})
+	w.heldMu.Lock()
 	w.held = slices.Insert(w.held, i, f)
+	w.heldMu.Unlock()
 }
 
 // emit sends f's remaining copies to the inner device, stopping at the first
@@ -314,6 +332,8 @@ func (w *Device) release() int {
 	}
 	now := w.now()
 	n, done := 0, 0
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
 	for _, f := range w.held {
 		if f.due.After(now) {
 			break

@@ -313,3 +313,45 @@ func TestWrapAllocs(t *testing.T) {
 		t.Errorf("%v allocations per frame, want 0", allocs)
 	}
 }
+
+// TestWaitBesideSend: hal lets Wait run while another goroutine sends,
+// flushes and polls. With frames being held back for reordering, Wait
+// looks at the held frames those calls change, so it must not race them
+// (run under -race), and Close beside them must not either.
+func TestWaitBesideSend(t *testing.T) {
+	f := inproc.NewFabric(2, jobKey)
+	a, _ := f.Open(0)
+	b, _ := f.Open(1)
+	defer b.Close()
+	w := faults.Wrap(a, faults.Spec{Reorder: 1, Seed: 3}, time.Now).(*faults.Device)
+	hdr := make([]byte, hal.HeaderLen)
+	payload := []byte("held back")
+	hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(len(payload)), JobKey: jobKey, Src: 0, Dst: 1})
+	hal.Seal(hdr, payload)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2000 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Microsecond)
+			w.Wait(ctx)
+			cancel()
+			w.Held()
+		}
+	}()
+	sent := 0
+	for {
+		select {
+		case <-done:
+			if sent == 0 || w.Close() != nil {
+				t.Fatalf("sent %d frames beside Wait; Close failed", sent)
+			}
+			return
+		default:
+		}
+		if w.Send(hdr, payload) == nil {
+			sent++
+		}
+		w.Flush()
+		b.Poll(func(*hal.Header, []byte) {})
+	}
+}
