@@ -98,7 +98,13 @@ func (c *Context) pushTPT(peer hal.Rank) bool {
 	}
 	end := c.takeTPTChanges()
 	if from := c.cm.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
-		if !c.sendTPT(peer, c.cm.log[from-c.cm.logBase:]) {
+		var es []hal.TPTEntry
+		if from >= c.cm.logBase {
+			es = c.cm.log[from-c.cm.logBase:]
+		} else {
+			es = c.tpt.Entries() // it failed, the log moved on without it, and it is back: all of it
+		}
+		if !c.sendTPT(peer, es) {
 			return false // the device is full: try again at the next pass
 		}
 	}
