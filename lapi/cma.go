@@ -157,8 +157,14 @@ func (c *Context) resyncTPT(peer hal.Rank) {
 		return
 	}
 	end := c.takeTPTChanges()
-	c.sendTPT(peer, c.tpt.Entries())
-	c.cm.sentTo[peer] = end
+	if c.sendTPT(peer, c.tpt.Entries()) {
+		c.cm.sentTo[peer] = end
+	} else {
+		// The device is full: the next push to peer starts from the
+		// beginning, which is the whole log or, once the log has been
+		// trimmed, every entry again.
+		c.cm.sentTo[peer] = 0
+	}
 }
 
 // sendTPT sends entries to peer's replica (c.mu held); false: the device
