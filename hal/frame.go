@@ -137,7 +137,7 @@ func DecodeHeader(b []byte, h *Header) error {
 		return frameErrs[DropVersion]
 	}
 	h.Type = FrameType(b[3])
-	if h.Type == 0 || h.Type >= frameTypeEnd {
+	if !h.Type.Valid() {
 		return frameErrs[DropType]
 	}
 	if b[9] != 0 {

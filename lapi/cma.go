@@ -93,16 +93,20 @@ func (c *Context) takeTPTChanges() uint64 {
 // reports whether none is left: callers send peer nothing else until
 // then, so no PVO overtakes its entry.
 func (c *Context) pushTPT(peer hal.Rank) bool {
-	if c.cm.dev == nil || !c.cm.pending.Load() && c.cm.sentTo[peer] == c.cm.logBase+uint64(len(c.cm.log)) {
+	if !c.tptBehind(peer) {
 		return true
 	}
 	end := c.takeTPTChanges()
 	if from := c.cm.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
+		// A peer that has had nothing yet, or restarted, or failed and
+		// came back after the log moved on without it, gets every entry
+		// there is (the net effect of the log, and no longer); the
+		// others get the changes they have not had.
 		var es []hal.TPTEntry
-		if from >= c.cm.logBase {
-			es = c.cm.log[from-c.cm.logBase:]
+		if from == 0 || from < c.cm.logBase {
+			es = c.tpt.Entries()
 		} else {
-			es = c.tpt.Entries() // it failed, the log moved on without it, and it is back: all of it
+			es = c.cm.log[from-c.cm.logBase:]
 		}
 		if !c.sendTPT(peer, es) {
 			return false // the device is full: try again at the next pass
@@ -151,19 +155,13 @@ func (c *Context) trimTPTLog() {
 }
 
 // resyncTPT sends peer, whose replica of this rank starts afresh (it
-// restarted), every entry this rank has (c.mu held).
+// restarted), every entry this rank has (c.mu held): from change 0, which
+// pushTPT answers with all entries; if the device is full now, the next
+// push to peer does it.
 func (c *Context) resyncTPT(peer hal.Rank) {
-	if c.cm.dev == nil {
-		return
-	}
-	end := c.takeTPTChanges()
-	if c.sendTPT(peer, c.tpt.Entries()) {
-		c.cm.sentTo[peer] = end
-	} else {
-		// The device is full: the next push to peer starts from the
-		// beginning, which is the whole log or, once the log has been
-		// trimmed, every entry again.
+	if c.cm.dev != nil {
 		c.cm.sentTo[peer] = 0
+		c.pushTPT(peer)
 	}
 }
 

@@ -93,16 +93,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		p := c.getPkt()
 		p.peer = tgt
 		ph.offset = uint32(off)
-		hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt,
-			Len: uint16(hl + len(uhdr) + n)}
-		p.buf = p.buf[:hal.HeaderLen+hl+len(uhdr)]
-		hal.EncodeHeader(p.buf, &hh)
-		if c.reliable {
-			ph.encodeShort(p.buf[hal.HeaderLen:])
-		} else {
-			ph.encode(p.buf[hal.HeaderLen:])
-		}
-		copy(p.buf[hal.HeaderLen+hl:], uhdr)
+		p.buf = c.frameHeader(p.buf[:cap(p.buf)], tgt, &ph, uhdr, n)
 		if copyData {
 			if cap(p.own) < n {
 				p.own = make([]byte, 0, max(n, 256))
@@ -142,22 +133,7 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 	if !c.pushTPT(tgt) {
 		return false, nil
 	}
-	hl := shortHdrLen
-	tiny := ph.tiny(len(data))
-	if tiny {
-		hl = tinyHdrLen
-	}
-	b := c.direct[:hal.HeaderLen+hl+len(uhdr)]
-	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt,
-		Len: uint16(hl + len(uhdr) + len(data))}
-	hal.EncodeHeader(b, &hh)
-	if tiny {
-		ph.encodeTiny(b[hal.HeaderLen:])
-	} else {
-		ph.encodeShort(b[hal.HeaderLen:])
-	}
-	copy(b[hal.HeaderLen+hl:], uhdr)
-	err = c.dev.Send(b, data)
+	err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data)
 	if err == nil {
 		c.stats.PacketsSent++
 		err = c.flushLocked()
@@ -172,8 +148,35 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 	return true, nil
 }
 
+// frameHeader writes into b (pktBufLen bytes) the frame header, packet
+// header and user header of a packet of ph with n data bytes to tgt, and
+// returns them. The packet header takes the layout this context sends:
+// the long one on an unreliable device (transmit rewrites its
+// acknowledgement fields), else the tiny one when ph allows it, else the
+// short one.
+func (c *Context) frameHeader(b []byte, tgt hal.Rank, ph *pktHdr, uhdr []byte, n int) []byte {
+	tiny := c.reliable && ph.tiny(n)
+	hl := c.pktHdrLen()
+	if tiny {
+		hl = tinyHdrLen
+	}
+	b = b[:hal.HeaderLen+hl+len(uhdr)]
+	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt, Len: uint16(hl + len(uhdr) + n)}
+	hal.EncodeHeader(b, &hh)
+	switch {
+	case tiny:
+		ph.encodeTiny(b[hal.HeaderLen:])
+	case c.reliable:
+		ph.encodeShort(b[hal.HeaderLen:])
+	default:
+		ph.encode(b[hal.HeaderLen:])
+	}
+	copy(b[hal.HeaderLen+hl:], uhdr)
+	return b
+}
+
 // pktHdrLen is the length of the packet headers this context sends: the
-// short layout on a reliable device.
+// short layout on a reliable device (the tiny one is shorter still).
 func (c *Context) pktHdrLen() int {
 	if c.reliable {
 		return shortHdrLen

@@ -209,15 +209,7 @@ func TestPanicNamesRank(t *testing.T) {
 // receive posted for it, allocate nothing once warm. One goroutine plays
 // both ranks.
 func TestSmallMessagesAllocateNothing(t *testing.T) {
-	worlds, err := openInproc(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, w := range worlds {
-			w.lc.Close()
-		}
-	}()
+	worlds := inprocWorlds(t, 2)
 	c0, c1 := worlds[0].comm, worlds[1].comm
 	buf := []float64{1}
 	step := func() {

@@ -117,15 +117,7 @@ func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
 // hand-offs that make the ping-pong noisy on a shared machine. Compare
 // with lapi's BenchmarkAMLatencyCPU.
 func BenchmarkSendRecvCPU(b *testing.B) {
-	worlds, err := openInproc(2)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		for _, w := range worlds {
-			w.lc.Close()
-		}
-	}()
+	worlds := inprocWorlds(b, 2)
 	c0, c1 := worlds[0].comm, worlds[1].comm
 	buf := make([]byte, 8)
 	hop := func(from, to *Comm) {
@@ -145,4 +137,20 @@ func BenchmarkSendRecvCPU(b *testing.B) {
 		hop(c0, c1)
 		hop(c1, c0)
 	}
+}
+
+// inprocWorlds opens n worlds over one in-process fabric, closed when the
+// test ends: for tests that drive ranks from one goroutine.
+func inprocWorlds(tb testing.TB, n int) []*World {
+	tb.Helper()
+	worlds, err := openInproc(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		for _, w := range worlds {
+			w.lc.Close()
+		}
+	})
+	return worlds
 }

@@ -148,26 +148,8 @@ func (c *Comm) crecv(b []byte, src, tag int) error {
 
 // csendrecv exchanges with two peers at once.
 func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
-	rr, err := c.irecv(rb, 1, src, tag, c.ctx|1)
-	if err != nil {
-		return err
-	}
-	if c.w.copies(len(sb)) {
-		if err := c.send(sb, dest, tag, c.ctx|1); err != nil {
-			return err
-		}
-		_, err = rr.waitRecycle()
-		return err
-	}
-	sr, err := c.isend(sb, dest, tag, c.ctx|1)
-	if err != nil {
-		return err
-	}
-	_, rerr := rr.waitRecycle()
-	if _, err := sr.waitRecycle(); err != nil && rerr == nil {
-		rerr = err
-	}
-	return rerr
+	_, err := c.sendrecv(sb, dest, tag, rb, 1, src, tag, c.ctx|1)
+	return err
 }
 
 // Barrier blocks until every rank of the communicator has entered it

@@ -37,17 +37,23 @@ func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 // Sendrecv sends and receives at once, so that pairs of ranks exchanging
 // with each other cannot deadlock.
 func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, recvTag int) (Status, error) {
-	rr, err := c.irecv(asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
+	return c.sendrecv(asBytes(send), dest, sendTag, asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
+}
+
+// sendrecv is Sendrecv on context ctx, the receive buffer holding
+// elements of elem bytes.
+func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, recvTag int, ctx uint32) (Status, error) {
+	rr, err := c.irecv(rb, elem, source, recvTag, ctx)
 	if err != nil {
 		return Status{}, err
 	}
-	if sb := asBytes(send); c.w.copies(len(sb)) {
-		if err := c.send(sb, dest, sendTag, c.ctx); err != nil {
+	if c.w.copies(len(sb)) {
+		if err := c.send(sb, dest, sendTag, ctx); err != nil {
 			return Status{}, err
 		}
 		return rr.waitRecycle()
 	}
-	sr, err := c.isend(asBytes(send), dest, sendTag, c.ctx)
+	sr, err := c.isend(sb, dest, sendTag, ctx)
 	if err != nil {
 		return Status{}, err
 	}
@@ -279,10 +285,16 @@ func (w *World) startGet(r *Request) {
 		return
 	}
 	if err := w.lc.Get(a.from, a.env.pvo, r.buf[:n], lapi.SendOpts{Notify: r}); err != nil {
-		w.mu.Lock()
-		r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
-		w.mu.Unlock()
+		w.failGet(r, err)
 	}
+}
+
+// failGet fails a rendezvous receive before anything was asked of the
+// sender (w.mu not held).
+func (w *World) failGet(r *Request, err error) {
+	w.mu.Lock()
+	r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", r.rts.env.src, err))
+	w.mu.Unlock()
 }
 
 // getDone runs (w.mu held) when a rendezvous Get finished: the receive

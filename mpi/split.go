@@ -53,7 +53,7 @@ func (w *World) startSplit(r *Request, n int) {
 	half := n / 2 &^ 4095 // the parts meet on a page boundary
 	pvo, err := w.lc.TPT().Register(r.buf[half:n], hal.AccessWrite)
 	if err != nil {
-		w.failSplit(r, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
+		w.failGet(r, err)
 		return
 	}
 	w.mu.Lock()
@@ -80,13 +80,6 @@ func (w *World) startSplit(r *Request, n int) {
 	}
 }
 
-// failSplit fails a receive before anything was asked of the sender.
-func (w *World) failSplit(r *Request, err error) {
-	w.mu.Lock()
-	r.finish(Status{}, err)
-	w.mu.Unlock()
-}
-
 // partDone counts one part of a split receive in (w.mu held) and reports
 // whether the receive is now complete. The first error sticks.
 func (w *World) partDone(r *Request, err error) bool {
@@ -96,9 +89,16 @@ func (w *World) partDone(r *Request, err error) bool {
 	if r.sp.parts--; r.sp.parts > 0 {
 		return false
 	}
+	w.endSplit(r)
+	return true
+}
+
+// endSplit releases what a split receive holds (w.mu held): its table
+// slot and the registration of its upper part.
+func (w *World) endSplit(r *Request) {
+	r.sp.parts = 0
 	w.reqs.remove(r)
 	w.lc.TPT().Deregister(r.pvo)
-	return true
 }
 
 // ctsHandler takes a CTS at the sender: its OnComplete writes the upper
@@ -143,7 +143,6 @@ func (w *World) putDone(r *Request, err error) {
 	u := fin[:]
 	binary.LittleEndian.PutUint32(u[0:], r.sp.rreq)
 	binary.LittleEndian.PutUint32(u[4:], r.id)
-	u[8] = 0
 	if err != nil {
 		u[8] = 1
 	}

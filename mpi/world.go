@@ -177,11 +177,7 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 		switch {
 		case r.peer != int(peer):
 		case r.recv: // a split receive: the sender's part will not come
-			if r.sp != nil {
-				r.sp.parts = 0
-			}
-			w.reqs.remove(r)
-			w.lc.TPT().Deregister(r.pvo)
+			w.endSplit(r)
 			r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
 		default:
 			r.finish(Status{}, fmt.Errorf("mpi: send to rank %d: %w", peer, err))
