@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/transport/shm"
 )
 
 // BenchmarkSendRecv is an MPI ping-pong between two goroutine ranks over
@@ -115,28 +119,80 @@ func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
 // one goroutine plays both ranks (post the receive, send, poll it in), so
 // ns/op is the processor time of one round trip, free of the cross-core
 // hand-offs that make the ping-pong noisy on a shared machine. Compare
-// with lapi's BenchmarkAMLatencyCPU.
+// with lapi's BenchmarkAMLatencyCPU. The shm series runs the ranks as
+// gorun does (reintegration on), over the shared-memory rings.
 func BenchmarkSendRecvCPU(b *testing.B) {
-	worlds := inprocWorlds(b, 2)
-	c0, c1 := worlds[0].comm, worlds[1].comm
-	buf := make([]byte, 8)
-	hop := func(from, to *Comm) {
-		r, err := to.irecv(buf, 1, from.rank, 0, to.ctx)
+	for _, dev := range []string{"inproc", "shm"} {
+		b.Run(dev, func(b *testing.B) {
+			var worlds []*World
+			if dev == "inproc" {
+				worlds = inprocWorlds(b, 2)
+			} else {
+				worlds = shmWorlds(b, 2)
+			}
+			c0, c1 := worlds[0].comm, worlds[1].comm
+			buf := make([]byte, 8)
+			hop := func(from, to *Comm) {
+				r, err := to.irecv(buf, 1, from.rank, 0, to.ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := Send(from, buf, to.rank, 0); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := r.waitRecycle(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				hop(c0, c1)
+				hop(c1, c0)
+			}
+		})
+	}
+}
+
+// shmWorlds opens n worlds over the shared-memory device in this process,
+// with reintegration as mpi.Init has it, closed when the test ends. It
+// skips where the device is unsupported.
+func shmWorlds(tb testing.TB, n int) []*World {
+	tb.Helper()
+	key := uint64(time.Now().UnixNano())
+	devs, err := shm.OpenLocal(key, n, shm.Options{})
+	if err != nil {
+		tb.Skipf("shm device unavailable: %v", err)
+	}
+	worlds := make([]*World, n)
+	lcs := make([]*lapi.Context, n)
+	for r, d := range devs {
+		for p, q := range devs {
+			if err := d.Connect(hal.Rank(p), q.Addr()); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		lc, err := lapi.Open(lapi.Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key, Reintegrate: true})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		if err := Send(from, buf, to.rank, 0); err != nil {
-			b.Fatal(err)
+		lcs[r] = lc
+		worlds[r] = newWorld(lc)
+	}
+	tb.Cleanup(func() {
+		for _, lc := range lcs {
+			lc.Close()
 		}
-		if _, err := r.waitRecycle(); err != nil {
-			b.Fatal(err)
+	})
+	for joined := false; !joined; {
+		joined = true
+		for _, lc := range lcs {
+			lc.Progress()
+			for p := range n {
+				joined = joined && lc.RDMAReady(hal.Rank(p))
+			}
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		hop(c0, c1)
-		hop(c1, c0)
-	}
+	return worlds
 }
 
 // inprocWorlds opens n worlds over one in-process fabric, closed when the
