@@ -103,3 +103,16 @@ func (e *FrameError) Error() string { return fmt.Sprintf("hal: bad frame: %v", e
 
 // Unwrap makes errors.Is(err, ErrBadFrame) true.
 func (e *FrameError) Unwrap() error { return ErrBadFrame }
+
+// ShortSender is a device that can send a frame whose header it implies:
+// type t, this job's key, this rank as source, dst as destination, no
+// flags, and a Len of len(hdr)+len(payload). Poll delivers it as it would
+// the frame Send takes with such a header. The frame is published when
+// SendShort returns, so no Flush is needed, and the caller may reuse both
+// slices. A frame too large to travel short returns ErrTooLarge (the
+// caller then uses Send); a full queue returns ErrNoResource. Shared
+// memory offers it: a small message is then one cache line, with no
+// frame header to encode or check.
+type ShortSender interface {
+	SendShort(dst Rank, t FrameType, hdr, payload []byte) error
+}

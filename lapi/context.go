@@ -48,6 +48,7 @@ type Context struct {
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	reintIdle bool            // the protocol has settled: no timer to run until a frame of it comes
 	direct    [pktBufLen]byte // sendDirect's frame header
+	short     hal.ShortSender // the device, if it sends short frames
 	xchg      xchgState
 	rd        rdmaState
 	cm        cmaState
@@ -148,6 +149,9 @@ func Open(cfg Config) (*Context, error) {
 			ep = binary.LittleEndian.Uint64(b[:])
 		}
 		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
+	}
+	if s, ok := cfg.Device.(hal.ShortSender); ok && c.reliable {
+		c.short = s
 	}
 	c.initRDMA()
 	c.initCMA()

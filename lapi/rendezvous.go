@@ -44,7 +44,7 @@ func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	c.mu.Lock()
 	id := c.gets.take(getSlot{peer: tgt, rv: true, local: local, cntr: o.Origin, cmp: o.Completion, notify: o.Notify})
 	binary.LittleEndian.PutUint32(u[2:], id)
-	err = c.amsendLocked(tgt, hRTS, u[:n], nil, SendOpts{})
+	err = c.amsendLocked(tgt, hRTS, u[:n], nil, &SendOpts{})
 	if err != nil {
 		c.tpt.Deregister(local)
 		c.gets.put(c.gets.lookup(id))
@@ -122,7 +122,7 @@ func (rv *rvRecv) Complete(err error) {
 	if k := c.counter(rv.tcntr); k != nil && err == nil {
 		k.incr()
 	}
-	c.amsendLocked(rv.src, hRvFin, u[:], nil, SendOpts{})
+	c.amsendLocked(rv.src, hRvFin, u[:], nil, &SendOpts{})
 	c.mu.Unlock()
 }
 

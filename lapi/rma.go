@@ -89,7 +89,7 @@ func (c *Context) notifyCode(peer hal.Rank, id uint32, code uint8) {
 	var u [5]byte
 	binary.LittleEndian.PutUint32(u[:], id)
 	u[4] = code
-	c.amsendLocked(peer, hNotify, u[:], nil, SendOpts{})
+	c.amsendLocked(peer, hNotify, u[:], nil, &SendOpts{})
 }
 
 type notifyHandler struct{ c *Context }
@@ -305,7 +305,7 @@ func (c *Context) request(tgt hal.Rank, h HandlerID, uhdr []byte, idAt int, buf 
 	}
 	id := c.gets.take(getSlot{peer: tgt, buf: buf, prev: prev, cntr: o.Origin, notify: o.Notify})
 	binary.LittleEndian.PutUint32(uhdr[idAt:], id)
-	err := c.amsendLocked(tgt, h, uhdr, nil, SendOpts{})
+	err := c.amsendLocked(tgt, h, uhdr, nil, &SendOpts{})
 	if err != nil {
 		c.gets.put(c.gets.lookup(id))
 	}
@@ -355,7 +355,7 @@ func (c *Context) reply(src hal.Rank, r *getReq, data []byte) {
 	u[4] = r.code
 	binary.LittleEndian.PutUint64(u[5:], uint64(r.old))
 	c.mu.Lock()
-	c.amsendLocked(src, hReply, u[:], data, SendOpts{})
+	c.amsendLocked(src, hReply, u[:], data, &SendOpts{})
 	c.mu.Unlock()
 }
 
@@ -493,7 +493,7 @@ func (c *Context) Fence(ctx context.Context) error {
 		}
 		if c.nextMsg[p] != c.fenceMark[p] || c.tptBehind(hal.Rank(p)) {
 			c.fenceMark[p] = c.nextMsg[p] + 1
-			if err := c.amsendLocked(hal.Rank(p), hFence, nil, nil, SendOpts{Completion: k}); err != nil {
+			if err := c.amsendLocked(hal.Rank(p), hFence, nil, nil, &SendOpts{Completion: k}); err != nil {
 				c.mu.Unlock()
 				return err
 			}

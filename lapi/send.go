@@ -31,7 +31,7 @@ func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpt
 		return c.amRendezvous(tgt, h, uhdr, data, o)
 	}
 	c.mu.Lock()
-	err := c.amsendLocked(tgt, h, uhdr, data, o)
+	err := c.amsendLocked(tgt, h, uhdr, data, &o)
 	pending := len(c.done) > 0
 	c.mu.Unlock()
 	if pending {
@@ -40,7 +40,7 @@ func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpt
 	return err
 }
 
-func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *SendOpts) error {
 	switch {
 	case c.closed:
 		return ErrClosed
@@ -54,8 +54,9 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		return c.peerErr[tgt]
 	}
 	c.stats.MessagesSent++
-	ph := pktHdr{kind: kindAM, handler: uint16(h), uhdrLen: uint16(len(uhdr)),
-		total: uint32(len(data)), msgID: c.nextMsg[tgt], tcntr: o.Target, dstEp: c.dstEpoch(tgt)}
+	var ph pktHdr // set field by field: see decodePkt
+	ph.kind, ph.handler, ph.uhdrLen, ph.total = kindAM, uint16(h), uint16(len(uhdr)), uint32(len(data))
+	ph.msgID, ph.tcntr, ph.dstEp = c.nextMsg[tgt], o.Target, c.dstEpoch(tgt)
 	c.nextMsg[tgt]++
 	if o.Completion != nil {
 		ph.ccntr = o.Completion.id
@@ -68,14 +69,14 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		p.buf = append(p.buf[:0], uhdr...)
 		c.deliver(tgt, &ph, p.buf, data)
 		c.putPkt(p)
-		c.originDone(&o)
+		c.originDone(o)
 		return nil
 	}
 	hl := c.pktHdrLen()
 	room := c.mtu - hl - len(uhdr)
 	if c.reliable && len(data) <= room && c.queues[tgt].head == nil {
 		if sent, err := c.sendDirect(tgt, &ph, uhdr, data); sent {
-			c.originDone(&o)
+			c.originDone(o)
 			return err
 		}
 	}
@@ -113,7 +114,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		}
 	}
 	if copyData {
-		c.originDone(&o)
+		c.originDone(o)
 	}
 	c.activate(tgt)
 	var now time.Time
@@ -132,6 +133,21 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent bool, err error) {
 	if !c.pushTPT(tgt) {
 		return false, nil
+	}
+	if c.short != nil && ph.tiny(len(data)) {
+		b := c.direct[:tinyHdrLen+len(uhdr)]
+		ph.encodeTiny(b)
+		copy(b[tinyHdrLen:], uhdr)
+		switch err = c.short.SendShort(tgt, hal.FrameData, b, data); {
+		case err == nil:
+			c.stats.PacketsSent++
+			return true, nil
+		case errors.Is(err, hal.ErrNoResource):
+			return false, nil
+		case !errors.Is(err, hal.ErrTooLarge):
+			c.failPeer(tgt, err.Error())
+			return true, c.peerErr[tgt]
+		}
 	}
 	err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data)
 	if err == nil {

@@ -200,8 +200,12 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		if len(b) < tinyHdrLen || len(b) < tinyHdrLen+int(b[1]) {
 			return nil, nil, errShortPacket
 		}
-		*h = pktHdr{kind: kindAM, uhdrLen: uint16(b[1]), handler: binary.LittleEndian.Uint16(b[2:]),
-			dstEp: binary.LittleEndian.Uint32(b[4:]), total: uint32(len(b) - tinyHdrLen - int(b[1]))}
+		// Field by field into a zeroed h: a composite literal is built
+		// aside and copied, and the copy's wide loads stall on the
+		// narrow stores just made (no store-to-load forwarding).
+		*h = pktHdr{}
+		h.kind, h.uhdrLen, h.handler = kindAM, uint16(b[1]), binary.LittleEndian.Uint16(b[2:])
+		h.dstEp, h.total = binary.LittleEndian.Uint32(b[4:]), uint32(len(b)-tinyHdrLen-int(b[1]))
 		rest = b[tinyHdrLen:]
 	case kindAM, kindAck:
 		if len(b) < pktHdrLen {

@@ -135,10 +135,9 @@ func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
 		return err
 	}
 	wd := c.group[dest]
-	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
-		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
 	var hdr [envEagerLen]byte
-	if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(hdr[:]), b, lapi.SendOpts{}); err != nil {
+	putEager(hdr[:], ctx, c.rank, tag, w.seqOut[wd].Add(1)-1)
+	if err := w.lc.Amsend(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{}); err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
 	return nil
@@ -158,8 +157,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	wd := c.group[dest]
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
-	env := envelope{kind: kindEager, ctx: ctx, src: c.rank, tag: tag,
-		seq: w.seqOut[wd].Add(1) - 1, size: uint64(len(b))}
+	seq := w.seqOut[wd].Add(1) - 1
 	if len(b) <= w.eagerLimit {
 		var o lapi.SendOpts
 		copied := len(b) <= w.lc.CopyThreshold()
@@ -167,7 +165,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 			o.Notify = r // done when lapi no longer needs b
 		}
 		var hdr [envEagerLen]byte
-		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, env.encode(hdr[:]), b, o); err != nil {
+		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, seq), b, o); err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {
@@ -183,7 +181,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 	w.mu.Lock()
 	w.reqs.add(r)
 	w.mu.Unlock()
-	env.kind, env.sreq, env.pvo = kindRTS, r.id, pvo
+	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, seq: seq, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
 	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{}); err != nil {
 		w.mu.Lock()

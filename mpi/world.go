@@ -109,6 +109,9 @@ func (w *World) Finalize() error {
 	return err
 }
 
+// reportAfter is how many polls a wait makes before Waiting reports it.
+const reportAfter = 64
+
 // wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
 func (w *World) wait(ctx context.Context, r *Request) error {
 	if r.done.Load() {
@@ -116,9 +119,22 @@ func (w *World) wait(ctx context.Context, r *Request) error {
 	}
 	ctx, cancel := w.deadline(ctx)
 	defer cancel()
-	w.waiting.Store(r)
-	err := w.lc.Wait(ctx, func() (bool, error) { return r.done.Load(), nil })
-	w.waiting.Store(nil)
+	// What the rank waits for is published only once the wait has lasted
+	// a few polls: the two atomic stores cost a short wait, such as a
+	// ping-pong's, a tenth of its time.
+	polls := 0
+	err := w.lc.Wait(ctx, func() (bool, error) {
+		if r.done.Load() {
+			return true, nil
+		}
+		if polls++; polls == reportAfter {
+			w.waiting.Store(r)
+		}
+		return false, nil
+	})
+	if polls >= reportAfter {
+		w.waiting.Store(nil)
+	}
 	if err != nil {
 		return w.waitErr(ctx, r, err)
 	}

@@ -331,6 +331,11 @@ func testCounters(t *testing.T, n *Net) {
 	}
 	var sent, recv, bsent, brecv, dropped uint64
 	for r, d := range n.Devs {
+		// Counters may lag by one call (hal.Device): a Flush brings them
+		// up to date.
+		if err := d.Flush(); err != nil {
+			t.Fatalf("rank %d: Flush: %v", r, err)
+		}
 		c := d.Counters()
 		sent += c.FramesSent.Load()
 		recv += c.FramesRecv.Load()

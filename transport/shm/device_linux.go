@@ -44,9 +44,11 @@ type Device struct {
 	rr  int // the source Poll starts from, rotating for fairness
 	hdr hal.Header
 
-	// Frames and bytes sent but not yet added to counters: an atomic add
-	// per frame would sit on the latency path (see Send).
-	unsentFrames, unsentBytes uint64
+	// Frames and bytes sent, and delivered, but not yet added to the
+	// counters: an atomic add per frame would sit on the latency path (see
+	// Send and Poll).
+	unsentFrames, unsentBytes     uint64
+	uncountedIn, uncountedInBytes uint64
 
 	cma cmaState
 
@@ -273,6 +275,47 @@ func (d *Device) Send(hdr, payload []byte) error {
 	return nil
 }
 
+// SendShort sends a frame whose header the ring implies (hal.ShortSender):
+// type t, hdr then payload, in one cell. A frame that does not fit a cell
+// returns hal.ErrTooLarge, an invalid type hal.ErrBadFrame.
+func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if int(dst) >= len(d.out) {
+		return fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
+	}
+	r, p := &d.out[dst], &d.peers[dst]
+	if !t.Valid() {
+		return fmt.Errorf("shm: short frame of type %d: %w", t, hal.ErrBadFrame)
+	}
+	n := len(hdr) + len(payload)
+	if n > r.inlineMax {
+		return fmt.Errorf("shm: short frame of %d bytes, a cell holds %d: %w", n, r.inlineMax, hal.ErrTooLarge)
+	}
+	if err := r.check(); err != nil {
+		return err
+	}
+	if atomic.LoadUint32(p.state) == stateClosed {
+		return fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
+	}
+	if err := r.pushCompact(t, hdr, payload); err != nil {
+		if err == errRingFull {
+			d.counters.NoResource.Add(1)
+		}
+		return err
+	}
+	if atomic.LoadUint32(p.sleepers) != 0 {
+		wake(p)
+	}
+	d.unsentFrames++
+	d.unsentBytes += uint64(n)
+	if d.unsentFrames == maxUncounted {
+		d.countSent()
+	}
+	return nil
+}
+
 // compact reports whether hdr is a well-formed frame header, of a frame
 // with n payload bytes toward dst, with nothing in it that the ring does
 // not imply: then only its type travels (ring.pushCompact).
@@ -298,13 +341,26 @@ func (d *Device) countSent() {
 	}
 }
 
+// countIn adds the frames the last Poll delivered to the counters. Poll
+// defers this to the next Poll or Flush, as hal allows (counters may lag
+// by one call): a ping-pong's next Poll comes while it waits, not while
+// its reply is late.
+func (d *Device) countIn() {
+	if d.uncountedIn != 0 {
+		d.counters.FramesRecv.Add(d.uncountedIn)
+		d.counters.BytesRecv.Add(d.uncountedInBytes)
+		d.uncountedIn, d.uncountedInBytes = 0, 0
+	}
+}
+
 // Flush has nothing to send, since Send published the frame already; it
-// brings Counters.FramesSent and BytesSent up to date.
+// brings the counters up to date.
 func (d *Device) Flush() error {
 	if d.closed.Load() {
 		return errClosed
 	}
 	d.countSent()
+	d.countIn()
 	return nil
 }
 
@@ -320,6 +376,9 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	}
 	if d.unsentFrames != 0 {
 		d.countSent()
+	}
+	if d.uncountedIn != 0 {
+		d.countIn()
 	}
 	size := len(d.in)
 	first := d.rr
@@ -352,10 +411,8 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			break
 		}
 	}
-	if delivered > 0 {
-		d.counters.FramesRecv.Add(uint64(delivered))
-		d.counters.BytesRecv.Add(bytes)
-	}
+	d.uncountedIn += uint64(delivered)
+	d.uncountedInBytes += bytes
 	return delivered, err
 }
 
@@ -381,7 +438,12 @@ func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered 
 		payload, ok := frame, true
 		if t != 0 {
 			// A compact frame: its header is the ring's.
-			d.hdr = hal.Header{Type: t, Len: uint16(len(frame)), JobKey: d.jobKey, Src: hal.Rank(r.src), Dst: d.rank}
+			// Field by field: a composite literal would be built aside
+			// and copied, the copy's wide loads stalling on its narrow
+			// stores (no store-to-load forwarding).
+			h := &d.hdr
+			*h = hal.Header{}
+			h.Type, h.Len, h.JobKey, h.Src, h.Dst = t, uint16(len(frame)), d.jobKey, hal.Rank(r.src), d.rank
 		} else if ok = d.accept(frame); ok {
 			payload = frame[hal.HeaderLen:]
 		}

@@ -376,3 +376,63 @@ func TestCompactFrames(t *testing.T) {
 		t.Fatalf("Poll of a compact cell of type 200: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestSendShort: a short frame arrives with the header the ring implies,
+// even right after a whole frame whose header said more; and each refusal
+// names its cause.
+func TestSendShort(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{})
+	payload := []byte("8 bytes!")
+	striped := header(key, 0, 1, len(payload))
+	striped[5] = 1 // SrcDev: a whole frame, delivered with its own header
+	if err := devs[0].Send(striped, payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := devs[0].SendShort(1, hal.FrameData, []byte("hdr"), payload); err != nil {
+		t.Fatal(err)
+	}
+	var got []hal.Header
+	var short []byte
+	n, err := devs[1].Poll(func(h *hal.Header, p []byte) {
+		got = append(got, *h)
+		short = append(short[:0], p...)
+	})
+	want := hal.Header{Type: hal.FrameData, Len: 3 + uint16(len(payload)), JobKey: key, Src: 0, Dst: 1}
+	if n != 2 || err != nil || got[1] != want || string(short) != "hdr8 bytes!" {
+		t.Fatalf("Poll: %d, %v, %+v %q; want the short frame as %+v %q", n, err, got, short, want, "hdr8 bytes!")
+	}
+	if err := devs[0].Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if c := devs[0].Counters(); c.FramesSent.Load() != 2 {
+		t.Errorf("FramesSent %d, want 2 (%v)", c.FramesSent.Load(), c)
+	}
+
+	big := make([]byte, devs[0].out[1].inlineMax)
+	for _, c := range []struct {
+		name string
+		err  error
+		send func() error
+	}{
+		{"larger than a cell", hal.ErrTooLarge, func() error { return devs[0].SendShort(1, hal.FrameData, []byte("h"), big) }},
+		{"of type 0", hal.ErrBadFrame, func() error { return devs[0].SendShort(1, 0, nil, payload) }},
+		{"to rank 2 of 2", hal.ErrUnknownPeer, func() error { return devs[0].SendShort(2, hal.FrameData, nil, payload) }},
+	} {
+		if err := c.send(); !errors.Is(err, c.err) {
+			t.Errorf("short frame %s: %v, want %v", c.name, err, c.err)
+		}
+	}
+	var full error
+	for i := 0; i < 1<<20 && full == nil; i++ {
+		full = devs[0].SendShort(1, hal.FrameData, nil, payload)
+	}
+	if !errors.Is(full, hal.ErrNoResource) || devs[0].Counters().NoResource.Load() == 0 {
+		t.Errorf("filling the ring ended in %v (NoResource %d), want hal.ErrNoResource counted", full, devs[0].Counters().NoResource.Load())
+	}
+	if err := devs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := devs[0].SendShort(1, hal.FrameData, nil, payload); !errors.Is(err, hal.ErrUnknownPeer) {
+		t.Errorf("short frame to a closed device: %v, want hal.ErrUnknownPeer", err)
+	}
+}
