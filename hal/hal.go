@@ -109,10 +109,13 @@ func (e *FrameError) Unwrap() error { return ErrBadFrame }
 // flags, and a Len of len(hdr)+len(payload). Poll delivers it as it would
 // the frame Send takes with such a header. The frame is published when
 // SendShort returns, so no Flush is needed, and the caller may reuse both
-// slices. A frame too large to travel short returns ErrTooLarge (the
-// caller then uses Send); a full queue returns ErrNoResource. Shared
-// memory offers it: a small message is then one cache line, with no
-// frame header to encode or check.
+// slices. A frame of more than ShortMax bytes returns ErrTooLarge (check
+// first: the error is built at a cost); a full queue returns
+// ErrNoResource. Shared memory offers it: a small message is then one
+// cache line, with no frame header to encode or check.
 type ShortSender interface {
 	SendShort(dst Rank, t FrameType, hdr, payload []byte) error
+	// ShortMax is the most bytes, len(hdr)+len(payload), a short frame
+	// may carry.
+	ShortMax() int
 }

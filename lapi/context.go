@@ -49,6 +49,7 @@ type Context struct {
 	reintIdle bool            // the protocol has settled: no timer to run until a frame of it comes
 	direct    [pktBufLen]byte // sendDirect's frame header
 	short     hal.ShortSender // the device, if it sends short frames
+	shortMax  int             // and the most bytes one carries
 	xchg      xchgState
 	rd        rdmaState
 	cm        cmaState
@@ -151,7 +152,7 @@ func Open(cfg Config) (*Context, error) {
 		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 	}
 	if s, ok := cfg.Device.(hal.ShortSender); ok && c.reliable {
-		c.short = s
+		c.short, c.shortMax = s, s.ShortMax()
 	}
 	c.initRDMA()
 	c.initCMA()

@@ -134,7 +134,7 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 	if !c.pushTPT(tgt) {
 		return false, nil
 	}
-	if c.short != nil && ph.tiny(len(data)) {
+	if c.short != nil && tinyHdrLen+len(uhdr)+len(data) <= c.shortMax && ph.tiny(len(data)) {
 		b := c.direct[:tinyHdrLen+len(uhdr)]
 		ph.encodeTiny(b)
 		copy(b[tinyHdrLen:], uhdr)
@@ -144,7 +144,7 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 			return true, nil
 		case errors.Is(err, hal.ErrNoResource):
 			return false, nil
-		case !errors.Is(err, hal.ErrTooLarge):
+		default:
 			c.failPeer(tgt, err.Error())
 			return true, c.peerErr[tgt]
 		}

@@ -205,26 +205,38 @@ func TestPanicNamesRank(t *testing.T) {
 	}
 }
 
-// TestSmallMessagesAllocateNothing: a blocking 8-byte send, and the
-// receive posted for it, allocate nothing once warm. One goroutine plays
-// both ranks.
+// TestSmallMessagesAllocateNothing: a blocking send of 8 bytes, or of 1
+// KiB (eager, but too large for a shared-memory cell), and the receive
+// posted for it, allocate nothing once warm, in process and over shared
+// memory. One goroutine plays both ranks.
 func TestSmallMessagesAllocateNothing(t *testing.T) {
-	worlds := inprocWorlds(t, 2)
-	c0, c1 := worlds[0].comm, worlds[1].comm
-	buf := []float64{1}
-	step := func() {
-		r, err := c1.irecv(asBytes(buf), 8, 0, 3, c1.ctx) // Recv's first half
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := Send(c0, buf, 1, 3); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.waitRecycle(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if a := testing.AllocsPerRun(1000, step); a != 0 {
-		t.Errorf("%v allocations per message", a)
+	for _, dev := range []string{"inproc", "shm"} {
+		t.Run(dev, func(t *testing.T) {
+			var worlds []*World
+			if dev == "inproc" {
+				worlds = inprocWorlds(t, 2)
+			} else {
+				worlds = shmWorlds(t, 2)
+			}
+			c0, c1 := worlds[0].comm, worlds[1].comm
+			for _, n := range []int{1, 128} {
+				buf := make([]float64, n)
+				step := func() {
+					r, err := c1.irecv(asBytes(buf), 8, 0, 3, c1.ctx) // Recv's first half
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := Send(c0, buf, 1, 3); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := r.waitRecycle(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if a := testing.AllocsPerRun(1000, step); a != 0 {
+					t.Errorf("%d bytes: %v allocations per message", 8*n, a)
+				}
+			}
+		})
 	}
 }

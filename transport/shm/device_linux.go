@@ -316,6 +316,9 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 	return nil
 }
 
+// ShortMax is the most a short frame carries: what fits in a cell.
+func (d *Device) ShortMax() int { return d.g.inlineMax }
+
 // compact reports whether hdr is a well-formed frame header, of a frame
 // with n payload bytes toward dst, with nothing in it that the ring does
 // not imply: then only its type travels (ring.pushCompact).

@@ -408,7 +408,10 @@ func TestSendShort(t *testing.T) {
 		t.Errorf("FramesSent %d, want 2 (%v)", c.FramesSent.Load(), c)
 	}
 
-	big := make([]byte, devs[0].out[1].inlineMax)
+	if m := devs[0].ShortMax(); m != devs[0].out[1].inlineMax || m < 64 {
+		t.Errorf("ShortMax %d, want a cell's inline room (%d)", m, devs[0].out[1].inlineMax)
+	}
+	big := make([]byte, devs[0].ShortMax())
 	for _, c := range []struct {
 		name string
 		err  error
