@@ -266,7 +266,7 @@ func TestCorruption(t *testing.T) {
 	})
 	t.Run("cell", func(t *testing.T) {
 		devs, key := openLocal(t, 2, Options{})
-		big := make([]byte, 1000)
+		big := make([]byte, devs[0].out[1].inlineMax+100) // through the data area
 		if err := devs[0].Send(header(key, 0, 1, len(big)), big); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,18 @@
+package shm
+
+import "testing"
+
+// TestDefaultCellSize: small jobs get cells that hold messages of up to
+// about 1 KiB; the size² rings' cells stay within cellBudget as jobs grow,
+// down to the 128-byte floor.
+func TestDefaultCellSize(t *testing.T) {
+	for _, c := range []struct{ size, want int }{{1, 1024}, {2, 1024}, {16, 1024}, {17, 512}, {32, 256}, {64, 128}, {512, 128}} {
+		got := DefaultCellSize(c.size, DefaultCells)
+		if got != c.want {
+			t.Errorf("DefaultCellSize(%d, %d) = %d, want %d", c.size, DefaultCells, got, c.want)
+		}
+		if got > 128 && c.size*c.size*DefaultCells*got > cellBudget {
+			t.Errorf("%d ranks: cells of %d bytes take %d MiB, over the budget", c.size, got, c.size*c.size*DefaultCells*got>>20)
+		}
+	}
+}
