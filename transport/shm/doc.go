@@ -59,9 +59,10 @@
 // producer reads the head only when its cached copy says the ring is full,
 // and then returns hal.ErrNoResource.
 //
-// With the defaults (256 cells of 128 bytes, 512 KiB of data) a ring takes
-// 548 KiB, so the segment of two ranks takes 2.2 MiB and that of eight 35
-// MiB; DefaultRingBytes shrinks the data areas of larger jobs.
+// With the defaults for up to 16 ranks (256 cells of 1 KiB, 512 KiB of
+// data) a ring takes 772 KiB, so the segment of two ranks takes 3 MiB and
+// that of eight 48 MiB; DefaultCellSize and DefaultRingBytes shrink the
+// cells and data areas of larger jobs.
 //
 // Ring headers carry magic markers at both ends, checked when the device
 // attaches and whenever a ring is used; a corrupted marker, or a cell that
