@@ -206,9 +206,9 @@ func TestPanicNamesRank(t *testing.T) {
 }
 
 // TestSmallMessagesAllocateNothing: a blocking send of 8 bytes, or of 1
-// KiB (eager, but too large for a shared-memory cell), and the receive
-// posted for it, allocate nothing once warm, in process and over shared
-// memory. One goroutine plays both ranks.
+// KiB (eager, too large for a shared-memory cell), and the receive for it, allocate nothing once warm, in process
+// and over shared memory, whether the receive was posted first or the
+// message waited for it. One goroutine plays both ranks.
 func TestSmallMessagesAllocateNothing(t *testing.T) {
 	for _, dev := range []string{"inproc", "shm"} {
 		t.Run(dev, func(t *testing.T) {
@@ -235,6 +235,18 @@ func TestSmallMessagesAllocateNothing(t *testing.T) {
 				}
 				if a := testing.AllocsPerRun(1000, step); a != 0 {
 					t.Errorf("%d bytes: %v allocations per message", 8*n, a)
+				}
+				unexpected := func() { // sent before the receive is posted: kept aside
+					if err := Send(c0, buf, 1, 3); err != nil {
+						t.Fatal(err)
+					}
+					worlds[1].lc.Progress()
+					if _, err := Recv(c1, buf, 0, 3); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if a := testing.AllocsPerRun(1000, unexpected); a != 0 {
+					t.Errorf("%d bytes, unexpected: %v allocations per message", 8*n, a)
 				}
 			}
 		})

@@ -15,6 +15,26 @@ type arrival struct {
 	complete bool     // all data has arrived
 	req      *Request // matched receive, or nil
 	next     *arrival
+	// own is a temporary buffer kept across the arrival's reuse (up to
+	// ownMax bytes), so that a small unexpected message costs no
+	// allocation.
+	own []byte
+}
+
+// ownMax is the largest temporary an arrival keeps when it is recycled.
+const ownMax = 4 << 10
+
+// temp returns a temporary buffer of n bytes for the arrival's data,
+// reusing the one it kept.
+func (a *arrival) temp(n int) []byte {
+	if cap(a.own) < n {
+		b := make([]byte, n)
+		if n <= ownMax {
+			a.own = b
+		}
+		return b
+	}
+	return a.own[:n]
 }
 
 // arrivalQueue is a FIFO of arrivals.

@@ -253,7 +253,9 @@ func (w *World) newArrival() *arrival {
 		return new(arrival)
 	}
 	w.freeArr = a.next
+	own := a.own
 	*a = arrival{}
+	a.own = own
 	return a
 }
 
@@ -334,7 +336,7 @@ func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	a.env, a.from = env, src
 	w.m.arrive(a, w.place)
 	if a.data == nil && a.env.kind == kindEager && !a.inPlace {
-		a.data = make([]byte, n) // held back, or unexpected: a temporary
+		a.data = a.temp(n) // held back, or unexpected: a temporary
 	}
 	w.mu.Unlock()
 	return a.data, a
@@ -361,7 +363,7 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 		} else {
 			a := w.newArrival()
 			a.env, a.from, a.complete = env, src, true
-			a.data = append([]byte(nil), data...) // must outlive the packet
+			a.data = append(a.temp(len(data))[:0], data...) // must outlive the packet
 			w.m.unexpected.push(a)
 		}
 		w.mu.Unlock()
@@ -373,7 +375,7 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 	if a.data != nil {
 		// Not finished (a finished arrival was freed, its data cleared):
 		// kept as unexpected or held, it must outlive the packet.
-		a.data = append([]byte(nil), data...)
+		a.data = append(a.temp(len(data))[:0], data...)
 	}
 	w.mu.Unlock()
 	return true
