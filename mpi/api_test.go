@@ -206,9 +206,10 @@ func TestPanicNamesRank(t *testing.T) {
 }
 
 // TestSmallMessagesAllocateNothing: a blocking send of 8 bytes, or of 1
-// KiB (eager, too large for a shared-memory cell), and the receive for it, allocate nothing once warm, in process
-// and over shared memory, whether the receive was posted first or the
-// message waited for it. One goroutine plays both ranks.
+// KiB (eager, too large for a shared-memory cell), and the receive for
+// it, allocate nothing once warm, in process and over shared memory,
+// whether the receive was posted first or the message waited for it. One
+// goroutine plays both ranks.
 func TestSmallMessagesAllocateNothing(t *testing.T) {
 	for _, dev := range []string{"inproc", "shm"} {
 		t.Run(dev, func(t *testing.T) {
