@@ -135,22 +135,15 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 		return false, nil
 	}
 	if c.short != nil && tinyHdrLen+len(uhdr)+len(data) <= c.shortMax && ph.tiny(len(data)) {
+		// The device implies the frame header: only the tiny packet
+		// header goes, and the frame is published on return.
 		b := c.direct[:tinyHdrLen+len(uhdr)]
 		ph.encodeTiny(b)
 		copy(b[tinyHdrLen:], uhdr)
-		switch err = c.short.SendShort(tgt, hal.FrameData, b, data); {
-		case err == nil:
+		if err = c.short.SendShort(tgt, hal.FrameData, b, data); err == nil {
 			c.stats.PacketsSent++
-			return true, nil
-		case errors.Is(err, hal.ErrNoResource):
-			return false, nil
-		default:
-			c.failPeer(tgt, err.Error())
-			return true, c.peerErr[tgt]
 		}
-	}
-	err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data)
-	if err == nil {
+	} else if err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data); err == nil {
 		c.stats.PacketsSent++
 		err = c.flushLocked()
 	}

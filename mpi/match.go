@@ -37,6 +37,14 @@ func (a *arrival) temp(n int) []byte {
 	return a.own[:n]
 }
 
+// keep returns a copy of data, which must outlive the packet it came in,
+// in a temporary buffer.
+func (a *arrival) keep(data []byte) []byte {
+	b := a.temp(len(data))
+	copy(b, data)
+	return b
+}
+
 // arrivalQueue is a FIFO of arrivals.
 type arrivalQueue struct{ head, tail *arrival }
 

@@ -363,7 +363,7 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 		} else {
 			a := w.newArrival()
 			a.env, a.from, a.complete = env, src, true
-			a.data = append(a.temp(len(data))[:0], data...) // must outlive the packet
+			a.data = a.keep(data)
 			w.m.unexpected.push(a)
 		}
 		w.mu.Unlock()
@@ -375,7 +375,7 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 	if a.data != nil {
 		// Not finished (a finished arrival was freed, its data cleared):
 		// kept as unexpected or held, it must outlive the packet.
-		a.data = append(a.temp(len(data))[:0], data...)
+		a.data = a.keep(data)
 	}
 	w.mu.Unlock()
 	return true

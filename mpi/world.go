@@ -120,8 +120,8 @@ func (w *World) wait(ctx context.Context, r *Request) error {
 	ctx, cancel := w.deadline(ctx)
 	defer cancel()
 	// What the rank waits for is published only once the wait has lasted
-	// a few polls: the two atomic stores cost a short wait, such as a
-	// ping-pong's, a tenth of its time.
+	// a few polls: a short wait, such as a ping-pong's, then pays no
+	// locked store for it.
 	polls := 0
 	err := w.lc.Wait(ctx, func() (bool, error) {
 		if r.done.Load() {

@@ -226,7 +226,8 @@ func parseAddr(addr string) (name string, rank hal.Rank, pid int, err error) {
 // Send copies the frame, hdr then payload, into the ring toward the rank in
 // hdr's destination and publishes it: the frame is on its way when Send
 // returns, and the caller may reuse both slices at once. A full ring
-// returns hal.ErrNoResource.
+// returns hal.ErrNoResource. A frame whose header the ring implies goes
+// short (SendShort).
 func (d *Device) Send(hdr, payload []byte) error {
 	if d.closed.Load() {
 		return errClosed
@@ -239,40 +240,14 @@ func (d *Device) Send(hdr, payload []byte) error {
 		return fmt.Errorf("shm: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
 	}
 	dst := binary.LittleEndian.Uint32(hdr[28:])
-	if dst >= uint32(len(d.out)) {
-		return fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
+	if n <= d.g.inlineMax && d.compact(hdr, n, dst) {
+		return d.SendShort(hal.Rank(dst), hal.FrameType(hdr[3]), hdr[hal.HeaderLen:], payload)
 	}
-	r, p := &d.out[dst], &d.peers[dst]
-	if err := r.check(); err != nil {
-		return err
-	}
-	if atomic.LoadUint32(p.state) == stateClosed {
-		return fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
-	}
-	var err error
-	if n <= r.inlineMax && d.compact(hdr, n, dst) {
-		err = r.pushCompact(hal.FrameType(hdr[3]), hdr[hal.HeaderLen:], payload)
-	} else {
-		err = r.push(hdr, payload)
-	}
+	r, p, err := d.outRing(dst)
 	if err != nil {
-		if err == errRingFull {
-			d.counters.NoResource.Add(1)
-		}
 		return err
 	}
-	// After the stamp's store: either the receiver sees the frame before it
-	// sleeps, or this load sees it sleeping (both are sequentially
-	// consistent atomics).
-	if atomic.LoadUint32(p.sleepers) != 0 {
-		wake(p)
-	}
-	d.unsentFrames++
-	d.unsentBytes += uint64(n)
-	if d.unsentFrames == maxUncounted {
-		d.countSent()
-	}
-	return nil
+	return d.published(p, n, r.push(hdr, payload))
 }
 
 // SendShort sends a frame whose header the ring implies (hal.ShortSender):
@@ -282,29 +257,49 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 	if d.closed.Load() {
 		return errClosed
 	}
-	if int(dst) >= len(d.out) {
-		return fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
-	}
-	r, p := &d.out[dst], &d.peers[dst]
 	if !t.Valid() {
 		return fmt.Errorf("shm: short frame of type %d: %w", t, hal.ErrBadFrame)
 	}
 	n := len(hdr) + len(payload)
-	if n > r.inlineMax {
-		return fmt.Errorf("shm: short frame of %d bytes, a cell holds %d: %w", n, r.inlineMax, hal.ErrTooLarge)
+	if n > d.g.inlineMax {
+		return fmt.Errorf("shm: short frame of %d bytes, a cell holds %d: %w", n, d.g.inlineMax, hal.ErrTooLarge)
 	}
-	if err := r.check(); err != nil {
+	r, p, err := d.outRing(uint32(dst))
+	if err != nil {
 		return err
 	}
-	if atomic.LoadUint32(p.state) == stateClosed {
-		return fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
+	return d.published(p, n, r.pushCompact(t, hdr, payload))
+}
+
+// outRing returns the ring toward dst and dst's rank block, once the ring
+// has passed its checks and dst is known not to have closed.
+func (d *Device) outRing(dst uint32) (*ring, *peer, error) {
+	if dst >= uint32(len(d.out)) {
+		return nil, nil, fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
 	}
-	if err := r.pushCompact(t, hdr, payload); err != nil {
+	r, p := &d.out[dst], &d.peers[dst]
+	if err := r.check(); err != nil {
+		return nil, nil, err
+	}
+	if atomic.LoadUint32(p.state) == stateClosed {
+		return nil, nil, fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
+	}
+	return r, p, nil
+}
+
+// published ends a send of n payload bytes toward p whose push returned
+// err: a full ring is counted, a published frame wakes p if it sleeps and
+// is counted.
+func (d *Device) published(p *peer, n int, err error) error {
+	if err != nil {
 		if err == errRingFull {
 			d.counters.NoResource.Add(1)
 		}
 		return err
 	}
+	// After the stamp's store: either the receiver sees the frame before it
+	// sleeps, or this load sees it sleeping (both are sequentially
+	// consistent atomics).
 	if atomic.LoadUint32(p.sleepers) != 0 {
 		wake(p)
 	}
