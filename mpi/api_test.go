@@ -213,12 +213,7 @@ func TestPanicNamesRank(t *testing.T) {
 func TestSmallMessagesAllocateNothing(t *testing.T) {
 	for _, dev := range []string{"inproc", "shm"} {
 		t.Run(dev, func(t *testing.T) {
-			var worlds []*World
-			if dev == "inproc" {
-				worlds = inprocWorlds(t, 2)
-			} else {
-				worlds = shmWorlds(t, 2)
-			}
+			worlds := devWorlds(t, dev, 2)
 			c0, c1 := worlds[0].comm, worlds[1].comm
 			for _, n := range []int{1, 128} {
 				buf := make([]float64, n)

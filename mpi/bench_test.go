@@ -124,12 +124,7 @@ func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
 func BenchmarkSendRecvCPU(b *testing.B) {
 	for _, dev := range []string{"inproc", "shm"} {
 		b.Run(dev, func(b *testing.B) {
-			var worlds []*World
-			if dev == "inproc" {
-				worlds = inprocWorlds(b, 2)
-			} else {
-				worlds = shmWorlds(b, 2)
-			}
+			worlds := devWorlds(b, dev, 2)
 			c0, c1 := worlds[0].comm, worlds[1].comm
 			buf := make([]byte, 8)
 			hop := func(from, to *Comm) {
@@ -151,6 +146,15 @@ func BenchmarkSendRecvCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// devWorlds opens n worlds in this process over the named device,
+// "inproc" or "shm" (inprocWorlds, shmWorlds).
+func devWorlds(tb testing.TB, dev string, n int) []*World {
+	if dev == "shm" {
+		return shmWorlds(tb, n)
+	}
+	return inprocWorlds(tb, n)
 }
 
 // shmWorlds opens n worlds over the shared-memory device in this process,
