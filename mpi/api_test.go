@@ -205,7 +205,7 @@ func TestPanicNamesRank(t *testing.T) {
 	}
 }
 
-// TestSmallMessagesAllocateNothing: a blocking send of 8 bytes, or of 1
+// TestSmallMessagesAllocateNothing: a blocking send of 8 bytes, or of 4
 // KiB (eager, too large for a shared-memory cell), and the receive for
 // it, allocate nothing once warm, in process and over shared memory,
 // whether the receive was posted first or the message waited for it. One
@@ -215,7 +215,7 @@ func TestSmallMessagesAllocateNothing(t *testing.T) {
 		t.Run(dev, func(t *testing.T) {
 			worlds := devWorlds(t, dev, 2)
 			c0, c1 := worlds[0].comm, worlds[1].comm
-			for _, n := range []int{1, 128} {
+			for _, n := range []int{1, 512} {
 				buf := make([]float64, n)
 				step := func() {
 					r, err := c1.irecv(asBytes(buf), 8, 0, 3, c1.ctx) // Recv's first half

@@ -59,9 +59,9 @@
 // producer reads the head only when its cached copy says the ring is full,
 // and then returns hal.ErrNoResource.
 //
-// With the defaults for up to 16 ranks (256 cells of 1 KiB, 512 KiB of
-// data) a ring takes 772 KiB, so the segment of two ranks takes 3 MiB and
-// that of eight 48 MiB; DefaultCellSize and DefaultRingBytes shrink the
+// With the defaults for up to 11 ranks (256 cells of 2 KiB, 512 KiB of
+// data) a ring takes about 1 MiB, so the segment of two ranks takes 4 MiB
+// and that of eight 64 MiB; DefaultCellSize and DefaultRingBytes shrink the
 // cells and data areas of larger jobs.
 //
 // Ring headers carry magic markers at both ends, checked when the device

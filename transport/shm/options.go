@@ -75,14 +75,16 @@ const (
 )
 
 // DefaultCellSize is the cell size used when Options.CellSize is 0, for a
-// job of size ranks with cells cells per ring: 1 KiB, halved until the
+// job of size ranks with cells cells per ring: 2 KiB, halved until the
 // size² rings' cells take at most 64 MiB, and never below 128 bytes. A
 // message that fits in a cell comes in lines next to the stamp the
 // receiver polls, which it can fetch at once; one in the data area costs a
-// second, dependent miss (measured, 2 ranks, 256-byte messages: 0.21-0.24
-// µs inline in 1 KiB cells, 0.29-0.35 through the data area).
+// second, dependent miss. Measured with 2 ranks: 1 KiB messages take
+// 0.21-0.22 µs inline in 2 KiB cells and 0.39-0.41 through the data area
+// (1 KiB cells), 256 bytes 0.21-0.24 inline and 0.29-0.35 through the data
+// area (128-byte cells); 8 bytes the same either way.
 func DefaultCellSize(size, cells int) int {
-	n := 1024
+	n := 2048
 	for n > 128 && size*size*cells*n > cellBudget {
 		n >>= 1
 	}
