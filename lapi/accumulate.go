@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/vec"
 )
 
 // AccOp is the reduction an Accumulate applies at the target.
@@ -131,9 +132,17 @@ func Reduce(dst, src []byte, op AccOp, t ElemType) error {
 	case Int16:
 		reduceOrdered(as[int16](dst), as[int16](src), op)
 	case Int32:
-		reduceOrdered(as[int32](dst), as[int32](src), op)
+		if op == AccSum {
+			vec.AddInt32(as[int32](dst), as[int32](src)) // vector instructions where there are
+		} else {
+			reduceOrdered(as[int32](dst), as[int32](src), op)
+		}
 	case Int64:
-		reduceOrdered(as[int64](dst), as[int64](src), op)
+		if op == AccSum {
+			vec.AddInt64(as[int64](dst), as[int64](src)) // vector instructions where there are
+		} else {
+			reduceOrdered(as[int64](dst), as[int64](src), op)
+		}
 	case Uint8:
 		reduceOrdered(as[uint8](dst), as[uint8](src), op)
 	case Uint16:
@@ -143,9 +152,17 @@ func Reduce(dst, src []byte, op AccOp, t ElemType) error {
 	case Uint64:
 		reduceOrdered(as[uint64](dst), as[uint64](src), op)
 	case Float32:
-		reduceOrdered(as[float32](dst), as[float32](src), op)
+		if op == AccSum {
+			vec.AddFloat32(as[float32](dst), as[float32](src)) // vector instructions where there are
+		} else {
+			reduceOrdered(as[float32](dst), as[float32](src), op)
+		}
 	case Float64:
-		reduceOrdered(as[float64](dst), as[float64](src), op)
+		if op == AccSum {
+			vec.AddFloat64(as[float64](dst), as[float64](src)) // vector instructions where there are
+		} else {
+			reduceOrdered(as[float64](dst), as[float64](src), op)
+		}
 	case Complex64:
 		reduceComplex(as[complex64](dst), as[complex64](src), op)
 	case Complex128:
