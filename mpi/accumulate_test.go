@@ -50,6 +50,7 @@ func TestAllreduceAccumulate(t *testing.T) {
 	for _, faults := range []string{"", "loss=0.05,reorder=0.1,dup=0.02,corrupt=0.01,seed=5"} {
 		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
+			t.Setenv("WEFT_DIRECT", "0") // else two ranks in one process read directly
 			for _, n := range []int{2, 3, 5, 8} {
 				const count = 150_001 // 1.2 MB of float64: above accumulateLarge
 				allreduceCase(t, n, count, Sum, func(r, i int) float64 { return float64((r+1)*(i%1000) - 7) },

@@ -189,8 +189,15 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	if len(recv) != len(send) {
 		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
-	copy(recv, send)
 	b, es := asBytes(recv), sizeOf[T]()
+	if c.size > 1 && c.direct(len(b), es) {
+		if err := c.allreduceDirect(b, asBytes(send), es, red); err != nil {
+			c.tmp = nil // a read left pending may still write the scratch
+			return fmt.Errorf("mpi: allreduce: %w", err)
+		}
+		return nil
+	}
+	copy(recv, send)
 	if c.size > 1 {
 		switch {
 		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:

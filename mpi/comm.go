@@ -19,7 +19,9 @@ type Comm struct {
 
 	accIn  []*lapi.Counter // half-RDMA reductions (accumulate.go)
 	accOut *lapi.Counter
-	tmp    []byte // scratch for the collectives' receives (scratch)
+	// dirCntr counts the reads of direct reductions (direct.go).
+	dirCntr *lapi.Counter
+	tmp     []byte // scratch for the collectives' receives (scratch)
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.

@@ -22,10 +22,15 @@
 // reads the lower half while the sender, asked by a CTS, writes the upper
 // half with a lapi Put, so two cores move the message (split.go).
 //
-// Large Allreduces (WEFT_ACCUMULATE bytes, default 1 MiB) reduce by
-// half-RDMA: in the ring's reduce-scatter each rank accumulates its block
-// straight into its neighbour's buffer, which reduces every packet as it
-// lands (lapi.Accumulate), so the reduction overlaps the transfer.
+// Large Allreduces between ranks of one node whose reads are one copy
+// (WEFT_DIRECT bytes, default 256 KiB) read directly: each rank reads its
+// block of every peer's send buffer, reduces it in its receive buffer,
+// then reads the other reduced blocks from their owners (direct.go).
+// Elsewhere, large Allreduces (WEFT_ACCUMULATE bytes, default 1 MiB)
+// reduce by half-RDMA: in the ring's reduce-scatter each rank accumulates
+// its block straight into its neighbour's buffer, which reduces every
+// packet as it lands (lapi.Accumulate), so the reduction overlaps the
+// transfer.
 //
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits

@@ -33,6 +33,7 @@ type World struct {
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
+	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
 	spare              atomic.Pointer[Request] // a recycled request (request.go)
@@ -54,12 +55,16 @@ func newWorld(lc *lapi.Context) *World {
 		eagerLimit:    64 << 10,
 		splitMin:      splitDefault,
 		accumulateMin: accumulateLarge,
+		directMin:     directLarge,
 	}
 	if v, err := envInt("WEFT_SPLIT"); err == nil && v >= 0 {
 		w.splitMin = v
 	}
 	if v, err := envInt("WEFT_ACCUMULATE"); err == nil && v >= 0 {
 		w.accumulateMin = v
+	}
+	if v, err := envInt("WEFT_DIRECT"); err == nil && v >= 0 {
+		w.directMin = v
 	}
 	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
 		// A rendezvous read is one copy here: from its size up that

@@ -1,0 +1,122 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Direct-read reductions: where a Get is one copy (ranks of one node,
+// through cross-memory attach or a shared address space), a large
+// Allreduce reads instead of sending. Each rank owns one block of the
+// result: it reads that block of every other rank's send buffer and
+// reduces it into its receive buffer, then, once every rank has done so,
+// reads the other blocks from their owners' receive buffers. Every byte
+// crosses between ranks once each way, with no copy through the device
+// and no copy of send into recv; and each block is reduced by one rank
+// only, so every rank ends with the same bits.
+
+// directLarge is the default smallest Allreduce (bytes) that reduces by
+// direct reads (WEFT_DIRECT sets it; 0 turns them off).
+const directLarge = 256 << 10
+
+// direct reports whether an Allreduce of n bytes of elements of es bytes
+// reduces by direct reads. With more ranks than cores each of its three
+// synchronisations may wait for context switches: the other algorithms
+// are kept there.
+func (c *Comm) direct(n, es int) bool {
+	w := c.w
+	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && !w.oversub && w.lc.SingleCopy() > 0
+}
+
+// directCounter is the communicator's counter for the reads of direct
+// reductions; collectives on a communicator run one at a time.
+func (c *Comm) directCounter() *lapi.Counter {
+	if c.dirCntr == nil {
+		c.dirCntr = c.w.lc.NewCounter()
+	}
+	return c.dirCntr
+}
+
+// allreduceDirect reduces send into recv (the same length, and either the
+// same buffer or not overlapping it) by direct reads.
+func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
+	lc, p := c.w.lc, c.size
+	count := len(recv) / es
+	off := func(i int) int { return i * count / p * es }
+	mine := recv[off(c.rank):off(c.rank+1)]
+	inPlace := &recv[0] == &send[0]
+	spvo, err := lc.TPT().Register(send, hal.AccessRead)
+	if err != nil {
+		return err
+	}
+	defer lc.TPT().Deregister(spvo)
+	rpvo := spvo
+	if !inPlace {
+		if rpvo, err = lc.TPT().Register(recv, hal.AccessRead); err != nil {
+			return err
+		}
+		defer lc.TPT().Deregister(rpvo)
+	}
+	var me [2 * hal.PVOLen]byte
+	hal.PutPVO(me[:], spvo)
+	hal.PutPVO(me[hal.PVOLen:], rpvo)
+	// The scratch holds every rank's two PVOs, then a block to read into.
+	scratch := c.scratch(p*len(me) + len(mine) + es)
+	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
+	if err := c.allgather(me[:], pvos); err != nil {
+		return err
+	}
+	pvo := func(q, which int) hal.PVO { return hal.GetPVO(pvos[q*len(me)+which*hal.PVOLen:]) }
+	k := c.directCounter()
+	ctx, cancel := c.w.deadline(context.Background())
+	defer cancel()
+	get := func(q int, src hal.PVO, dst []byte) error {
+		if err := lc.Get(hal.Rank(c.group[q]), src, dst, lapi.SendOpts{Origin: k}); err != nil {
+			return err
+		}
+		if err := k.Wait(ctx, 1); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w (%w)", &TimeoutError{Rank: c.w.rank,
+					Waiting: fmt.Sprintf("allreduce read from rank %d", c.group[q])}, ctx.Err())
+			}
+			return err
+		}
+		return nil
+	}
+	// Reduce-scatter: the first peer's block lands in mine, unless mine
+	// is still this rank's own send; the others land in tmp.
+	own := inPlace
+	for i := 1; i < p; i++ {
+		q := (c.rank + i) % p
+		dst := tmp[:len(mine)]
+		if !own {
+			dst = mine
+		}
+		if err := get(q, pvo(q, 0).Add(uint64(off(c.rank))), dst); err != nil {
+			return err
+		}
+		if !own {
+			red.reduce(mine, send[off(c.rank):off(c.rank+1)])
+			own = true
+		} else {
+			red.reduce(mine, dst)
+		}
+	}
+	// Every block is reduced (and no send buffer is read any more) once
+	// every rank is past this barrier.
+	if err := c.Barrier(); err != nil {
+		return err
+	}
+	for i := 1; i < p; i++ {
+		q := (c.rank + i) % p
+		if err := get(q, pvo(q, 1).Add(uint64(off(q))), recv[off(q):off(q+1)]); err != nil {
+			return err
+		}
+	}
+	// Nobody may change or release its buffers before the others have
+	// read them.
+	return c.Barrier()
+}
