@@ -64,7 +64,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	hal.PutPVO(me[:], spvo)
 	hal.PutPVO(me[hal.PVOLen:], rpvo)
 	// The scratch holds every rank's two PVOs, then a block to read into.
-	scratch := c.scratch(p*len(me) + len(mine) + es)
+	scratch := c.scratch(p*len(me) + len(mine))
 	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
 	if err := c.allgather(me[:], pvos); err != nil {
 		return err
