@@ -1,101 +1,43 @@
 #include "textflag.h"
 
+// ADD128 adds n bytes (CX, a positive multiple of 128) at SI into DI, 128
+// bytes (four YMM vectors) per round, with the packed add op.
+#define ADD128(op) \
+	MOVQ	d+0(FP), DI \
+	MOVQ	s+8(FP), SI \
+	MOVQ	n+16(FP), CX \
+loop: \
+	VMOVDQU	(DI), Y0 \
+	VMOVDQU	32(DI), Y1 \
+	VMOVDQU	64(DI), Y2 \
+	VMOVDQU	96(DI), Y3 \
+	op	(SI), Y0, Y0 \
+	op	32(SI), Y1, Y1 \
+	op	64(SI), Y2, Y2 \
+	op	96(SI), Y3, Y3 \
+	VMOVDQU	Y0, (DI) \
+	VMOVDQU	Y1, 32(DI) \
+	VMOVDQU	Y2, 64(DI) \
+	VMOVDQU	Y3, 96(DI) \
+	ADDQ	$128, DI \
+	ADDQ	$128, SI \
+	SUBQ	$128, CX \
+	JNZ	loop \
+	VZEROUPPER \
+	RET
+
 // func addF32(d, s unsafe.Pointer, n int)
 TEXT ·addF32(SB), NOSPLIT, $0-24
-	MOVQ	d+0(FP), DI
-	MOVQ	s+8(FP), SI
-	MOVQ	n+16(FP), CX
-loop:
-	VMOVDQU	(DI), Y0
-	VMOVDQU	32(DI), Y1
-	VMOVDQU	64(DI), Y2
-	VMOVDQU	96(DI), Y3
-	VADDPS	(SI), Y0, Y0
-	VADDPS	32(SI), Y1, Y1
-	VADDPS	64(SI), Y2, Y2
-	VADDPS	96(SI), Y3, Y3
-	VMOVDQU	Y0, (DI)
-	VMOVDQU	Y1, 32(DI)
-	VMOVDQU	Y2, 64(DI)
-	VMOVDQU	Y3, 96(DI)
-	ADDQ	$128, DI
-	ADDQ	$128, SI
-	SUBQ	$128, CX
-	JNZ	loop
-	VZEROUPPER
-	RET
+	ADD128(VADDPS)
 
 // func addF64(d, s unsafe.Pointer, n int)
 TEXT ·addF64(SB), NOSPLIT, $0-24
-	MOVQ	d+0(FP), DI
-	MOVQ	s+8(FP), SI
-	MOVQ	n+16(FP), CX
-loop:
-	VMOVDQU	(DI), Y0
-	VMOVDQU	32(DI), Y1
-	VMOVDQU	64(DI), Y2
-	VMOVDQU	96(DI), Y3
-	VADDPD	(SI), Y0, Y0
-	VADDPD	32(SI), Y1, Y1
-	VADDPD	64(SI), Y2, Y2
-	VADDPD	96(SI), Y3, Y3
-	VMOVDQU	Y0, (DI)
-	VMOVDQU	Y1, 32(DI)
-	VMOVDQU	Y2, 64(DI)
-	VMOVDQU	Y3, 96(DI)
-	ADDQ	$128, DI
-	ADDQ	$128, SI
-	SUBQ	$128, CX
-	JNZ	loop
-	VZEROUPPER
-	RET
+	ADD128(VADDPD)
 
 // func addI32(d, s unsafe.Pointer, n int)
 TEXT ·addI32(SB), NOSPLIT, $0-24
-	MOVQ	d+0(FP), DI
-	MOVQ	s+8(FP), SI
-	MOVQ	n+16(FP), CX
-loop:
-	VMOVDQU	(DI), Y0
-	VMOVDQU	32(DI), Y1
-	VMOVDQU	64(DI), Y2
-	VMOVDQU	96(DI), Y3
-	VPADDD	(SI), Y0, Y0
-	VPADDD	32(SI), Y1, Y1
-	VPADDD	64(SI), Y2, Y2
-	VPADDD	96(SI), Y3, Y3
-	VMOVDQU	Y0, (DI)
-	VMOVDQU	Y1, 32(DI)
-	VMOVDQU	Y2, 64(DI)
-	VMOVDQU	Y3, 96(DI)
-	ADDQ	$128, DI
-	ADDQ	$128, SI
-	SUBQ	$128, CX
-	JNZ	loop
-	VZEROUPPER
-	RET
+	ADD128(VPADDD)
 
 // func addI64(d, s unsafe.Pointer, n int)
 TEXT ·addI64(SB), NOSPLIT, $0-24
-	MOVQ	d+0(FP), DI
-	MOVQ	s+8(FP), SI
-	MOVQ	n+16(FP), CX
-loop:
-	VMOVDQU	(DI), Y0
-	VMOVDQU	32(DI), Y1
-	VMOVDQU	64(DI), Y2
-	VMOVDQU	96(DI), Y3
-	VPADDQ	(SI), Y0, Y0
-	VPADDQ	32(SI), Y1, Y1
-	VPADDQ	64(SI), Y2, Y2
-	VPADDQ	96(SI), Y3, Y3
-	VMOVDQU	Y0, (DI)
-	VMOVDQU	Y1, 32(DI)
-	VMOVDQU	Y2, 64(DI)
-	VMOVDQU	Y3, 96(DI)
-	ADDQ	$128, DI
-	ADDQ	$128, SI
-	SUBQ	$128, CX
-	JNZ	loop
-	VZEROUPPER
-	RET
+	ADD128(VPADDQ)
