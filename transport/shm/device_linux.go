@@ -488,6 +488,7 @@ func (d *Device) Close() error {
 	}
 	wake(d.me)
 	d.countSent()
+	d.countIn()
 	d.life.Lock()
 	defer d.life.Unlock()
 	err := d.seg.detach(int(d.rank))
