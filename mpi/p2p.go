@@ -43,15 +43,23 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, re
 // sendrecv is Sendrecv on context ctx, the receive buffer holding
 // elements of elem bytes.
 func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, recvTag int, ctx uint32) (Status, error) {
-	rr, err := c.irecv(rb, elem, source, recvTag, ctx)
-	if err != nil {
-		return Status{}, err
-	}
 	if c.w.copies(len(sb)) {
+		// An eager send completes at once: it goes first, so that the
+		// peer's wait ends sooner; posting the receive overlaps its
+		// flight. The peer's message may then come unexpected, which
+		// for a message this small costs a copy of it.
 		if err := c.send(sb, dest, sendTag, ctx); err != nil {
 			return Status{}, err
 		}
+		rr, err := c.irecv(rb, elem, source, recvTag, ctx)
+		if err != nil {
+			return Status{}, err
+		}
 		return rr.waitRecycle()
+	}
+	rr, err := c.irecv(rb, elem, source, recvTag, ctx)
+	if err != nil {
+		return Status{}, err
 	}
 	sr, err := c.isend(sb, dest, sendTag, ctx)
 	if err != nil {
