@@ -262,6 +262,40 @@ func TestSharedAddressSpace(t *testing.T) {
 	}
 }
 
+// tptJob opens three ranks over shm, serves ranks 1 and 2 from goroutines
+// until the test ends, and registers a sink handler on all three.
+func tptJob(t *testing.T) ([]*Context, HandlerID) {
+	ctxs := openShmJob(t, 3)
+	for _, c := range ctxs[1:] {
+		t.Cleanup(serving(c))
+	}
+	h := ctxs[0].RegisterHandler(&sink{})
+	for _, c := range ctxs[1:] {
+		c.RegisterHandler(&sink{})
+	}
+	return ctxs, h
+}
+
+// hasRegion reports whether c's replica of rank 0's TPT holds p.
+func hasRegion(c *Context, p hal.PVO) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cm.replicas[0].Has(p)
+}
+
+// sendOne sends a one-byte message from c to rank to with handler h and
+// waits until it has been completed there.
+func sendOne(t *testing.T, c *Context, to hal.Rank, h HandlerID) {
+	t.Helper()
+	k := c.NewCounter()
+	if err := c.Amsend(to, h, nil, []byte{1}, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Wait(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTPTPushPerPeer: a rank's TPT changes go to a peer just before
 // anything else does, not to every peer at once: a message to rank 1
 // brings rank 1's replica the new region while rank 2's stays without it;
@@ -269,36 +303,18 @@ func TestSharedAddressSpace(t *testing.T) {
 // are still pushed once tptLogMax of them are waiting, so the log stays
 // bounded.
 func TestTPTPushPerPeer(t *testing.T) {
-	ctxs := openShmJob(t, 3)
+	ctxs, h := tptJob(t)
 	c0 := ctxs[0]
-	for _, c := range ctxs[1:] {
-		defer serving(c)()
-	}
 	ctx := context.Background()
-	h := c0.RegisterHandler(&sink{})
-	for _, c := range ctxs[1:] {
-		c.RegisterHandler(&sink{})
-	}
-	has := func(c *Context, p hal.PVO) bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.cm.replicas[0].Has(p)
-	}
 	p, _ := c0.TPT().Register(make([]byte, 4096), hal.AccessRead)
-	k := c0.NewCounter()
-	if err := c0.Amsend(1, h, nil, []byte{1}, SendOpts{Completion: k}); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if !has(ctxs[1], p) || has(ctxs[2], p) {
-		t.Fatalf("after a message to rank 1: rank 1 has the region %v, rank 2 %v; want true, false", has(ctxs[1], p), has(ctxs[2], p))
+	sendOne(t, c0, 1, h)
+	if !hasRegion(ctxs[1], p) || hasRegion(ctxs[2], p) {
+		t.Fatalf("after a message to rank 1: rank 1 has the region %v, rank 2 %v; want true, false", hasRegion(ctxs[1], p), hasRegion(ctxs[2], p))
 	}
 	if err := c0.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !has(ctxs[2], p) {
+	if !hasRegion(ctxs[2], p) {
 		t.Fatal("after a fence rank 2's replica lacks the region")
 	}
 	// Changes with no traffic at all: the log is pushed and trimmed.
@@ -319,16 +335,9 @@ func TestTPTPushPerPeer(t *testing.T) {
 // without it; when it comes back (a restart) and is sent to, it gets every
 // entry this rank has, not a slice of a log that has moved on.
 func TestTPTPushAfterPeerFailure(t *testing.T) {
-	ctxs := openShmJob(t, 3)
+	ctxs, h := tptJob(t)
 	c0 := ctxs[0]
-	for _, c := range ctxs[1:] {
-		defer serving(c)()
-	}
 	ctx := context.Background()
-	h := c0.RegisterHandler(&sink{})
-	for _, c := range ctxs[1:] {
-		c.RegisterHandler(&sink{})
-	}
 	c0.mu.Lock()
 	c0.failPeer(2, "test: failed")
 	c0.mu.Unlock()
@@ -347,18 +356,8 @@ func TestTPTPushAfterPeerFailure(t *testing.T) {
 	if !behind {
 		t.Fatal("the log was not trimmed past the failed peer: the case is not tested")
 	}
-	k := c0.NewCounter()
-	if err := c0.Amsend(2, h, nil, []byte{1}, SendOpts{Completion: k}); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Wait(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	c2 := ctxs[2]
-	c2.mu.Lock()
-	has := c2.cm.replicas[0].Has(p)
-	c2.mu.Unlock()
-	if !has {
+	sendOne(t, c0, 2, h)
+	if !hasRegion(ctxs[2], p) {
 		t.Fatal("the peer that came back lacks this rank's region")
 	}
 }

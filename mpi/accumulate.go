@@ -73,7 +73,7 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 		i := (c.rank - step + p) % p
 		if step > 0 {
 			if err := mine[step-1].Wait(ctx, 1); err != nil { // left's block i is in
-				return c.accErr(ctx, err, left)
+				return c.stepErr(ctx, err, "allreduce accumulate", left)
 			}
 		}
 		if err := lc.Accumulate(rr, rpvo.Add(uint64(off(i))), block(i), red.op, red.t,
@@ -85,10 +85,10 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 	// accumulate is in; its blocks may be overwritten by the allgather
 	// once its own accumulates have all landed.
 	if err := mine[p-2].Wait(ctx, 1); err != nil {
-		return c.accErr(ctx, err, left)
+		return c.stepErr(ctx, err, "allreduce accumulate", left)
 	}
 	if err := sent.Wait(ctx, int64(p-1)); err != nil {
-		return c.accErr(ctx, err, right)
+		return c.stepErr(ctx, err, "allreduce accumulate", right)
 	}
 	for step := 0; step < p-1; step++ {
 		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)
@@ -99,11 +99,12 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 	return nil
 }
 
-// accErr names a timeout of a half-RDMA step.
-func (c *Comm) accErr(ctx context.Context, err error, peer int) error {
+// stepErr names a timeout of a one-sided step of a collective: what
+// (such as "allreduce accumulate") with rank peer of the communicator.
+func (c *Comm) stepErr(ctx context.Context, err error, what string, peer int) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: c.w.rank,
-			Waiting: fmt.Sprintf("allreduce accumulate with rank %d", c.group[peer])}, ctx.Err())
+			Waiting: fmt.Sprintf("%s with rank %d", what, c.group[peer])}, ctx.Err())
 	}
 	return err
 }

@@ -150,7 +150,7 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
 	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
-		c.tmp = nil // a receive left pending may still write the scratch
+		c.tmp = nil // a receive or read left pending may still write the scratch
 		return fmt.Errorf("mpi: reduce: %w", err)
 	}
 	return nil
@@ -190,16 +190,14 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
 	b, es := asBytes(recv), sizeOf[T]()
-	if c.size > 1 && c.direct(len(b), es) {
-		if err := c.allreduceDirect(b, asBytes(send), es, red); err != nil {
-			c.tmp = nil // a read left pending may still write the scratch
-			return fmt.Errorf("mpi: allreduce: %w", err)
-		}
-		return nil
+	reads := c.size > 1 && c.direct(len(b), es)
+	if !reads {
+		copy(recv, send) // the other algorithms reduce in place
 	}
-	copy(recv, send)
 	if c.size > 1 {
 		switch {
+		case reads:
+			err = c.allreduceDirect(b, asBytes(send), es, red)
 		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
 			err = c.allreduceAccumulate(b, es, red)
 		case len(b) >= allreduceLarge && len(recv) >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
@@ -214,7 +212,7 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		}
 	}
 	if err != nil {
-		c.tmp = nil // a receive left pending may still write the scratch
+		c.tmp = nil // a receive or read left pending may still write the scratch
 		return fmt.Errorf("mpi: allreduce: %w", err)
 	}
 	return nil

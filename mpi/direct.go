@@ -2,7 +2,6 @@ package mpi
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
@@ -78,11 +77,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 			return err
 		}
 		if err := k.Wait(ctx, 1); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w (%w)", &TimeoutError{Rank: c.w.rank,
-					Waiting: fmt.Sprintf("allreduce read from rank %d", c.group[q])}, ctx.Err())
-			}
-			return err
+			return c.stepErr(ctx, err, "allreduce read", q)
 		}
 		return nil
 	}
