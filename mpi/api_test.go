@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +247,121 @@ func TestSmallMessagesAllocateNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRequestHandle checks what a Request promises once its operation is
+// given back: Wait and Test report the same status again, even after
+// later operations have reused the state behind it.
+func TestRequestHandle(t *testing.T) {
+	worlds := devWorlds(t, "shm", 2)
+	c0, c1 := worlds[0].comm, worlds[1].comm
+	buf := []int32{0, 0, 0}
+	q, err := Irecv(c1, buf, 0, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Send(c0, []int32{1, 2}, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	want := Status{Source: 0, Tag: 7, Count: 2}
+	if st, err := q.Wait(); err != nil || st != want {
+		t.Fatalf("Wait: %+v, %v; want %+v", st, err, want)
+	}
+	// Reuse the state: a posted receive that never completes here, and
+	// a blocking exchange.
+	later, err := Irecv(c1, buf, 0, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Send(c0, []int32{5, 6, 7}, 1, 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recv(c1, buf, 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if st, err := q.Wait(); err != nil || st != want {
+			t.Errorf("Wait again: %+v, %v; want %+v", st, err, want)
+		}
+		if done, st, err := q.Test(); !done || err != nil || st != want {
+			t.Errorf("Test again: %v, %+v, %v; want done, %+v", done, st, err, want)
+		}
+	}
+	if done, _, _ := later.Test(); done {
+		t.Error("a receive nothing was sent to completed")
+	}
+	if err := Send(c0, []int32{3}, 1, 8); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := later.Wait(); err != nil || st.Tag != 8 || st.Count != 1 {
+		t.Errorf("later receive: %+v, %v", st, err)
+	}
+}
+
+// TestWindowAllocations counts what a window of small Isends and Irecvs
+// allocates: nothing for a send lapi copies, one small handle for a
+// receive, whose operation state is reused once it has been waited for.
+func TestWindowAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race (sync.Pool drops items)")
+	}
+	worlds := devWorlds(t, "shm", 2)
+	c0, c1 := worlds[0].comm, worlds[1].comm
+	const window = 16
+	buf := make([]byte, 256)
+	sends, recvs := make([]*Request, window), make([]*Request, window)
+	step := func() {
+		for i := range recvs {
+			var err error
+			if recvs[i], err = Irecv(c1, buf, 0, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range sends {
+			var err error
+			if sends[i], err = Isend(c0, buf, 1, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := WaitAll(sends...); err != nil {
+			t.Fatal(err)
+		}
+		if err := WaitAll(recvs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step() // warm the pools
+	sendAllocs := testing.AllocsPerRun(200, func() {
+		for i := range sends {
+			var err error
+			if sends[i], err = Isend(c0, buf, 1, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range sends {
+			if _, err := Recv(c1, buf, 0, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if sendAllocs != 0 {
+		t.Errorf("%v allocations per window of %d copied Isends", sendAllocs, window)
+	}
+	recvAllocs := testing.AllocsPerRun(200, step)
+	if recvAllocs > window {
+		t.Errorf("%v allocations per window of %d Irecvs (and Isends): want at most one handle each", recvAllocs, window)
+	}
+	// The handle is all an Irecv allocates: a few words, not the
+	// operation's state (about 200 bytes).
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 200
+	for range runs {
+		step()
+	}
+	runtime.ReadMemStats(&after)
+	if per := float64(after.TotalAlloc-before.TotalAlloc) / (runs * window); per > 64 {
+		t.Errorf("%.0f bytes allocated per Irecv, want at most 64 (a handle)", per)
 	}
 }

@@ -60,7 +60,7 @@ func (c *Comm) bcastBinomial(b []byte, root int) error {
 			break
 		}
 	}
-	var reqs []*Request
+	var reqs []*request
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < c.size {
 			r, err := c.isend(b, c.abs(vr+mask, root), tagBcast, c.ctx|1)
@@ -70,7 +70,7 @@ func (c *Comm) bcastBinomial(b []byte, root int) error {
 			reqs = append(reqs, r)
 		}
 	}
-	return WaitAll(reqs...)
+	return waitAll(reqs)
 }
 
 // bcastScatterAllgather is van de Geijn's broadcast for large messages: a
@@ -132,7 +132,7 @@ func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := r.Wait()
+	st, err := r.waitRecycle()
 	return st.Count, err
 }
 

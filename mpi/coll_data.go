@@ -22,7 +22,7 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 		return c.csend(send, root, tagGather)
 	}
 	n := len(send)
-	reqs := make([]*Request, 0, c.size-1)
+	reqs := make([]*request, 0, c.size-1)
 	for r := 0; r < c.size; r++ {
 		if r == root {
 			copy(recv[r*n:], send)
@@ -34,7 +34,7 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 		}
 		reqs = append(reqs, q)
 	}
-	return WaitAll(reqs...)
+	return waitAll(reqs)
 }
 
 // Scatter sends block i of root's send (len(recv) elements each) to rank
@@ -57,7 +57,7 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 		return c.crecv(recv, root, tagScatter)
 	}
 	n := len(recv)
-	reqs := make([]*Request, 0, c.size-1)
+	reqs := make([]*request, 0, c.size-1)
 	for r := 0; r < c.size; r++ {
 		if r == root {
 			copy(recv, send[r*n:(r+1)*n])
@@ -69,7 +69,7 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 		}
 		reqs = append(reqs, q)
 	}
-	return WaitAll(reqs...)
+	return waitAll(reqs)
 }
 
 // Allgather collects every rank's send into every rank's recv, rank i's at

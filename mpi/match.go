@@ -13,7 +13,7 @@ type arrival struct {
 	data     []byte   // where the eager data lands: the receive's buffer, or a temporary
 	inPlace  bool     // data is the matched receive's own buffer
 	complete bool     // all data has arrived
-	req      *Request // matched receive, or nil
+	req      *request // matched receive, or nil
 	next     *arrival
 	// own is a temporary buffer kept across the arrival's reuse (up to
 	// ownMax bytes), so that a small unexpected message costs no
@@ -89,9 +89,9 @@ func (q *arrivalQueue) find(ok func(*arrival) bool) *arrival {
 }
 
 // requestQueue is a FIFO of posted receives.
-type requestQueue struct{ head, tail *Request }
+type requestQueue struct{ head, tail *request }
 
-func (q *requestQueue) push(r *Request) {
+func (q *requestQueue) push(r *request) {
 	r.next = nil
 	if q.tail == nil {
 		q.head = r
@@ -101,8 +101,8 @@ func (q *requestQueue) push(r *Request) {
 	q.tail = r
 }
 
-func (q *requestQueue) take(ok func(*Request) bool) *Request {
-	var prev *Request
+func (q *requestQueue) take(ok func(*request) bool) *request {
+	var prev *request
 	for r := q.head; r != nil; prev, r = r, r.next {
 		if !ok(r) {
 			continue
@@ -174,16 +174,16 @@ func (m *matcher) arrive(a *arrival, place func(*arrival)) {
 // returns the posted receive the message matches, or nil (the caller then
 // queues it as unexpected); ok is false, and nothing has changed, when the
 // message does not qualify and must go through arrive.
-func (m *matcher) matchNext(env *envelope, from hal.Rank) (r *Request, ok bool) {
+func (m *matcher) matchNext(env *envelope, from hal.Rank) (r *request, ok bool) {
 	if env.seq != m.expect[from] || len(m.held) > 0 {
 		return nil, false
 	}
 	m.expect[from]++
-	return m.posted.take(func(r *Request) bool { return env.matches(r.ctx, r.src, r.tag) }), true
+	return m.posted.take(func(r *request) bool { return env.matches(r.ctx, r.src, r.tag) }), true
 }
 
 func (m *matcher) match(a *arrival) {
-	a.req = m.posted.take(func(r *Request) bool { return a.env.matches(r.ctx, r.src, r.tag) })
+	a.req = m.posted.take(func(r *request) bool { return a.env.matches(r.ctx, r.src, r.tag) })
 	if a.req == nil {
 		m.unexpected.push(a)
 	}
@@ -191,7 +191,7 @@ func (m *matcher) match(a *arrival) {
 
 // post matches a new receive against the unexpected queue; it returns the
 // arrival it takes, or queues the receive and returns nil.
-func (m *matcher) post(r *Request) *arrival {
+func (m *matcher) post(r *request) *arrival {
 	a := m.unexpected.take(func(a *arrival) bool { return a.env.matches(r.ctx, r.src, r.tag) })
 	if a == nil {
 		m.posted.push(r)
@@ -207,6 +207,6 @@ func (m *matcher) probe(ctx uint32, src, tag int) *arrival {
 }
 
 // cancelPosted removes r from the posted queue; it reports whether r was there.
-func (m *matcher) cancelPosted(r *Request) bool {
-	return m.posted.take(func(x *Request) bool { return x == r }) != nil
+func (m *matcher) cancelPosted(r *request) bool {
+	return m.posted.take(func(x *request) bool { return x == r }) != nil
 }

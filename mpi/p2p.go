@@ -26,12 +26,30 @@ func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
 
 // Isend starts sending buf; buf must not change until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	return c.isend(asBytes(buf), dest, tag, c.ctx)
+	b := asBytes(buf)
+	if c.w.copies(len(b)) {
+		// Complete once lapi has copied b: the shared copiedSend
+		// handle, no allocation (a window of small Isends would
+		// otherwise run the garbage collector every few milliseconds).
+		if err := c.sendCopied(b, dest, tag, c.ctx); err != nil {
+			return nil, err
+		}
+		return copiedSend, nil
+	}
+	return handle(c.isend(b, dest, tag, c.ctx))
 }
 
 // Irecv starts receiving into buf.
 func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
-	return c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
+	return handle(c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx))
+}
+
+// handle wraps a started operation in the Request the caller keeps.
+func handle(r *request, err error) (*Request, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &Request{op: r}, nil
 }
 
 // Sendrecv sends and receives at once, so that pairs of ranks exchanging
@@ -80,7 +98,7 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 	}
 	w := c.w
 	var st Status
-	probe := &Request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
+	probe := &request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
 	w.waiting.Store(probe)
@@ -130,18 +148,24 @@ func (c *Comm) checkDest(dest, tag int) error {
 // has it, so it needs no request and no wait: the blocking send of a small
 // message is one call into lapi.
 func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
-	w := c.w
-	if !w.copies(len(b)) {
-		r, err := c.isend(b, dest, tag, ctx)
-		if err != nil {
-			return err
-		}
-		_, err = r.waitRecycle()
+	if c.w.copies(len(b)) {
+		return c.sendCopied(b, dest, tag, ctx)
+	}
+	r, err := c.isend(b, dest, tag, ctx)
+	if err != nil {
 		return err
 	}
+	_, err = r.waitRecycle()
+	return err
+}
+
+// sendCopied sends b, which lapi copies (see copies): the send is
+// complete when it returns.
+func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	if err := c.checkDest(dest, tag); err != nil {
 		return err
 	}
+	w := c.w
 	wd := c.group[dest]
 	var hdr [envEagerLen]byte
 	putEager(hdr[:], ctx, c.rank, tag, w.seqOut[wd].Add(1)-1)
@@ -157,7 +181,7 @@ func (w *World) copies(n int) bool { return n <= w.eagerLimit && n <= w.lc.CopyT
 
 // isend starts a send on context ctx (the communicator's, or its
 // collective context).
-func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
+func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	if err := c.checkDest(dest, tag); err != nil {
 		return nil, err
 	}
@@ -202,7 +226,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*Request, error) {
 }
 
 // irecv posts a receive on context ctx.
-func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*Request, error) {
+func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error) {
 	if err := c.checkSource(src, tag); err != nil {
 		return nil, err
 	}
@@ -275,7 +299,7 @@ func (w *World) freeArrival(a *arrival) {
 	w.freeArr = a
 }
 
-func (w *World) status(r *Request, env *envelope, n int) (Status, error) {
+func (w *World) status(r *request, env *envelope, n int) (Status, error) {
 	st := Status{Source: env.src, Tag: env.tag, Count: n / max(r.elem, 1)}
 	if int(env.size) > len(r.buf) {
 		return st, fmt.Errorf("mpi: message of %d bytes from rank %d (tag %d) into a buffer of %d: %w",
@@ -285,7 +309,7 @@ func (w *World) status(r *Request, env *envelope, n int) (Status, error) {
 }
 
 // startGet reads a matched rendezvous message from the sender's buffer.
-func (w *World) startGet(r *Request) {
+func (w *World) startGet(r *request) {
 	a := r.rts
 	n := min(int(a.env.size), len(r.buf))
 	if w.splits(n, int(a.from)) {
@@ -299,7 +323,7 @@ func (w *World) startGet(r *Request) {
 
 // failGet fails a rendezvous receive before anything was asked of the
 // sender (w.mu not held).
-func (w *World) failGet(r *Request, err error) {
+func (w *World) failGet(r *request, err error) {
 	w.mu.Lock()
 	r.finish(Status{}, fmt.Errorf("mpi: rendezvous receive from rank %d: %w", r.rts.env.src, err))
 	w.mu.Unlock()
@@ -307,7 +331,7 @@ func (w *World) failGet(r *Request, err error) {
 
 // getDone runs (w.mu held) when a rendezvous Get finished: the receive
 // completes and the sender is told it may release its buffer.
-func (w *World) getDone(r *Request, err error) {
+func (w *World) getDone(r *request, err error) {
 	if r.sp != nil && r.sp.parts > 0 {
 		if !w.partDone(r, err) {
 			return

@@ -9,8 +9,80 @@ import (
 	"github.com/weft-hpc/weft/hal"
 )
 
-// Request is a nonblocking operation in progress.
+// Request is a nonblocking operation in progress, as Isend and Irecv
+// return it. It is a handle on the operation: once a Wait or Test has
+// seen the operation complete, its state goes back to the rank for the
+// next one and the handle keeps the status and error, which a later Wait
+// or Test reports again. One goroutine at a time may wait for a Request.
 type Request struct {
+	op  *request // nil once done and given back
+	st  Status
+	err error
+}
+
+// copiedSend is the handle of every Isend whose data lapi copied: such a
+// send is complete when Isend returns. It is never written.
+var copiedSend = &Request{}
+
+// settle takes a completed operation's status and error into the handle
+// and gives the operation back.
+func (q *Request) settle() {
+	r := q.op
+	r.release()
+	q.op, q.st, q.err = nil, r.st, r.err
+	r.recycle()
+}
+
+// Wait blocks until the request completes and returns its status.
+func (q *Request) Wait() (Status, error) { return q.WaitContext(context.Background()) }
+
+// WaitContext is Wait that gives up when ctx ends (the request stays
+// pending).
+func (q *Request) WaitContext(ctx context.Context) (Status, error) {
+	if q == nil {
+		return Status{}, nil
+	}
+	if r := q.op; r != nil {
+		if err := r.w.wait(ctx, r); err != nil {
+			return Status{}, err
+		}
+		q.settle()
+	}
+	return q.st, q.err
+}
+
+// Test makes progress once and reports whether the request has completed.
+func (q *Request) Test() (done bool, st Status, err error) {
+	if q == nil {
+		return true, Status{}, nil
+	}
+	if r := q.op; r != nil {
+		if !r.done.Load() {
+			r.w.lc.Progress()
+		}
+		if !r.done.Load() {
+			return false, Status{}, nil
+		}
+		q.settle()
+	}
+	return true, q.st, q.err
+}
+
+// WaitAll waits for every request and returns the first error.
+func WaitAll(reqs ...*Request) error {
+	var first error
+	for _, q := range reqs {
+		if _, err := q.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// request is an operation's state: what matching, lapi's notifications
+// and the request table refer to. Blocking calls and collectives use it
+// directly; Isend and Irecv hand it out behind a Request.
+type request struct {
 	w    *World
 	comm *Comm
 	done atomic.Bool
@@ -24,7 +96,7 @@ type Request struct {
 	buf      []byte
 	elem     int      // element size, for Status.Count
 	op       string   // "Send", "Recv", "Probe": for reports
-	next     *Request // posted queue
+	next     *request // posted queue
 
 	// send side (rendezvous): the registered buffer and the peer
 	pvo    hal.PVO
@@ -37,25 +109,25 @@ type Request struct {
 	sp *splitState
 }
 
-// reqPool recycles the requests of blocking calls (Send, Recv, and the
-// collectives' steps), which never leave the package: a blocking call
+// reqPool recycles requests: those of blocking calls (Send, Recv, and the
+// collectives' steps), and those a Request handle gave back: a blocking call
 // costs no allocation. Each World keeps the last one recycled at hand
 // (World.spare), which a rank's next blocking call takes back with one
 // atomic swap, cheaper than the pool's.
-var reqPool = sync.Pool{New: func() any { return new(Request) }}
+var reqPool = sync.Pool{New: func() any { return new(request) }}
 
 // newRequest returns a zeroed request.
-func (w *World) newRequest() *Request {
+func (w *World) newRequest() *request {
 	r := w.spare.Swap(nil)
 	if r == nil {
-		r = reqPool.Get().(*Request)
+		r = reqPool.Get().(*request)
 	}
-	*r = Request{}
+	*r = request{}
 	return r
 }
 
 // recycle returns a completed request of a blocking call for reuse.
-func (r *Request) recycle() {
+func (r *request) recycle() {
 	if r != nil && r.done.Load() && !r.tabled {
 		if old := r.w.spare.Swap(r); old != nil {
 			reqPool.Put(old)
@@ -64,8 +136,8 @@ func (r *Request) recycle() {
 }
 
 // waitRecycle waits for a request of a blocking call and recycles it.
-func (r *Request) waitRecycle() (Status, error) {
-	st, err := r.Wait()
+func (r *request) waitRecycle() (Status, error) {
+	st, err := r.wait(context.Background())
 	if err == nil || r.done.Load() {
 		r.recycle()
 	}
@@ -74,7 +146,7 @@ func (r *Request) waitRecycle() (Status, error) {
 
 // finish completes the request once. Called with w.mu held or from a
 // completer; the done flag is what waiters poll.
-func (r *Request) finish(st Status, err error) {
+func (r *request) finish(st Status, err error) {
 	if r.done.Load() {
 		return
 	}
@@ -83,7 +155,7 @@ func (r *Request) finish(st Status, err error) {
 }
 
 // describe says what the request waits for, in the world's ranks.
-func (r *Request) describe() string {
+func (r *request) describe() string {
 	peer := func(p int) string {
 		if p == AnySource {
 			return "any source"
@@ -104,15 +176,8 @@ func (r *Request) describe() string {
 	return fmt.Sprintf("%s to %s, %s, %s", r.op, peer(r.src), tag, where)
 }
 
-// Wait blocks until the request completes and returns its status.
-func (r *Request) Wait() (Status, error) { return r.WaitContext(context.Background()) }
-
-// WaitContext is Wait that gives up when ctx ends (the request stays
-// pending).
-func (r *Request) WaitContext(ctx context.Context) (Status, error) {
-	if r == nil {
-		return Status{}, nil
-	}
+// wait blocks until the request completes and returns its status.
+func (r *request) wait(ctx context.Context) (Status, error) {
 	if err := r.w.wait(ctx, r); err != nil {
 		return Status{}, err
 	}
@@ -120,23 +185,8 @@ func (r *Request) WaitContext(ctx context.Context) (Status, error) {
 	return r.st, r.err
 }
 
-// Test makes progress once and reports whether the request has completed.
-func (r *Request) Test() (done bool, st Status, err error) {
-	if r == nil {
-		return true, Status{}, nil
-	}
-	if !r.done.Load() {
-		r.w.lc.Progress()
-	}
-	if !r.done.Load() {
-		return false, Status{}, nil
-	}
-	r.release()
-	return true, r.st, r.err
-}
-
 // release drops the request from the world's table once it is done.
-func (r *Request) release() {
+func (r *request) release() {
 	if r.tabled {
 		r.w.mu.Lock()
 		r.w.reqs.remove(r)
@@ -144,11 +194,12 @@ func (r *Request) release() {
 	}
 }
 
-// WaitAll waits for every request and returns the first error.
-func WaitAll(reqs ...*Request) error {
+// waitAll waits for the requests of a collective step, recycling each,
+// and returns the first error.
+func waitAll(reqs []*request) error {
 	var first error
 	for _, r := range reqs {
-		if _, err := r.Wait(); err != nil && first == nil {
+		if _, err := r.waitRecycle(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -157,7 +208,7 @@ func WaitAll(reqs ...*Request) error {
 
 // Complete is lapi's notification that a send's buffer may be reused (an
 // eager send is then done) or that the operation failed.
-func (r *Request) Complete(err error) {
+func (r *request) Complete(err error) {
 	w := r.w // once finished, r may be recycled by its waiter at once
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,12 +226,12 @@ func (r *Request) Complete(err error) {
 // reqTable names requests that a peer refers to (rendezvous sends awaiting
 // FIN) and tracks live ones for failure and leak reports.
 type reqTable struct {
-	slots []*Request
+	slots []*request
 	free  []uint32
 	n     int
 }
 
-func (t *reqTable) add(r *Request) {
+func (t *reqTable) add(r *request) {
 	if len(t.free) > 0 {
 		r.id = t.free[len(t.free)-1]
 		t.free = t.free[:len(t.free)-1]
@@ -193,14 +244,14 @@ func (t *reqTable) add(r *Request) {
 	t.n++
 }
 
-func (t *reqTable) get(id uint32) *Request {
+func (t *reqTable) get(id uint32) *request {
 	if int(id) < len(t.slots) {
 		return t.slots[id]
 	}
 	return nil
 }
 
-func (t *reqTable) remove(r *Request) {
+func (t *reqTable) remove(r *request) {
 	if !r.tabled || t.slots[r.id] != r {
 		return
 	}
@@ -210,7 +261,7 @@ func (t *reqTable) remove(r *Request) {
 	t.n--
 }
 
-func (t *reqTable) each(f func(*Request)) {
+func (t *reqTable) each(f func(*request)) {
 	for _, r := range t.slots {
 		if r != nil {
 			f(r)

@@ -48,7 +48,7 @@ func (w *World) splits(n, from int) bool {
 
 // startSplit starts a split rendezvous receive of n bytes (w.mu not
 // held): the upper part is offered to the sender, the lower part read.
-func (w *World) startSplit(r *Request, n int) {
+func (w *World) startSplit(r *request, n int) {
 	a := r.rts
 	half := n / 2 &^ 4095 // the parts meet on a page boundary
 	pvo, err := w.lc.TPT().Register(r.buf[half:n], hal.AccessWrite)
@@ -82,7 +82,7 @@ func (w *World) startSplit(r *Request, n int) {
 
 // partDone counts one part of a split receive in (w.mu held) and reports
 // whether the receive is now complete. The first error sticks.
-func (w *World) partDone(r *Request, err error) bool {
+func (w *World) partDone(r *request, err error) bool {
 	if err != nil && r.sp.err == nil {
 		r.sp.err = err
 	}
@@ -95,7 +95,7 @@ func (w *World) partDone(r *Request, err error) bool {
 
 // endSplit releases what a split receive holds (w.mu held): its table
 // slot and the registration of its upper part.
-func (w *World) endSplit(r *Request) {
+func (w *World) endSplit(r *request) {
 	r.sp.parts = 0
 	w.reqs.remove(r)
 	w.lc.TPT().Deregister(r.pvo)
@@ -123,7 +123,7 @@ func (h ctsHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 }
 
 func (h ctsHandler) OnComplete(src hal.Rank, cookie any) {
-	r, ok := cookie.(*Request)
+	r, ok := cookie.(*request)
 	if !ok {
 		return
 	}
@@ -134,7 +134,7 @@ func (h ctsHandler) OnComplete(src hal.Rank, cookie any) {
 
 // putDone runs (w.mu held) when the sender's part is written: it tells
 // the receiver, failed or not.
-func (w *World) putDone(r *Request, err error) {
+func (w *World) putDone(r *request, err error) {
 	r.sp.putting = false
 	if err != nil {
 		r.sp.err = err
@@ -170,7 +170,7 @@ func (h putFinHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) 
 }
 
 func (h putFinHandler) OnComplete(_ hal.Rank, cookie any) {
-	r, ok := cookie.(*Request)
+	r, ok := cookie.(*request)
 	if !ok {
 		return
 	}

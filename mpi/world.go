@@ -35,9 +35,9 @@ type World struct {
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
 	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
 	timeout            time.Duration
-	waiting            atomic.Pointer[Request] // what a blocked call waits for, for reports
-	spare              atomic.Pointer[Request] // a recycled request (request.go)
-	deferred           []*Request              // rendezvous reads to start outside lapi's lock
+	waiting            atomic.Pointer[request] // what a blocked call waits for, for reports
+	spare              atomic.Pointer[request] // a recycled request (request.go)
+	deferred           []*request              // rendezvous reads to start outside lapi's lock
 	freeArr            *arrival                // recycled arrivals (w.mu)
 	onClose            []func() error
 	failed             []error // by world rank: peers declared failed (w.mu)
@@ -118,7 +118,7 @@ func (w *World) Finalize() error {
 const reportAfter = 64
 
 // wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
-func (w *World) wait(ctx context.Context, r *Request) error {
+func (w *World) wait(ctx context.Context, r *request) error {
 	if r.done.Load() {
 		return nil
 	}
@@ -158,7 +158,7 @@ func (w *World) deadline(ctx context.Context) (context.Context, context.CancelFu
 
 // waitErr turns a failed wait into the error the caller sees: a timeout
 // names what the rank was waiting for.
-func (w *World) waitErr(ctx context.Context, r *Request, err error) error {
+func (w *World) waitErr(ctx context.Context, r *request, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: r.describe()}, ctx.Err())
 	}
@@ -183,8 +183,8 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 		w.failed = make([]error, w.size)
 	}
 	w.failed[peer] = err // receives posted from now on fail at once
-	var failed []*Request
-	w.m.posted.take(func(r *Request) bool {
+	var failed []*request
+	w.m.posted.take(func(r *request) bool {
 		if r.src == AnySource || r.comm.group[r.src] == int(peer) {
 			failed = append(failed, r)
 		}
@@ -194,7 +194,7 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 		w.m.cancelPosted(r)
 		r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
 	}
-	w.reqs.each(func(r *Request) {
+	w.reqs.each(func(r *request) {
 		switch {
 		case r.peer != int(peer):
 		case r.recv: // a split receive: the sender's part will not come
