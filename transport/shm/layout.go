@@ -36,7 +36,10 @@ import (
 //	  cells from ringHdrLines*line: stamp u64, frame length u32, compact
 //	    type u32 (0: a whole frame), then the inline frame, or the
 //	    frame's data position u64; a compact frame is the payload alone
-//	    (the frame header is the ring's: see ring.pushCompact)
+//	    (the frame header is the ring's: see ring.pushCompact); a whole
+//	    frame too long for one cell but not for spanMax of them may run on
+//	    over the next cells (type cellSpan), whose stamps the consumer
+//	    zeroes before it gives them back
 //	  data area from dataOff (page-aligned)
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
@@ -91,7 +94,7 @@ const (
 	// Cell fields.
 	offCellStamp = 0
 	offCellLen   = 8
-	offCellType  = 12 // a compact frame's type, 0 for a whole frame (see ring.pushCompact)
+	offCellType  = 12 // a compact frame's type, 0 for a whole frame (see ring.pushCompact), cellSpan for one over several cells
 	offCellData  = 16 // the data position of an external frame; an inline frame starts here too
 )
 

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -266,7 +267,8 @@ func TestCorruption(t *testing.T) {
 	})
 	t.Run("cell", func(t *testing.T) {
 		devs, key := openLocal(t, 2, Options{})
-		big := make([]byte, devs[0].out[1].inlineMax+100) // through the data area
+		r := &devs[0].out[1]
+		big := make([]byte, int(r.spanMax)<<r.cellShift) // more than spanMax cells: through the data area
 		if err := devs[0].Send(header(key, 0, 1, len(big)), big); err != nil {
 			t.Fatal(err)
 		}
@@ -274,6 +276,32 @@ func TestCorruption(t *testing.T) {
 		*word64(c, offCellData) = 1 << 40 // far outside the data area
 		if n, err := devs[1].Poll(ignore); n != 0 || !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("Poll of a cell pointing outside its ring: %d, %v; want 0, ErrCorrupt", n, err)
+		}
+	})
+	t.Run("span", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			n    uint32
+			pos  uint64 // where the frame is
+		}{
+			{"too long", 1 << 20, 0},
+			{"one cell", 8, 0},
+			{"past the last cell", 3000, 255},
+		} {
+			devs, key := openLocal(t, 2, Options{})
+			for i := range tc.pos + 1 { // frames of one cell up to pos, all but the last taken
+				if err := devs[0].Send(header(key, 0, 1, 8), payload); err != nil {
+					t.Fatal(err)
+				}
+				if i < tc.pos {
+					devs[1].Poll(ignore)
+				}
+			}
+			c := devs[1].in[0].cell(tc.pos)
+			*word32(c, offCellLen), *word32(c, offCellType) = tc.n, cellSpan
+			if _, err := devs[1].Poll(ignore); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%s: Poll of a frame over cells: %v, want ErrCorrupt", tc.name, err)
+			}
 		}
 	})
 	t.Run("length", func(t *testing.T) {
@@ -437,5 +465,55 @@ func TestSendShort(t *testing.T) {
 	}
 	if err := devs[0].SendShort(1, hal.FrameData, nil, payload); !errors.Is(err, hal.ErrUnknownPeer) {
 		t.Errorf("short frame to a closed device: %v, want hal.ErrUnknownPeer", err)
+	}
+}
+
+// TestSpanningFrames sends frames that run over several cells: they come
+// back whole, and the stamps they ran over are zeroed before the cells go
+// back, so that frame bytes equal to the stamp a cell will expect a lap
+// later cannot pass for a published frame.
+func TestSpanningFrames(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{Cells: 8, CellSize: 64})
+	tx, rx := devs[0], devs[1]
+	if got := tx.out[1].spanMax; got != 2 {
+		t.Fatalf("spanMax %d with 8 cells, want 2", got)
+	}
+	payload := make([]byte, 8)
+	var frames [][]byte
+	keep := func(_ *hal.Header, p []byte) { frames = append(frames, slices.Clone(p)) }
+	// Two cells. Cell 1's stamp sits 64 bytes into cell 0's frame area,
+	// 16 bytes into the payload (after the 16-byte cell prefix and the
+	// 32-byte frame header): write there the stamp position 9 will
+	// expect, 10.
+	span := make([]byte, 60)
+	fill(span, 1)
+	binary.LittleEndian.PutUint64(span[16:], 10)
+	if err := tx.Send(header(key, 0, 1, len(span)), span); err != nil {
+		t.Fatal(err)
+	}
+	if tx.out[1].pos != 2 {
+		t.Fatalf("a %d-byte frame took %d cells, want 2", hal.HeaderLen+len(span), tx.out[1].pos)
+	}
+	if n, err := rx.Poll(keep); n != 1 || err != nil || !slices.Equal(frames[0], span) {
+		t.Fatalf("Poll of the frame over two cells: %d, %v, equal %v", n, err, len(frames) > 0 && slices.Equal(frames[0], span))
+	}
+	// Frames of one cell at positions 2..8: the last fills cell 0 again.
+	for i := range 7 {
+		if err := tx.Send(header(key, 0, 1, 8), payload); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if n, err := rx.Poll(keep); n != 1 || err != nil {
+			t.Fatalf("frame %d: Poll %d, %v", i, n, err)
+		}
+	}
+	// Position 9 is cell 1, whose stamp word the first frame wrote 10 in.
+	if n, err := rx.Poll(keep); n != 0 || err != nil {
+		t.Fatalf("Poll of an empty ring: %d frames, %v; the old frame's bytes passed for a stamp", n, err)
+	}
+	if err := tx.Send(header(key, 0, 1, 8), payload); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rx.Poll(keep); n != 1 || err != nil || !slices.Equal(frames[len(frames)-1], payload) {
+		t.Fatalf("Poll at position 9: %d, %v", n, err)
 	}
 }
