@@ -228,10 +228,12 @@ func (r *ring) pushCompact(t hal.FrameType, rest, payload []byte) error {
 	}
 	c := r.cell(r.pos)
 	copy(c[cellInlineOff+copy(c[cellInlineOff:], rest):], payload)
-	*word32(c, offCellLen) = uint32(len(rest) + len(payload))
+	n := len(rest) + len(payload)
+	*word32(c, offCellLen) = uint32(n)
 	*word32(c, offCellType) = uint32(t)
 	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
 	r.pos++
+	r.warm(n)
 	return nil
 }
 
