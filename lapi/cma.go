@@ -53,9 +53,19 @@ type cmaState struct {
 // changes at the next progress pass.
 const tptLogMax = 1024
 
+// The default SingleCopyThreshold in a shared address space and through
+// cross-memory attach (see Config).
+const (
+	sharedSingleCopy = 16 << 10
+	cmaSingleCopy    = 128 << 10
+)
+
 // initCMA turns cross-memory attach on when the device offers it.
 func (c *Context) initCMA() {
 	if sa, ok := c.dev.(hal.SharedAddressSpace); ok && c.cfg.SingleCopyThreshold >= 0 {
+		if c.cfg.SingleCopyThreshold == 0 {
+			c.cfg.SingleCopyThreshold = sharedSingleCopy
+		}
 		sa.ShareTPT(c.tpt)
 		c.cm.shared = sa
 		return
@@ -63,6 +73,9 @@ func (c *Context) initCMA() {
 	cm, ok := c.dev.(hal.CrossMemory)
 	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
 		return
+	}
+	if c.cfg.SingleCopyThreshold == 0 {
+		c.cfg.SingleCopyThreshold = cmaSingleCopy
 	}
 	c.cm.dev = cm
 	c.cm.replicas = make([]hal.Replica, c.cfg.Size)

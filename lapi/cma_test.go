@@ -361,3 +361,21 @@ func TestTPTPushAfterPeerFailure(t *testing.T) {
 		t.Fatal("the peer that came back lacks this rank's region")
 	}
 }
+
+// TestSingleCopyDefault: one copy starts at 128 KiB through cross-memory
+// attach, where copying through the rings is faster below it, and at
+// 16 KiB in a shared address space; a configured threshold wins.
+func TestSingleCopyDefault(t *testing.T) {
+	if got := openShmJob(t, 2)[0].SingleCopy(); got != 128<<10 {
+		t.Errorf("shm: SingleCopy %d, want %d", got, 128<<10)
+	}
+	if got := openInprocJob(t, 2, faults.Spec{})[0].SingleCopy(); got != 16<<10 {
+		t.Errorf("inproc: SingleCopy %d, want %d", got, 16<<10)
+	}
+	for _, tc := range []struct{ set, want int }{{4096, 4096}, {-1, 0}} {
+		c := openInprocJob(t, 2, faults.Spec{}, func(c *Config) { c.SingleCopyThreshold = tc.set })[0]
+		if got := c.SingleCopy(); got != tc.want {
+			t.Errorf("inproc with SingleCopyThreshold %d: SingleCopy %d, want %d", tc.set, got, tc.want)
+		}
+	}
+}

@@ -40,17 +40,23 @@
 // an array of Cells cells of CellSize bytes, and a data area of RingBytes
 // bytes.
 //
-// Each frame takes exactly one cell. The cell begins with a 64-bit stamp,
-// the frame's position in the ring plus one, then the frame's length; a
-// frame of up to CellSize-16 bytes (an 8-byte payload with its 32-byte
-// header, or a small upper-layer message) is stored inline in the cell, so
-// that a small message costs the receiver one cache-line transfer. A larger
-// frame is stored contiguously in the data area (a frame never wraps: the
-// producer skips to the start of the area instead) and the cell holds its
-// position. The stamp is published last with an atomic store and polled by
-// the consumer with an atomic load: the stamps are the producer's tail, and
-// because cells never hold payload bytes at the stamp's offset, old data
-// can never look like a published frame. The consumer publishes its head
+// A frame takes one cell. The cell begins with a 64-bit stamp, the frame's
+// position in the ring plus one, then the frame's length; a frame of up to
+// CellSize-16 bytes (an 8-byte payload with its 32-byte header, or a small
+// upper-layer message) is stored inline in the cell, so that a small
+// message costs the receiver one cache-line transfer. A larger frame runs
+// on over the following cells, up to 32 of them and while the consumer
+// would hold at most half the cells; it then comes in the lines after the
+// stamp, as an inline one does. Any other frame is stored contiguously in
+// the data area (a frame never wraps: the producer skips to the start of
+// the area instead) and the cell holds its position. The stamp is
+// published last with an atomic store and polled by the consumer with an
+// atomic load: the stamps are the producer's tail. Old data can never look
+// like a published frame: a cell holds payload bytes at the stamp's offset
+// only under a frame that ran over it, and the consumer zeroes those
+// stamps before it gives the cells back. After each frame the producer
+// writes into the lines (but the stamp's) that a frame of the same size
+// would fill next, so that the next one copies into lines its core holds. The consumer publishes its head
 // (cell and data positions) once the callbacks that used the frames have
 // returned: at once after a large frame, otherwise when half the cells or
 // a quarter of the data wait to be given back, or when it next finds the

@@ -68,11 +68,12 @@ func newRing(mem []byte, g *geometry, src, dst int) ring {
 	}
 }
 
-// spanMax is the most cells one frame may run over: a frame of a few KiB
-// then comes in lines that follow the stamp, as an inline one does,
-// instead of at a data position read from it, a second miss that waits
-// for the first. A frame never takes more than a quarter of the cells.
-const spanMax = 8
+// spanMax is the most cells one frame may run over: with 2 KiB cells any
+// frame up to the MTU then comes in lines that follow the stamp, as an
+// inline one does, instead of at a data position read from it, a second
+// miss that waits for the first. A frame never takes more than a quarter
+// of the cells.
+const spanMax = 32
 
 // cellSpan is the compact-type word of a frame that runs over cells.
 const cellSpan = 0x100

@@ -174,7 +174,8 @@ func TestRingFull(t *testing.T) {
 	})
 	t.Run("data", func(t *testing.T) {
 		const size = 40000 // three fit in 128 KiB; the fourth skips the last 11072 bytes
-		devs, key := openLocal(t, 2, Options{RingBytes: 128 << 10})
+		// 1 KiB cells: a 40000-byte frame is more than spanMax of them.
+		devs, key := openLocal(t, 2, Options{RingBytes: 128 << 10, CellSize: 1024})
 		payload := make([]byte, size-hal.HeaderLen)
 		hdr := header(key, 0, 1, len(payload))
 		var seq uint64
@@ -266,7 +267,7 @@ func TestCorruption(t *testing.T) {
 		}
 	})
 	t.Run("cell", func(t *testing.T) {
-		devs, key := openLocal(t, 2, Options{})
+		devs, key := openLocal(t, 2, Options{CellSize: 512})
 		r := &devs[0].out[1]
 		big := make([]byte, int(r.spanMax)<<r.cellShift) // more than spanMax cells: through the data area
 		if err := devs[0].Send(header(key, 0, 1, len(big)), big); err != nil {
