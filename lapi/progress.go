@@ -46,7 +46,7 @@ func (c *Context) progressLocked() bool {
 	if !c.reliable {
 		c.rdmaTick(c.pollNow)
 	}
-	if len(c.rd.queue) > 0 {
+	if c.rdmaPending() {
 		c.pushRDMA(c.pollNow)
 	}
 	did := n > 0 || len(c.done) > 0

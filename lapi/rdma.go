@@ -80,6 +80,7 @@ type rdmaState struct {
 	groups     int       // transfers not yet completed
 	rtt        []rttEstimator
 	queue      []outStream
+	dones      []rdmaDone // completions the device had no room for, oldest first
 	freeOps    *rdmaOp
 	freeGroups *rdmaGroup
 	serving    map[servKey]*hal.RDMAStream
@@ -87,6 +88,12 @@ type rdmaState struct {
 	used       int
 	seg        int
 	stats      RDMAStats
+}
+
+// rdmaDone is a completion owed to the origin of a transfer.
+type rdmaDone struct {
+	peer hal.Rank
+	h    hal.RDMAHdr
 }
 
 type servKey struct {
@@ -264,6 +271,9 @@ func (c *Context) queueStream(o outStream) {
 // (c.mu held).
 func (c *Context) pushRDMA(now time.Time) {
 	r := &c.rd
+	if len(r.dones) > 0 {
+		c.pushDones()
+	}
 	for len(r.queue) > 0 {
 		o := r.queue[0]
 		if c.peerErr[o.s.Peer] != nil {
@@ -373,9 +383,19 @@ func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 // sendDone sends a header-only completion; a lost one is answered again
 // when the origin redrives.
 func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
+	if len(c.rd.dones) > 0 || !c.trySendDone(peer, h) {
+		// Kept, not dropped: over a reliable device nothing would
+		// redrive the transfer, and its origin would wait for ever.
+		c.rd.dones = append(c.rd.dones, rdmaDone{peer, h})
+	}
+}
+
+// trySendDone sends a completion to peer's origin, reporting false when
+// the device has no room for it yet (c.mu held).
+func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 	b := c.hdrSlot()
 	if b == nil {
-		return
+		return false
 	}
 	h.DstEp = c.dstEpoch(peer)
 	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: hal.RDMAHdrLen}
@@ -385,10 +405,34 @@ func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
 	if !c.reliable {
 		hal.Seal(b, nil)
 	}
-	if err := c.dev.Send(b, nil); err == nil {
+	switch err := c.dev.Send(b, nil); {
+	case err == nil:
 		c.rd.used++
 		c.stats.PacketsSent++
+	case errors.Is(err, hal.ErrNoResource):
+		return false
+	case c.reliable || fatalSendErr(err):
+		c.failPeer(peer, err.Error())
+	default:
+		c.stats.SendErrors++ // a loss: the origin's redrive covers it
 	}
+	return true
+}
+
+// pushDones sends the completions the device had no room for, in order
+// (c.mu held).
+func (c *Context) pushDones() {
+	r := &c.rd
+	n := 0
+	for ; n < len(r.dones); n++ {
+		d := r.dones[n]
+		if c.peerErr[d.peer] == nil && !c.trySendDone(d.peer, d.h) {
+			if used := r.used; c.flushLocked() != nil || r.used == used || !c.trySendDone(d.peer, d.h) {
+				break // still full: progress retries
+			}
+		}
+	}
+	r.dones = r.dones[:copy(r.dones, r.dones[n:])]
 }
 
 // onRDMA is onFrame for RDMA frames (c.mu held).
@@ -670,7 +714,7 @@ func (c *Context) dropRDMA(peer hal.Rank, err error) {
 }
 
 // rdmaPending reports whether RDMA packets wait for the device.
-func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 }
+func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 || len(c.rd.dones) > 0 }
 
 // putRDMA is Put by RDMA write.
 func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {

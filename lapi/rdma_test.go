@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/simnet"
+	"github.com/weft-hpc/weft/transport/shm"
 	"github.com/weft-hpc/weft/transport/udp"
 )
 
@@ -490,4 +492,71 @@ func TestRDMAOverLossyUDP(t *testing.T) {
 		t.Fatalf("expected RDMA with redrives: %+v", s)
 	}
 	t.Logf("%+v", c0.RDMAStats())
+}
+
+// fullDevice refuses the first refuse RDMA completions it is given, as a
+// full ring would (hal.ErrNoResource). Embedding the device hides its
+// cross-memory attach, so Put goes by RDMA.
+type fullDevice struct {
+	hal.Device
+	refuse, refused int
+}
+
+func (d *fullDevice) Send(hdr, payload []byte) error {
+	if len(hdr) > 3 && hal.FrameType(hdr[3]) == hal.FrameRDMADone && d.refused < d.refuse {
+		d.refused++
+		return hal.ErrNoResource
+	}
+	return d.Device.Send(hdr, payload)
+}
+
+// TestRDMADoneWaitsForRoom: over a reliable device, which nothing
+// redrives over, a completion the target's device has no room for is kept
+// and sent once there is room; dropping it left the origin waiting for
+// ever (a window of split rendezvous over shm did).
+func TestRDMADoneWaitsForRoom(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shm needs Linux")
+	}
+	const key, n = 0xd0e, 4
+	devs, err := shm.OpenLocal(key, 2, shm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &fullDevice{Device: devs[1], refuse: 3}
+	var ctxs [2]*Context
+	for r, d := range []hal.Device{devs[0], full} {
+		for q, e := range devs {
+			if err := d.Connect(hal.Rank(q), e.Addr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: 2, JobKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		defer ctxs[r].Close()
+	}
+	c0, c1 := ctxs[0], ctxs[1]
+	defer serving(c1)()
+	mem := make([]byte, n<<20)
+	p, _ := c1.TPT().Register(mem, hal.AccessWrite)
+	src := make([]byte, len(mem))
+	fill(src, 9)
+	k := c0.NewCounter()
+	for i := range n {
+		if err := c0.Put(1, p.Add(uint64(i<<20)), src[i<<20:(i+1)<<20], SendOpts{Completion: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Wait(ctx, n); err != nil {
+		t.Fatalf("%d puts, the target's device refusing %d completions: %v", n, full.refused, err)
+	}
+	if full.refused != full.refuse {
+		t.Errorf("the device refused %d completions, want %d", full.refused, full.refuse)
+	}
+	if !bytes.Equal(mem, src) {
+		t.Error("memory differs")
+	}
 }
