@@ -537,7 +537,7 @@ func TestRDMADoneWaitsForRoom(t *testing.T) {
 		defer ctxs[r].Close()
 	}
 	c0, c1 := ctxs[0], ctxs[1]
-	defer serving(c1)()
+	stop := serving(c1)
 	mem := make([]byte, n<<20)
 	p, _ := c1.TPT().Register(mem, hal.AccessWrite)
 	src := make([]byte, len(mem))
@@ -550,7 +550,9 @@ func TestRDMADoneWaitsForRoom(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := k.Wait(ctx, n); err != nil {
+	err = k.Wait(ctx, n)
+	stop() // what the target's progress wrote is now ours to read
+	if err != nil {
 		t.Fatalf("%d puts, the target's device refusing %d completions: %v", n, full.refused, err)
 	}
 	if full.refused != full.refuse {
