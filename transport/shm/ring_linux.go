@@ -145,7 +145,7 @@ func (r *ring) push(hdr, payload []byte) error {
 		return err
 	}
 	c := r.cell(r.pos)
-	took := uint64(1)
+	typ, took, inCells := uint32(0), uint64(1), true
 	if n <= r.inlineMax {
 		copy(c[cellInlineOff+copy(c[cellInlineOff:], hdr):], payload)
 	} else if k := r.spanCells(n); k > 0 && r.pos&r.cellMask+k <= r.cellMask+1 && r.spanFits(k) {
@@ -154,12 +154,7 @@ func (r *ring) push(hdr, payload []byte) error {
 		off := (r.pos & r.cellMask) << r.cellShift
 		f := r.cells[off+cellInlineOff : off+cellInlineOff+uint64(n)]
 		copy(f[copy(f, hdr):], payload)
-		*word32(c, offCellLen) = uint32(n)
-		*word32(c, offCellType) = cellSpan
-		atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
-		r.pos += k
-		r.warm(n)
-		return nil
+		typ, took = cellSpan, k
 	} else {
 		span := uint64(frameSpan(n, r.line))
 		start := r.dpos
@@ -181,17 +176,17 @@ func (r *ring) push(hdr, payload []byte) error {
 		copy(d[copy(d, hdr):], payload)
 		*word64(c, offCellData) = start
 		r.dpos = start + span
+		inCells = false
 	}
 	*word32(c, offCellLen) = uint32(n)
-	*word32(c, offCellType) = 0
+	*word32(c, offCellType) = typ
 	// The stamp is the release: everything written above is visible to a
 	// consumer that loads it.
 	atomic.StoreUint64(word64(c, offCellStamp), r.pos+1)
 	r.pos += took
-	if n > r.inlineMax {
-		return nil
+	if inCells {
+		r.warm(n)
 	}
-	r.warm(n)
 	return nil
 }
 
