@@ -57,7 +57,7 @@ const tptLogMax = 1024
 // cross-memory attach (see Config).
 const (
 	sharedSingleCopy = 16 << 10
-	cmaSingleCopy    = 128 << 10
+	cmaSingleCopy    = 64 << 10
 )
 
 // initCMA turns cross-memory attach on when the device offers it.

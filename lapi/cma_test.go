@@ -362,12 +362,12 @@ func TestTPTPushAfterPeerFailure(t *testing.T) {
 	}
 }
 
-// TestSingleCopyDefault: one copy starts at 128 KiB through cross-memory
+// TestSingleCopyDefault: one copy starts at 64 KiB through cross-memory
 // attach, where copying through the rings is faster below it, and at
 // 16 KiB in a shared address space; a configured threshold wins.
 func TestSingleCopyDefault(t *testing.T) {
-	if got := openShmJob(t, 2)[0].SingleCopy(); got != 128<<10 {
-		t.Errorf("shm: SingleCopy %d, want %d", got, 128<<10)
+	if got := openShmJob(t, 2)[0].SingleCopy(); got != 64<<10 {
+		t.Errorf("shm: SingleCopy %d, want %d", got, 64<<10)
 	}
 	if got := openInprocJob(t, 2, faults.Spec{})[0].SingleCopy(); got != 16<<10 {
 		t.Errorf("inproc: SingleCopy %d, want %d", got, 16<<10)
