@@ -57,6 +57,10 @@ func newWorld(lc *lapi.Context) *World {
 		accumulateMin: accumulateLarge,
 		directMin:     directLarge,
 	}
+	if sc := lc.SingleCopy(); sc > 0 {
+		// Split where each part is one copy: two cores copying at once.
+		w.splitMin = max(2*sc, splitNode)
+	}
 	if v, err := envInt("WEFT_SPLIT"); err == nil && v >= 0 {
 		w.splitMin = v
 	}
