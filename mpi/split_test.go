@@ -64,3 +64,34 @@ func TestSplitRendezvous(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitSize: between ranks with single-copy transfers a rendezvous
+// splits from twice the single-copy size, 128 KiB at least, so that each
+// half is one copy; WEFT_SINGLECOPY moves it, and WEFT_SPLIT wins.
+func TestSplitSize(t *testing.T) {
+	for _, tc := range []struct {
+		dev, singleCopy, split string
+		want                   int
+	}{
+		{"shm", "", "", 128 << 10},
+		{"inproc", "", "", 128 << 10},
+		{"inproc", "262144", "", 512 << 10},
+		{"inproc", "", "100000", 100000},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%s", tc.dev, tc.singleCopy, tc.split), func(t *testing.T) {
+			if tc.singleCopy != "" {
+				t.Setenv("WEFT_SINGLECOPY", tc.singleCopy)
+			}
+			if tc.split != "" {
+				t.Setenv("WEFT_SPLIT", tc.split)
+			}
+			w := devWorlds(t, tc.dev, 2)[0]
+			if w.lc.SingleCopy() == 0 {
+				t.Skip("no single-copy transfers here (cross-memory attach refused)")
+			}
+			if w.splitMin != tc.want {
+				t.Errorf("splitMin %d, want %d", w.splitMin, tc.want)
+			}
+		})
+	}
+}
