@@ -380,12 +380,13 @@ func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 	c.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
 }
 
-// sendDone sends a header-only completion; a lost one is answered again
-// when the origin redrives.
+// sendDone sends a header-only completion, or queues it behind those the
+// device had no room for (pushDones sends them). One lost on an
+// unreliable device is answered again when the origin redrives.
 func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
 	if len(c.rd.dones) > 0 || !c.trySendDone(peer, h) {
-		// Kept, not dropped: over a reliable device nothing would
-		// redrive the transfer, and its origin would wait for ever.
+		// Kept, not dropped: over a reliable device nothing redrives
+		// the transfer, and its origin would wait for ever.
 		c.rd.dones = append(c.rd.dones, rdmaDone{peer, h})
 	}
 }
