@@ -305,7 +305,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				// Flush and start the packet again: a flush that
 				// succeeds hands the header slab back, so the packet
 				// is encoded afresh into the slot now current.
-				if used := r.used; c.flushLocked() != nil || r.used == used {
+				if !c.reclaimHdrs() {
 					return // still full: progress retries this packet
 				}
 				continue
@@ -345,6 +345,14 @@ func (c *Context) hdrSlot() []byte {
 		return nil
 	}
 	return r.hdrs[r.used]
+}
+
+// reclaimHdrs flushes the device after it refused a packet, and reports
+// whether that handed the header slab back, so that the packet is worth
+// encoding again into the slot now current.
+func (c *Context) reclaimHdrs() bool {
+	used := c.rd.used
+	return c.flushLocked() == nil && c.rd.used != used
 }
 
 // popStream drops the stream at the head of the queue. The queue is short
@@ -428,7 +436,7 @@ func (c *Context) pushDones() {
 	for ; n < len(r.dones); n++ {
 		d := r.dones[n]
 		if c.peerErr[d.peer] == nil && !c.trySendDone(d.peer, d.h) {
-			if used := r.used; c.flushLocked() != nil || r.used == used || !c.trySendDone(d.peer, d.h) {
+			if !c.reclaimHdrs() || !c.trySendDone(d.peer, d.h) {
 				break // still full: progress retries
 			}
 		}

@@ -27,10 +27,8 @@ var copiedSend = &Request{}
 // settle takes a completed operation's status and error into the handle
 // and gives the operation back.
 func (q *Request) settle() {
-	r := q.op
-	r.release()
-	q.op, q.st, q.err = nil, r.st, r.err
-	r.recycle()
+	q.st, q.err = q.op.giveBack()
+	q.op = nil
 }
 
 // Wait blocks until the request completes and returns its status.
@@ -126,7 +124,8 @@ func (w *World) newRequest() *request {
 	return r
 }
 
-// recycle returns a completed request of a blocking call for reuse.
+// recycle returns a completed request for reuse, unless a peer may still
+// name it (tabled).
 func (r *request) recycle() {
 	if r != nil && r.done.Load() && !r.tabled {
 		if old := r.w.spare.Swap(r); old != nil {
@@ -135,12 +134,21 @@ func (r *request) recycle() {
 	}
 }
 
-// waitRecycle waits for a request of a blocking call and recycles it.
+// waitRecycle waits for a request of a blocking call and gives it back;
+// one whose wait failed is still pending, and is not reused.
 func (r *request) waitRecycle() (Status, error) {
-	st, err := r.wait(context.Background())
-	if err == nil || r.done.Load() {
-		r.recycle()
+	if err := r.w.wait(context.Background(), r); err != nil {
+		return Status{}, err
 	}
+	return r.giveBack()
+}
+
+// giveBack returns a completed request's status and error, and gives the
+// request back for reuse: after it, r belongs to the next operation.
+func (r *request) giveBack() (Status, error) {
+	r.release()
+	st, err := r.st, r.err
+	r.recycle()
 	return st, err
 }
 
@@ -174,15 +182,6 @@ func (r *request) describe() string {
 		return fmt.Sprintf("%s from %s, %s, %s", r.op, peer(r.src), tag, where)
 	}
 	return fmt.Sprintf("%s to %s, %s, %s", r.op, peer(r.src), tag, where)
-}
-
-// wait blocks until the request completes and returns its status.
-func (r *request) wait(ctx context.Context) (Status, error) {
-	if err := r.w.wait(ctx, r); err != nil {
-		return Status{}, err
-	}
-	r.release()
-	return r.st, r.err
 }
 
 // release drops the request from the world's table once it is done.

@@ -26,9 +26,9 @@ import (
 const (
 	splitDefault = 256 << 10
 	// splitNode is the least split size between ranks with single-copy
-	// transfers. On shm at 128 KiB, split: 8.8-10.2 µs and 14.9-16.4 GB/s,
-	// against 12.4-12.9 µs and 9.9-10.8 GB/s by one read (Open MPI 10.9-11.7
-	// µs, 12.2-12.4 GB/s).
+	// transfers. On shm at 128 KiB, split: 8.4-10.2 µs and 14.0-16.7 GB/s,
+	// against 12.4-12.9 µs and 9.9-10.8 GB/s by one read (Open MPI 10.9-11.8
+	// µs, 12.1-12.4 GB/s).
 	splitNode = 128 << 10
 	ctsLen    = 24 + hal.PVOLen
 	putFinLen = 9

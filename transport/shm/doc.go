@@ -40,13 +40,13 @@
 // an array of Cells cells of CellSize bytes, and a data area of RingBytes
 // bytes.
 //
-// A frame takes one cell. The cell begins with a 64-bit stamp, the frame's
-// position in the ring plus one, then the frame's length; a frame of up to
-// CellSize-16 bytes (an 8-byte payload with its 32-byte header, or a small
-// upper-layer message) is stored inline in the cell, so that a small
-// message costs the receiver one cache-line transfer. A larger frame runs
-// on over the following cells, up to 32 of them and while the consumer
-// would hold at most half the cells; it then comes in the lines after the
+// Each frame starts in a cell. The cell begins with a 64-bit stamp, the
+// frame's position in the ring plus one, then the frame's length; a frame
+// of up to CellSize-16 bytes (an 8-byte payload with its 32-byte header,
+// or a small upper-layer message) is stored inline in the cell, so that a
+// small message costs the receiver one cache-line transfer. A larger frame
+// runs on over the following cells, up to 32 of them, while the consumer
+// would hold at most half the cells: it then comes in the lines after the
 // stamp, as an inline one does. Any other frame is stored contiguously in
 // the data area (a frame never wraps: the producer skips to the start of
 // the area instead) and the cell holds its position. The stamp is
@@ -56,14 +56,16 @@
 // only under a frame that ran over it, and the consumer zeroes those
 // stamps before it gives the cells back. After each frame the producer
 // writes into the lines (but the stamp's) that a frame of the same size
-// would fill next, so that the next one copies into lines its core holds. The consumer publishes its head
-// (cell and data positions) once the callbacks that used the frames have
-// returned: at once after a large frame, otherwise when half the cells or
-// a quarter of the data wait to be given back, or when it next finds the
-// ring empty, so that a small message costs it no shared store on the way
-// to its caller (ring.advance says why the producer cannot starve). The
-// producer reads the head only when its cached copy says the ring is full,
-// and then returns hal.ErrNoResource.
+// would fill next, so that the next one copies into lines its core holds.
+// The consumer publishes its head (cell and data positions) once the
+// callbacks that used the frames have returned: at once after a large
+// frame, otherwise when half the cells or a quarter of the data wait to be
+// given back, or when it next finds the ring empty, so that a small
+// message costs it no shared store on the way to its caller (ring.advance
+// says why the producer cannot starve). The producer reads the head only
+// when its cached copy says the ring is full, or would be more than half
+// full after a frame over cells, and then returns hal.ErrNoResource when
+// the ring is full.
 //
 // With the defaults for up to 11 ranks (256 cells of 2 KiB, 512 KiB of
 // data) a ring takes about 1 MiB, so the segment of two ranks takes 4 MiB

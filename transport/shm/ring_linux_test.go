@@ -518,3 +518,46 @@ func TestSpanningFrames(t *testing.T) {
 		t.Fatalf("Poll at position 9: %d, %v", n, err)
 	}
 }
+
+// TestWarmLeavesHeldCells: after each frame the producer writes into the
+// lines the next frame of that size would fill, but never into a cell the
+// consumer still holds, nor into a stamp.
+func TestWarmLeavesHeldCells(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{Cells: 4, CellSize: 256})
+	tx, rx := devs[0], devs[1]
+	payload := make([]byte, 180) // one cell, three lines past the stamp's
+	send := func(seq uint64) {
+		t.Helper()
+		fill(payload, seq)
+		if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
+			t.Fatalf("frame %d: %v", seq, err)
+		}
+	}
+	r := &tx.out[1]
+	for seq := range uint64(3) {
+		send(seq)
+	}
+	// The last send warmed cell 3, free, but not its stamp.
+	if got := atomic.LoadUint64(word64(r.cell(3), offCellStamp)); got != 0 {
+		t.Fatalf("cell 3's stamp is %d after warming, want 0", got)
+	}
+	held := slices.Clone(r.cell(0)) // the consumer has not taken frame 0
+	send(3)                         // fills cell 3; the next position is cell 0 again
+	if !slices.Equal(r.cell(0), held) {
+		t.Fatal("the producer wrote into a cell the consumer still holds")
+	}
+	var got uint64
+	want := make([]byte, len(payload))
+	for got < 4 {
+		n, err := rx.Poll(func(_ *hal.Header, p []byte) {
+			fill(want, got)
+			if !slices.Equal(p, want) {
+				t.Errorf("frame %d: content differs", got)
+			}
+			got++
+		})
+		if err != nil || n == 0 {
+			t.Fatalf("Poll after %d frames: %d, %v", got, n, err)
+		}
+	}
+}
