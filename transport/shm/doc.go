@@ -37,17 +37,19 @@
 // holds a single-producer, single-consumer ring: a header (a start marker
 // with the ring's geometry, the consumer's head, an end marker, each on its
 // own cache line and 128-byte line pair; the line size comes from cpuid),
-// an array of Cells cells of CellSize bytes, and a data area of RingBytes
-// bytes.
+// an array of Cells cells of CellSize bytes, a cache line apart (so that
+// their stamps spread over the L1 cache's sets), and a data area of
+// RingBytes bytes.
 //
 // Each frame starts in a cell. The cell begins with a 64-bit stamp, the
 // frame's position in the ring plus one, then the frame's length; a frame
 // of up to CellSize-16 bytes (an 8-byte payload with its 32-byte header,
 // or a small upper-layer message) is stored inline in the cell, so that a
 // small message costs the receiver one cache-line transfer. A larger frame
-// runs on over the following cells, up to 32 of them, while the consumer
-// would hold at most half the cells: it then comes in the lines after the
-// stamp, as an inline one does. Any other frame is stored contiguously in
+// runs on over the following cells (and the lines between them), up to 32
+// of them and a quarter of the ring, while the consumer would hold at most
+// half the cells: it then comes in the lines after the stamp, as an inline
+// one does. Any other frame is stored contiguously in
 // the data area (a frame never wraps: the producer skips to the start of
 // the area instead) and the cell holds its position. The stamp is
 // published last with an atomic store and polled by the consumer with an
@@ -67,9 +69,9 @@
 // full after a frame over cells, and then returns hal.ErrNoResource when
 // the ring is full.
 //
-// With the defaults for up to 11 ranks (256 cells of 2 KiB, 512 KiB of
-// data) a ring takes about 1 MiB, so the segment of two ranks takes 4 MiB
-// and that of eight 64 MiB; DefaultCellSize and DefaultRingBytes shrink the
+// With the defaults for up to 22 ranks (64 cells of 2 KiB, 512 KiB of
+// data) a ring takes 648 KiB, so the segment of two ranks takes 2.6 MiB
+// and that of eight 41 MiB; DefaultCellSize and DefaultRingBytes shrink the
 // cells and data areas of larger jobs.
 //
 // Ring headers carry magic markers at both ends, checked when the device

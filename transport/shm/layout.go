@@ -33,7 +33,8 @@ import (
 //	  shares no 128-byte pair with the lines the producer reads on every
 //	  Send, since adjacent-line prefetchers move lines in pairs. The
 //	  producer's tail is not a word: it is the stamps in the cells.)
-//	  cells from ringHdrLines*line: stamp u64, frame length u32, compact
+//	  cells from ringHdrLines*line, cellSize+line apart (see cellStride):
+//	    stamp u64, frame length u32, compact
 //	    type u32 (0: a whole frame), then the inline frame, or the
 //	    frame's data position u64; a compact frame is the payload alone
 //	    (the frame header is the ring's: see ring.pushCompact); a whole
@@ -113,6 +114,7 @@ const lifeUnlinked = 1 << 31
 type geometry struct {
 	size, line          int
 	cells, cellSize     int
+	cellStride          int // from one cell to the next (see newGeometry)
 	mtu, ringBytes      int
 	rankOff, ringsOff   int // rank blocks, rings
 	dataOff             int // a ring's data area, from the ring's start
@@ -127,7 +129,18 @@ func newGeometry(size, line int, o Options) (geometry, error) {
 	g := geometry{size: size, line: line, cells: o.Cells, cellSize: o.CellSize, mtu: o.MTU, ringBytes: o.RingBytes}
 	g.rankOff = 3 * line
 	g.ringsOff = roundUp(g.rankOff+size*2*line, pageSize)
-	g.dataOff = roundUp(ringHdrLines*line+g.cells*g.cellSize, pageSize)
+	// A line between cells: at a power-of-two stride every stamp of every
+	// ring falls in the same few sets of the L1 cache (2 KiB apart, two of
+	// its 64), so the consumer's next stamp and the producer's next cell
+	// have left it by the time they are used, and each message pays for
+	// that on both sides. One line more moves each stamp to the next set.
+	// With 64 cells a ring's stamps then stay in L1: two processes
+	// bouncing a stamp through such cells took 61-62 ns one way, against
+	// 75 ns with 256 cells 2 KiB apart (72 with 64, 71-72 with 256 cells
+	// a line apart), and the 8-byte MPI latency went from 0.170-0.180 µs
+	// to 0.158-0.167 (fewer cells alone: 0.168-0.190).
+	g.cellStride = g.cellSize + line
+	g.dataOff = roundUp(ringHdrLines*line+g.cells*g.cellStride, pageSize)
 	g.ringStride = g.dataOff + g.ringBytes
 	g.total = int64(g.ringsOff) + int64(size)*int64(size)*int64(g.ringStride)
 	g.maxFrame = hal.HeaderLen + g.mtu

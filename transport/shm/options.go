@@ -2,7 +2,6 @@ package shm
 
 import (
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -48,7 +47,7 @@ type Options struct {
 // Defaults for zero Options fields, and the limits.
 const (
 	DefaultDir           = "/dev/shm"
-	DefaultCells         = 256
+	DefaultCells         = 64 // see cellStride
 	DefaultSpin          = 50 * time.Microsecond
 	DefaultPollBatch     = 64
 	DefaultAttachTimeout = 10 * time.Second
@@ -159,6 +158,3 @@ func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 // frameSpan is the room a frame of n bytes takes in a data area: whole
 // cache lines, so that the next frame never shares a line with it.
 func frameSpan(n, line int) int { return (n + line - 1) &^ (line - 1) }
-
-// log2 of a power of two.
-func log2(n int) uint { return uint(bits.TrailingZeros(uint(n))) }

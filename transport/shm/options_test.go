@@ -6,7 +6,7 @@ import "testing"
 // about 2 KiB; the size² rings' cells stay within cellBudget as jobs grow,
 // down to the 128-byte floor.
 func TestDefaultCellSize(t *testing.T) {
-	for _, c := range []struct{ size, want int }{{1, 2048}, {2, 2048}, {11, 2048}, {12, 1024}, {16, 1024}, {17, 512}, {32, 256}, {64, 128}, {512, 128}} {
+	for _, c := range []struct{ size, want int }{{1, 2048}, {2, 2048}, {22, 2048}, {23, 1024}, {32, 1024}, {33, 512}, {45, 512}, {46, 256}, {64, 256}, {65, 128}, {512, 128}} {
 		got := DefaultCellSize(c.size, DefaultCells)
 		if got != c.want {
 			t.Errorf("DefaultCellSize(%d, %d) = %d, want %d", c.size, DefaultCells, got, c.want)

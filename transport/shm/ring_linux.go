@@ -14,7 +14,7 @@ import (
 // device's Send or Poll touch.
 type ring struct {
 	src, dst int
-	cells    []byte // cells × cellSize
+	cells    []byte // cells × cellStride
 	data     []byte // the data area
 
 	start, end             *uint64 // markers
@@ -23,7 +23,7 @@ type ring struct {
 	cellMask, ringBytes    uint64
 	dataMask, halfCells    uint64
 	dataSlack              uint64 // see advance
-	cellShift              uint
+	cellSize, cellStride   uint64
 	line, inlineMax, maxFr int
 	spanMax                uint64 // most cells a frame may run over (0: none)
 
@@ -47,41 +47,42 @@ func newRing(mem []byte, g *geometry, src, dst int) ring {
 	l := g.line
 	return ring{
 		src: src, dst: dst,
-		cells:     b[ringHdrLines*l : ringHdrLines*l+g.cells*g.cellSize],
-		data:      b[g.dataOff : g.dataOff+g.ringBytes],
-		start:     word64(b, offRingStart),
-		end:       word64(b, endLine*l+offRingEnd),
-		wantStart: pairMarker(ringStart, src, dst),
-		wantEnd:   pairMarker(ringEnd, src, dst),
-		headCell:  word64(b, headLine*l+offHeadCell),
-		headData:  word64(b, headLine*l+offHeadData),
-		cellMask:  uint64(g.cells - 1),
-		halfCells: uint64(g.cells / 2),
-		dataSlack: dataSlack(g),
-		cellShift: log2(g.cellSize),
-		ringBytes: uint64(g.ringBytes),
-		dataMask:  uint64(g.ringBytes - 1),
-		line:      g.line,
-		inlineMax: g.inlineMax,
-		maxFr:     g.maxFrame,
-		spanMax:   uint64(min(spanMax, g.cells/4)),
+		cells:      b[ringHdrLines*l : ringHdrLines*l+g.cells*g.cellStride],
+		data:       b[g.dataOff : g.dataOff+g.ringBytes],
+		start:      word64(b, offRingStart),
+		end:        word64(b, endLine*l+offRingEnd),
+		wantStart:  pairMarker(ringStart, src, dst),
+		wantEnd:    pairMarker(ringEnd, src, dst),
+		headCell:   word64(b, headLine*l+offHeadCell),
+		headData:   word64(b, headLine*l+offHeadData),
+		cellMask:   uint64(g.cells - 1),
+		halfCells:  uint64(g.cells / 2),
+		dataSlack:  dataSlack(g),
+		cellSize:   uint64(g.cellSize),
+		cellStride: uint64(g.cellStride),
+		ringBytes:  uint64(g.ringBytes),
+		dataMask:   uint64(g.ringBytes - 1),
+		line:       g.line,
+		inlineMax:  g.inlineMax,
+		maxFr:      g.maxFrame,
+		spanMax:    uint64(min(spanMax, g.cells/4)),
 	}
 }
 
 // spanMax is the most cells one frame may run over: with 2 KiB cells any
-// frame up to the MTU then comes in lines that follow the stamp, as an
-// inline one does, instead of at a data position read from it, a second
+// frame up to the MTU could then come in lines that follow the stamp, as
+// an inline one does, instead of at a data position read from it, a second
 // miss that waits for the first. A frame never takes more than a quarter
-// of the cells.
+// of the cells: with the default 64, frames of up to 33 KiB.
 const spanMax = 32
 
 // cellSpan is the compact-type word of a frame that runs over cells.
 const cellSpan = 0x100
 
 // cellsFor is how many cells a frame of n bytes fills from a cell's
-// inline area.
+// inline area, on over the lines between cells.
 func (r *ring) cellsFor(n int) uint64 {
-	return uint64(cellInlineOff+n+(1<<r.cellShift)-1) >> r.cellShift
+	return (uint64(cellInlineOff+n) + r.cellStride - 1) / r.cellStride
 }
 
 // spanCells is how many cells a whole frame of n bytes runs over, when it
@@ -100,7 +101,7 @@ func (r *ring) beforeEnd(pos, k uint64) bool { return pos&r.cellMask+k <= r.cell
 // inline is the n bytes from the inline area of position pos's cell, on
 // into the following cells.
 func (r *ring) inline(pos uint64, n int) []byte {
-	off := (pos&r.cellMask)<<r.cellShift + cellInlineOff
+	off := (pos&r.cellMask)*r.cellStride + cellInlineOff
 	return r.cells[off : off+uint64(n)]
 }
 
@@ -149,8 +150,8 @@ func (r *ring) corrupt(what string) error {
 
 // cell is the cell of position pos.
 func (r *ring) cell(pos uint64) []byte {
-	off := (pos & r.cellMask) << r.cellShift
-	return r.cells[off : off+1<<r.cellShift]
+	off := (pos & r.cellMask) * r.cellStride
+	return r.cells[off : off+r.cellSize]
 }
 
 // push copies one frame, hdr then payload, into the ring and publishes it.
@@ -217,7 +218,7 @@ func (r *ring) warm(n int) {
 	if k > max(r.spanMax, 1) || !r.beforeEnd(r.pos, k) || r.pos+k-r.seenCell > r.cellMask+1 {
 		return
 	}
-	f := r.inline(r.pos, int(k<<r.cellShift)-cellInlineOff) // the k cells
+	f := r.inline(r.pos, int(k*r.cellStride)-cellInlineOff) // the k cells
 	l := r.line
 	for o := l - cellInlineOff; o < n; o += l { // each line holding frame bytes, but the stamp's
 		f[o+l/2] = 0 // mid-line: never a stamp, length or type

@@ -269,7 +269,7 @@ func TestCorruption(t *testing.T) {
 	t.Run("cell", func(t *testing.T) {
 		devs, key := openLocal(t, 2, Options{CellSize: 512})
 		r := &devs[0].out[1]
-		big := make([]byte, int(r.spanMax)<<r.cellShift) // more than spanMax cells: through the data area
+		big := make([]byte, r.spanMax*r.cellStride) // more than spanMax cells: through the data area
 		if err := devs[0].Send(header(key, 0, 1, len(big)), big); err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestCorruption(t *testing.T) {
 		}{
 			{"too long", 1 << 20, 0},
 			{"one cell", 8, 0},
-			{"past the last cell", 3000, 255},
+			{"past the last cell", 3000, DefaultCells - 1},
 		} {
 			devs, key := openLocal(t, 2, Options{})
 			for i := range tc.pos + 1 { // frames of one cell up to pos, all but the last taken
@@ -482,13 +482,13 @@ func TestSpanningFrames(t *testing.T) {
 	payload := make([]byte, 8)
 	var frames [][]byte
 	keep := func(_ *hal.Header, p []byte) { frames = append(frames, slices.Clone(p)) }
-	// Two cells. Cell 1's stamp sits 64 bytes into cell 0's frame area,
-	// 16 bytes into the payload (after the 16-byte cell prefix and the
-	// 32-byte frame header): write there the stamp position 9 will
-	// expect, 10.
-	span := make([]byte, 60)
+	// Two cells. Cell 1's stamp sits 128 bytes after cell 0's (a cell and
+	// the line between cells), 80 bytes into the payload (after the
+	// 16-byte cell prefix and the 32-byte frame header): write there the
+	// stamp position 9 will expect, 10.
+	span := make([]byte, 100)
 	fill(span, 1)
-	binary.LittleEndian.PutUint64(span[16:], 10)
+	binary.LittleEndian.PutUint64(span[80:], 10)
 	if err := tx.Send(header(key, 0, 1, len(span)), span); err != nil {
 		t.Fatal(err)
 	}
