@@ -1,0 +1,100 @@
+package lapi
+
+import (
+	"encoding/binary"
+	"slices"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+)
+
+// wholeRecorder is a WholeHandler that records what it is given, and
+// declines whole messages when told to.
+type wholeRecorder struct {
+	decline         bool
+	whole, headers  int
+	completes       int
+	src             hal.Rank
+	uhdr, data, buf []byte
+}
+
+func (w *wholeRecorder) OnWhole(src hal.Rank, uhdr, data []byte) bool {
+	if w.decline {
+		return false
+	}
+	w.whole++
+	w.src, w.uhdr, w.data = src, slices.Clone(uhdr), slices.Clone(data)
+	return true
+}
+
+func (w *wholeRecorder) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	w.headers++
+	w.src, w.uhdr, w.buf = src, slices.Clone(uhdr), make([]byte, n)
+	return w.buf, nil
+}
+
+func (w *wholeRecorder) OnComplete(hal.Rank, any) { w.completes++ }
+
+// tinyPacket encodes a tiny packet for handler h.
+func tinyPacket(h HandlerID, uhdr, data []byte) []byte {
+	b := make([]byte, tinyHdrLen, tinyHdrLen+len(uhdr)+len(data))
+	b[0], b[1] = kindAMTiny, byte(len(uhdr))
+	binary.LittleEndian.PutUint16(b[2:], uint16(h))
+	return append(append(b, uhdr...), data...)
+}
+
+// TestTinyPacket feeds a context tiny packets as its device would deliver
+// them: a whole one reaches OnWhole with its user header and data, one the
+// handler declines goes through OnHeader and OnComplete, and malformed or
+// misaddressed ones are counted as bad and reach no handler.
+func TestTinyPacket(t *testing.T) {
+	c := openInprocJob(t, 2, faults.Spec{})[1]
+	rec := &wholeRecorder{}
+	h := c.RegisterHandler(rec)
+	uhdr, data := []byte("envelope"), []byte("payload!")
+	deliver := func(hdr hal.Header, p []byte) {
+		t.Helper()
+		c.mu.Lock()
+		c.onFrame(&hdr, p)
+		c.mu.Unlock()
+	}
+	good := hal.Header{Type: hal.FrameData, Src: 0, Dst: 1}
+
+	deliver(good, tinyPacket(h, uhdr, data))
+	if rec.whole != 1 || rec.src != 0 || !slices.Equal(rec.uhdr, uhdr) || !slices.Equal(rec.data, data) {
+		t.Fatalf("OnWhole: %d calls, from %d, uhdr %q, data %q", rec.whole, rec.src, rec.uhdr, rec.data)
+	}
+	if s := c.Stats(); s.PacketsRecv != 1 || s.MessagesIn != 1 || s.BadPackets != 0 {
+		t.Fatalf("after a good packet: %+v", s)
+	}
+
+	rec.decline = true
+	deliver(good, tinyPacket(h, uhdr, data))
+	c.runCompletions()
+	if rec.headers != 1 || rec.completes != 1 || !slices.Equal(rec.buf, data) || !slices.Equal(rec.uhdr, uhdr) {
+		t.Fatalf("declined: OnHeader %d, OnComplete %d, buffer %q, uhdr %q", rec.headers, rec.completes, rec.buf, rec.uhdr)
+	}
+
+	long := tinyPacket(h, uhdr, data)
+	long[1] = byte(len(uhdr) + len(data) + 1) // the user header runs past the packet
+	for _, tc := range []struct {
+		name string
+		hdr  hal.Header
+		p    []byte
+	}{
+		{"user header past the end", good, long},
+		{"unknown handler", good, tinyPacket(h+7, uhdr, data)},
+		{"source out of range", hal.Header{Type: hal.FrameData, Src: 2, Dst: 1}, tinyPacket(h, uhdr, data)},
+		{"another rank's", hal.Header{Type: hal.FrameData, Src: 0, Dst: 0}, tinyPacket(h, uhdr, data)},
+		{"header only", good, tinyPacket(h, nil, nil)[:tinyHdrLen-1]},
+	} {
+		before := c.Stats().BadPackets
+		calls := rec.whole + rec.headers
+		deliver(tc.hdr, tc.p)
+		if got := c.Stats().BadPackets; got != before+1 || rec.whole+rec.headers != calls {
+			t.Errorf("%s: bad packets %d -> %d, handler calls %d -> %d; want one more bad packet, no call",
+				tc.name, before, got, calls, rec.whole+rec.headers)
+		}
+	}
+}
