@@ -242,22 +242,33 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			continue
 		}
 		if i&15 != 0 && c.cfg.Spin >= 0 {
-			continue // a spinning waiter reads the clock every 16 polls; a yielding one yields at every poll
+			continue // a spinning waiter reads the clock every 16 polls
+		}
+		if i&7 != 1 && c.cfg.Spin < 0 {
+			// A yielding waiter yields at every poll and reads the clock
+			// every 8th: with more ranks than cores, each step of a
+			// collective is a few of these, and the clock is a tenth
+			// of what a step costs between two context switches.
+			osyield.Yield()
+			continue
 		}
 		now := time.Now()
 		if spinStart.IsZero() {
 			spinStart = now
 		}
-		if now.Sub(spinStart) < c.cfg.Spin || c.timerSoon(now) || c.sendsQueued() {
+		// The timer and queue checks take the lock: only a waiter that
+		// would block makes them.
+		switch waited := now.Sub(spinStart); {
+		case waited < c.cfg.Spin:
 			runtime.Gosched()
-			continue
-		}
-		if now.Sub(spinStart) < max(c.cfg.Spin, 0)+c.cfg.Yield {
+		case waited < max(c.cfg.Spin, 0)+c.cfg.Yield:
 			osyield.Yield()
-			continue
+		case c.timerSoon(now) || c.sendsQueued():
+			runtime.Gosched()
+		default:
+			c.block(ctx, gen)
+			spinStart = time.Time{}
 		}
-		c.block(ctx, gen)
-		spinStart = time.Time{}
 	}
 }
 
