@@ -67,7 +67,7 @@ func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 		return row{}, nil
 	}
 	s, r := buf.send[:size], buf.recv[:size]
-	reqs := make([]*mpi.Request, window)
+	reqs := newWindow(window)
 	ack := make([]byte, 4)
 	var start time.Time
 	for i := range n.warmup + n.iters {
@@ -75,14 +75,14 @@ func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 			start = time.Now()
 		}
 		if me == 0 {
-			if err := postAndWait(reqs, func() (*mpi.Request, error) { return mpi.Isend(c, s, 1, tagBW) }); err != nil {
+			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IsendInto(q, c, s, 1, tagBW) }); err != nil {
 				return row{}, err
 			}
 			if _, err := mpi.Recv(c, ack, 1, tagAck); err != nil {
 				return row{}, err
 			}
 		} else {
-			if err := postAndWait(reqs, func() (*mpi.Request, error) { return mpi.Irecv(c, r, 0, tagBW) }); err != nil {
+			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IrecvInto(q, c, r, 0, tagBW) }); err != nil {
 				return row{}, err
 			}
 			if err := mpi.Send(c, ack, 0, tagAck); err != nil {
@@ -106,19 +106,19 @@ func bibandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 		inTag, outTag = outTag, inTag
 	}
 	s, r := buf.send[:size], buf.recv[:size]
-	reqs := make([]*mpi.Request, 2*window)
+	reqs := newWindow(2 * window)
 	var start time.Time
 	for i := range n.warmup + n.iters {
 		if i == n.warmup {
 			start = time.Now()
 		}
 		j := 0
-		err := postAndWait(reqs, func() (*mpi.Request, error) {
+		err := reqs.postAndWait(func(q *mpi.Request) error {
 			j++
 			if j <= window {
-				return mpi.Irecv(c, r, peer, inTag)
+				return mpi.IrecvInto(q, c, r, peer, inTag)
 			}
-			return mpi.Isend(c, s, peer, outTag)
+			return mpi.IsendInto(q, c, s, peer, outTag)
 		})
 		if err != nil {
 			return row{}, err
@@ -127,19 +127,36 @@ func bibandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 	return p2pRow(size, megabytesPerSecond(size, 2*n.iters*window, time.Since(start)), n), nil
 }
 
-// postAndWait fills reqs with requests from start and waits for all of
-// them. When a start fails, the requests already posted are still waited
-// for, so that none is left behind to be reported as leaked.
-func postAndWait(reqs []*mpi.Request, start func() (*mpi.Request, error)) error {
-	for j := range reqs {
-		r, err := start()
-		if err != nil {
-			_ = mpi.WaitAll(reqs[:j]...)
+// requestWindow is the Requests of one window, reused window after
+// window as osu_bw reuses its array of MPI_Requests: a window of small
+// messages then allocates nothing (one handle per Irecv kept the garbage
+// collector running every few milliseconds), and ptrs is them for
+// WaitAll.
+type requestWindow struct {
+	reqs []mpi.Request
+	ptrs []*mpi.Request
+}
+
+func newWindow(n int) *requestWindow {
+	w := &requestWindow{reqs: make([]mpi.Request, n), ptrs: make([]*mpi.Request, n)}
+	for i := range w.reqs {
+		w.ptrs[i] = &w.reqs[i]
+	}
+	return w
+}
+
+// postAndWait starts an operation in each Request with start and waits
+// for all of them. When a start fails, the operations already started
+// are still waited for, so that none is left behind to be reported as
+// leaked.
+func (w *requestWindow) postAndWait(start func(q *mpi.Request) error) error {
+	for j, q := range w.ptrs {
+		if err := start(q); err != nil {
+			_ = mpi.WaitAll(w.ptrs[:j]...)
 			return err
 		}
-		reqs[j] = r
 	}
-	return mpi.WaitAll(reqs...)
+	return mpi.WaitAll(w.ptrs...)
 }
 
 // megabytesPerSecond is OSU's unit: 1 MB = 1e6 bytes.

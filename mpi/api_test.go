@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +364,105 @@ func TestWindowAllocations(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := float64(after.TotalAlloc-before.TotalAlloc) / (runs * window); per > 64 {
 		t.Errorf("%.0f bytes allocated per Irecv, want at most 64 (a handle)", per)
+	}
+}
+
+// TestRequestInto runs windows of IsendInto and IrecvInto through arrays
+// of Requests reused from one window to the next: every message arrives
+// whole with its status, small and rendezvous alike; a Request still in
+// use, the shared handle of copied Isends and nil are refused with
+// ErrArg and change nothing; and outside the race detector a window of
+// small messages allocates nothing.
+func TestRequestInto(t *testing.T) {
+	worlds := devWorlds(t, "shm", 2)
+	c0, c1 := worlds[0].comm, worlds[1].comm
+	const window = 8
+	var sends, recvs [window]Request
+	sendPtrs := make([]*Request, window)
+	for i := range sends {
+		sendPtrs[i] = &sends[i]
+	}
+	for _, n := range []int{8, 3000, 300 << 10} { // copied, eager, rendezvous
+		for round := range 2 {
+			out := make([][]int32, window)
+			in := make([][]int32, window)
+			for i := range window {
+				out[i], in[i] = fill[int32](round, i, n/4), make([]int32, n/4)
+				if err := IrecvInto(&recvs[i], c1, in[i], 0, i); err != nil {
+					t.Fatalf("%d bytes, round %d: IrecvInto %d: %v", n, round, i, err)
+				}
+			}
+			for i := range window {
+				if err := IsendInto(&sends[i], c0, out[i], 1, i); err != nil {
+					t.Fatalf("%d bytes, round %d: IsendInto %d: %v", n, round, i, err)
+				}
+			}
+			// Each world progresses only in its own waits, and a
+			// rendezvous needs both: the sends are waited for aside.
+			sent := make(chan error, 1)
+			go func() { sent <- WaitAll(sendPtrs...) }()
+			for i := range window {
+				st, err := recvs[i].Wait()
+				if err != nil || st.Source != 0 || st.Tag != i || st.Count != n/4 || !slices.Equal(in[i], out[i]) {
+					t.Errorf("%d bytes, round %d: receive %d: %+v, %v, data equal %v", n, round, i, st, err, slices.Equal(in[i], out[i]))
+				}
+			}
+			if err := <-sent; err != nil {
+				t.Fatalf("%d bytes, round %d: sends: %v", n, round, err)
+			}
+		}
+	}
+
+	buf := make([]byte, 8)
+	if err := IrecvInto(&recvs[0], c1, buf, 0, 99); err != nil {
+		t.Fatal(err)
+	}
+	if err := IrecvInto(&recvs[0], c1, buf, 0, 98); !errors.Is(err, ErrArg) {
+		t.Errorf("IrecvInto a Request still in use: %v, want ErrArg", err)
+	}
+	if err := Send(c0, []byte("pending!"), 1, 99); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := recvs[0].Wait(); err != nil || st.Tag != 99 || string(buf) != "pending!" {
+		t.Errorf("the Request refused a second receive, then: %+v, %v, %q", st, err, buf)
+	}
+	shared, err := Isend(c0, buf, 1, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := IsendInto(shared, c0, buf, 1, 5); !errors.Is(err, ErrArg) {
+		t.Errorf("IsendInto the shared handle of a copied Isend: %v, want ErrArg", err)
+	}
+	if err := IsendInto(nil, c0, buf, 1, 5); !errors.Is(err, ErrArg) {
+		t.Errorf("IsendInto a nil Request: %v, want ErrArg", err)
+	}
+	if _, err := Recv(c1, buf, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+
+	if raceEnabled {
+		return // sync.Pool drops items under -race
+	}
+	small := make([]byte, 64)
+	allocs := testing.AllocsPerRun(200, func() {
+		for i := range recvs {
+			if err := IrecvInto(&recvs[i], c1, small, 0, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range sends {
+			if err := IsendInto(&sends[i], c0, small, 1, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range window {
+			sends[i].Wait()
+			if _, err := recvs[i].Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per window of %d IsendInto and IrecvInto, want 0", allocs, window)
 	}
 }

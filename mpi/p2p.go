@@ -27,30 +27,65 @@ func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
 
 // Isend starts sending buf; buf must not change until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	b := asBytes(buf)
-	if c.w.copies(len(b)) {
-		// Complete once lapi has copied b: the shared copiedSend
+	r, err := c.startSend(asBytes(buf), dest, tag)
+	switch {
+	case err != nil:
+		return nil, err
+	case r == nil:
+		// Complete once lapi has copied buf: the shared copiedSend
 		// handle, no allocation (a window of small Isends would
 		// otherwise run the garbage collector every few milliseconds).
-		if err := c.sendCopied(b, dest, tag, c.ctx); err != nil {
-			return nil, err
-		}
 		return copiedSend, nil
 	}
-	return handle(c.isend(b, dest, tag, c.ctx))
+	return &Request{op: r}, nil
 }
 
 // Irecv starts receiving into buf.
 func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
-	return handle(c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx))
-}
-
-// handle wraps a started operation in the Request the caller keeps.
-func handle(r *request, err error) (*Request, error) {
+	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &Request{op: r}, nil
+}
+
+// IsendInto is Isend into a Request the caller provides, as MPI_Isend
+// fills an MPI_Request: a window of sends into an array of Requests,
+// reused window after window, allocates nothing, where an Irecv's handle
+// is a new allocation each time. q must be free: never used, or waited
+// for (Wait, WaitAll, or a Test that reported it done).
+func IsendInto[T Elem](q *Request, c *Comm, buf []T, dest, tag int) error {
+	if err := q.free("IsendInto"); err != nil {
+		return err
+	}
+	r, err := c.startSend(asBytes(buf), dest, tag)
+	if err != nil {
+		return err
+	}
+	*q = Request{op: r} // nil when lapi copied buf: complete already
+	return nil
+}
+
+// IrecvInto is Irecv into a Request the caller provides; see IsendInto.
+func IrecvInto[T Elem](q *Request, c *Comm, buf []T, source, tag int) error {
+	if err := q.free("IrecvInto"); err != nil {
+		return err
+	}
+	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
+	if err != nil {
+		return err
+	}
+	*q = Request{op: r}
+	return nil
+}
+
+// startSend starts a nonblocking send of b on the communicator's context.
+// It returns no operation when lapi copied b: the send is then complete.
+func (c *Comm) startSend(b []byte, dest, tag int) (*request, error) {
+	if c.w.copies(len(b)) {
+		return nil, c.sendCopied(b, dest, tag, c.ctx)
+	}
+	return c.isend(b, dest, tag, c.ctx)
 }
 
 // Sendrecv sends and receives at once, so that pairs of ranks exchanging

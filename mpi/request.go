@@ -14,6 +14,8 @@ import (
 // seen the operation complete, its state goes back to the rank for the
 // next one and the handle keeps the status and error, which a later Wait
 // or Test reports again. One goroutine at a time may wait for a Request.
+// Once waited for, a Request of the caller's own may take a new operation
+// (IsendInto, IrecvInto).
 type Request struct {
 	op  *request // nil once done and given back
 	st  Status
@@ -23,6 +25,21 @@ type Request struct {
 // copiedSend is the handle of every Isend whose data lapi copied: such a
 // send is complete when Isend returns. It is never written.
 var copiedSend = &Request{}
+
+// free reports why q cannot take a new operation (IsendInto, IrecvInto):
+// it is nil, still has one that no Wait or Test has seen complete, or is
+// the handle every copied Isend shares.
+func (q *Request) free(call string) error {
+	switch {
+	case q == nil:
+		return fmt.Errorf("mpi: %s into a nil Request: %w", call, ErrArg)
+	case q.op != nil:
+		return fmt.Errorf("mpi: %s into a Request still in use (wait for it first): %w", call, ErrArg)
+	case q == copiedSend:
+		return fmt.Errorf("mpi: %s into the Request an Isend returned: it is shared; use one of your own: %w", call, ErrArg)
+	}
+	return nil
+}
 
 // settle takes a completed operation's status and error into the handle
 // and gives the operation back.
