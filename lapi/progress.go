@@ -244,11 +244,12 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		if i&15 != 0 && c.cfg.Spin >= 0 {
 			continue // a spinning waiter reads the clock every 16 polls
 		}
-		if i&7 != 1 && c.cfg.Spin < 0 {
+		if i&7 != 1 && c.cfg.Spin < 0 && c.cfg.Yield > 0 {
 			// A yielding waiter yields at every poll and reads the clock
 			// every 8th: with more ranks than cores, each step of a
 			// collective is a few of these, and the clock is a tenth
-			// of what a step costs between two context switches.
+			// of what a step costs between two context switches. (One
+			// that does not yield blocks at once.)
 			osyield.Yield()
 			continue
 		}

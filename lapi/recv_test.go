@@ -46,8 +46,9 @@ func tinyPacket(h HandlerID, uhdr, data []byte) []byte {
 
 // TestTinyPacket feeds a context tiny packets as its device would deliver
 // them: a whole one reaches OnWhole with its user header and data, one the
-// handler declines goes through OnHeader and OnComplete, and malformed or
-// misaddressed ones are counted as bad and reach no handler.
+// handler declines goes through OnHeader and OnComplete, and malformed,
+// misaddressed or unknown ones, and those of a failed peer, reach no
+// handler and are counted as the general path counts them.
 func TestTinyPacket(t *testing.T) {
 	c := openInprocJob(t, 2, faults.Spec{})[1]
 	rec := &wholeRecorder{}
@@ -78,23 +79,33 @@ func TestTinyPacket(t *testing.T) {
 
 	long := tinyPacket(h, uhdr, data)
 	long[1] = byte(len(uhdr) + len(data) + 1) // the user header runs past the packet
+	// Counted as the general path counts them: a packet that decodes
+	// counts as received before deliver finds its handler unknown.
 	for _, tc := range []struct {
-		name string
-		hdr  hal.Header
-		p    []byte
+		name          string
+		hdr           hal.Header
+		p             []byte
+		received, bad uint64
 	}{
-		{"user header past the end", good, long},
-		{"unknown handler", good, tinyPacket(h+7, uhdr, data)},
-		{"source out of range", hal.Header{Type: hal.FrameData, Src: 2, Dst: 1}, tinyPacket(h, uhdr, data)},
-		{"another rank's", hal.Header{Type: hal.FrameData, Src: 0, Dst: 0}, tinyPacket(h, uhdr, data)},
-		{"header only", good, tinyPacket(h, nil, nil)[:tinyHdrLen-1]},
+		{"user header past the end", good, long, 0, 1},
+		{"unknown handler", good, tinyPacket(h+7, uhdr, data), 1, 1},
+		{"source out of range", hal.Header{Type: hal.FrameData, Src: 2, Dst: 1}, tinyPacket(h, uhdr, data), 0, 1},
+		{"another rank's", hal.Header{Type: hal.FrameData, Src: 0, Dst: 0}, tinyPacket(h, uhdr, data), 0, 1},
+		{"header only", good, tinyPacket(h, nil, nil)[:tinyHdrLen-1], 0, 1},
+		{"from a failed peer", good, tinyPacket(h, uhdr, data), 1, 0},
 	} {
-		before := c.Stats().BadPackets
+		if tc.name == "from a failed peer" {
+			c.mu.Lock()
+			c.peerErr[0] = ErrPeerFailed
+			c.mu.Unlock()
+		}
+		before := c.Stats()
 		calls := rec.whole + rec.headers
 		deliver(tc.hdr, tc.p)
-		if got := c.Stats().BadPackets; got != before+1 || rec.whole+rec.headers != calls {
-			t.Errorf("%s: bad packets %d -> %d, handler calls %d -> %d; want one more bad packet, no call",
-				tc.name, before, got, calls, rec.whole+rec.headers)
+		after := c.Stats()
+		if after.PacketsRecv-before.PacketsRecv != tc.received || after.BadPackets-before.BadPackets != tc.bad || rec.whole+rec.headers != calls {
+			t.Errorf("%s: %d more received, %d more bad, %d handler calls; want %d, %d, none", tc.name,
+				after.PacketsRecv-before.PacketsRecv, after.BadPackets-before.BadPackets, rec.whole+rec.headers-calls, tc.received, tc.bad)
 		}
 	}
 }

@@ -114,8 +114,9 @@ func (c *Context) dstEpoch(peer hal.Rank) uint32 {
 	return uint32(c.reint.PeerEpoch(peer))
 }
 
-// staleEpoch reports whether a packet was addressed to an earlier life of
-// this rank (c.mu held).
-func (c *Context) staleEpoch(ph *pktHdr) bool {
-	return c.reint != nil && ph.dstEp != 0 && ph.dstEp != uint32(c.reint.Epoch())
+// staleEpoch reports whether a packet whose header names the
+// destination's epoch dstEp was addressed to an earlier life of this rank
+// (c.mu held).
+func (c *Context) staleEpoch(dstEp uint32) bool {
+	return c.reint != nil && dstEp != 0 && dstEp != uint32(c.reint.Epoch())
 }

@@ -109,7 +109,7 @@ type request struct {
 	ctx      uint32
 	src, tag int
 	buf      []byte
-	elem     int      // element size, for Status.Count
+	elem     int      // element size, for Status.Count: a power of two (Elem's)
 	op       string   // "Send", "Recv", "Probe": for reports
 	next     *request // posted queue
 

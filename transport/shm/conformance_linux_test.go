@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 		{"nospin", Options{Spin: -1}},
 		// Small rings (the suite sends up to 20 frames, 160 KiB, before it
 		// polls): the flood fills the cells, and the data area wraps.
-		{"small", Options{Cells: 32, CellSize: 64, RingBytes: 256 << 10}},
+		{"small", Options{Cells: 32, CellSize: cacheLine(), RingBytes: 256 << 10}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			haltest.Run(t, func(t *testing.T, size int) haltest.Net {

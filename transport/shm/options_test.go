@@ -1,6 +1,9 @@
 package shm
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestDefaultCellSize: small jobs get cells that hold messages of up to
 // about 2 KiB; the size² rings' cells stay within cellBudget as jobs grow,
@@ -13,6 +16,20 @@ func TestDefaultCellSize(t *testing.T) {
 		}
 		if got > 128 && c.size*c.size*DefaultCells*got > cellBudget {
 			t.Errorf("%d ranks: cells of %d bytes take %d MiB, over the budget", c.size, got, c.size*c.size*DefaultCells*got>>20)
+		}
+	}
+}
+
+// TestCellSizeFromLine: cells start on cache lines, so a cell smaller than
+// the machine's line is refused, and the default never is.
+func TestCellSizeFromLine(t *testing.T) {
+	if _, err := (Options{CellSize: 64}).withDefaults(2, 128); err == nil || !strings.Contains(err.Error(), "cache line") {
+		t.Errorf("64-byte cells with 128-byte lines: %v, want an error naming the cache line", err)
+	}
+	for _, size := range []int{2, 64, 256} {
+		o, err := Options{}.withDefaults(size, 128)
+		if err != nil || o.CellSize < 128 {
+			t.Errorf("defaults for %d ranks with 128-byte lines: cell size %d, %v", size, o.CellSize, err)
 		}
 	}
 }

@@ -80,15 +80,21 @@ const spanMax = 32
 const cellSpan = 0x100
 
 // cellsFor is how many cells a frame of n bytes fills from a cell's
-// inline area, on over the lines between cells.
+// inline area, on over the lines between cells. A frame that fits one
+// cell, the common case of warm, pays no divide.
 func (r *ring) cellsFor(n int) uint64 {
+	if n <= r.inlineMax {
+		return 1
+	}
 	return (uint64(cellInlineOff+n) + r.cellStride - 1) / r.cellStride
 }
 
 // spanCells is how many cells a whole frame of n bytes runs over, when it
-// may: 0 if it fits one cell or needs more than spanMax.
+// may: 0 if it fits a cell's inline area or needs more than spanMax. A
+// frame a little too long for the inline area takes one cell and the line
+// after it.
 func (r *ring) spanCells(n int) uint64 {
-	if k := r.cellsFor(n); k >= 2 && k <= r.spanMax {
+	if k := r.cellsFor(n); n > r.inlineMax && k <= r.spanMax {
 		return k
 	}
 	return 0

@@ -43,7 +43,7 @@ func randomSize(rng *rand.Rand, mtu, inline int) int {
 // and the data area have wrapped many times; every byte is checked.
 func TestWrapAround(t *testing.T) {
 	const frames = 3000
-	opts := Options{Cells: 16, CellSize: 64, RingBytes: 128 << 10, PollBatch: 5}
+	opts := Options{Cells: 16, CellSize: cacheLine(), RingBytes: 128 << 10, PollBatch: 5}
 	devs, key := openLocal(t, 2, opts)
 	tx, rx := devs[0], devs[1]
 	mtu := tx.Caps().MTU
@@ -474,7 +474,8 @@ func TestSendShort(t *testing.T) {
 // back, so that frame bytes equal to the stamp a cell will expect a lap
 // later cannot pass for a published frame.
 func TestSpanningFrames(t *testing.T) {
-	devs, key := openLocal(t, 2, Options{Cells: 8, CellSize: 64})
+	line := cacheLine()
+	devs, key := openLocal(t, 2, Options{Cells: 8, CellSize: line})
 	tx, rx := devs[0], devs[1]
 	if got := tx.out[1].spanMax; got != 2 {
 		t.Fatalf("spanMax %d with 8 cells, want 2", got)
@@ -482,13 +483,14 @@ func TestSpanningFrames(t *testing.T) {
 	payload := make([]byte, 8)
 	var frames [][]byte
 	keep := func(_ *hal.Header, p []byte) { frames = append(frames, slices.Clone(p)) }
-	// Two cells. Cell 1's stamp sits 128 bytes after cell 0's (a cell and
-	// the line between cells), 80 bytes into the payload (after the
-	// 16-byte cell prefix and the 32-byte frame header): write there the
-	// stamp position 9 will expect, 10.
-	span := make([]byte, 100)
+	// Two cells. Cell 1's stamp sits two lines after cell 0's (a cell and
+	// the line between cells), that less 48 bytes into the payload (after
+	// the 16-byte cell prefix and the 32-byte frame header): write there
+	// the stamp position 9 will expect, 10.
+	at := 2*line - cellInlineOff - hal.HeaderLen
+	span := make([]byte, at+20)
 	fill(span, 1)
-	binary.LittleEndian.PutUint64(span[80:], 10)
+	binary.LittleEndian.PutUint64(span[at:], 10)
 	if err := tx.Send(header(key, 0, 1, len(span)), span); err != nil {
 		t.Fatal(err)
 	}
