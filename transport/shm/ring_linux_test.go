@@ -563,3 +563,22 @@ func TestWarmLeavesHeldCells(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameIntoLineBetweenCells: a frame a few bytes too long for a cell's
+// inline area takes that cell and the line after it, not the data area.
+func TestFrameIntoLineBetweenCells(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{Cells: 8, CellSize: cacheLine()})
+	tx, rx := devs[0], devs[1]
+	payload := make([]byte, tx.g.inlineMax-hal.HeaderLen+8)
+	fill(payload, 3)
+	if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
+		t.Fatal(err)
+	}
+	if r := &tx.out[1]; r.pos != 1 || r.dpos != 0 {
+		t.Fatalf("a frame %d bytes over the inline area: cell position %d, data position %d; want 1 and 0", 8, r.pos, r.dpos)
+	}
+	var got []byte
+	if n, err := rx.Poll(func(_ *hal.Header, p []byte) { got = slices.Clone(p) }); n != 1 || err != nil || !slices.Equal(got, payload) {
+		t.Fatalf("Poll: %d, %v, equal %v", n, err, slices.Equal(got, payload))
+	}
+}
