@@ -45,7 +45,7 @@ import (
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
 	segEnd     uint64 = 0x444e455354464557 // "WEFTSEND"
-	segVersion        = 2 // 2: cells a line apart
+	segVersion        = 2                  // 2: cells a line apart
 	readyMagic uint32 = 0x59444552         // "REDY"
 	ringStart  uint64 = 0x474e495254464557 // "WEFTRING"
 	ringEnd    uint64 = 0x21444e45474e4952 // "RINGEND!"
