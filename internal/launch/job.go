@@ -189,8 +189,18 @@ func (j *job) startRanks(ports map[string]string) {
 	base := j.rankEnv(true)
 	remoteBase := j.rankEnv(false)
 	localID, localN := j.place.LocalRanks()
+	var cpus []int // by local rank id; nil: not bound
 	for id, node := range j.place.NodeOf {
-		r := &rank{id: id, host: j.place.Hosts[node]}
+		if j.place.Hosts[node].Local {
+			var err error
+			if cpus, err = cpusFor(j.opts.BindTo, localN[id]); err != nil {
+				j.out.say(err.Error() + ": ranks left unbound")
+			}
+			break
+		}
+	}
+	for id, node := range j.place.NodeOf {
+		r := &rank{id: id, host: j.place.Hosts[node], cpu: -1}
 		j.ranks = append(j.ranks, r)
 		if j.stopping {
 			continue
@@ -201,6 +211,9 @@ func (j *job) startRanks(ports map[string]string) {
 		}
 		var err error
 		if r.host.Local {
+			if cpus != nil {
+				r.cpu = cpus[localID[id]]
+			}
 			err = j.startLocal(r, append(append([]string(nil), base...), vars...))
 		} else {
 			// Hydra's PMI_PORT mode: no PMI_RANK/PMI_SIZE, the server tells.

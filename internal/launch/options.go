@@ -36,6 +36,7 @@ type Options struct {
 	Timeout       time.Duration // 0: none
 	Trace         int           // -1: not set
 	Profile       string        // "", cpu, mem, block, mutex
+	BindTo        string        // auto, core, none: see bind.go
 	Env           []string      // -x NAME=VALUE, in order
 	Wrap          bool          // --wrap: run a foreign launcher with a rendezvous
 	Program       string        // package directory or binary (or launcher with --wrap)
@@ -54,6 +55,8 @@ var defaultRsh = []string{"ssh", "-x", "-o", "BatchMode=yes", "-o", "ConnectTime
 var transports = []string{"auto", "shm", "udp", "verbs", "inproc-test"}
 
 var profiles = []string{"cpu", "mem", "block", "mutex"}
+
+var bindings = []string{"auto", "core", "none"}
 
 const usageText = `usage: gorun [flags] PACKAGE-DIR|BINARY [args...]
        gorun --wrap [--] LAUNCHER [launcher args...]
@@ -95,6 +98,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long, with a report of each rank's state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
+	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: when they outnumber this machine's cores)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")
 	fs.BoolVar(&o.Wrap, "wrap", false, "run a foreign launcher (mpirun, srun) with a GORUN_KVS rendezvous server")
 	fs.Usage = func() {
@@ -121,6 +125,9 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	}
 	if !slices.Contains(transports, o.Transport) {
 		return nil, fmt.Errorf("%w: --transport %q: want one of %s", ErrUsage, o.Transport, strings.Join(transports, ", "))
+	}
+	if !slices.Contains(bindings, o.BindTo) {
+		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(bindings, ", "))
 	}
 	if o.Profile != "" && !slices.Contains(profiles, o.Profile) {
 		return nil, fmt.Errorf("%w: --profile %q: want one of %s", ErrUsage, o.Profile, strings.Join(profiles, ", "))

@@ -58,6 +58,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-n", "x", "p"}, "invalid value"},
 		{[]string{"--transport", "carrier-pigeon", "p"}, "auto, shm, udp"},
 		{[]string{"--profile", "heap", "p"}, "cpu, mem, block, mutex"},
+		{[]string{"--bind-to", "socket", "p"}, "auto, core, none"},
 		{[]string{"--trace", "12", "p"}, "0-9"},
 		{[]string{"-x", "=v", "p"}, "NAME=VALUE"},
 		{[]string{"-H", "a:0", "p"}, "slots"},

@@ -20,6 +20,7 @@ type rank struct {
 	host   Host
 	cmd    *exec.Cmd
 	remote bool
+	cpu    int // the CPU a local rank is bound to, -1 for none (bind_linux.go)
 	// control is the stdin of the remote wrapper script: it reads signal
 	// names from it and kills the rank on EOF (see remoteScript).
 	control io.WriteCloser
@@ -112,6 +113,17 @@ func (j *job) startProcess(r *rank) error {
 	}
 	r.cmd.Stdout, r.cmd.Stderr = outW, errW
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if r.cpu >= 0 {
+		restore, err := bindThread(r.cpu)
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return err
+		}
+		defer restore()
+	}
 	err = r.cmd.Start()
 	outW.Close()
 	errW.Close()
