@@ -198,7 +198,11 @@ func wrapFaults(dev hal.Device) (hal.Device, error) {
 // oversubscribed reports whether this node runs more ranks than it has
 // cores, so that waiting ranks must yield their core rather than spin.
 func oversubscribed(cl pmi.Client) bool {
-	return len(cl.Info().LocalRanks) > runtime.NumCPU()
+	cpus := runtime.NumCPU() // the CPUs this process may run on
+	if n, err := envInt("WEFT_NODE_CPUS"); err == nil && n > 0 {
+		cpus = n // gorun bound each rank to one of these
+	}
+	return len(cl.Info().LocalRanks) > cpus
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }

@@ -22,16 +22,19 @@ import (
 // µs against 0.22. core binds always, none never.
 
 // cpusFor returns the CPU each of n local ranks is bound to, or nil when
-// they are not bound. Ranks go to gorun's allowed CPUs in blocks of
-// consecutive ranks, so that the partners of a collective's first steps
-// (ranks 2i and 2i+1) share a core and need no other to run.
-func cpusFor(bindTo string, n int) ([]int, error) {
+// they are not bound, and how many CPUs the ranks share. Ranks go to
+// gorun's allowed CPUs in blocks of consecutive ranks, so that the
+// partners of a collective's first steps (ranks 2i and 2i+1) share a core
+// and need no other to run. A bound rank sees one CPU; WEFT_NODE_CPUS
+// tells it how many the node's ranks share (mpi's test for more ranks
+// than cores).
+func cpusFor(bindTo string, n int) (cpus []int, shared int, err error) {
 	if bindTo == "none" {
-		return nil, nil
+		return nil, 0, nil
 	}
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("--bind-to %s: reading gorun's CPUs: %w", bindTo, err)
+		return nil, 0, fmt.Errorf("--bind-to %s: reading gorun's CPUs: %w", bindTo, err)
 	}
 	var allowed []int
 	for cpu := range len(set) * 64 {
@@ -40,13 +43,13 @@ func cpusFor(bindTo string, n int) ([]int, error) {
 		}
 	}
 	if len(allowed) == 0 || bindTo != "core" && n <= len(allowed) {
-		return nil, nil
+		return nil, 0, nil
 	}
-	cpus := make([]int, n)
+	cpus = make([]int, n)
 	for i := range cpus {
 		cpus[i] = allowed[i*len(allowed)/n]
 	}
-	return cpus, nil
+	return cpus, len(allowed), nil
 }
 
 // bindThread binds the calling goroutine's thread to cpu until restore

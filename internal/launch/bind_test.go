@@ -10,10 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestGorunBindTo runs ranks that print the CPUs they may run on: with
-// more ranks than gorun's CPUs, auto binds each to one CPU, in blocks of
-// consecutive ranks; none leaves them all; core binds even a rank per
-// CPU; and auto with no more ranks than CPUs binds nothing.
+// TestGorunBindTo runs ranks that print the CPUs they may run on and
+// WEFT_NODE_CPUS: with more ranks than gorun's CPUs, auto binds each to
+// one CPU, in blocks of consecutive ranks, and tells it how many the
+// ranks share; none leaves them all; core binds even a rank per CPU; and
+// auto with no more ranks than CPUs binds nothing.
 func TestGorunBindTo(t *testing.T) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -40,14 +41,22 @@ func TestGorunBindTo(t *testing.T) {
 		cases = append(cases, want{"auto", 2, false})
 	}
 	line := regexp.MustCompile(`^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
+	nodeCPUs := regexp.MustCompile(`^\[(\d+)\] node cpus (\S+)$`)
 	for _, c := range cases {
 		r := gorun(t, "-n", strconv.Itoa(c.n), "--tag-output", "--bind-to", c.bindTo,
-			"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status")
+			"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; echo node cpus ${WEFT_NODE_CPUS:-unset}")
 		if r.code != 0 {
 			t.Fatalf("--bind-to %s -n %d: status %d: %s", c.bindTo, c.n, r.code, r.stderr)
 		}
 		seen := 0
 		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			if m := nodeCPUs.FindStringSubmatch(l); m != nil {
+				// A bound rank learns how many CPUs the node's ranks share.
+				if want := map[bool]string{true: strconv.Itoa(len(allowed)), false: "unset"}[c.bound]; m[2] != want {
+					t.Errorf("--bind-to %s -n %d: rank %s has WEFT_NODE_CPUS %s, want %s", c.bindTo, c.n, m[1], m[2], want)
+				}
+				continue
+			}
 			m := line.FindStringSubmatch(l)
 			if m == nil {
 				t.Fatalf("--bind-to %s: unexpected line %q", c.bindTo, l)

@@ -190,10 +190,11 @@ func (j *job) startRanks(ports map[string]string) {
 	remoteBase := j.rankEnv(false)
 	localID, localN := j.place.LocalRanks()
 	var cpus []int // by local rank id; nil: not bound
+	var shared int
 	for id, node := range j.place.NodeOf {
 		if j.place.Hosts[node].Local {
 			var err error
-			if cpus, err = cpusFor(j.opts.BindTo, localN[id]); err != nil {
+			if cpus, shared, err = cpusFor(j.opts.BindTo, localN[id]); err != nil {
 				j.out.say(err.Error() + ": ranks left unbound")
 			}
 			break
@@ -213,6 +214,7 @@ func (j *job) startRanks(ports map[string]string) {
 		if r.host.Local {
 			if cpus != nil {
 				r.cpu = cpus[localID[id]]
+				vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
 			}
 			err = j.startLocal(r, append(append([]string(nil), base...), vars...))
 		} else {
@@ -263,7 +265,7 @@ func (j *job) rankEnv(local bool) []string {
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}
