@@ -20,7 +20,7 @@ type rank struct {
 	host   Host
 	cmd    *exec.Cmd
 	remote bool
-	cpu    int // the CPU a local rank is bound to, -1 for none (bind_linux.go)
+	cpu    int // the CPU a local rank is bound to, -1 for none (bind.go)
 	// control is the stdin of the remote wrapper script: it reads signal
 	// names from it and kills the rank on EOF (see remoteScript).
 	control io.WriteCloser
