@@ -8,8 +8,8 @@
 # What runs: the bench program built without a profile, under gorun with
 # WEFT_PROFILE=cpu: latency, bw and allreduce with 2 ranks over shm, over
 # their default sizes and again over sizes up to 1 KiB with more
-# iterations, and allreduce with 4 ranks, N rounds (default 4; a minute
-# here). Every rank's profile is merged into one. Small messages are where
+# iterations, and allreduce with 4 ranks, N rounds (default 4; half a
+# minute here). Every rank's profile is merged into one. Small messages are where
 # the time goes to weft's own code (a large one's goes to memmove and
 # process_vm_readv, which no profile speeds up), so they make up most of
 # the samples. Shared memory only: a udp run spends its time in system

@@ -60,13 +60,8 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		c.stats.BadPackets++
 		return
 	}
-	c.stats.PacketsRecv++
-	if c.staleEpoch(ph.dstEp) {
-		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
+	if !c.admit(h.Src, ph.dstEp) {
 		return
-	}
-	if c.peerErr[h.Src] != nil {
-		return // a failed peer's late packets are ignored
 	}
 	if !c.reliable {
 		if ph.flags&flagSeq == 0 {
@@ -104,36 +99,45 @@ func (c *Context) onTiny(h *hal.Header, b []byte) {
 		c.stats.BadPackets++
 		return
 	}
-	c.stats.PacketsRecv++
-	if c.staleEpoch(binary.LittleEndian.Uint32(b[4:])) {
-		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
+	if !c.admit(h.Src, binary.LittleEndian.Uint32(b[4:])) {
 		return
 	}
-	if c.peerErr[h.Src] != nil {
-		return // a failed peer's late packets are ignored
+	if e := c.handler(binary.LittleEndian.Uint16(b[2:])); e != nil {
+		c.deliverWhole(e, h.Src, b[tinyHdrLen:u], b[u:], 0, 0) // a tiny packet has no counters
 	}
-	hid := binary.LittleEndian.Uint16(b[2:])
-	if int(hid) >= len(c.handlers) || c.handlers[hid].h == nil {
-		c.stats.BadPackets++
-		return
-	}
-	c.deliverWhole(&c.handlers[hid], h.Src, b[tinyHdrLen:u], b[u:], &tinyCounters)
 }
 
-// tinyCounters stands for the packet header of a tiny packet where
-// deliverWhole reads it: a tiny packet has no counters.
-var tinyCounters pktHdr
+// admit counts a decoded packet from src naming the destination epoch
+// dstEp as received, and reports whether it is to be delivered: not for
+// an earlier life of this rank, nor from a failed peer (c.mu held).
+func (c *Context) admit(src hal.Rank, dstEp uint32) bool {
+	c.stats.PacketsRecv++
+	if c.staleEpoch(dstEp) {
+		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
+		return false
+	}
+	return c.peerErr[src] == nil // a failed peer's late packets are ignored
+}
+
+// handler is the registered handler id names, or nil, counted as a bad
+// packet.
+func (c *Context) handler(id uint16) *handlerEntry {
+	if int(id) >= len(c.handlers) || c.handlers[id].h == nil {
+		c.stats.BadPackets++
+		return nil
+	}
+	return &c.handlers[id]
+}
 
 // deliver places one packet of an active message.
 func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
-	if int(ph.handler) >= len(c.handlers) || c.handlers[ph.handler].h == nil {
-		c.stats.BadPackets++
+	e := c.handler(ph.handler)
+	if e == nil {
 		return
 	}
-	e := &c.handlers[ph.handler]
 	hd := e.h
 	if ph.offset == 0 && len(data) == int(ph.total) {
-		c.deliverWhole(e, src, uhdr, data, ph)
+		c.deliverWhole(e, src, uhdr, data, ph.tcntr, ph.ccntr)
 		return
 	}
 	key := reasmKey{src, ph.msgID}
@@ -149,24 +153,25 @@ func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	m.left -= len(data)
 	if m.left <= 0 {
 		delete(c.reasm, key)
-		c.complete(hd, src, m.cookie, ph)
+		c.complete(hd, src, m.cookie, ph.tcntr, ph.ccntr)
 	}
 }
 
-// deliverWhole places a message that came in one packet, ph's.
-func (c *Context) deliverWhole(e *handlerEntry, src hal.Rank, uhdr, data []byte, ph *pktHdr) {
-	if wh := e.whole; wh != nil && ph.tcntr == 0 && ph.ccntr == 0 && wh.OnWhole(src, uhdr, data) {
+// deliverWhole places a message that came in one packet, with its
+// target and completion counters.
+func (c *Context) deliverWhole(e *handlerEntry, src hal.Rank, uhdr, data []byte, tcntr, ccntr uint32) {
+	if wh := e.whole; wh != nil && tcntr == 0 && ccntr == 0 && wh.OnWhole(src, uhdr, data) {
 		c.stats.MessagesIn++
 		return
 	}
 	buf, cookie := e.h.OnHeader(src, uhdr, len(data))
 	copy(buf, data)
-	c.complete(e.h, src, cookie, ph)
+	c.complete(e.h, src, cookie, tcntr, ccntr)
 }
 
-func (c *Context) complete(h AMHandler, src hal.Rank, cookie any, ph *pktHdr) {
+func (c *Context) complete(h AMHandler, src hal.Rank, cookie any, tcntr, ccntr uint32) {
 	c.stats.MessagesIn++
-	c.done = append(c.done, completion{h: h, src: src, cookie: cookie, tcntr: ph.tcntr, ccntr: ph.ccntr})
+	c.done = append(c.done, completion{h: h, src: src, cookie: cookie, tcntr: tcntr, ccntr: ccntr})
 }
 
 // runCompletions runs queued completion handlers and Completer calls

@@ -32,15 +32,9 @@ func cpusFor(bindTo string, n int) (cpus []int, shared int, err error) {
 	if bindTo == "none" {
 		return nil, 0, nil
 	}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, 0, fmt.Errorf("--bind-to %s: reading gorun's CPUs: %w", bindTo, err)
-	}
-	var allowed []int
-	for cpu := range len(set) * 64 {
-		if set.IsSet(cpu) {
-			allowed = append(allowed, cpu)
-		}
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return nil, 0, fmt.Errorf("--bind-to %s: %w", bindTo, err)
 	}
 	if len(allowed) == 0 || bindTo != "core" && n <= len(allowed) {
 		return nil, 0, nil
@@ -50,6 +44,21 @@ func cpusFor(bindTo string, n int) (cpus []int, shared int, err error) {
 		cpus[i] = allowed[i*len(allowed)/n]
 	}
 	return cpus, len(allowed), nil
+}
+
+// allowedCPUs lists the CPUs this process may run on, ascending.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("reading this process's CPUs: %w", err)
+	}
+	var cpus []int
+	for cpu := range len(set) * 64 {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, nil
 }
 
 // bindThread binds the calling goroutine's thread to cpu until restore

@@ -49,11 +49,11 @@
 // runs on over the following cells (and the lines between them), up to 32
 // of them and a quarter of the ring, while the consumer would hold at most
 // half the cells: it then comes in the lines after the stamp, as an inline
-// one does. Any other frame is stored contiguously in
-// the data area (a frame never wraps: the producer skips to the start of
-// the area instead) and the cell holds its position. The stamp is
-// published last with an atomic store and polled by the consumer with an
-// atomic load: the stamps are the producer's tail. Old data can never look
+// one does. Any other frame is stored contiguously in the data area (a
+// frame never wraps: the producer skips to the start of the area instead)
+// and the cell holds its position. The stamp is published last with an
+// atomic store and polled by the consumer with an atomic load: the stamps
+// are the producer's tail. Old data can never look
 // like a published frame: a cell holds payload bytes at the stamp's offset
 // only under a frame that ran over it, and the consumer zeroes those
 // stamps before it gives the cells back. After each frame the producer
