@@ -66,6 +66,7 @@ var layers = []rule{
 	// Per-rank profiles for gorun --profile, written by the rank itself.
 	{"internal/profile", []string{"std", "github.com/pkg/profile"}},
 	{"internal/osyield", []string{"std", "golang.org/x/sys/unix"}},
+	{"internal/sysmon", []string{"std", "golang.org/x/sys/unix"}},
 	// vec's kernels need to know whether the processor has them.
 	{"internal/vec", []string{"std", "github.com/klauspost/cpuid/v2"}},
 	// netbench runs one side of a measurement between two hosts (network

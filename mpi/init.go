@@ -14,6 +14,7 @@ import (
 	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/internal/profile"
+	"github.com/weft-hpc/weft/internal/sysmon"
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/transport/shm"
@@ -49,6 +50,9 @@ func Init() (*World, error) {
 func initWith(cl pmi.Client) (*World, error) {
 	rank, size := cl.Rank(), cl.Size()
 	trace.SetRank(rank)
+	if err := batchSysmon(); err != nil {
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
 	key, err := pmi.JobKey(cl)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)
@@ -203,6 +207,26 @@ func oversubscribed(cl pmi.Client) bool {
 		cpus = n // gorun bound each rank to one of these
 	}
 	return len(cl.Info().LocalRanks) > cpus
+}
+
+// batchSysmon moves the Go runtime's monitor thread to SCHED_BATCH unless
+// WEFT_SYSMON=normal: its wake-ups would otherwise preempt the polling
+// ranks (internal/sysmon says how much that cost). A thread that cannot
+// be found is left alone and said so at trace level 2.
+func batchSysmon() error {
+	switch v := os.Getenv("WEFT_SYSMON"); v {
+	case "", "batch":
+		tid, err := sysmon.Batch()
+		if err != nil {
+			trace.Printf(2, "sysmon left as it was: %v", err)
+			return nil
+		}
+		trace.Printf(2, "sysmon (thread %d) on SCHED_BATCH", tid)
+	case "normal":
+	default:
+		return fmt.Errorf("WEFT_SYSMON=%q: want batch or normal", v)
+	}
+	return nil
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }

@@ -26,6 +26,9 @@ func Run(n int, fn func(c *Comm) error) error {
 	if n < 1 {
 		return fmt.Errorf("mpi: run %d ranks: %w", n, ErrArg)
 	}
+	if err := batchSysmon(); err != nil {
+		return fmt.Errorf("mpi: run: %w", err)
+	}
 	worlds, err := openInproc(n)
 	if err != nil {
 		return err

@@ -1,0 +1,127 @@
+package sysmon
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// defaultPidMax is the kernel's largest pid_max, assumed when
+// /proc/sys/kernel/pid_max cannot be read.
+const defaultPidMax = 1 << 22
+
+// lookFor bounds how long find waits to see sysmon asleep, in steps of
+// lookStep: it is awake for microseconds a round.
+const (
+	lookFor  = 20 * time.Millisecond
+	lookStep = 50 * time.Microsecond
+)
+
+func batch() (int, error) {
+	tid, err := find()
+	if err != nil {
+		return 0, err
+	}
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_BATCH}
+	if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
+		return 0, fmt.Errorf("sysmon: moving thread %d to SCHED_BATCH: %w", tid, err)
+	}
+	return tid, nil
+}
+
+// find returns sysmon's thread id. runtime.main starts it before anything
+// else, so it is the first thread created after the main one (the kernel
+// hands out ids in increasing order, wrapping at pid_max), and between its
+// rounds it sleeps in nanosleep, which no thread running goroutines does
+// for long: a thread found otherwise is not taken for it.
+func find() (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tids, err := threads()
+	if err != nil {
+		return 0, err
+	}
+	tid, ok := firstAfter(unix.Getpid(), pidMax(), tids)
+	if !ok || tid == unix.Gettid() {
+		return 0, fmt.Errorf("%w: this process has no thread but the main one and the caller's", ErrNotFound)
+	}
+	for waited := time.Duration(0); ; waited += lookStep {
+		call, err := syscallOf(tid)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		if call == unix.SYS_NANOSLEEP {
+			return tid, nil
+		}
+		if waited >= lookFor {
+			return 0, fmt.Errorf("%w: thread %d, the first after the main one, never slept in nanosleep in %v (last seen in system call %d)",
+				ErrNotFound, tid, lookFor, call)
+		}
+		time.Sleep(lookStep)
+	}
+}
+
+// firstAfter returns, of tids, the first id handed out after pid's.
+func firstAfter(pid, pidMax int, tids []int) (int, bool) {
+	best, bestD := 0, pidMax
+	for _, t := range tids {
+		if d := ((t-pid)%pidMax + pidMax) % pidMax; t != pid && d < bestD {
+			best, bestD = t, d
+		}
+	}
+	return best, bestD < pidMax
+}
+
+// threads lists this process's thread ids.
+func threads() ([]int, error) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, fmt.Errorf("sysmon: listing this process's threads: %w", err)
+	}
+	tids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if t, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, t)
+		}
+	}
+	return tids, nil
+}
+
+// pidMax reads the kernel's limit on thread ids.
+func pidMax() int {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return defaultPidMax
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return defaultPidMax
+	}
+	return n
+}
+
+// syscallOf returns the number of the system call thread tid is in, or -1
+// when it is running.
+func syscallOf(tid int) (int, error) {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/syscall")
+	if err != nil {
+		return 0, fmt.Errorf("reading thread %d's system call: %w", tid, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("thread %d's system call: empty /proc file", tid)
+	}
+	if f[0] == "running" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0, fmt.Errorf("thread %d's system call: %q: %w", tid, f[0], err)
+	}
+	return n, nil
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package sysmon
+
+func batch() (int, error) { return 0, ErrUnsupported }
