@@ -29,7 +29,11 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench compare", compareUsage, stderr)
 	plotFile := fs.String("plot", "", "draw every table on one chart to `FILE`.svg or FILE.png")
 	title := fs.String("title", "", "chart title (default: the benchmark and the labels)")
+	decimals := fs.Int("decimals", precision, "decimals of the values and ratios")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkDecimals(*decimals); err != nil {
 		return err
 	}
 	if fs.NArg() < 2 {
@@ -52,7 +56,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		}
 		tables = append(tables, t)
 	}
-	if err := writeComparison(stdout, tables); err != nil {
+	if err := writeComparison(stdout, tables, *decimals); err != nil {
 		return err
 	}
 	if *plotFile == "" {
@@ -89,8 +93,9 @@ func ratios(base, other *table) []float64 {
 }
 
 // writeComparison prints the tables' values per size (the first table's
-// sizes) and the ratio of the first to each other, in OSU-like columns.
-func writeComparison(w io.Writer, tables []*table) error {
+// sizes) and the ratio of the first to each other, in OSU-like columns,
+// with decimals decimals.
+func writeComparison(w io.Writer, tables []*table, decimals int) error {
 	base := tables[0]
 	b := lookup(base.bench)
 	if b == nil {
@@ -125,11 +130,11 @@ func writeComparison(w io.Writer, tables []*table) error {
 		fmt.Fprintf(&s, "%-*d", sizeWidth, r.size)
 		for j, t := range tables {
 			v, ok := values[j][r.size]
-			writeCell(&s, width(t.label), v, ok)
+			writeCell(&s, width(t.label), v, ok, decimals)
 		}
 		for j, t := range tables[1:] {
 			v := cols[j][i]
-			writeCell(&s, width(base.label+"/"+t.label), v, !math.IsNaN(v))
+			writeCell(&s, width(base.label+"/"+t.label), v, !math.IsNaN(v), decimals)
 		}
 		s.WriteString("\n")
 	}
@@ -138,12 +143,12 @@ func writeComparison(w io.Writer, tables []*table) error {
 }
 
 // writeCell writes a right-aligned value, or "-" when there is none.
-func writeCell(s *strings.Builder, width int, v float64, ok bool) {
+func writeCell(s *strings.Builder, width int, v float64, ok bool, decimals int) {
 	if !ok {
 		fmt.Fprintf(s, "%*s", width, "-")
 		return
 	}
-	fmt.Fprintf(s, "%*.*f", width, precision, v)
+	fmt.Fprintf(s, "%*.*f", width, decimals, v)
 }
 
 // mergeMain is `bench merge -o OUT.csv ROUND...`: the median, per size, of

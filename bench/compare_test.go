@@ -41,10 +41,26 @@ func TestWriteComparisonGolden(t *testing.T) {
 	ompi := latTable("openmpi", map[int]float64{1: 2, 2: 3, 8: 0})
 	mpich := latTable("mpich", map[int]float64{1: 3, 2: 4.5, 4: 1.5, 8: 2.5})
 	var buf bytes.Buffer
-	if err := writeComparison(&buf, []*table{weft, ompi, mpich}); err != nil {
+	if err := writeComparison(&buf, []*table{weft, ompi, mpich}, precision); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "compare.txt", buf.Bytes())
+}
+
+// With three decimals, 0.1354 against 0.1346 is a ratio of 1.006, not the
+// 0.14/0.13 = 1.077 of OSU's two.
+func TestWriteComparisonDecimals(t *testing.T) {
+	weft := latTable("weft-shm", map[int]float64{8: 0.1354})
+	ompi := latTable("openmpi", map[int]float64{8: 0.1346})
+	var buf bytes.Buffer
+	if err := writeComparison(&buf, []*table{weft, ompi}, 3); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"8", "0.135", "0.135", "1.006"}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if got := strings.Fields(lines[len(lines)-1]); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("row %q; want %q", got, want)
+	}
 }
 
 func TestMedianTable(t *testing.T) {

@@ -31,6 +31,8 @@ type options struct {
 	csv    string // write the table as CSV to this file
 	plot   string // draw the table to this .svg or .png file
 	label  string // series name in the CSV and the plot
+	// decimals is how many decimals the table's values have.
+	decimals int
 }
 
 const usageText = `usage: bench BENCHMARK [flags]      (start it with gorun: gorun -n 2 ./bench latency)
@@ -65,11 +67,15 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 	fs.StringVar(&o.csv, "csv", "", "also write the results as CSV to `FILE`")
 	fs.StringVar(&o.plot, "plot", "", "also draw the results to `FILE`.svg or FILE.png")
 	fs.StringVar(&o.label, "label", "weft", "series name in the CSV and the plot")
+	fs.IntVar(&o.decimals, "decimals", precision, "decimals of the printed values (OSU prints 2)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: bench %s: unexpected argument %q", errUsage, name, fs.Arg(0))
+	}
+	if err := checkDecimals(o.decimals); err != nil {
+		return nil, err
 	}
 	var err error
 	if o.min, err = parseSize(*minS); err != nil {
@@ -102,6 +108,14 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		}
 	}
 	return o, nil
+}
+
+// checkDecimals refuses a -decimals out of 0..maxDecimals.
+func checkDecimals(n int) error {
+	if n < 0 || n > maxDecimals {
+		return fmt.Errorf("%w: -decimals %d: want 0 to %d", errUsage, n, maxDecimals)
+	}
+	return nil
 }
 
 // checkDir fails when file's directory does not exist, so that a typo in

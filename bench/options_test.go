@@ -81,7 +81,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.min != 0 || o.max != 4<<20 || o.iters != 0 || o.warmup != -1 || o.label != "weft" {
+	if o.min != 0 || o.max != 4<<20 || o.iters != 0 || o.warmup != -1 || o.label != "weft" || o.decimals != 2 {
 		t.Errorf("latency defaults: %+v; want 0..4M, OSU's counts, label weft", *o)
 	}
 	if n := o.countFor(1); n != (count{iters: 10000, warmup: 100}) {
@@ -92,11 +92,11 @@ func TestParseOptions(t *testing.T) {
 	}
 
 	o, err = parseOptions("bw", []string{"-min", "64K", "-max", "4M", "-iters", "5", "-warmup", "0",
-		"-csv", "x.csv", "-plot", "x.PNG", "-label", "weft-udp"}, io.Discard)
+		"-csv", "x.csv", "-plot", "x.PNG", "-label", "weft-udp", "-decimals", "3"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.bench.name != "bw" || o.min != 64<<10 || o.max != 4<<20 || o.csv != "x.csv" || o.plot != "x.PNG" || o.label != "weft-udp" {
+	if o.bench.name != "bw" || o.min != 64<<10 || o.max != 4<<20 || o.csv != "x.csv" || o.plot != "x.PNG" || o.label != "weft-udp" || o.decimals != 3 {
 		t.Errorf("parsed %+v", *o)
 	}
 	if n := o.countFor(1 << 20); n != (count{iters: 5, warmup: 0}) {
@@ -113,6 +113,8 @@ func TestParseOptions(t *testing.T) {
 		{"latency", []string{"-min", "1M", "-max", "64K"}, "-min 1M is larger than -max 64K"},
 		{"latency", []string{"-iters", "-3"}, "-iters -3"},
 		{"latency", []string{"-warmup", "-2"}, "-warmup -2"},
+		{"latency", []string{"-decimals", "-1"}, "-decimals -1: want 0 to 6"},
+		{"latency", []string{"-decimals", "7"}, "-decimals 7: want 0 to 6"},
 		{"latency", []string{"-plot", "out.jpg"}, "ending in .svg or .png"},
 		{"latency", []string{"-label", "a,b"}, "-label"},
 		{"barrier", []string{"-plot", "b.png"}, "no message sizes to plot"},

@@ -35,12 +35,15 @@ type table struct {
 const version = "v1"
 
 // OSU's column layout (osu_util.h): a 10-wide left-aligned size, values
-// 18 wide with 2 decimals, a 12-wide iteration count.
+// 18 wide with 2 decimals, a 12-wide iteration count. -decimals changes
+// the decimals, up to maxDecimals: at 0.13 µs two decimals are a step of
+// 8%, more than the differences compare.sh is asked to show.
 const (
-	sizeWidth  = 10
-	fieldWidth = 18
-	iterWidth  = 12
-	precision  = 2
+	sizeWidth   = 10
+	fieldWidth  = 18
+	iterWidth   = 12
+	precision   = 2
+	maxDecimals = 6
 )
 
 // metric names what a benchmark's value column holds, as OSU's header
@@ -76,8 +79,10 @@ func writeHeader(w io.Writer, b *benchmark) error {
 	return err
 }
 
-// writeRow writes one size's line of the OSU table.
-func writeRow(w io.Writer, b *benchmark, r row) error {
+// writeRow writes one size's line of the OSU table, its values with
+// decimals decimals.
+func writeRow(w io.Writer, b *benchmark, r row, decimals int) error {
+	precision := decimals
 	var err error
 	switch b.kind {
 	case kindLatency, kindBandwidth:

@@ -62,7 +62,7 @@ func TestOSUPrinterGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range tb.rows {
-			if err := writeRow(&buf, b, r); err != nil {
+			if err := writeRow(&buf, b, r, precision); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -70,32 +70,35 @@ func TestOSUPrinterGolden(t *testing.T) {
 	}
 }
 
-// The printed table reads back as the same rows to the printed precision:
-// the OSU layout is what compare.sh merges, so the reader must accept what
-// the printer writes.
+// The printed table reads back as the same rows to the printed precision,
+// OSU's two decimals or more (-decimals): the OSU layout is what
+// compare.sh merges, so the reader must accept what the printer writes.
 func TestOSURoundTrip(t *testing.T) {
-	for name, tb := range sampleTables() {
-		var buf bytes.Buffer
-		b := lookup(name)
-		writeHeader(&buf, b)
-		for _, r := range tb.rows {
-			writeRow(&buf, b, r)
-		}
-		got, err := readOSU(&buf)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if got.bench != name || len(got.rows) != len(tb.rows) {
-			t.Fatalf("%s read back as %s with %d rows; want %d", name, got.bench, len(got.rows), len(tb.rows))
-		}
-		for i, r := range got.rows {
-			w := tb.rows[i]
-			if r.size != w.size || math.Abs(r.value-w.value) > 0.006 {
-				t.Errorf("%s row %d: %+v; want %+v", name, i, r, w)
+	for _, decimals := range []int{precision, 4} {
+		tol := 0.6 * math.Pow(10, -float64(decimals))
+		for name, tb := range sampleTables() {
+			var buf bytes.Buffer
+			b := lookup(name)
+			writeHeader(&buf, b)
+			for _, r := range tb.rows {
+				writeRow(&buf, b, r, decimals)
 			}
-			if b.kind == kindCollective || b.kind == kindBarrier {
-				if math.Abs(r.min-w.min) > 0.006 || math.Abs(r.max-w.max) > 0.006 || r.iters != w.iters {
-					t.Errorf("%s row %d: %+v; want %+v", name, i, r, w)
+			got, err := readOSU(&buf)
+			if err != nil {
+				t.Fatalf("%s, %d decimals: %v", name, decimals, err)
+			}
+			if got.bench != name || len(got.rows) != len(tb.rows) {
+				t.Fatalf("%s read back as %s with %d rows; want %d", name, got.bench, len(got.rows), len(tb.rows))
+			}
+			for i, r := range got.rows {
+				w := tb.rows[i]
+				if r.size != w.size || math.Abs(r.value-w.value) > tol {
+					t.Errorf("%s, %d decimals, row %d: %+v; want %+v", name, decimals, i, r, w)
+				}
+				if b.kind == kindCollective || b.kind == kindBarrier {
+					if math.Abs(r.min-w.min) > tol || math.Abs(r.max-w.max) > tol || r.iters != w.iters {
+						t.Errorf("%s, %d decimals, row %d: %+v; want %+v", name, decimals, i, r, w)
+					}
 				}
 			}
 		}

@@ -201,7 +201,7 @@ func measure(c *mpi.Comm, o *options, out io.Writer, pr *progress) (*table, erro
 		t.rows = append(t.rows, r)
 		pr.clear()
 		if out != nil {
-			if err := writeRow(out, b, r); err != nil {
+			if err := writeRow(out, b, r, o.decimals); err != nil {
 				return nil, err
 			}
 		}

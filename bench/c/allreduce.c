@@ -39,8 +39,8 @@ int main(int argc, char **argv)
 		MPI_Reduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 		if (rank == 0) {
-			printf("%-*ld%*.*f%*.*f%*.*f%*d\n", 10, size, FIELD_WIDTH, FLOAT_PRECISION, sum / nranks,
-			       FIELD_WIDTH, FLOAT_PRECISION, lo, FIELD_WIDTH, FLOAT_PRECISION, hi, 12, iters);
+			printf("%-*ld%*.*f%*.*f%*.*f%*d\n", 10, size, FIELD_WIDTH, osu_decimals, sum / nranks,
+			       FIELD_WIDTH, osu_decimals, lo, FIELD_WIDTH, osu_decimals, hi, 12, iters);
 			fflush(stdout);
 		}
 	}

@@ -4,10 +4,11 @@
  * that bench/compare.sh can put the three side by side:
  *
  *   - the command line of weft's bench: -min SIZE -max SIZE -iters N
- *     -warmup N, sizes with K/M/G suffixes;
+ *     -warmup N -decimals N, sizes with K/M/G suffixes;
  *   - the iteration schedule, which must stay equal to bench/run.go's
  *     (latencySchedule, bandwidthSchedule, collectiveSchedule);
- *   - OSU's output layout (osu_util.h: FIELD_WIDTH 18, FLOAT_PRECISION 2).
+ *   - OSU's output layout (osu_util.h: FIELD_WIDTH 18, FLOAT_PRECISION 2;
+ *     -decimals changes the 2, as bench's does).
  *
  * Header-only, because each program is compiled alone by mpicc.
  */
@@ -23,7 +24,11 @@
 #define OSU_LARGE_MESSAGE (8L << 10) /* OSU's LARGE_MESSAGE_SIZE */
 #define OSU_MAX_SIZE (1L << 30)      /* bench's -max limit */
 #define FIELD_WIDTH 18
-#define FLOAT_PRECISION 2
+#define FLOAT_PRECISION 2 /* OSU's decimals: -decimals' default */
+#define OSU_MAX_DECIMALS 6  /* bench's maxDecimals */
+
+/* osu_decimals is what the values are printed with (-decimals). */
+static int osu_decimals = FLOAT_PRECISION;
 
 enum schedule { SCHED_LATENCY, SCHED_BANDWIDTH, SCHED_COLLECTIVE };
 
@@ -68,6 +73,7 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 	o->iters = 0;
 	o->warmup = -1;
 	o->bi = 0;
+	osu_decimals = FLOAT_PRECISION;
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (f[0] == '-' && f[1] == '-')
@@ -86,6 +92,9 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 			i++;
 		else if (strcmp(f, "-warmup") == 0 && (o->warmup = atoi(v)) >= 0 && isdigit((unsigned char)*v))
 			i++;
+		else if (strcmp(f, "-decimals") == 0 && isdigit((unsigned char)*v) &&
+		         (osu_decimals = atoi(v)) <= OSU_MAX_DECIMALS)
+			i++;
 		else
 			goto bad;
 	}
@@ -93,9 +102,9 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 		return 0;
 bad:
 	if (rank == 0)
-		fprintf(stderr, "%s: bad command line; usage: %s [-min SIZE] [-max SIZE] [-iters N] [-warmup N]%s\n"
-		        "  (sizes like 512, 64K, 4M; -min <= -max)\n",
-		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : "");
+		fprintf(stderr, "%s: bad command line; usage: %s [-min SIZE] [-max SIZE] [-iters N] [-warmup N] [-decimals N]%s\n"
+		        "  (sizes like 512, 64K, 4M; -min <= -max; -decimals 0 to %d)\n",
+		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : "", OSU_MAX_DECIMALS);
 	return -1;
 }
 
@@ -166,7 +175,7 @@ static inline void osu_p2p_header(const char *test, const char *metric)
  * run cut short by compare.sh's time limit) sees every finished size. */
 static inline void osu_p2p_row(long size, double v)
 {
-	printf("%-*ld%*.*f\n", 10, size, FIELD_WIDTH, FLOAT_PRECISION, v);
+	printf("%-*ld%*.*f\n", 10, size, FIELD_WIDTH, osu_decimals, v);
 	fflush(stdout);
 }
 
