@@ -22,12 +22,16 @@ import (
 const directLarge = 256 << 10
 
 // direct reports whether an Allreduce of n bytes of elements of es bytes
-// reduces by direct reads. With more ranks than cores each of its three
-// synchronisations may wait for context switches: the other algorithms
-// are kept there.
+// reduces by direct reads. With more ranks than cores too: each of its
+// three synchronisations may wait for a context switch, but so does every
+// step of the ring, and the ring moves every byte twice more. 4 ranks on
+// 2 cores bound by gorun, 256 KiB / 512 KiB / 1 MiB: 134-184 / 205-267 /
+// 357-430 µs against the ring's and accumulate's 173-204 / 323-335 /
+// 505-545 (Open MPI 139-195 / 233-330 / 404-590); unbound, 222-238 /
+// 340-515 / 474-555 (one 1,203) against 235-299 / 489-494 / 609-686.
 func (c *Comm) direct(n, es int) bool {
 	w := c.w
-	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && !w.oversub && w.lc.SingleCopy() > 0
+	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0
 }
 
 // directCounter is the communicator's counter for the reads of direct

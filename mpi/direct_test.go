@@ -10,8 +10,8 @@ import (
 )
 
 // directRanks lets n goroutine ranks run without the oversubscribed
-// tuning (which keeps direct reads off), and makes Allreduces of from 4
-// KiB reduce by direct reads, so that the cases stay small.
+// tuning (spinning, as ranks with a core each do), and makes Allreduces
+// of from 4 KiB reduce by direct reads, so that the cases stay small.
 func directRanks(t *testing.T, n int) {
 	t.Helper()
 	t.Setenv("WEFT_DIRECT", "4096")
@@ -34,6 +34,28 @@ func TestAllreduceDirect(t *testing.T) {
 			allreduceCase(t, n, 2*count, Sum, func(r, i int) float32 { return float32(r - i%5) },
 				func(a, b float32) float32 { return a + b })
 		})
+	}
+}
+
+// TestAllreduceDirectOversubscribed: with more ranks than processors,
+// whose waiters block instead of spinning, large Allreduces still reduce
+// by direct reads, and give the sequential result.
+func TestAllreduceDirectOversubscribed(t *testing.T) {
+	t.Setenv("WEFT_DIRECT", "4096")
+	prev := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	for _, n := range []int{3, 4} {
+		err := Run(n, func(c *Comm) error {
+			if !c.w.oversub || !c.direct(8192, 8) {
+				return fmt.Errorf("rank %d: oversubscribed %v, direct reads for 8 KiB %v; want both", c.Rank(), c.w.oversub, c.direct(8192, 8))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allreduceCase(t, n, 3001, Sum, func(r, i int) float64 { return float64((r+1)*(i%1000) - 7) },
+			func(a, b float64) float64 { return a + b })
 	}
 }
 
