@@ -30,7 +30,7 @@
 // MB/s (the garbage collector had run every few milliseconds).
 //
 // Large Allreduces between ranks of one node whose reads are one copy
-// (WEFT_DIRECT bytes, default 256 KiB) read directly: each rank reads its
+// (WEFT_DIRECT bytes, default 128 KiB) read directly: each rank reads its
 // block of every peer's send buffer, reduces it in its receive buffer,
 // then reads the other reduced blocks from their owners (direct.go).
 // Elsewhere, large Allreduces (WEFT_ACCUMULATE bytes, default 1 MiB)
