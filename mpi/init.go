@@ -204,7 +204,7 @@ func wrapFaults(dev hal.Device) (hal.Device, error) {
 func oversubscribed(cl pmi.Client) bool {
 	cpus := runtime.NumCPU() // the CPUs this process may run on
 	if n, err := envInt("WEFT_NODE_CPUS"); err == nil && n > 0 {
-		cpus = n // gorun bound each rank to one of these
+		cpus = n // gorun bound each rank to a share of these
 	}
 	return len(cl.Info().LocalRanks) > cpus
 }

@@ -9,41 +9,65 @@ import (
 
 // Binding ranks to cores (--bind-to).
 //
-// auto binds only when the local ranks outnumber the cores gorun may run
-// on. Then every rank yields its core whenever it waits, and the kernel's
-// load balancing left to itself spreads Go processes unevenly: their
-// runtime threads wake now and then and count as load, and a rank that
-// shares its core with two others arrives late at every step. Measured
-// with 4 ranks on 2 cores, Allreduce of 8 bytes over OSU's 1,000
-// iterations: 6.1-9.5 µs unbound (the slowest rank 13-19), 4.6-5.4 bound
-// (Open MPI 4.2-5.6). With a core per rank it does not bind: a rank then
-// spins while it waits, and bound to one core it would share it with its
-// own runtime's threads; bound, an 8-byte Allreduce on 2 ranks took 0.87
-// µs against 0.22. core binds always, none never.
+// With more local ranks than the cores gorun may run on, auto binds each
+// rank to one core, consecutive ranks together. Then every rank yields its
+// core whenever it waits, and the kernel's load balancing left to itself
+// spreads Go processes unevenly: their runtime threads wake now and then
+// and count as load, and a rank that shares its core with two others
+// arrives late at every step. Measured with 4 ranks on 2 cores, Allreduce
+// of 8 bytes over OSU's 1,000 iterations: 6.1-9.5 µs unbound (the slowest
+// rank 13-19), 4.6-5.4 bound (Open MPI 4.2-5.6).
+//
+// With no more ranks than cores, auto gives each rank its own share of
+// them, the same number each (give or take one): two ranks on two cores
+// get one each, two on 64 get 32 each, and a rank's goroutines still
+// spread over its share (GOMAXPROCS follows it). Unbound, the kernel
+// sometimes started two polling ranks on one core and left them there for
+// milliseconds, each spinning through the other's turn; OSU's 10,000
+// iterations of a 0-byte ping-pong, the first size measured, then took
+// 0.17-0.38 µs instead of 0.13. Over 10 alternated rounds: 8-byte latency
+// 0.134-0.180 µs (median 0.140) bound against 0.135-1.211 (median 0.173),
+// 8-byte Allreduce median 0.277 against 0.340 (Open MPI 0.134, 0.252).
+// Binding cost more before the runtime's monitor thread stopped
+// preempting (internal/sysmon): 0.87 µs against 0.22 for the Allreduce.
+//
+// core binds every rank to one core, none leaves them all.
 
-// cpusFor returns the CPU each of n local ranks is bound to, or nil when
-// they are not bound, and how many CPUs the ranks share. Ranks go to
-// gorun's allowed CPUs in blocks of consecutive ranks, so that the
-// partners of a collective's first steps (ranks 2i and 2i+1) share a core
-// and need no other to run. A bound rank sees one CPU; WEFT_NODE_CPUS
-// tells it how many the node's ranks share (mpi's test for more ranks
-// than cores).
-func cpusFor(bindTo string, n int) (cpus []int, shared int, err error) {
-	if bindTo == "none" {
+// cpusFor returns the CPUs each of n local ranks is bound to, or nil when
+// they are not bound, and how many CPUs the ranks share (WEFT_NODE_CPUS:
+// mpi's test for more ranks than cores). With more ranks than CPUs, or
+// core, each rank gets one CPU, in blocks of consecutive ranks, so that
+// the partners of a collective's first steps (ranks 2i and 2i+1) share a
+// core and need no other to run; otherwise each gets a disjoint run of
+// consecutive CPUs. A single rank is left alone: its share would be
+// every CPU.
+func cpusFor(bindTo string, n int) (sets [][]int, shared int, err error) {
+	if bindTo == "none" || n < 1 || n == 1 && bindTo != "core" {
 		return nil, 0, nil
 	}
 	allowed, err := allowedCPUs()
 	if err != nil {
 		return nil, 0, fmt.Errorf("--bind-to %s: %w", bindTo, err)
 	}
-	if len(allowed) == 0 || bindTo != "core" && n <= len(allowed) {
+	if len(allowed) == 0 {
 		return nil, 0, nil
 	}
-	cpus = make([]int, n)
-	for i := range cpus {
-		cpus[i] = allowed[i*len(allowed)/n]
+	return assign(allowed, bindTo == "core", n), len(allowed), nil
+}
+
+// assign shares the allowed CPUs among n ranks: one CPU each when oneEach
+// or when they are fewer than the ranks, else runs of consecutive CPUs.
+func assign(allowed []int, oneEach bool, n int) [][]int {
+	sets := make([][]int, n)
+	for i := range sets {
+		lo := i * len(allowed) / n
+		if oneEach || n > len(allowed) {
+			sets[i] = allowed[lo : lo+1]
+		} else {
+			sets[i] = allowed[lo : (i+1)*len(allowed)/n]
+		}
 	}
-	return cpus, len(allowed), nil
+	return sets
 }
 
 // allowedCPUs lists the CPUs this process may run on, ascending.
@@ -61,21 +85,23 @@ func allowedCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// bindThread binds the calling goroutine's thread to cpu until restore
+// bindThread binds the calling goroutine's thread to cpus until restore
 // runs. A process started from the thread meanwhile keeps the binding,
 // for every thread it makes: fork copies the calling thread's CPU mask,
 // and exec keeps it.
-func bindThread(cpu int) (restore func(), err error) {
+func bindThread(cpus []int) (restore func(), err error) {
 	runtime.LockOSThread()
-	var old, one unix.CPUSet
+	var old, set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("binding to CPU %d: %w", cpu, err)
+		return nil, fmt.Errorf("binding to CPUs %v: %w", cpus, err)
 	}
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("binding to CPU %d: %w", cpu, err)
+		return nil, fmt.Errorf("binding to CPUs %v: %w", cpus, err)
 	}
 	return func() {
 		_ = unix.SchedSetaffinity(0, &old) // the mask it had a moment ago

@@ -11,8 +11,9 @@ import (
 // TestGorunBindTo runs ranks that print the CPUs they may run on and
 // WEFT_NODE_CPUS: with more ranks than gorun's CPUs, auto binds each to
 // one CPU, in blocks of consecutive ranks, and tells it how many the
-// ranks share; none leaves them all; core binds even a rank per CPU; and
-// auto with no more ranks than CPUs binds nothing.
+// ranks share; with fewer, it gives each its own run of CPUs; a single
+// rank is left alone, as none leaves them all; core binds each rank to
+// one CPU.
 func TestGorunBindTo(t *testing.T) {
 	allowed, err := allowedCPUs()
 	if err != nil {
@@ -22,15 +23,20 @@ func TestGorunBindTo(t *testing.T) {
 	if err != nil {
 		t.Skipf("no /proc/self/status here: %v", err)
 	}
-	all := regexp.MustCompile(`Cpus_allowed_list:\s*(\S+)`).FindSubmatch(status)[1]
+	all := string(regexp.MustCompile(`Cpus_allowed_list:\s*(\S+)`).FindSubmatch(status)[1])
+	const (
+		unbound = iota
+		oneCPU  // allowed[rank*len/n]
+		share   // allowed[rank*len/n : (rank+1)*len/n]
+	)
 	type want struct {
 		bindTo string
 		n      int
-		bound  bool
+		kind   int
 	}
-	cases := []want{{"auto", len(allowed) + 1, true}, {"none", len(allowed) + 1, false}, {"core", 2, true}}
+	cases := []want{{"auto", len(allowed) + 1, oneCPU}, {"none", len(allowed) + 1, unbound}, {"core", 2, oneCPU}, {"auto", 1, unbound}}
 	if len(allowed) >= 2 {
-		cases = append(cases, want{"auto", 2, false})
+		cases = append(cases, want{"auto", 2, share}, want{"none", 2, unbound})
 	}
 	line := regexp.MustCompile(`^\[(\d+)\] Cpus_allowed_list:\s*(\S+)$`)
 	nodeCPUs := regexp.MustCompile(`^\[(\d+)\] node cpus (\S+)$`)
@@ -44,7 +50,7 @@ func TestGorunBindTo(t *testing.T) {
 		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 			if m := nodeCPUs.FindStringSubmatch(l); m != nil {
 				// A bound rank learns how many CPUs the node's ranks share.
-				if want := map[bool]string{true: strconv.Itoa(len(allowed)), false: "unset"}[c.bound]; m[2] != want {
+				if want := map[bool]string{true: strconv.Itoa(len(allowed)), false: "unset"}[c.kind != unbound]; m[2] != want {
 					t.Errorf("--bind-to %s -n %d: rank %s has WEFT_NODE_CPUS %s, want %s", c.bindTo, c.n, m[1], m[2], want)
 				}
 				continue
@@ -54,9 +60,12 @@ func TestGorunBindTo(t *testing.T) {
 				t.Fatalf("--bind-to %s: unexpected line %q", c.bindTo, l)
 			}
 			rank, _ := strconv.Atoi(m[1])
-			want := string(all)
-			if c.bound {
+			want := all
+			switch c.kind {
+			case oneCPU:
 				want = strconv.Itoa(allowed[rank*len(allowed)/c.n])
+			case share:
+				want = cpuList(allowed[rank*len(allowed)/c.n : (rank+1)*len(allowed)/c.n])
 			}
 			if m[2] != want {
 				t.Errorf("--bind-to %s -n %d: rank %d may run on %s, want %s", c.bindTo, c.n, rank, m[2], want)
@@ -67,4 +76,48 @@ func TestGorunBindTo(t *testing.T) {
 			t.Errorf("--bind-to %s -n %d: %d ranks reported", c.bindTo, c.n, seen)
 		}
 	}
+}
+
+// TestAssign: shares of a machine's CPUs, holes in its list included.
+func TestAssign(t *testing.T) {
+	cpus := []int{0, 1, 2, 3, 8, 9, 10, 11}
+	for _, c := range []struct {
+		oneEach bool
+		n       int
+		want    string
+	}{
+		{false, 2, "0-3 8-11"},
+		{false, 3, "0-1 2-3,8 9-11"},
+		{false, 8, "0 1 2 3 8 9 10 11"},
+		{false, 10, "0 0 1 2 3 8 8 9 10 11"}, // blocks of consecutive ranks
+		{true, 3, "0 2 9"},
+		{true, 1, "0"},
+	} {
+		var got []string
+		for _, s := range assign(cpus, c.oneEach, c.n) {
+			got = append(got, cpuList(s))
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("assign(%v, oneEach %v, %d) = %s; want %s", cpus, c.oneEach, c.n, g, c.want)
+		}
+	}
+}
+
+// cpuList writes ascending CPUs as /proc's Cpus_allowed_list does: runs
+// of consecutive CPUs as first-last, joined by commas.
+func cpuList(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(cpus[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(cpus[i])+"-"+strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }

@@ -189,7 +189,7 @@ func (j *job) startRanks(ports map[string]string) {
 	base := j.rankEnv(true)
 	remoteBase := j.rankEnv(false)
 	localID, localN := j.place.LocalRanks()
-	var cpus []int // by local rank id; nil: not bound
+	var cpus [][]int // by local rank id; nil: not bound
 	var shared int
 	for id, node := range j.place.NodeOf {
 		if j.place.Hosts[node].Local {
@@ -201,7 +201,7 @@ func (j *job) startRanks(ports map[string]string) {
 		}
 	}
 	for id, node := range j.place.NodeOf {
-		r := &rank{id: id, host: j.place.Hosts[node], cpu: -1}
+		r := &rank{id: id, host: j.place.Hosts[node]}
 		j.ranks = append(j.ranks, r)
 		if j.stopping {
 			continue
@@ -213,7 +213,7 @@ func (j *job) startRanks(ports map[string]string) {
 		var err error
 		if r.host.Local {
 			if cpus != nil {
-				r.cpu = cpus[localID[id]]
+				r.cpus = cpus[localID[id]]
 				vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
 			}
 			err = j.startLocal(r, append(append([]string(nil), base...), vars...))

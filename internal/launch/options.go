@@ -98,7 +98,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long, with a report of each rank's state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
-	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: when they outnumber this machine's cores)")
+	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: each rank its own share of this machine's cores, one core each when they outnumber them)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")
 	fs.BoolVar(&o.Wrap, "wrap", false, "run a foreign launcher (mpirun, srun) with a GORUN_KVS rendezvous server")
 	fs.Usage = func() {

@@ -20,7 +20,7 @@ type rank struct {
 	host   Host
 	cmd    *exec.Cmd
 	remote bool
-	cpu    int // the CPU a local rank is bound to, -1 for none (bind.go)
+	cpus   []int // the CPUs a local rank is bound to, nil for none (bind.go)
 	// control is the stdin of the remote wrapper script: it reads signal
 	// names from it and kills the rank on EOF (see remoteScript).
 	control io.WriteCloser
@@ -113,8 +113,8 @@ func (j *job) startProcess(r *rank) error {
 	}
 	r.cmd.Stdout, r.cmd.Stderr = outW, errW
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if r.cpu >= 0 {
-		restore, err := bindThread(r.cpu)
+	if r.cpus != nil {
+		restore, err := bindThread(r.cpus)
 		if err != nil {
 			outR.Close()
 			outW.Close()
