@@ -82,18 +82,17 @@ func writeHeader(w io.Writer, b *benchmark) error {
 // writeRow writes one size's line of the OSU table, its values with
 // decimals decimals.
 func writeRow(w io.Writer, b *benchmark, r row, decimals int) error {
-	precision := decimals
 	var err error
 	switch b.kind {
 	case kindLatency, kindBandwidth:
-		_, err = fmt.Fprintf(w, "%-*d%*.*f\n", sizeWidth, r.size, fieldWidth, precision, r.value)
+		_, err = fmt.Fprintf(w, "%-*d%*.*f\n", sizeWidth, r.size, fieldWidth, decimals, r.value)
 	case kindCollective:
 		_, err = fmt.Fprintf(w, "%-*d%*.*f%*.*f%*.*f%*d\n", sizeWidth, r.size,
-			fieldWidth, precision, r.value, fieldWidth, precision, r.min,
-			fieldWidth, precision, r.max, iterWidth, r.iters)
+			fieldWidth, decimals, r.value, fieldWidth, decimals, r.min,
+			fieldWidth, decimals, r.max, iterWidth, r.iters)
 	case kindBarrier:
-		_, err = fmt.Fprintf(w, "%*.*f%*.*f%*.*f%*d\n", fieldWidth-1, precision, r.value,
-			fieldWidth, precision, r.min, fieldWidth, precision, r.max, iterWidth, r.iters)
+		_, err = fmt.Fprintf(w, "%*.*f%*.*f%*.*f%*d\n", fieldWidth-1, decimals, r.value,
+			fieldWidth, decimals, r.min, fieldWidth, decimals, r.max, iterWidth, r.iters)
 	}
 	return err
 }

@@ -1,10 +1,6 @@
 package lapi
 
-import (
-	"encoding/binary"
-
-	"github.com/weft-hpc/weft/hal"
-)
+import "github.com/weft-hpc/weft/hal"
 
 // reasmKey names a message being reassembled.
 type reasmKey struct {
@@ -94,16 +90,16 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 // packet's own fields. Decoding into a packet header first took a sixth
 // of the time from a ping-pong's arrival to its reply.
 func (c *Context) onTiny(h *hal.Header, b []byte) {
-	u := tinyHdrLen + int(b[1])
-	if len(b) < u || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
+	handler, dstEp, uhdr, data, ok := decodeTiny(b)
+	if !ok || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
 		c.stats.BadPackets++
 		return
 	}
-	if !c.admit(h.Src, binary.LittleEndian.Uint32(b[4:])) {
+	if !c.admit(h.Src, dstEp) {
 		return
 	}
-	if e := c.handler(binary.LittleEndian.Uint16(b[2:])); e != nil {
-		c.deliverWhole(e, h.Src, b[tinyHdrLen:u], b[u:], 0, 0) // a tiny packet has no counters
+	if e := c.handler(handler); e != nil {
+		c.deliverWhole(e, h.Src, uhdr, data, 0, 0) // a tiny packet has no counters
 	}
 }
 

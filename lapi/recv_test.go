@@ -1,7 +1,6 @@
 package lapi
 
 import (
-	"encoding/binary"
 	"slices"
 	"testing"
 
@@ -36,11 +35,11 @@ func (w *wholeRecorder) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any)
 
 func (w *wholeRecorder) OnComplete(hal.Rank, any) { w.completes++ }
 
-// tinyPacket encodes a tiny packet for handler h.
+// tinyPacket encodes a tiny packet for handler h, as the send path does.
 func tinyPacket(h HandlerID, uhdr, data []byte) []byte {
+	ph := pktHdr{kind: kindAM, handler: uint16(h), uhdrLen: uint16(len(uhdr)), total: uint32(len(data))}
 	b := make([]byte, tinyHdrLen, tinyHdrLen+len(uhdr)+len(data))
-	b[0], b[1] = kindAMTiny, byte(len(uhdr))
-	binary.LittleEndian.PutUint16(b[2:], uint16(h))
+	ph.encodeTiny(b)
 	return append(append(b, uhdr...), data...)
 }
 

@@ -164,6 +164,22 @@ func (h *pktHdr) encodeTiny(b []byte) {
 	binary.LittleEndian.PutUint32(b[4:], h.dstEp)
 }
 
+// decodeTiny parses a packet in the tiny layout (b[0] is kindAMTiny): its
+// handler, the destination epoch it names, its user header and data. It
+// reports false for a packet too short for its header or user header.
+// The receive path of a reliable device calls it without a pktHdr
+// (Context.onTiny).
+func decodeTiny(b []byte) (handler uint16, dstEp uint32, uhdr, data []byte, ok bool) {
+	if len(b) < tinyHdrLen {
+		return 0, 0, nil, nil, false
+	}
+	u := tinyHdrLen + int(b[1])
+	if len(b) < u {
+		return 0, 0, nil, nil, false
+	}
+	return binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:]), b[tinyHdrLen:u], b[u:], true
+}
+
 // putAck rewrites only the acknowledgement fields of an encoded header, so a
 // retransmitted packet carries current acknowledgements.
 func putAck(b []byte, credit uint16, cum uint32, sack [2]uint64) {
@@ -197,16 +213,17 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 		h.getTail(b[12:])
 		rest = b[shortHdrLen:]
 	case kindAMTiny:
-		if len(b) < tinyHdrLen || len(b) < tinyHdrLen+int(b[1]) {
+		handler, dstEp, uhdr, data, ok := decodeTiny(b)
+		if !ok {
 			return nil, nil, errShortPacket
 		}
 		// Field by field into a zeroed h: a composite literal is built
 		// aside and copied, and the copy's wide loads stall on the
 		// narrow stores just made (no store-to-load forwarding).
 		*h = pktHdr{}
-		h.kind, h.uhdrLen, h.handler = kindAM, uint16(b[1]), binary.LittleEndian.Uint16(b[2:])
-		h.dstEp, h.total = binary.LittleEndian.Uint32(b[4:]), uint32(len(b)-tinyHdrLen-int(b[1]))
-		rest = b[tinyHdrLen:]
+		h.kind, h.uhdrLen, h.handler = kindAM, uint16(len(uhdr)), handler
+		h.dstEp, h.total = dstEp, uint32(len(data))
+		return uhdr, data, nil
 	case kindAM, kindAck:
 		if len(b) < pktHdrLen {
 			return nil, nil, errShortPacket

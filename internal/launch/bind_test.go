@@ -26,8 +26,8 @@ func TestGorunBindTo(t *testing.T) {
 	all := string(regexp.MustCompile(`Cpus_allowed_list:\s*(\S+)`).FindSubmatch(status)[1])
 	const (
 		unbound = iota
-		oneCPU  // allowed[rank*len/n]
-		share   // allowed[rank*len/n : (rank+1)*len/n]
+		oneCPU  // assign's one CPU each
+		share   // assign's runs of CPUs (TestAssign checks the sharing)
 	)
 	type want struct {
 		bindTo string
@@ -61,11 +61,8 @@ func TestGorunBindTo(t *testing.T) {
 			}
 			rank, _ := strconv.Atoi(m[1])
 			want := all
-			switch c.kind {
-			case oneCPU:
-				want = strconv.Itoa(allowed[rank*len(allowed)/c.n])
-			case share:
-				want = cpuList(allowed[rank*len(allowed)/c.n : (rank+1)*len(allowed)/c.n])
+			if c.kind != unbound {
+				want = cpuList(assign(allowed, c.kind == oneCPU, c.n)[rank])
 			}
 			if m[2] != want {
 				t.Errorf("--bind-to %s -n %d: rank %d may run on %s, want %s", c.bindTo, c.n, rank, m[2], want)

@@ -2,8 +2,8 @@
 // to the end. It builds the program once (or takes a binary), places ranks on
 // hosts by slot (mpirun semantics), serves PMI-1 to them (internal/pmi), forks
 // local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
-// PMI_PORT/PMI_ID (local ones bound to cores when they outnumber them:
-// --bind-to, bind.go), passes their output through line by line (optionally
+// PMI_PORT/PMI_ID (local ones bound to their share of the cores: --bind-to,
+// bind.go), passes their output through line by line (optionally
 // tagged with the rank), forwards SIGINT/SIGTERM, and when a rank fails kills
 // the others and exits with the failed rank's status, saying which rank
 // failed and how. It removes the job's shared-memory segments at the end and

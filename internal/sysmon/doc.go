@@ -9,9 +9,10 @@
 // then backs off to 10 ms. On a node where every core runs a polling rank,
 // each of those wake-ups takes a core from a rank: the kernel switches to
 // sysmon and back, 15-30 µs of which the peer waiting on that rank loses
-// too. Traced with OSU's 1,000 iterations of an 8-byte Allreduce on 2
-// ranks (0.2 µs each), a run right after MPI_Init had 3-6 such holes of
-// 22-32 µs and measured 0.30-0.45 µs instead of 0.20.
+// too. Timed per call, OSU's 1,000 iterations of an 8-byte Allreduce on
+// 2 ranks (0.2 µs each) right after MPI_Init had, in the slow runs, 1-6
+// calls per rank of over 2 µs, most 22-32 µs (one 158), and measured
+// 0.29-0.45 µs instead of 0.20; a trace put a sysmon wake-up in each.
 //
 // Batch moves sysmon to SCHED_BATCH: the same share of the processor, but
 // a wake-up no longer preempts the running thread; sysmon runs when the
