@@ -25,6 +25,12 @@
 // hand-up, read serving). HAL never retransmits: the ULP redrives.
 // reint.go is the reintegration protocol, also a state machine.
 //
+// Devices may offer more than frames, through optional interfaces a caller
+// finds by type assertion (cma.go, shared.go): CrossMemory (single-copy
+// reads and writes of a peer's memory), SharedAddressSpace (peers that are
+// goroutines of this process) and SharedMemory (a block of memory every
+// rank maps, for collectives that need no frames).
+//
 // hal may import only the standard library and github.com/klauspost/cpuid/v2
 // (to report the CRC32 instruction). It never imports a weft package.
 package hal

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -491,5 +493,44 @@ func testWaitBesidePoll(t *testing.T, n *Net) {
 	wg.Wait()
 	if len(rc.got) != frames {
 		t.Fatalf("%d of %d frames delivered with a Wait running beside Poll", len(rc.got), frames)
+	}
+}
+
+func testSharedBlock(t *testing.T, n *Net) {
+	blocks := make([][]byte, len(n.Devs))
+	for r, d := range n.Devs {
+		if sm, ok := d.(hal.SharedMemory); ok {
+			blocks[r] = sm.SharedBlock()
+		}
+		if blocks[r] == nil {
+			if r > 0 && blocks[0] != nil {
+				t.Fatalf("rank 0 has a shared block of %d bytes, rank %d none", len(blocks[0]), r)
+			}
+			continue
+		}
+		if len(blocks[r])%len(n.Devs) != 0 {
+			t.Errorf("rank %d: shared block of %d bytes, not a multiple of the job's %d ranks", r, len(blocks[r]), len(n.Devs))
+		}
+		if a := uintptr(unsafe.Pointer(&blocks[r][0])); a%8 != 0 {
+			t.Errorf("rank %d: shared block at %#x, not 8-byte aligned", r, a)
+		}
+		if i := slices.IndexFunc(blocks[r], func(b byte) bool { return b != 0 }); i >= 0 {
+			t.Errorf("rank %d: a fresh shared block has %#x at byte %d", r, blocks[r][i], i)
+		}
+	}
+	if blocks[0] == nil {
+		t.Skipf("%T offers no shared block (hal.SharedMemory)", n.Devs[0])
+	}
+	if len(blocks[0]) != len(blocks[1]) {
+		t.Fatalf("shared blocks of %d and %d bytes", len(blocks[0]), len(blocks[1]))
+	}
+	last := len(blocks[0]) - 1
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&blocks[0][0])), 0x57454654)
+	blocks[1][last] = 0xa5
+	if v := atomic.LoadUint32((*uint32)(unsafe.Pointer(&blocks[1][0]))); v != 0x57454654 {
+		t.Errorf("rank 1 reads %#x at the start of the block, where rank 0 wrote 0x57454654", v)
+	}
+	if v := blocks[0][last]; v != 0xa5 {
+		t.Errorf("rank 0 reads %#x at the end of the block, where rank 1 wrote 0xa5", v)
 	}
 }

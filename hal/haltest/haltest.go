@@ -66,6 +66,10 @@ const timeout = 10 * time.Second
 //     response, completion) intact, so hal's software engine can run over
 //     it: a write and a read of MTU-sized segments, placed by the engine,
 //     land byte-exact and complete once at each end.
+//   - SharedBlock: a device that offers hal.SharedMemory gives every rank
+//     the same block, zero at first, 8-byte aligned, of a length that is
+//     a multiple of the job's size: a byte one rank writes the other reads.
+//     Skipped, saying so, for a device with no block.
 func Run(t *testing.T, open Opener) {
 	t.Helper()
 	cases := []struct {
@@ -87,6 +91,7 @@ func Run(t *testing.T, open Opener) {
 		{"Counters", testCounters, 3},
 		{"RDMA", testRDMA, 2},
 		{"WaitBesidePoll", testWaitBesidePoll, 2},
+		{"SharedBlock", testSharedBlock, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -34,6 +34,10 @@ type device struct {
 	hdr      hal.Header
 }
 
+// SharedBlock is the fabric's shared block (hal.SharedMemory): the ranks
+// are goroutines of one process, so plain memory is shared memory.
+func (d *device) SharedBlock() []byte { return d.fabric.sharedBlock() }
+
 // Caps: reliable and ordered, as a memory copy is.
 func (d *device) Caps() hal.Caps { return hal.Caps{MTU: MTU, Reliable: true, Ordered: true} }
 

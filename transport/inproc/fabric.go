@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
@@ -29,6 +30,23 @@ type Fabric struct {
 	faults    faults.Spec
 	faultsOn  bool
 	faultsErr error
+
+	sharedOnce sync.Once
+	shared     []byte // the hal.SharedMemory block, made on first use
+}
+
+// SharedBytes is each rank's share of the block the fabric's devices offer
+// as hal.SharedMemory, the shm device's default.
+const SharedBytes = 64 << 10
+
+// sharedBlock is the fabric's shared block, made at the first call: one
+// allocation the ranks' goroutines all see, 8-byte aligned.
+func (f *Fabric) sharedBlock() []byte {
+	f.sharedOnce.Do(func() {
+		words := make([]uint64, len(f.inboxes)*SharedBytes/8)
+		f.shared = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8)
+	})
+	return f.shared
 }
 
 // NewFabric makes the fabric of a job of size ranks (at least 1) whose

@@ -18,7 +18,7 @@ import (
 )
 
 // Device is one rank's shared-memory device. Besides hal.Device it
-// implements hal.CrossMemory.
+// implements hal.CrossMemory and hal.SharedMemory.
 type Device struct {
 	seg    *segment
 	g      geometry
@@ -177,6 +177,17 @@ func (d *Device) Caps() hal.Caps { return d.caps }
 // Addr is "shm:<segment name>:<rank>:<pid>": the segment tells a peer
 // whether it shares this node and job, the pid is for cross-memory attach.
 func (d *Device) Addr() string { return d.addr }
+
+// SharedBlock returns the segment's shared block (Options.SharedBytes per
+// rank), or nil when the options asked for none. It stays mapped until
+// Close: using it after Close faults.
+func (d *Device) SharedBlock() []byte {
+	g := &d.g
+	if g.sharedBytes == 0 {
+		return nil
+	}
+	return d.seg.mem[g.sharedOff : g.sharedOff+g.sharedBytes : g.sharedOff+g.sharedBytes]
+}
 
 // Options returns the options in effect, defaults filled in.
 func (d *Device) Options() Options { return d.opts }

@@ -25,6 +25,9 @@ func OpenLocal(uint64, int, Options) ([]*Device, error) { return nil, errUnsuppo
 // Options returns the zero Options.
 func (d *Device) Options() Options { return Options{} }
 
+// SharedBlock returns nil.
+func (d *Device) SharedBlock() []byte { return nil }
+
 // CMA reports false.
 func (d *Device) CMA() bool { return false }
 

@@ -100,6 +100,15 @@
 // caller must have validated every access against its replica of the peer's
 // TPT first, since the kernel only checks that the pages are mapped.
 //
+// # Shared block
+//
+// Device implements hal.SharedMemory: the segment holds a block of
+// Options.SharedBytes per rank (64 KiB by default) that the device never
+// touches, for the layers above to lay out as they like. mpi runs its small
+// collectives through it (mpi/shmcoll.go): each rank writes its part and a
+// round number, the others read them, and no frame moves unless a waiting
+// rank is about to sleep.
+//
 // # Testing in one process
 //
 // Each Open maps the segment on its own, as a separate process would, so

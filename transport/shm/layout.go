@@ -20,10 +20,12 @@ import (
 //	segment header, line 1 (changed at attach and close):
 //	  0 ready u32 (readyMagic once initialised; a futex word)
 //	  4 life u32 (open count, and lifeUnlinked)   8 attached u32   12 creator pid u32
-//	segment header, line 2: end marker u64
+//	segment header, line 2: end marker u64  8 shared block bytes u64
 //	rank blocks from 3*line, two lines per rank:
 //	  line A (read-mostly): 0 state u32  4 pid u32  8 probe address u64  16 probe value u64
 //	  line B (wake line):   0 wake sequence u32 (futex)  4 sleepers u32
+//	shared block from sharedOff (page-aligned), sharedBytes long: the
+//	  hal.SharedMemory block, never read or written by the device
 //	rings from ringsOff (page-aligned), ring (src, dst) at
 //	ringsOff + (src*size+dst)*ringStride, a header of ringHdrLines lines:
 //	  line 0: start marker u64, src u32, dst u32, cells u32, cellSize u32, ringBytes u64
@@ -45,7 +47,7 @@ import (
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
 	segEnd     uint64 = 0x444e455354464557 // "WEFTSEND"
-	segVersion        = 2                  // 2: cells a line apart
+	segVersion        = 3                  // 2: cells a line apart; 3: the shared block
 	readyMagic uint32 = 0x59444552         // "REDY"
 	ringStart  uint64 = 0x474e495254464557 // "WEFTRING"
 	ringEnd    uint64 = 0x21444e45474e4952 // "RINGEND!"
@@ -69,6 +71,9 @@ const (
 	offLife     = 4
 	offAttached = 8
 	offCreator  = 12
+	// On line 2 (add 2*line).
+	offSegEnd      = 0
+	offSharedBytes = 8
 
 	// Rank block fields: line A, then line B (add line).
 	offState     = 0
@@ -117,6 +122,8 @@ type geometry struct {
 	cellStride          int // from one cell to the next (see newGeometry)
 	mtu, ringBytes      int
 	rankOff, ringsOff   int // rank blocks, rings
+	sharedOff           int // the shared block (hal.SharedMemory)
+	sharedBytes         int
 	dataOff             int // a ring's data area, from the ring's start
 	ringStride          int
 	total               int64
@@ -128,7 +135,9 @@ type geometry struct {
 func newGeometry(size, line int, o Options) (geometry, error) {
 	g := geometry{size: size, line: line, cells: o.Cells, cellSize: o.CellSize, mtu: o.MTU, ringBytes: o.RingBytes}
 	g.rankOff = 3 * line
-	g.ringsOff = roundUp(g.rankOff+size*2*line, pageSize)
+	g.sharedOff = roundUp(g.rankOff+size*2*line, pageSize)
+	g.sharedBytes = size * o.SharedBytes
+	g.ringsOff = roundUp(g.sharedOff+g.sharedBytes, pageSize)
 	// A line between cells: at a power-of-two stride every stamp of every
 	// ring falls in the same few sets of the L1 cache (2 KiB apart, two of
 	// its 64), so the consumer's next stamp and the producer's next cell

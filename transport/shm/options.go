@@ -39,6 +39,10 @@ type Options struct {
 	// AttachTimeout bounds how long Open waits for another rank to finish
 	// creating the segment. 0 means DefaultAttachTimeout.
 	AttachTimeout time.Duration
+	// SharedBytes is the size of each rank's share of the block the
+	// device offers as hal.SharedMemory (mpi's shared-memory
+	// collectives). 0 means DefaultSharedBytes; negative, no block.
+	SharedBytes int
 	// NoCMA turns cross-memory attach off: CMA reports false, and Open does
 	// not relax the process's ptrace policy for its peers.
 	NoCMA bool
@@ -51,6 +55,9 @@ const (
 	DefaultSpin          = 50 * time.Microsecond
 	DefaultPollBatch     = 64
 	DefaultAttachTimeout = 10 * time.Second
+	// DefaultSharedBytes is each rank's share of the shared block: room
+	// for mpi's shared-memory collectives on a few communicators.
+	DefaultSharedBytes = 64 << 10
 
 	// MaxRanks bounds a job's size: the segment holds size² rings.
 	MaxRanks = 256
@@ -59,6 +66,8 @@ const (
 	maxCells = 1 << 20
 	// maxRingBytes bounds RingBytes.
 	maxRingBytes = 1 << 30
+	// maxSharedBytes bounds SharedBytes.
+	maxSharedBytes = 16 << 20
 	// minCellSize fits a stamp, a length and a data position; maxCellSize
 	// keeps inline frames to a handful of cache lines.
 	minCellSize, maxCellSize = 64, 4096
@@ -153,6 +162,14 @@ func (o Options) withDefaults(size, line int) (Options, error) {
 	}
 	if o.PollBatch < 0 {
 		return o, fmt.Errorf("shm: poll batch %d: want a positive number", o.PollBatch)
+	}
+	switch {
+	case o.SharedBytes == 0:
+		o.SharedBytes = DefaultSharedBytes
+	case o.SharedBytes < 0:
+		o.SharedBytes = 0
+	case o.SharedBytes%8 != 0 || o.SharedBytes > maxSharedBytes:
+		return o, fmt.Errorf("shm: shared block of %d bytes per rank: want a multiple of 8 up to %d", o.SharedBytes, maxSharedBytes)
 	}
 	if o.AttachTimeout <= 0 {
 		o.AttachTimeout = DefaultAttachTimeout

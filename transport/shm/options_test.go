@@ -33,3 +33,19 @@ func TestCellSizeFromLine(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedBytes: the shared block's size per rank defaults, can be
+// turned off, and is refused when misaligned or too large.
+func TestSharedBytes(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, DefaultSharedBytes}, {-1, 0}, {8, 8}, {maxSharedBytes, maxSharedBytes}} {
+		o, err := Options{SharedBytes: c.in}.withDefaults(4, 64)
+		if err != nil || o.SharedBytes != c.want {
+			t.Errorf("SharedBytes %d: got %d, %v; want %d", c.in, o.SharedBytes, err, c.want)
+		}
+	}
+	for _, bad := range []int{4, 12, maxSharedBytes + 8} {
+		if _, err := (Options{SharedBytes: bad}).withDefaults(4, 64); err == nil || !strings.Contains(err.Error(), "shared block") {
+			t.Errorf("SharedBytes %d: %v, want an error naming the shared block", bad, err)
+		}
+	}
+}

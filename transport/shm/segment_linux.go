@@ -175,7 +175,8 @@ func (s *segment) init(jobKey uint64) {
 	*word64(b, offTotal) = uint64(g.total)
 	*word64(b, offJobKey) = jobKey
 	*word32(b, g.line+offCreator) = uint32(os.Getpid())
-	*word64(b, 2*g.line) = segEnd
+	*word64(b, 2*g.line+offSegEnd) = segEnd
+	*word64(b, 2*g.line+offSharedBytes) = uint64(g.sharedBytes)
 	for src := range g.size {
 		for dst := range g.size {
 			initRing(b, g, src, dst)
@@ -204,7 +205,7 @@ func (s *segment) waitReady(deadline time.Time) error {
 // check compares the header with this rank's view of the job.
 func (s *segment) check(jobKey uint64) error {
 	g, b := s.g, s.mem
-	if m, e := *word64(b, offMagic), *word64(b, 2*g.line); m != segMagic || e != segEnd {
+	if m, e := *word64(b, offMagic), *word64(b, 2*g.line+offSegEnd); m != segMagic || e != segEnd {
 		return fmt.Errorf("shm: %s: header markers %#x/%#x, want %#x/%#x: %w", s.path, m, e, segMagic, segEnd, ErrCorrupt)
 	}
 	type field struct {
@@ -222,6 +223,7 @@ func (s *segment) check(jobKey uint64) error {
 		{"ring bytes", *word64(b, offRingBytes), uint64(g.ringBytes)},
 		{"ring stride", *word64(b, offRingStride), uint64(g.ringStride)},
 		{"total", *word64(b, offTotal), uint64(g.total)},
+		{"shared block", *word64(b, 2*g.line+offSharedBytes), uint64(g.sharedBytes)},
 	} {
 		if f.got != f.want {
 			return fmt.Errorf("shm: %s was made with %s %d, this rank has %d: the ranks disagree on the job or its Options: %w",

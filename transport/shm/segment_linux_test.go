@@ -285,3 +285,33 @@ func TestConnect(t *testing.T) {
 		t.Errorf("Connect(2) in a job of 2: %v, want hal.ErrUnknownPeer", err)
 	}
 }
+
+// TestSharedBlockSize: the block has SharedBytes per rank, or is absent
+// when asked for none, and ranks that disagree on its size cannot share a
+// segment.
+func TestSharedBlockSize(t *testing.T) {
+	devs, _ := openLocal(t, 3, Options{SharedBytes: 4096})
+	if got := len(devs[2].SharedBlock()); got != 3*4096 {
+		t.Errorf("shared block of %d bytes, want %d", got, 3*4096)
+	}
+	devs, _ = openLocal(t, 2, Options{SharedBytes: -1})
+	if b := devs[1].SharedBlock(); b != nil {
+		t.Errorf("SharedBytes -1: a block of %d bytes, want none", len(b))
+	}
+
+	key := newJobKey()
+	dir := t.TempDir()
+	a, err := Open(hal.Config{JobKey: key, Rank: 0, Size: 2}, Options{Dir: dir, SharedBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(hal.Config{JobKey: key, Rank: 1, Size: 2}, Options{Dir: dir, SharedBytes: 8192})
+	if err == nil {
+		b.Close()
+		t.Fatal("ranks with shared blocks of 4096 and 8192 bytes per rank shared a segment")
+	}
+	if !errors.Is(err, ErrMismatch) {
+		t.Errorf("mismatched shared blocks: %v, want ErrMismatch", err)
+	}
+}
