@@ -160,3 +160,38 @@ func TestYieldingWait(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitArmed: a condition on memory another goroutine writes, with a
+// waiter that blocks at once. A write that lands just as the waiter arms
+// (here: during arm) is seen by the look that follows, without any frame;
+// a write after the waiter armed comes with a frame, which wakes it.
+func TestWaitArmed(t *testing.T) {
+	ctxs := openInprocJob(t, 2, faults.Spec{}, func(c *Config) { c.Spin, c.Yield = -1, 0 })
+	c0, c1 := ctxs[0], ctxs[1]
+	c0.RegisterHandler(&countSink{})
+	h := c1.RegisterHandler(&countSink{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	var flag, armed atomic.Int32
+	cond := func() (bool, error) { return flag.Load() != 0, nil }
+	if err := c1.WaitArmed(ctx, cond, func() { armed.Add(1); flag.Store(1) }); err != nil {
+		t.Fatalf("flag set while arming: %v, want the look after arm to see it", err)
+	}
+	if armed.Load() != 1 {
+		t.Errorf("arm ran %d times before a wait that would block, want 1", armed.Load())
+	}
+
+	flag.Store(0)
+	armed.Store(0)
+	go func() {
+		for armed.Load() == 0 {
+			runtime.Gosched()
+		}
+		flag.Store(1)
+		c0.Amsend(1, h, nil, nil, SendOpts{})
+	}()
+	if err := c1.WaitArmed(ctx, cond, func() { armed.Store(1) }); err != nil {
+		t.Fatalf("flag set after arming, then a frame: %v", err)
+	}
+}

@@ -195,11 +195,40 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 	})
 }
 
+// WaitArmed is Wait for a condition that changes without a frame: another
+// rank writes memory that cond reads (a hal.SharedMemory block). Progress
+// is made as in Wait, and cond runs under the progress lock as there.
+// Before the goroutine blocks, arm runs (outside the lock) and cond is
+// checked once more: arm must see to it that whoever changes what cond
+// reads from then on sends this rank a frame, since a blocked goroutine
+// wakes only for frames. Both must use sequentially consistent atomics
+// (sync/atomic), arm's store before cond's loads against the writer's
+// store before its look at what arm wrote, so that one of the two sides
+// sees the other.
+func (c *Context) WaitArmed(ctx context.Context, cond func() (done bool, err error), arm func()) error {
+	return c.waitArmed(ctx, func() error {
+		done, err := cond()
+		if err != nil {
+			return err
+		}
+		if done {
+			return errDone
+		}
+		return nil
+	}, arm)
+}
+
 // waitUntil makes progress until cond returns errDone (success) or another
 // error. cond runs under the progress lock. The waiting goroutine polls for
 // cfg.Spin, then blocks: in the device's Wait if no other goroutine is, else
 // until another goroutine makes progress.
 func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
+	return c.waitArmed(ctx, cond, nil)
+}
+
+// waitArmed is waitUntil with arm, when not nil, run before every block
+// and followed by one more look at cond (see WaitArmed).
+func (c *Context) waitArmed(ctx context.Context, cond func() error, arm func()) error {
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
@@ -274,6 +303,18 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		case c.timerSoon(time.Now()) || c.sendsQueued():
 			runtime.Gosched()
 		default:
+			if arm != nil {
+				arm()
+				c.mu.Lock()
+				err, gen = cond(), c.gen
+				c.mu.Unlock()
+				if err == errDone {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+			}
 			c.block(ctx, gen)
 			spinning = false
 		}
