@@ -126,11 +126,13 @@ func (r *Replica) Apply(e TPTEntry) {
 // Clear forgets every entry: the peer restarted.
 func (r *Replica) Clear() { clear(r.entries) }
 
-// Has reports whether the replica holds p's entry (whatever its key): a
-// miss means the peer's update has not come, not that access is refused.
+// Has reports whether the replica holds p's registration: p's entry under
+// p's key. A miss is not a refusal: the owner's update may not have come
+// yet (the entry is missing, or still holds an earlier registration's
+// key), or p may be stale, and only the owner's own TPT can tell which.
 func (r *Replica) Has(p PVO) bool {
-	_, ok := r.entries[p.Entry]
-	return ok
+	e, ok := r.entries[p.Entry]
+	return ok && e.Key == p.Key
 }
 
 // Check validates an access of n bytes at p with acc as the peer's TPT

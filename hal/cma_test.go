@@ -60,6 +60,9 @@ func TestReplica(t *testing.T) {
 	if rep.Has(local) {
 		t.Fatal("a local registration reached the replica")
 	}
+	if !rep.Has(p) || rep.Has(PVO{p.Entry, 0, p.Key + 1}) {
+		t.Fatal("Has must hold p's entry under p's key alone")
+	}
 	addr, err := rep.Check(p.Add(10), 990, AccessWrite)
 	if err != nil || addr != uintptr(addrOf(mem))+10 {
 		t.Fatalf("check: %#x, %v", addr, err)

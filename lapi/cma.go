@@ -16,9 +16,11 @@ import (
 // every access against its replica of the target's TPT, which each rank
 // keeps up to date by pushing its registrations and deregistrations to its
 // peers (FrameTPTUpdate) before anything that could carry a new PVO
-// leaves: a peer has the entry before it can know the PVO. A PVO the
-// replica does not know yet goes by the software engine, which checks it
-// at the target.
+// leaves: a peer has the entry before it can know the PVO from this rank.
+// A PVO the replica does not hold (no entry, or another registration's
+// key) goes by the software engine, which checks it at the target: it may
+// have come another way, through a third rank or shared memory, ahead of
+// its owner's update, or be stale, and only the owner's TPT can tell.
 //
 // A region deregistered while a peer is writing it may still be written
 // until the removal reaches that peer: as with hardware RDMA, deregister
@@ -263,6 +265,10 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 	} else {
 		rep := &c.cm.replicas[tgt]
 		if !rep.Has(p) {
+			// The replica has no entry under p's key: the update may
+			// still be on its way (a PVO can come by another route
+			// than its owner's frames), or p is stale. The engine's
+			// frames let the target's own TPT decide.
 			c.rd.stats.CMAMisses++
 			c.mu.Unlock()
 			return false, nil
