@@ -180,7 +180,9 @@ func shmWorlds(tb testing.TB, n int) []*World {
 			tb.Fatal(err)
 		}
 		lcs[r] = lc
-		worlds[r] = newWorld(lc)
+		if worlds[r], err = newWorld(lc); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	tb.Cleanup(func() {
 		for _, lc := range lcs {

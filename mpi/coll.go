@@ -41,6 +41,9 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.size == 1 {
 		return nil
 	}
+	if c.shared(len(b)) {
+		return c.sh.bcast(b, root)
+	}
 	if len(b) >= bcastLarge && c.size > 2 {
 		return c.bcastScatterAllgather(b, root)
 	}
@@ -149,7 +152,12 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 	if c.rank == root && len(recv) != len(send) {
 		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
-	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
+	if c.shared(len(send) * sizeOf[T]()) {
+		err = c.sh.reduce(asBytes(send), asBytes(recv), red, root)
+	} else {
+		err = c.reduce(asBytes(send), asBytes(recv), red, root)
+	}
+	if err != nil {
 		c.tmp = nil // a receive or read left pending may still write the scratch
 		return fmt.Errorf("mpi: reduce: %w", err)
 	}
@@ -190,6 +198,12 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
 	b, es := asBytes(recv), sizeOf[T]()
+	if c.shared(len(b)) {
+		if err := c.sh.allreduce(asBytes(send), b, red); err != nil {
+			return fmt.Errorf("mpi: allreduce: %w", err)
+		}
+		return nil
+	}
 	reads := c.size > 1 && c.direct(len(b), es)
 	if !reads {
 		copy(recv, send) // the other algorithms reduce in place

@@ -18,6 +18,9 @@ func Gather[T Elem](c *Comm, send, recv []T, root int) error {
 }
 
 func (c *Comm) gather(send, recv []byte, root int) error {
+	if c.shared(len(send)) {
+		return c.sh.gather(send, recv, root)
+	}
 	if c.rank != root {
 		return c.csend(send, root, tagGather)
 	}
@@ -53,6 +56,9 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
 }
 
 func (c *Comm) scatter(send, recv []byte, root int) error {
+	if c.shared(c.size * len(recv)) {
+		return c.sh.scatter(send, recv, root)
+	}
 	if c.rank != root {
 		return c.crecv(recv, root, tagScatter)
 	}
@@ -89,6 +95,9 @@ func (c *Comm) allgather(send, recv []byte) error {
 	if p == 1 {
 		copy(recv, send)
 		return nil
+	}
+	if c.shared(n) {
+		return c.sh.allgather(send, recv)
 	}
 	if len(recv) >= allgatherLarge {
 		// Ring: n-1 steps, each passing one block to the right.
@@ -135,6 +144,9 @@ func Alltoall[T Elem](c *Comm, send, recv []T) error {
 // alltoall is the pairwise exchange: in step i every rank sends to rank+i
 // and receives from rank-i, so no rank is flooded.
 func (c *Comm) alltoall(send, recv []byte) error {
+	if c.shared(len(send)) {
+		return c.sh.alltoall(send, recv)
+	}
 	p := c.size
 	n := len(send) / p
 	copy(recv[c.rank*n:(c.rank+1)*n], send[c.rank*n:(c.rank+1)*n])

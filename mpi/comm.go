@@ -22,6 +22,9 @@ type Comm struct {
 	// dirCntr counts the reads of direct reductions (direct.go).
 	dirCntr *lapi.Counter
 	tmp     []byte // scratch for the collectives' receives (scratch)
+	// sh runs the small collectives through the device's shared block
+	// (shmcoll.go); nil: through messages.
+	sh *shComm
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.
@@ -43,7 +46,9 @@ func (c *Comm) scratch(n int) []byte {
 }
 
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
-	return &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group}
+	c := &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group}
+	c.sh = newShComm(c)
+	return c
 }
 
 // Rank is this process's rank in the communicator.
@@ -135,6 +140,7 @@ const (
 	tagScatter
 	tagAllgather
 	tagAlltoall
+	tagPVOs // direct.go's exchange
 )
 
 func (c *Comm) csend(b []byte, dest, tag int) error { return c.send(b, dest, tag, c.ctx|1) }
@@ -157,6 +163,12 @@ func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
 // Barrier blocks until every rank of the communicator has entered it
 // (dissemination: ceil(log2 n) rounds of one message each).
 func (c *Comm) Barrier() error {
+	if c.sh != nil {
+		if err := c.sh.barrier(); err != nil {
+			return fmt.Errorf("mpi: barrier: %w", err)
+		}
+		return nil
+	}
 	for k := 1; k < c.size; k <<= 1 {
 		if err := c.csendrecv(nil, (c.rank+k)%c.size, nil, (c.rank-k+c.size)%c.size, tagBarrier); err != nil {
 			return fmt.Errorf("mpi: barrier: %w", err)

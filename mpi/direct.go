@@ -73,7 +73,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	// The scratch holds every rank's two PVOs, then a block to read into.
 	scratch := c.scratch(p*len(me) + len(mine))
 	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
-	if err := c.allgather(me[:], pvos); err != nil {
+	if err := c.exchangePVOs(me[:], pvos); err != nil {
 		return err
 	}
 	pvo := func(q, which int) hal.PVO { return hal.GetPVO(pvos[q*len(me)+which*hal.PVOLen:]) }
@@ -122,4 +122,31 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	// Nobody may change or release its buffers before the others have
 	// read them.
 	return c.Barrier()
+}
+
+// exchangePVOs sends me to every other rank and receives theirs into all
+// (rank q's at q*len(me)), each straight from its owner. lapi sends a
+// peer the TPT updates it lacks ahead of any frame to it, so a PVO that
+// comes in its owner's frame is in the receiver's replica of the owner's
+// TPT, and the reads go by cross-memory attach. One forwarded by a third
+// rank (as Bruck's allgather does) or read from the shared block could
+// overtake the update, and the read would fall back to packets.
+func (c *Comm) exchangePVOs(me, all []byte) error {
+	n, p := len(me), c.size
+	copy(all[c.rank*n:], me)
+	reqs := make([]*request, 0, p-1)
+	for i := 1; i < p; i++ {
+		q := (c.rank - i + p) % p
+		r, err := c.irecv(all[q*n:(q+1)*n], 1, q, tagPVOs, c.ctx|1)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+	for i := 1; i < p; i++ {
+		if err := c.csend(me, (c.rank+i)%p, tagPVOs); err != nil {
+			return err
+		}
+	}
+	return waitAll(reqs)
 }

@@ -29,6 +29,20 @@
 // window allocates nothing: 8-byte streaming went from 22-37 to 74-87
 // MB/s (the garbage collector had run every few milliseconds).
 //
+// Within a node (the shm device, or mpi.Run's goroutines), the collectives
+// of up to 2 KiB per rank (Barrier, Bcast, Reduce, Allreduce, Gather,
+// Allgather; Scatter and Alltoall of up to 2 KiB in all) on communicators
+// of 2-16 ranks go through a block of memory every rank maps (hal.SharedMemory;
+// shmcoll.go): each rank writes its part and a round number into its own
+// slot and reads the others', so a collective is one round whatever the
+// number of ranks, and sends nothing unless a rank waiting for it is about
+// to sleep. Reductions combine the parts in rank order, so every rank gets
+// the same bits. 8-byte Allreduce, 2 ranks: 0.137-0.178 µs against
+// 0.201-0.220 by messages (Open MPI 0.214-0.249); 4 ranks on 2 cores,
+// where every exchange of a message algorithm waits for a context switch:
+// 3.14-3.54 against 4.92-5.18 (Open MPI 4.84-5.20). WEFT_SHMCOLL=off
+// turns it off.
+//
 // Large Allreduces between ranks of one node whose reads are one copy
 // (WEFT_DIRECT bytes, default 128 KiB) read directly: each rank reads its
 // block of every peer's send buffer, reduces it in its receive buffer,

@@ -105,7 +105,11 @@ func initWith(cl pmi.Client) (*World, error) {
 	}
 	// Handlers first: waiting makes progress, and a fast peer's first
 	// messages may already be here.
-	w := newWorld(lc)
+	w, err := newWorld(lc)
+	if err != nil {
+		lc.Close()
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
 	w.oversub = oversubscribed(cl)
 	if err := waitJoined(lc); err != nil {
 		lc.Close()

@@ -96,8 +96,16 @@ func openInproc(n int) ([]*World, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}
-		worlds[r] = newWorld(lc)
-		worlds[r].oversub = spin < 0
+		w, err := newWorld(lc)
+		if err != nil {
+			lc.Close()
+			for _, o := range worlds[:r] {
+				o.lc.Close()
+			}
+			return nil, fmt.Errorf("mpi: run: %w", err)
+		}
+		w.oversub = spin < 0
+		worlds[r] = w
 	}
 	return worlds, nil
 }

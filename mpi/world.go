@@ -29,6 +29,8 @@ type World struct {
 
 	hEager, hRTS, hFin lapi.HandlerID
 	hCTS, hPutFin      lapi.HandlerID
+	hNudge             lapi.HandlerID // wakes a rank blocked in a shared-memory collective (shmcoll.go)
+	sh                 *shBlock       // the device's shared block; nil: collectives use messages
 	eagerLimit         int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
@@ -45,7 +47,7 @@ type World struct {
 
 // newWorld sets MPI up over an open lapi context. Every rank registers the
 // same handlers in the same order.
-func newWorld(lc *lapi.Context) *World {
+func newWorld(lc *lapi.Context) (*World, error) {
 	w := &World{
 		lc:            lc,
 		rank:          int(lc.Rank()),
@@ -87,13 +89,21 @@ func newWorld(lc *lapi.Context) *World {
 	w.hFin = lc.RegisterHandler(finHandler{w})
 	w.hCTS = lc.RegisterHandler(ctsHandler{w})
 	w.hPutFin = lc.RegisterHandler(putFinHandler{w})
+	w.hNudge = lc.RegisterHandler(nudgeHandler{})
 	lc.OnPeerFailed(w.peerFailed)
+	if sm, ok := lc.Device().(hal.SharedMemory); ok {
+		b, err := newShBlock(sm.SharedBlock(), w.size)
+		if err != nil {
+			return nil, err
+		}
+		w.sh = b
+	}
 	group := make([]int, w.size)
 	for i := range group {
 		group[i] = i
 	}
 	w.comm = newComm(w, 0, w.rank, group)
-	return w
+	return w, nil
 }
 
 // Comm is the world communicator.

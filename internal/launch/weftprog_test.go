@@ -44,3 +44,27 @@ func TestWeftProgramUnderLaunchers(t *testing.T) {
 			"--oversubscribe", "-np", "3", "-x", "GORUN_KVS"}, args...)...), "3")
 	})
 }
+
+// TestCollectivesAcrossProcesses runs testdata/collcheck (Barrier,
+// Allreduce, Bcast and Reduce, checked, with ranks that block while one
+// computes) over the shm device, where the small collectives go through
+// the segment's shared block, with as many ranks as cores and with more,
+// and with the shared block turned off.
+func TestCollectivesAcrossProcesses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"2", []string{"-n", "2", "--oversubscribe"}},
+		{"4-oversubscribed", []string{"-n", "4", "--oversubscribe"}},
+		{"4-messages", []string{"-n", "4", "--oversubscribe", "-x", "WEFT_SHMCOLL=off"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(c.args, "--transport", "shm", "-x", "WEFT_TIMEOUT=30s", bins.collcheck)
+			r := gorun(t, args...)
+			if want := "collcheck ok: 200 rounds on " + c.args[1] + " ranks"; r.code != 0 || !strings.Contains(r.stdout, want) {
+				t.Fatalf("status %d, output %q, want %q\nstderr: %s", r.code, r.stdout, want, r.stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,443 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Shared-memory collectives. When the device maps one block of memory in
+// every rank (hal.SharedMemory: the shm device's segment, or mpi.Run's
+// goroutines), the small collectives of a communicator go through it:
+// each member writes its part into a slot of its own and stamps the slot
+// with the collective's round number, and the others wait for the stamps
+// and read the parts. A round costs a store and a few loads of lines
+// other cores wrote, where messages cost a frame per pair and a wait per
+// step. With more ranks than cores that matters most: a collective made
+// of log2(n) exchanges, each waiting for the next rank to be scheduled,
+// becomes one round each rank joins when it runs (4 ranks on 2 cores,
+// 8-byte Allreduce: see shFlat).
+//
+// A member's round number counts the shared collectives it has started
+// on the communicator, the same sequence at every member (MPI has every
+// member call the collectives in the same order). Each member has two
+// slots and uses slot k&1 in round k; before overwriting one it makes
+// sure every member has started round k-1, and so has finished reading
+// round k-2, the slot's last use. A member about to block (lapi wakes a
+// blocked rank only for frames) sets its sleep word first, and a member
+// that stamps a slot sends a nudge, an empty message, to every member
+// whose sleep word is set.
+//
+// The block, per communicator area (context id / 2, the world's is 0):
+//
+//	sleep words: a u32 per area and world rank, at 4*(area*size + rank)
+//	members' parts, at partsOff + (area*size + rank)*shPart (partsOff:
+//	the sleep words rounded up to 128 bytes):
+//	  slot 0, slot 1, shSlotStride apart: stamp u32, length u32, data
+//
+// What goes through the block overtakes the frames sent before it: a PVO
+// must travel by message, behind the TPT updates lapi sends ahead of it
+// (direct.go's exchange does).
+//
+// Context ids are never reused by a rank, and two communicators with the
+// same id have no member in common, so a member's part of an area belongs
+// to one communicator for the life of the job.
+const (
+	// shSlot is the most data a slot holds: larger collectives use
+	// messages.
+	shSlot = 2048
+	// shSlotStride keeps a slot's stamp and first 56 bytes on one line
+	// and the two slots on different pairs of lines (adjacent-line
+	// prefetchers move lines in pairs).
+	shSlotStride = (8 + shSlot + 127) &^ 127
+	shPart       = 2 * shSlotStride
+	// shMembers is the largest communicator that uses the block: each
+	// member reads every other's stamp, which grows with the members
+	// where message-based algorithms grow with their logarithm.
+	shMembers = 16
+	// shMaxAreas bounds the communicators with an area.
+	shMaxAreas = 64
+)
+
+// shBlock is a world's view of the device's shared block.
+type shBlock struct {
+	mem      []byte
+	size     int // world ranks
+	areas    int
+	partsOff int
+}
+
+// newShBlock lays out mem for a world of size ranks, or returns nil when
+// it has no room for one area or WEFT_SHMCOLL=off.
+func newShBlock(mem []byte, size int) (*shBlock, error) {
+	switch v := os.Getenv("WEFT_SHMCOLL"); v {
+	case "", "on":
+	case "off":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("mpi: WEFT_SHMCOLL=%q: want on or off", v)
+	}
+	if len(mem) == 0 || size < 2 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return nil, nil
+	}
+	b := &shBlock{mem: mem, size: size}
+	for a := min(shMaxAreas, len(mem)/(size*shPart)); a > 0; a-- {
+		off := (a*size*4 + 127) &^ 127
+		if off+a*size*shPart <= len(mem) {
+			b.areas, b.partsOff = a, off
+			break
+		}
+	}
+	if b.areas == 0 {
+		return nil, nil
+	}
+	return b, nil
+}
+
+func (b *shBlock) word(off int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&b.mem[off]))
+}
+
+// shComm is a communicator's state for shared-memory collectives.
+type shComm struct {
+	c     *Comm
+	me    int
+	stamp [][2]*atomic.Uint32 // by member, by slot
+	data  [][2][]byte         // by member, by slot: shSlot bytes
+	size  [][2]*uint32        // by member, by slot: the length of its data
+	sleep []*atomic.Uint32    // by member
+	k     uint32              // the last round this member started
+	// synced is a round every member was seen to have started: rounds
+	// up to synced+1 may write their slots without looking (round k
+	// reuses round k-2's slot).
+	synced uint32
+
+	// The current wait, here so that waiting allocates nothing.
+	want   uint32
+	from   int // the member waited for; -1: all
+	next   int // the first member not yet seen at want
+	polls  int
+	armed  bool
+	condFn func() (bool, error)
+	armFn  func()
+	report request // what the wait is for, for Waiting and timeouts
+}
+
+// newShComm sets c up for shared-memory collectives, or leaves it (nil)
+// when the world has no block, c has too few or too many members, or
+// its context id has no area.
+func newShComm(c *Comm) *shComm {
+	b := c.w.sh
+	n := len(c.group)
+	area := int(c.ctx / 2)
+	if b == nil || n < 2 || n > shMembers || area >= b.areas {
+		return nil
+	}
+	s := &shComm{c: c, me: c.rank, from: -1,
+		stamp: make([][2]*atomic.Uint32, n), data: make([][2][]byte, n), size: make([][2]*uint32, n),
+		sleep: make([]*atomic.Uint32, n)}
+	for m, wr := range c.group {
+		s.sleep[m] = b.word(4 * (area*b.size + wr))
+		part := b.partsOff + (area*b.size+wr)*shPart
+		for j := range 2 {
+			off := part + j*shSlotStride
+			s.stamp[m][j] = b.word(off)
+			s.size[m][j] = (*uint32)(unsafe.Pointer(&b.mem[off+4]))
+			s.data[m][j] = b.mem[off+8 : off+8+shSlot : off+8+shSlot]
+		}
+	}
+	s.condFn, s.armFn = s.cond, s.arm
+	s.report = request{w: c.w, comm: c, recv: true, ctx: c.ctx | 1}
+	return s
+}
+
+// after reports whether round a is round b or later (the counters wrap).
+func after(a, b uint32) bool { return int32(a-b) >= 0 }
+
+// shared reports whether a collective moving n bytes per member goes
+// through the block.
+func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot }
+
+// publish begins the next round with this member's part of it: data
+// copied into the round's slot, its length, then the stamp.
+func (s *shComm) publish(data []byte, op string, tag int) (uint32, error) {
+	k := s.k + 1
+	j := k & 1
+	if !after(s.synced, k-1) {
+		// The slot was last used in round k-2: wait until every
+		// member has started round k-1, so is done reading it.
+		if err := s.wait(k-1, -1, op, tag); err != nil {
+			return k, err
+		}
+		s.synced = k - 1
+	}
+	copy(s.data[s.me][j], data)
+	*s.size[s.me][j] = uint32(len(data))
+	return s.start(), nil
+}
+
+// start begins the next round: it stamps it (in the round's slot, whose
+// data it leaves alone) and nudges the members asleep.
+func (s *shComm) start() uint32 {
+	s.k++
+	s.stamp[s.me][s.k&1].Store(s.k)
+	for m, w := range s.sleep {
+		if m != s.me && w.Load() != 0 {
+			s.nudge(m)
+		}
+	}
+	return s.k
+}
+
+// nudge sends member m an empty message, which wakes it if it blocked
+// waiting for a stamp. An error is ignored: m can then not be reached,
+// and its own waits fail for that.
+func (s *shComm) nudge(m int) {
+	w := s.c.w
+	_ = w.lc.Amsend(hal.Rank(s.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
+}
+
+// arrived reports whether member from (or every member, from < 0) has
+// stamped round want, moving next past those that have.
+func (s *shComm) arrived() bool {
+	j := s.want & 1
+	if s.from >= 0 {
+		return after(s.stamp[s.from][j].Load(), s.want)
+	}
+	for ; s.next < len(s.stamp); s.next++ {
+		if s.next != s.me && !after(s.stamp[s.next][j].Load(), s.want) {
+			return false
+		}
+	}
+	return true
+}
+
+// wait waits until member from (every member, from < 0) has started
+// round k, making progress and yielding or blocking as a message wait
+// does.
+func (s *shComm) wait(k uint32, from int, op string, tag int) error {
+	s.want, s.from, s.next = k, from, 0
+	if s.arrived() {
+		return nil
+	}
+	w := s.c.w
+	s.polls = 0
+	s.report.op, s.report.tag = op+" (shared memory)", tag
+	ctx, cancel := w.deadline(context.Background())
+	defer cancel()
+	err := w.lc.WaitArmed(ctx, s.condFn, s.armFn)
+	if s.armed {
+		s.armed = false
+		s.sleep[s.me].Store(0)
+	}
+	if s.polls >= reportAfter {
+		w.waiting.Store(nil)
+	}
+	if err != nil {
+		return w.waitErr(ctx, &s.report, err)
+	}
+	return nil
+}
+
+// cond is the wait's condition (under lapi's lock): the stamps, or the
+// failure of a member not yet seen.
+func (s *shComm) cond() (bool, error) {
+	if s.arrived() {
+		return true, nil
+	}
+	m := s.next
+	if s.from >= 0 {
+		m = s.from
+	}
+	if err := s.c.w.lc.PeerErrLocked(hal.Rank(s.c.group[m])); err != nil {
+		return false, fmt.Errorf("mpi: rank %d: %w", m, err)
+	}
+	if s.polls++; s.polls == reportAfter {
+		s.report.src = m
+		s.c.w.waiting.Store(&s.report)
+	}
+	return false, nil
+}
+
+// arm runs before the wait blocks: from now on a member that stamps a
+// slot nudges this one.
+func (s *shComm) arm() {
+	s.armed = true
+	s.sleep[s.me].Store(1)
+}
+
+// nudgeHandler takes nudges: their arrival is what wakes a blocked wait,
+// and there is nothing else to do.
+type nudgeHandler struct{}
+
+func (nudgeHandler) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (nudgeHandler) OnComplete(hal.Rank, any)                     {}
+
+// barrierShared: every member stamps the round and waits for the others'.
+func (s *shComm) barrier() error {
+	k := s.start()
+	if err := s.wait(k, -1, "Barrier", tagBarrier); err != nil {
+		return err
+	}
+	s.synced = k
+	return nil
+}
+
+// allreduce: every member publishes send and reduces all the parts in
+// member order, so that every member computes the same result bit for
+// bit. recv may be send.
+func (s *shComm) allreduce(send, recv []byte, red reducer) error {
+	k, err := s.publish(send, "Allreduce", tagAllreduce)
+	if err == nil {
+		err = s.wait(k, -1, "Allreduce", tagAllreduce)
+	}
+	if err != nil {
+		return err
+	}
+	s.synced = k
+	return s.combine(k, recv, red)
+}
+
+// combine reduces round k's parts, in member order, into recv.
+func (s *shComm) combine(k uint32, recv []byte, red reducer) error {
+	if err := s.sizes(k, len(recv), -1); err != nil {
+		return err
+	}
+	j := k & 1
+	copy(recv, s.data[0][j][:len(recv)])
+	for m := 1; m < len(s.data); m++ {
+		red.reduce(recv, s.data[m][j][:len(recv)])
+	}
+	return nil
+}
+
+// sizes checks that member from's part of round k (every member's, from <
+// 0) has n bytes: members that disagree on a collective's size get an
+// error naming both sizes instead of each other's stale bytes.
+func (s *shComm) sizes(k uint32, n, from int) error {
+	for m := range s.size {
+		if from >= 0 && m != from {
+			continue
+		}
+		if got := int(*s.size[m][k&1]); got != n {
+			return fmt.Errorf("rank %d gave %d bytes, rank %d expects %d: %w", m, got, s.me, n, ErrArg)
+		}
+	}
+	return nil
+}
+
+// reduce: every member publishes send; root reduces the parts in member
+// order into recv.
+func (s *shComm) reduce(send, recv []byte, red reducer, root int) error {
+	k, err := s.publish(send, "Reduce", tagReduce)
+	if err != nil || s.me != root {
+		return err
+	}
+	if err := s.wait(k, -1, "Reduce", tagReduce); err != nil {
+		return err
+	}
+	s.synced = k
+	return s.combine(k, recv[:len(send)], red)
+}
+
+// bcast: root publishes b; the others stamp the round (they have started
+// it) and copy root's part once it is there.
+func (s *shComm) bcast(b []byte, root int) error {
+	if s.me == root {
+		_, err := s.publish(b, "Bcast", tagBcast)
+		return err
+	}
+	k := s.start()
+	if err := s.wait(k, root, "Bcast", tagBcast); err != nil {
+		return err
+	}
+	if err := s.sizes(k, len(b), root); err != nil {
+		return err
+	}
+	copy(b, s.data[root][k&1][:len(b)])
+	return nil
+}
+
+// gather: every member publishes send; root copies the parts in.
+func (s *shComm) gather(send, recv []byte, root int) error {
+	k, err := s.publish(send, "Gather", tagGather)
+	if err != nil || s.me != root {
+		return err
+	}
+	if err := s.wait(k, -1, "Gather", tagGather); err != nil {
+		return err
+	}
+	s.synced = k
+	return s.collect(k, recv, len(send))
+}
+
+// allgather: every member publishes send and copies every part in.
+func (s *shComm) allgather(send, recv []byte) error {
+	k, err := s.publish(send, "Allgather", tagAllgather)
+	if err == nil {
+		err = s.wait(k, -1, "Allgather", tagAllgather)
+	}
+	if err != nil {
+		return err
+	}
+	s.synced = k
+	return s.collect(k, recv, len(send))
+}
+
+// collect copies round k's parts, n bytes each, into recv in member order.
+func (s *shComm) collect(k uint32, recv []byte, n int) error {
+	if err := s.sizes(k, n, -1); err != nil {
+		return err
+	}
+	for m := range s.data {
+		copy(recv[m*n:(m+1)*n], s.data[m][k&1][:n])
+	}
+	return nil
+}
+
+// scatter: root publishes all the blocks; each member copies its own.
+func (s *shComm) scatter(send, recv []byte, root int) error {
+	n := len(recv)
+	if s.me == root {
+		if _, err := s.publish(send[:len(s.data)*n], "Scatter", tagScatter); err != nil {
+			return err
+		}
+		copy(recv, send[s.me*n:])
+		return nil
+	}
+	k := s.start()
+	if err := s.wait(k, root, "Scatter", tagScatter); err != nil {
+		return err
+	}
+	if err := s.sizes(k, len(s.data)*n, root); err != nil {
+		return err
+	}
+	copy(recv, s.data[root][k&1][s.me*n:])
+	return nil
+}
+
+// alltoall: every member publishes its blocks and copies block me of
+// every member's.
+func (s *shComm) alltoall(send, recv []byte) error {
+	k, err := s.publish(send, "Alltoall", tagAlltoall)
+	if err == nil {
+		err = s.wait(k, -1, "Alltoall", tagAlltoall)
+	}
+	if err != nil {
+		return err
+	}
+	s.synced = k
+	if err := s.sizes(k, len(send), -1); err != nil {
+		return err
+	}
+	n := len(send) / len(s.data)
+	for m := range s.data {
+		copy(recv[m*n:(m+1)*n], s.data[m][k&1][s.me*n:(s.me+1)*n])
+	}
+	return nil
+}
