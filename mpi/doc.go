@@ -41,7 +41,9 @@
 // 0.201-0.220 by messages (Open MPI 0.214-0.249); 4 ranks on 2 cores,
 // where every exchange of a message algorithm waits for a context switch:
 // 3.14-3.54 against 4.92-5.18 (Open MPI 4.84-5.20). WEFT_SHMCOLL=off
-// turns it off.
+// turns it off. The block has room for the world and the communicators of
+// the first 14 Dup or Split calls (context ids below 30); later ones, and
+// larger ones, use messages.
 //
 // Large Allreduces between ranks of one node whose reads are one copy
 // (WEFT_DIRECT bytes, default 128 KiB) read directly: each rank reads its

@@ -20,8 +20,7 @@ import (
 // other cores wrote, where messages cost a frame per pair and a wait per
 // step. With more ranks than cores that matters most: a collective made
 // of log2(n) exchanges, each waiting for the next rank to be scheduled,
-// becomes one round each rank joins when it runs (4 ranks on 2 cores,
-// 8-byte Allreduce: see shFlat).
+// becomes one round each rank joins when it runs (figures in doc.go).
 //
 // A member's round number counts the shared collectives it has started
 // on the communicator, the same sequence at every member (MPI has every
@@ -41,8 +40,14 @@ import (
 //	  slot 0, slot 1, shSlotStride apart: stamp u32, length u32, data
 //
 // What goes through the block overtakes the frames sent before it: a PVO
-// must travel by message, behind the TPT updates lapi sends ahead of it
-// (direct.go's exchange does).
+// sent through it could reach a peer before the TPT update lapi sends
+// ahead of its owner's frames, and the peer's reads would go by packets
+// rather than by cross-memory attach until the update came (direct.go
+// exchanges its PVOs by message for that).
+//
+// A wait that fails (a member failed, WEFT_TIMEOUT) leaves the members'
+// rounds out of step, so the communicator's later shared collectives fail
+// with that error too.
 //
 // Context ids are never reused by a rank, and two communicators with the
 // same id have no member in common, so a member's part of an area belongs
@@ -112,6 +117,7 @@ type shComm struct {
 	size  [][2]*uint32        // by member, by slot: the length of its data
 	sleep []*atomic.Uint32    // by member
 	k     uint32              // the last round this member started
+	err   error               // the failure that stopped this communicator's shared collectives
 	// synced is a round every member was seen to have started: rounds
 	// up to synced+1 may write their slots without looking (round k
 	// reuses round k-2's slot).
@@ -195,8 +201,9 @@ func (s *shComm) start() uint32 {
 }
 
 // nudge sends member m an empty message, which wakes it if it blocked
-// waiting for a stamp. An error is ignored: m can then not be reached,
-// and its own waits fail for that.
+// waiting for a stamp. An error is ignored: m cannot be reached (it
+// failed, or this rank is closing), and the members waiting for it fail
+// for that.
 func (s *shComm) nudge(m int) {
 	w := s.c.w
 	_ = w.lc.Amsend(hal.Rank(s.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
@@ -219,7 +226,8 @@ func (s *shComm) arrived() bool {
 
 // wait waits until member from (every member, from < 0) has started
 // round k, making progress and yielding or blocking as a message wait
-// does.
+// does. op and tag describe the wait in reports (op a constant such as
+// "Barrier (shared memory)": building it would allocate).
 func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	s.want, s.from, s.next = k, from, 0
 	if s.arrived() {
@@ -227,7 +235,7 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	}
 	w := s.c.w
 	s.polls = 0
-	s.report.op, s.report.tag = op+" (shared memory)", tag
+	s.report.op, s.report.tag, s.report.src = op, tag, s.waitedFor()
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
 	err := w.lc.WaitArmed(ctx, s.condFn, s.armFn)
@@ -239,7 +247,30 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 		w.waiting.Store(nil)
 	}
 	if err != nil {
-		return w.waitErr(ctx, &s.report, err)
+		s.report.src = s.waitedFor()
+		s.err = w.waitErr(ctx, &s.report, err)
+		return s.err
+	}
+	return nil
+}
+
+// waitedFor is the member the wait is for, or the first not yet seen.
+func (s *shComm) waitedFor() int {
+	if s.from >= 0 {
+		return s.from
+	}
+	return s.next
+}
+
+// usable reports why the communicator's shared collectives cannot run: an
+// earlier one failed, or the world is finalized (the block may be
+// unmapped).
+func (s *shComm) usable() error {
+	if s.err != nil {
+		return fmt.Errorf("an earlier shared-memory collective failed: %w", s.err)
+	}
+	if s.c.w.finalized.Load() {
+		return ErrFinalized
 	}
 	return nil
 }
@@ -250,18 +281,38 @@ func (s *shComm) cond() (bool, error) {
 	if s.arrived() {
 		return true, nil
 	}
-	m := s.next
-	if s.from >= 0 {
-		m = s.from
-	}
-	if err := s.c.w.lc.PeerErrLocked(hal.Rank(s.c.group[m])); err != nil {
-		return false, fmt.Errorf("mpi: rank %d: %w", m, err)
+	if err := s.failed(); err != nil {
+		return false, err
 	}
 	if s.polls++; s.polls == reportAfter {
-		s.report.src = m
+		s.report.src = s.waitedFor()
 		s.c.w.waiting.Store(&s.report)
 	}
 	return false, nil
+}
+
+// failed returns the failure of a member the wait still needs, if any
+// (under lapi's lock).
+func (s *shComm) failed() error {
+	if s.from >= 0 {
+		return s.peerErr(s.from)
+	}
+	for m := s.next; m < len(s.stamp); m++ {
+		if m != s.me && !after(s.stamp[m][s.want&1].Load(), s.want) {
+			if err := s.peerErr(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peerErr is member m's failure (under lapi's lock).
+func (s *shComm) peerErr(m int) error {
+	if err := s.c.w.lc.PeerErrLocked(hal.Rank(s.c.group[m])); err != nil {
+		return fmt.Errorf("mpi: rank %d: %w", m, err)
+	}
+	return nil
 }
 
 // arm runs before the wait blocks: from now on a member that stamps a
@@ -278,10 +329,13 @@ type nudgeHandler struct{}
 func (nudgeHandler) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
 func (nudgeHandler) OnComplete(hal.Rank, any)                     {}
 
-// barrierShared: every member stamps the round and waits for the others'.
+// barrier: every member stamps the round and waits for the others'.
 func (s *shComm) barrier() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	k := s.start()
-	if err := s.wait(k, -1, "Barrier", tagBarrier); err != nil {
+	if err := s.wait(k, -1, "Barrier (shared memory)", tagBarrier); err != nil {
 		return err
 	}
 	s.synced = k
@@ -292,9 +346,12 @@ func (s *shComm) barrier() error {
 // member order, so that every member computes the same result bit for
 // bit. recv may be send.
 func (s *shComm) allreduce(send, recv []byte, red reducer) error {
-	k, err := s.publish(send, "Allreduce", tagAllreduce)
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k, err := s.publish(send, "Allreduce (shared memory)", tagAllreduce)
 	if err == nil {
-		err = s.wait(k, -1, "Allreduce", tagAllreduce)
+		err = s.wait(k, -1, "Allreduce (shared memory)", tagAllreduce)
 	}
 	if err != nil {
 		return err
@@ -334,11 +391,14 @@ func (s *shComm) sizes(k uint32, n, from int) error {
 // reduce: every member publishes send; root reduces the parts in member
 // order into recv.
 func (s *shComm) reduce(send, recv []byte, red reducer, root int) error {
-	k, err := s.publish(send, "Reduce", tagReduce)
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k, err := s.publish(send, "Reduce (shared memory)", tagReduce)
 	if err != nil || s.me != root {
 		return err
 	}
-	if err := s.wait(k, -1, "Reduce", tagReduce); err != nil {
+	if err := s.wait(k, -1, "Reduce (shared memory)", tagReduce); err != nil {
 		return err
 	}
 	s.synced = k
@@ -348,12 +408,15 @@ func (s *shComm) reduce(send, recv []byte, red reducer, root int) error {
 // bcast: root publishes b; the others stamp the round (they have started
 // it) and copy root's part once it is there.
 func (s *shComm) bcast(b []byte, root int) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	if s.me == root {
-		_, err := s.publish(b, "Bcast", tagBcast)
+		_, err := s.publish(b, "Bcast (shared memory)", tagBcast)
 		return err
 	}
 	k := s.start()
-	if err := s.wait(k, root, "Bcast", tagBcast); err != nil {
+	if err := s.wait(k, root, "Bcast (shared memory)", tagBcast); err != nil {
 		return err
 	}
 	if err := s.sizes(k, len(b), root); err != nil {
@@ -365,11 +428,14 @@ func (s *shComm) bcast(b []byte, root int) error {
 
 // gather: every member publishes send; root copies the parts in.
 func (s *shComm) gather(send, recv []byte, root int) error {
-	k, err := s.publish(send, "Gather", tagGather)
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k, err := s.publish(send, "Gather (shared memory)", tagGather)
 	if err != nil || s.me != root {
 		return err
 	}
-	if err := s.wait(k, -1, "Gather", tagGather); err != nil {
+	if err := s.wait(k, -1, "Gather (shared memory)", tagGather); err != nil {
 		return err
 	}
 	s.synced = k
@@ -378,9 +444,12 @@ func (s *shComm) gather(send, recv []byte, root int) error {
 
 // allgather: every member publishes send and copies every part in.
 func (s *shComm) allgather(send, recv []byte) error {
-	k, err := s.publish(send, "Allgather", tagAllgather)
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k, err := s.publish(send, "Allgather (shared memory)", tagAllgather)
 	if err == nil {
-		err = s.wait(k, -1, "Allgather", tagAllgather)
+		err = s.wait(k, -1, "Allgather (shared memory)", tagAllgather)
 	}
 	if err != nil {
 		return err
@@ -402,16 +471,19 @@ func (s *shComm) collect(k uint32, recv []byte, n int) error {
 
 // scatter: root publishes all the blocks; each member copies its own.
 func (s *shComm) scatter(send, recv []byte, root int) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
 	n := len(recv)
 	if s.me == root {
-		if _, err := s.publish(send[:len(s.data)*n], "Scatter", tagScatter); err != nil {
+		if _, err := s.publish(send[:len(s.data)*n], "Scatter (shared memory)", tagScatter); err != nil {
 			return err
 		}
 		copy(recv, send[s.me*n:])
 		return nil
 	}
 	k := s.start()
-	if err := s.wait(k, root, "Scatter", tagScatter); err != nil {
+	if err := s.wait(k, root, "Scatter (shared memory)", tagScatter); err != nil {
 		return err
 	}
 	if err := s.sizes(k, len(s.data)*n, root); err != nil {
@@ -424,9 +496,12 @@ func (s *shComm) scatter(send, recv []byte, root int) error {
 // alltoall: every member publishes its blocks and copies block me of
 // every member's.
 func (s *shComm) alltoall(send, recv []byte) error {
-	k, err := s.publish(send, "Alltoall", tagAlltoall)
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k, err := s.publish(send, "Alltoall (shared memory)", tagAlltoall)
 	if err == nil {
-		err = s.wait(k, -1, "Alltoall", tagAlltoall)
+		err = s.wait(k, -1, "Alltoall (shared memory)", tagAlltoall)
 	}
 	if err != nil {
 		return err

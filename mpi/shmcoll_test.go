@@ -247,23 +247,79 @@ func TestSharedPeerFailed(t *testing.T) {
 }
 
 // TestSharedTimeout: a member that never comes makes the others' wait end
-// at WEFT_TIMEOUT with an error naming the collective and the rank.
+// at WEFT_TIMEOUT with an error naming the collective and the rank, both
+// for a waiter that polls first and for one that blocks at once (more
+// ranks than GOMAXPROCS); the communicator's later shared collectives
+// fail with it, since the members' rounds are out of step.
 func TestSharedTimeout(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "200ms")
+	for _, procs := range []int{runtime.GOMAXPROCS(0), 1} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			release := make(chan struct{})
+			var err0, again error
+			Run(2, func(c *Comm) error {
+				if c.Rank() == 1 {
+					<-release
+					return nil
+				}
+				err0 = c.Barrier()
+				again = c.Barrier()
+				close(release)
+				return nil
+			})
+			var te *TimeoutError
+			if !errors.As(err0, &te) || !strings.Contains(te.Waiting, "Barrier (shared memory) from rank 1") {
+				t.Errorf("rank 0: %v, want a TimeoutError waiting for the shared-memory Barrier from rank 1", err0)
+			}
+			if !errors.Is(again, ErrTimeout) || !strings.Contains(again.Error(), "earlier") {
+				t.Errorf("the next barrier: %v, want the earlier timeout", again)
+			}
+		})
+	}
+}
+
+// TestSharedPeerFailedElsewhere: a wait fails as soon as any member it
+// still needs has failed, not only the first it has not seen: here rank 1
+// is alive but late, and rank 2 has failed.
+func TestSharedPeerFailedElsewhere(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s") // a hang fails as a timeout, which the test refuses
 	release := make(chan struct{})
 	var err0 error
-	Run(2, func(c *Comm) error {
-		if c.Rank() == 1 {
+	Run(3, func(c *Comm) error {
+		switch c.Rank() {
+		case 1:
 			<-release
 			return nil
+		case 2:
+			return errors.New("rank 2 gives up")
 		}
 		err0 = c.Barrier()
 		close(release)
 		return nil
 	})
-	var te *TimeoutError
-	if !errors.As(err0, &te) || !strings.Contains(te.Waiting, "Barrier (shared memory) from rank 1") {
-		t.Errorf("rank 0: %v, want a TimeoutError waiting for the shared-memory Barrier from rank 1", err0)
+	if !errors.Is(err0, ErrPeerFailed) || !strings.Contains(err0.Error(), "rank 2") {
+		t.Errorf("rank 0: %v, want ErrPeerFailed naming rank 2", err0)
+	}
+}
+
+// TestSharedAfterFinalize: a shared collective after Finalize is
+// ErrFinalized (over shm the block is unmapped by then).
+func TestSharedAfterFinalize(t *testing.T) {
+	err := Run(2, func(c *Comm) error {
+		if err := c.World().Finalize(); err != nil {
+			return err
+		}
+		v := []int64{1}
+		for _, f := range []func() error{c.Barrier, func() error { return Allreduce(c, v, v, Sum) }, func() error { return Bcast(c, v, 0) }} {
+			if err := f(); !errors.Is(err, ErrFinalized) {
+				return fmt.Errorf("a collective after Finalize: %v, want ErrFinalized", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
