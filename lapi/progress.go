@@ -183,16 +183,7 @@ func (c *Context) Progress() {
 // the progress lock, so it must be quick and must not call the context.
 // The calling goroutine polls for Config.Spin, then blocks.
 func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) error {
-	return c.waitUntil(ctx, func() error {
-		done, err := cond()
-		if err != nil {
-			return err
-		}
-		if done {
-			return errDone
-		}
-		return nil
-	})
+	return c.WaitArmed(ctx, cond, nil)
 }
 
 // WaitArmed is Wait for a condition that changes without a frame: another
@@ -201,7 +192,8 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 // Before the goroutine blocks, arm runs (outside the lock) and cond is
 // checked once more: arm must see to it that whoever changes what cond
 // reads from then on sends this rank a frame, since a blocked goroutine
-// wakes only for frames. Both must use sequentially consistent atomics
+// wakes only for frames (a nil arm is Wait). Both must use sequentially
+// consistent atomics
 // (sync/atomic), arm's store before cond's loads against the writer's
 // store before its look at what arm wrote, so that one of the two sides
 // sees the other.

@@ -342,21 +342,31 @@ func (s *shComm) barrier() error {
 	return nil
 }
 
+// exchange publishes data and waits for every member's part of the
+// round, which it returns.
+func (s *shComm) exchange(data []byte, op string, tag int) (uint32, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	k, err := s.publish(data, op, tag)
+	if err == nil {
+		err = s.wait(k, -1, op, tag)
+	}
+	if err != nil {
+		return k, err
+	}
+	s.synced = k
+	return k, nil
+}
+
 // allreduce: every member publishes send and reduces all the parts in
 // member order, so that every member computes the same result bit for
 // bit. recv may be send.
 func (s *shComm) allreduce(send, recv []byte, red reducer) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	k, err := s.publish(send, "Allreduce (shared memory)", tagAllreduce)
-	if err == nil {
-		err = s.wait(k, -1, "Allreduce (shared memory)", tagAllreduce)
-	}
+	k, err := s.exchange(send, "Allreduce (shared memory)", tagAllreduce)
 	if err != nil {
 		return err
 	}
-	s.synced = k
 	return s.combine(k, recv, red)
 }
 
@@ -444,17 +454,10 @@ func (s *shComm) gather(send, recv []byte, root int) error {
 
 // allgather: every member publishes send and copies every part in.
 func (s *shComm) allgather(send, recv []byte) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	k, err := s.publish(send, "Allgather (shared memory)", tagAllgather)
-	if err == nil {
-		err = s.wait(k, -1, "Allgather (shared memory)", tagAllgather)
-	}
+	k, err := s.exchange(send, "Allgather (shared memory)", tagAllgather)
 	if err != nil {
 		return err
 	}
-	s.synced = k
 	return s.collect(k, recv, len(send))
 }
 
@@ -496,17 +499,10 @@ func (s *shComm) scatter(send, recv []byte, root int) error {
 // alltoall: every member publishes its blocks and copies block me of
 // every member's.
 func (s *shComm) alltoall(send, recv []byte) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	k, err := s.publish(send, "Alltoall (shared memory)", tagAlltoall)
-	if err == nil {
-		err = s.wait(k, -1, "Alltoall (shared memory)", tagAlltoall)
-	}
+	k, err := s.exchange(send, "Alltoall (shared memory)", tagAlltoall)
 	if err != nil {
 		return err
 	}
-	s.synced = k
 	if err := s.sizes(k, len(send), -1); err != nil {
 		return err
 	}
