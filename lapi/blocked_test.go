@@ -161,11 +161,11 @@ func TestYieldingWait(t *testing.T) {
 	}
 }
 
-// TestWaitArmed: a condition on memory another goroutine writes, with a
+// TestWithArm: a condition on memory another goroutine writes, with a
 // waiter that blocks at once. A write that lands just as the waiter arms
 // (here: during arm) is seen by the look that follows, without any frame;
 // a write after the waiter armed comes with a frame, which wakes it.
-func TestWaitArmed(t *testing.T) {
+func TestWithArm(t *testing.T) {
 	ctxs := openInprocJob(t, 2, faults.Spec{}, func(c *Config) { c.Spin, c.Yield = -1, 0 })
 	c0, c1 := ctxs[0], ctxs[1]
 	c0.RegisterHandler(&countSink{})
@@ -175,11 +175,22 @@ func TestWaitArmed(t *testing.T) {
 
 	var flag, armed atomic.Int32
 	cond := func() (bool, error) { return flag.Load() != 0, nil }
-	if err := c1.WaitArmed(ctx, cond, func() { armed.Add(1); flag.Store(1) }); err != nil {
+	arm := func(set bool) func() bool {
+		return func() bool {
+			if armed.Add(1) > 1 {
+				return false
+			}
+			if set {
+				flag.Store(1)
+			}
+			return true
+		}
+	}
+	if err := c1.Wait(WithArm(ctx, arm(true)), cond); err != nil {
 		t.Fatalf("flag set while arming: %v, want the look after arm to see it", err)
 	}
-	if armed.Load() != 1 {
-		t.Errorf("arm ran %d times before a wait that would block, want 1", armed.Load())
+	if n := armed.Load(); n != 1 {
+		t.Errorf("arm called %d times before a wait that would block, want 1", n)
 	}
 
 	flag.Store(0)
@@ -191,7 +202,7 @@ func TestWaitArmed(t *testing.T) {
 		flag.Store(1)
 		c0.Amsend(1, h, nil, nil, SendOpts{})
 	}()
-	if err := c1.WaitArmed(ctx, cond, func() { armed.Store(1) }); err != nil {
+	if err := c1.Wait(WithArm(ctx, arm(false)), cond); err != nil {
 		t.Fatalf("flag set after arming, then a frame: %v", err)
 	}
 }

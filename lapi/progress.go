@@ -183,22 +183,7 @@ func (c *Context) Progress() {
 // the progress lock, so it must be quick and must not call the context.
 // The calling goroutine polls for Config.Spin, then blocks.
 func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) error {
-	return c.WaitArmed(ctx, cond, nil)
-}
-
-// WaitArmed is Wait for a condition that changes without a frame: another
-// rank writes memory that cond reads (a hal.SharedMemory block). Progress
-// is made as in Wait, and cond runs under the progress lock as there.
-// Before the goroutine blocks, arm runs (outside the lock) and cond is
-// checked once more: arm must see to it that whoever changes what cond
-// reads from then on sends this rank a frame, since a blocked goroutine
-// wakes only for frames (a nil arm is Wait). Both must use sequentially
-// consistent atomics
-// (sync/atomic), arm's store before cond's loads against the writer's
-// store before its look at what arm wrote, so that one of the two sides
-// sees the other.
-func (c *Context) WaitArmed(ctx context.Context, cond func() (done bool, err error), arm func()) error {
-	return c.waitArmed(ctx, func() error {
+	return c.waitUntil(ctx, func() error {
 		done, err := cond()
 		if err != nil {
 			return err
@@ -207,7 +192,7 @@ func (c *Context) WaitArmed(ctx context.Context, cond func() (done bool, err err
 			return errDone
 		}
 		return nil
-	}, arm)
+	})
 }
 
 // waitUntil makes progress until cond returns errDone (success) or another
@@ -215,12 +200,6 @@ func (c *Context) WaitArmed(ctx context.Context, cond func() (done bool, err err
 // cfg.Spin, then blocks: in the device's Wait if no other goroutine is, else
 // until another goroutine makes progress.
 func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
-	return c.waitArmed(ctx, cond, nil)
-}
-
-// waitArmed is waitUntil with arm, when not nil, run before every block
-// and followed by one more look at cond (see WaitArmed).
-func (c *Context) waitArmed(ctx context.Context, cond func() error, arm func()) error {
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
@@ -295,18 +274,6 @@ func (c *Context) waitArmed(ctx context.Context, cond func() error, arm func()) 
 		case c.timerSoon(time.Now()) || c.sendsQueued():
 			runtime.Gosched()
 		default:
-			if arm != nil {
-				arm()
-				c.mu.Lock()
-				err, gen = cond(), c.gen
-				c.mu.Unlock()
-				if err == errDone {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-			}
 			c.block(ctx, gen)
 			spinning = false
 		}
@@ -366,6 +333,9 @@ func (c *Context) sendsQueued() bool {
 // progress since, the condition may hold already and block returns at once
 // instead of sleeping on a wake-up that has come and gone.
 func (c *Context) block(ctx context.Context, gen uint64) {
+	if arm, ok := ctx.Value(armKey{}).(func() bool); ok && arm() {
+		return // armed just now: the caller looks at its condition once more first
+	}
 	c.mu.Lock()
 	if c.closed || len(c.done) > 0 || c.gen != gen {
 		c.mu.Unlock()
@@ -398,6 +368,29 @@ func (c *Context) block(ctx context.Context, gen uint64) {
 	c.wakeLocked()
 	c.mu.Unlock()
 }
+
+// WithArm returns a context under which a wait on a condition that
+// changes without a frame (another rank writes memory the condition
+// reads: a hal.SharedMemory block) can block safely. Before the goroutine
+// blocks, the wait calls arm; when arm reports that it armed just now,
+// the wait looks at its condition once more instead of blocking, and
+// blocks only at a later turn, when arm reports it was armed already.
+// arm must see to it that whoever changes what the condition reads from
+// then on sends this rank a frame, since a blocked goroutine wakes only
+// for frames; arm's store and the condition's loads, against the writer's
+// store and its look at what arm wrote, must be sequentially consistent
+// atomics (sync/atomic), so that one side sees the other. The waiter
+// disarms when its wait is over.
+//
+// A hook in a context value, as net/http/httptrace passes its hooks:
+// the wait loop, which every message's latency goes through, stays as it
+// is (with arm as an argument, the 8-byte ping-pong took 0.137-0.142 µs
+// instead of 0.132-0.134), and only the blocking path looks for it.
+func WithArm(ctx context.Context, arm func() (armedNow bool)) context.Context {
+	return context.WithValue(ctx, armKey{}, arm)
+}
+
+type armKey struct{}
 
 // Wake makes every goroutine blocked in Wait re-check its condition. A
 // condition that depends on something outside the context (a flag another

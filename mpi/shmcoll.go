@@ -130,8 +130,8 @@ type shComm struct {
 	polls  int
 	armed  bool
 	condFn func() (bool, error)
-	armFn  func()
-	report request // what the wait is for, for Waiting and timeouts
+	armCtx context.Context // lapi.WithArm(arm)
+	report request         // what the wait is for, for Waiting and timeouts
 }
 
 // newShComm sets c up for shared-memory collectives, or leaves it (nil)
@@ -157,7 +157,7 @@ func newShComm(c *Comm) *shComm {
 			s.data[m][j] = b.mem[off+8 : off+8+shSlot : off+8+shSlot]
 		}
 	}
-	s.condFn, s.armFn = s.cond, s.arm
+	s.condFn, s.armCtx = s.cond, lapi.WithArm(context.Background(), s.arm)
 	s.report = request{w: c.w, comm: c, recv: true, ctx: c.ctx | 1}
 	return s
 }
@@ -236,9 +236,9 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	w := s.c.w
 	s.polls = 0
 	s.report.op, s.report.tag, s.report.src = op, tag, s.waitedFor()
-	ctx, cancel := w.deadline(context.Background())
+	ctx, cancel := w.deadline(s.armCtx)
 	defer cancel()
-	err := w.lc.WaitArmed(ctx, s.condFn, s.armFn)
+	err := w.lc.Wait(ctx, s.condFn)
 	if s.armed {
 		s.armed = false
 		s.sleep[s.me].Store(0)
@@ -315,11 +315,16 @@ func (s *shComm) peerErr(m int) error {
 	return nil
 }
 
-// arm runs before the wait blocks: from now on a member that stamps a
-// slot nudges this one.
-func (s *shComm) arm() {
+// arm runs before the wait blocks (lapi.WithArm): from now on a member
+// that stamps a slot nudges this one. It reports whether it armed just
+// now, so that the wait looks at the stamps once more before it sleeps.
+func (s *shComm) arm() bool {
+	if s.armed {
+		return false
+	}
 	s.armed = true
 	s.sleep[s.me].Store(1)
+	return true
 }
 
 // nudgeHandler takes nudges: their arrival is what wakes a blocked wait,
