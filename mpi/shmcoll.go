@@ -403,57 +403,70 @@ func (s *shComm) sizes(k uint32, n, from int) error {
 	return nil
 }
 
-// reduce: every member publishes send; root reduces the parts in member
-// order into recv.
-func (s *shComm) reduce(send, recv []byte, red reducer, root int) error {
+// toRoot publishes data and, at root, waits for every member's part of
+// the round. It reports the round and whether this member is root (and
+// so has the parts to read).
+func (s *shComm) toRoot(data []byte, root int, op string, tag int) (uint32, bool, error) {
 	if err := s.usable(); err != nil {
-		return err
+		return 0, false, err
 	}
-	k, err := s.publish(send, "Reduce (shared memory)", tagReduce)
+	k, err := s.publish(data, op, tag)
 	if err != nil || s.me != root {
-		return err
+		return k, false, err
 	}
-	if err := s.wait(k, -1, "Reduce (shared memory)", tagReduce); err != nil {
-		return err
+	if err := s.wait(k, -1, op, tag); err != nil {
+		return k, false, err
 	}
 	s.synced = k
+	return k, true, nil
+}
+
+// fromRoot: root publishes data; the others stamp the round (they have
+// started it) and wait for root's part, which must have n bytes. It
+// reports the round and whether this member is not root (and so has
+// root's part to read).
+func (s *shComm) fromRoot(data []byte, n, root int, op string, tag int) (uint32, bool, error) {
+	if err := s.usable(); err != nil {
+		return 0, false, err
+	}
+	if s.me == root {
+		k, err := s.publish(data, op, tag)
+		return k, false, err
+	}
+	k := s.start()
+	if err := s.wait(k, root, op, tag); err != nil {
+		return k, false, err
+	}
+	if err := s.sizes(k, n, root); err != nil {
+		return k, false, err
+	}
+	return k, true, nil
+}
+
+// reduce: root reduces every member's send, in member order, into recv.
+func (s *shComm) reduce(send, recv []byte, red reducer, root int) error {
+	k, mine, err := s.toRoot(send, root, "Reduce (shared memory)", tagReduce)
+	if !mine {
+		return err
+	}
 	return s.combine(k, recv[:len(send)], red)
 }
 
-// bcast: root publishes b; the others stamp the round (they have started
-// it) and copy root's part once it is there.
+// bcast: every member copies root's b.
 func (s *shComm) bcast(b []byte, root int) error {
-	if err := s.usable(); err != nil {
-		return err
+	k, read, err := s.fromRoot(b, len(b), root, "Bcast (shared memory)", tagBcast)
+	if read {
+		copy(b, s.data[root][k&1][:len(b)])
 	}
-	if s.me == root {
-		_, err := s.publish(b, "Bcast (shared memory)", tagBcast)
-		return err
-	}
-	k := s.start()
-	if err := s.wait(k, root, "Bcast (shared memory)", tagBcast); err != nil {
-		return err
-	}
-	if err := s.sizes(k, len(b), root); err != nil {
-		return err
-	}
-	copy(b, s.data[root][k&1][:len(b)])
-	return nil
+	return err
 }
 
-// gather: every member publishes send; root copies the parts in.
+// gather: root copies every member's send into recv.
 func (s *shComm) gather(send, recv []byte, root int) error {
-	if err := s.usable(); err != nil {
+	k, mine, err := s.toRoot(send, root, "Gather (shared memory)", tagGather)
+	if !mine {
 		return err
 	}
-	k, err := s.publish(send, "Gather (shared memory)", tagGather)
-	if err != nil || s.me != root {
-		return err
-	}
-	if err := s.wait(k, -1, "Gather (shared memory)", tagGather); err != nil {
-		return err
-	}
-	s.synced = k
 	return s.collect(k, recv, len(send))
 }
 
@@ -479,26 +492,19 @@ func (s *shComm) collect(k uint32, recv []byte, n int) error {
 
 // scatter: root publishes all the blocks; each member copies its own.
 func (s *shComm) scatter(send, recv []byte, root int) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
 	n := len(recv)
+	var blocks []byte
 	if s.me == root {
-		if _, err := s.publish(send[:len(s.data)*n], "Scatter (shared memory)", tagScatter); err != nil {
-			return err
-		}
-		copy(recv, send[s.me*n:])
-		return nil
+		blocks = send[:len(s.data)*n]
 	}
-	k := s.start()
-	if err := s.wait(k, root, "Scatter (shared memory)", tagScatter); err != nil {
-		return err
+	k, read, err := s.fromRoot(blocks, len(s.data)*n, root, "Scatter (shared memory)", tagScatter)
+	switch {
+	case read:
+		copy(recv, s.data[root][k&1][s.me*n:])
+	case err == nil:
+		copy(recv, send[s.me*n:]) // root's own block
 	}
-	if err := s.sizes(k, len(s.data)*n, root); err != nil {
-		return err
-	}
-	copy(recv, s.data[root][k&1][s.me*n:])
-	return nil
+	return err
 }
 
 // alltoall: every member publishes its blocks and copies block me of
