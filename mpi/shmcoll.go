@@ -47,7 +47,10 @@ import (
 //
 // A wait that fails (a member failed, WEFT_TIMEOUT) leaves the members'
 // rounds out of step, so the communicator's later shared collectives fail
-// with that error too.
+// with that error too. Members must pass the sizes MPI says they must:
+// within a slot, a member whose size differs gets ErrArg; sizes on both
+// sides of shSlot (or WEFT_SHMCOLL set differently) pick different
+// algorithms, and the call waits until WEFT_TIMEOUT.
 //
 // Context ids are never reused by a rank, and two communicators with the
 // same id have no member in common, so a member's part of an area belongs
