@@ -152,12 +152,7 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 	if c.rank == root && len(recv) != len(send) {
 		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
-	if c.shared(len(send) * sizeOf[T]()) {
-		err = c.sh.reduce(asBytes(send), asBytes(recv), red, root)
-	} else {
-		err = c.reduce(asBytes(send), asBytes(recv), red, root)
-	}
-	if err != nil {
+	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
 		c.tmp = nil // a receive or read left pending may still write the scratch
 		return fmt.Errorf("mpi: reduce: %w", err)
 	}
@@ -167,6 +162,9 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 // reduce is a binomial-tree reduction toward root (the ops are
 // commutative, so any tree shape gives the same result up to rounding).
 func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
+	if c.shared(len(send)) {
+		return c.sh.reduce(send, recv, red, root)
+	}
 	acc := append([]byte(nil), send...)
 	tmp := c.scratch(len(send))
 	vr := c.rel(root)
@@ -198,18 +196,15 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
 	b, es := asBytes(recv), sizeOf[T]()
-	if c.shared(len(b)) {
-		if err := c.sh.allreduce(asBytes(send), b, red); err != nil {
-			return fmt.Errorf("mpi: allreduce: %w", err)
-		}
-		return nil
-	}
+	shared := c.shared(len(b))
 	reads := c.size > 1 && c.direct(len(b), es)
-	if !reads {
+	if !shared && !reads {
 		copy(recv, send) // the other algorithms reduce in place
 	}
 	if c.size > 1 {
 		switch {
+		case shared:
+			err = c.sh.allreduce(asBytes(send), b, red)
 		case reads:
 			err = c.allreduceDirect(b, asBytes(send), es, red)
 		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:

@@ -131,6 +131,10 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 // TPT, and the reads go by cross-memory attach. One forwarded by a third
 // rank (as Bruck's allgather does) or read from the shared block could
 // overtake the update, and the read would fall back to packets.
+//
+// All the receives are posted before the sends, so the exchanges overlap:
+// pairwise steps (csendrecv, as alltoall does) took 126-150 µs for a
+// 256 KiB Allreduce on 4 ranks sharing 2 cores, against 122-128.
 func (c *Comm) exchangePVOs(me, all []byte) error {
 	n, p := len(me), c.size
 	copy(all[c.rank*n:], me)

@@ -275,7 +275,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 	r := w.newRequest()
 	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
 	w.mu.Lock()
-	if w.closed {
+	if w.closed.Load() {
 		w.mu.Unlock()
 		return nil, ErrFinalized
 	}

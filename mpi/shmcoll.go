@@ -238,7 +238,7 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	}
 	w := s.c.w
 	s.polls = 0
-	s.report.op, s.report.tag, s.report.src = op, tag, s.waitedFor()
+	s.report.op, s.report.tag = op, tag
 	ctx, cancel := w.deadline(s.armCtx)
 	defer cancel()
 	err := w.lc.Wait(ctx, s.condFn)
@@ -272,7 +272,7 @@ func (s *shComm) usable() error {
 	if s.err != nil {
 		return fmt.Errorf("an earlier shared-memory collective failed: %w", s.err)
 	}
-	if s.c.w.finalized.Load() {
+	if s.c.w.closed.Load() {
 		return ErrFinalized
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/weft-hpc/weft/transport/inproc"
 )
 
 // TestSharedCollectives runs every collective the shared block carries
@@ -336,6 +338,9 @@ func TestSharedCommunicators(t *testing.T) {
 		half, err := c.Split(c.Rank()%2, 0)
 		if err != nil {
 			return err
+		}
+		if got, want := c.w.sh.areas, 15; got != want { // what README and doc.go say for 64 KiB per rank
+			return fmt.Errorf("%d areas in a block of %d KiB per rank, want %d", got, inproc.SharedBytes>>10, want)
 		}
 		if d.sh == nil || half.sh == nil {
 			return fmt.Errorf("rank %d: dup shared %v, split shared %v; want both", c.Rank(), d.sh != nil, half.sh != nil)

@@ -25,13 +25,12 @@ type World struct {
 	seqOut  []atomic.Uint32 // per destination world rank
 	nextCtx uint32          // lowest context id this rank has not used
 	comm    *Comm
-	closed  bool
+	closed  atomic.Bool // Finalize ran: the device may have unmapped the shared block
 
 	hEager, hRTS, hFin lapi.HandlerID
 	hCTS, hPutFin      lapi.HandlerID
 	hNudge             lapi.HandlerID // wakes a rank blocked in a shared-memory collective (shmcoll.go)
 	sh                 *shBlock       // the device's shared block; nil: collectives use messages
-	finalized          atomic.Bool    // w.closed, for the shared collectives' check: the device may unmap the block
 	eagerLimit         int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
@@ -116,8 +115,7 @@ func (w *World) Finalize() error {
 	err := w.comm.Barrier()
 	w.mu.Lock()
 	leaks := w.reqs.live()
-	w.closed = true
-	w.finalized.Store(true)
+	w.closed.Store(true)
 	w.mu.Unlock()
 	for _, f := range w.onClose {
 		if e := f(); err == nil {
