@@ -18,6 +18,12 @@ var errDone = errors.New("done")
 // has, run timers, send what is queued. It reports whether anything
 // happened that a waiter might care about.
 func (c *Context) progressLocked() bool {
+	return c.afterPoll(c.pollLocked())
+}
+
+// pollLocked delivers what the device has, the first step of a pass, and
+// returns how many frames it took.
+func (c *Context) pollLocked() int {
 	if !c.reliable {
 		c.pollNow = c.now()
 	}
@@ -25,6 +31,11 @@ func (c *Context) progressLocked() bool {
 	if err != nil && !c.closed {
 		c.closed = true // the device is gone: nothing more can progress
 	}
+	return n
+}
+
+// afterPoll is the rest of a pass after a poll that took n frames.
+func (c *Context) afterPoll(n int) bool {
 	if !c.reliable {
 		c.tick(c.pollNow)
 	} else if len(c.flushed) > 0 {
@@ -51,12 +62,34 @@ func (c *Context) progressLocked() bool {
 	}
 	did := n > 0 || len(c.done) > 0
 	if did {
-		c.gen++
-		if c.sleepers > 0 || c.blocking {
-			c.wakeLocked() // another goroutine's condition may now hold
-		}
+		c.progressed()
 	}
 	return did
+}
+
+// progressed marks that a pass delivered something: another goroutine's
+// condition may now hold.
+func (c *Context) progressed() {
+	c.gen++
+	if c.sleepers > 0 || c.blocking {
+		c.wakeLocked()
+	}
+}
+
+// quiet reports whether a pass would have nothing to do past its poll:
+// a reliable device with nothing to flush, no reintegration timer, no
+// RDMA, no completion and no send queued. (The TPT catch-up it skips acts
+// only once the change log has grown past tptLogMax: the next pass does.)
+func (c *Context) quiet() bool {
+	if !c.reliable || len(c.flushed) > 0 || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.rdmaPending() {
+		return false
+	}
+	for _, p := range c.active {
+		if c.queues[p].head != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // tick runs retransmission timers and sends owed acknowledgements.
@@ -216,7 +249,17 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			c.mu.Unlock()
 			return ErrClosed
 		}
-		did := c.progressLocked()
+		n := c.pollLocked()
+		if n > 0 && c.quiet() && cond() == errDone {
+			// What this goroutine waits for came, and the rest of the
+			// pass has nothing to do: it returns at once. An 8-byte
+			// ping-pong's reply then leaves 4-7 ns sooner (of 125-135,
+			// alternated with the full pass in one run).
+			c.progressed()
+			c.mu.Unlock()
+			return nil
+		}
+		did := c.afterPoll(n)
 		queued := len(c.done) > 0
 		var err error
 		if !queued {

@@ -157,11 +157,15 @@ func (h *pktHdr) tiny(n int) bool {
 }
 
 // encodeTiny writes h, for which tiny holds, in the tiny layout.
-func (h *pktHdr) encodeTiny(b []byte) {
+func (h *pktHdr) encodeTiny(b []byte) { putTiny(b, h.handler, int(h.uhdrLen), h.dstEp) }
+
+// putTiny writes the tiny layout's header: a message for handler with a
+// user header of uhdrLen bytes (at most 255), to destination epoch dstEp.
+func putTiny(b []byte, handler uint16, uhdrLen int, dstEp uint32) {
 	_ = b[tinyHdrLen-1]
-	b[0], b[1] = kindAMTiny, byte(h.uhdrLen)
-	binary.LittleEndian.PutUint16(b[2:], h.handler)
-	binary.LittleEndian.PutUint32(b[4:], h.dstEp)
+	b[0], b[1] = kindAMTiny, byte(uhdrLen)
+	binary.LittleEndian.PutUint16(b[2:], handler)
+	binary.LittleEndian.PutUint32(b[4:], dstEp)
 }
 
 // decodeTiny parses a packet in the tiny layout (b[0] is kindAMTiny): its

@@ -43,6 +43,10 @@ type Device struct {
 	// Poll's state, kept here so that a Poll allocates nothing.
 	rr  int // the source Poll starts from, rotating for fairness
 	hdr hal.Header
+	// selfSent is set by the first frame this rank sends itself: until
+	// then Poll skips that ring (lapi delivers to itself without the
+	// device), a look fewer per Poll (1.5 ns of an 8-byte ping-pong's 127).
+	selfSent atomic.Bool
 
 	// Frames and bytes sent, and delivered, but not yet added to the
 	// counters: an atomic add per frame would sit on the latency path (see
@@ -289,6 +293,9 @@ func (d *Device) outRing(dst uint32) (*ring, *peer, error) {
 		return nil, nil, fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
 	}
 	r, p := &d.out[dst], &d.peers[dst]
+	if dst == uint32(d.rank) && !d.selfSent.Load() {
+		d.selfSent.Store(true) // before the frame's stamp: a Wait that sees the frame sees this
+	}
 	if err := r.check(); err != nil {
 		return nil, nil, err
 	}
@@ -389,7 +396,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.uncountedIn != 0 {
 		d.countIn()
 	}
-	size := len(d.in)
+	size, me := len(d.in), int(d.rank)
 	first := d.rr
 	if d.rr++; d.rr == size {
 		d.rr = 0
@@ -404,6 +411,9 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		src := first + i
 		if src >= size {
 			src -= size
+		}
+		if src == me && !d.selfSent.Load() {
+			continue // the ring to itself, which lapi never uses
 		}
 		r := &d.in[src]
 		if r.err == nil && !r.peek() {

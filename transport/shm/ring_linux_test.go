@@ -469,6 +469,42 @@ func TestSendShort(t *testing.T) {
 	}
 }
 
+// TestSendToSelf sends a rank frames addressed to itself: Poll skips the
+// ring to itself until the first such frame, and must then deliver them,
+// whole and short, and Wait must see them.
+func TestSendToSelf(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{})
+	d := devs[0]
+	payload := []byte("to me")
+	n, err := d.Poll(ignore)
+	if n != 0 || err != nil {
+		t.Fatalf("Poll of an idle device: %d, %v", n, err)
+	}
+	hdr := header(key, 0, 0, len(payload))
+	hdr[5] = 1 // SrcDev: a whole frame, delivered with its own header
+	if err := d.Send(hdr, payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SendShort(0, hal.FrameData, []byte("h"), payload); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Wait(ctx); err != nil {
+		t.Fatalf("Wait with frames to itself published: %v", err)
+	}
+	var got []string
+	n, err = d.Poll(func(h *hal.Header, p []byte) {
+		if h.Src != 0 || h.Dst != 0 {
+			t.Errorf("frame from %d to %d, want 0 to 0", h.Src, h.Dst)
+		}
+		got = append(got, string(p))
+	})
+	if n != 2 || err != nil || len(got) != 2 || got[0] != "to me" || got[1] != "hto me" {
+		t.Fatalf("Poll: %d, %v, %q; want the two frames to itself", n, err, got)
+	}
+}
+
 // TestSpanningFrames sends frames that run over several cells: they come
 // back whole, and the stamps they ran over are zeroed before the cells go
 // back, so that frame bytes equal to the stamp a cell will expect a lap
