@@ -18,16 +18,23 @@ var errDone = errors.New("done")
 // has, run timers, send what is queued. It reports whether anything
 // happened that a waiter might care about.
 func (c *Context) progressLocked() bool {
-	return c.afterPoll(c.pollLocked())
+	return c.afterPoll(c.pollLocked(false))
 }
 
 // pollLocked delivers what the device has, the first step of a pass, and
-// returns how many frames it took.
-func (c *Context) pollLocked() int {
+// returns how many frames it took: one at most when one is set and the
+// device can deliver a single frame.
+func (c *Context) pollLocked(one bool) int {
 	if !c.reliable {
 		c.pollNow = c.now()
 	}
-	n, err := c.dev.Poll(c.onFrameFn)
+	var n int
+	var err error
+	if one && c.one != nil {
+		n, err = c.one.PollOne(c.onFrameFn)
+	} else {
+		n, err = c.dev.Poll(c.onFrameFn)
+	}
 	if err != nil && !c.closed {
 		c.closed = true // the device is gone: nothing more can progress
 	}
@@ -249,7 +256,7 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			c.mu.Unlock()
 			return ErrClosed
 		}
-		n := c.pollLocked()
+		n := c.pollLocked(true)
 		if n > 0 && c.quiet() && cond() == errDone {
 			// What this goroutine waits for came, and the rest of the
 			// pass has nothing to do: it returns at once. An 8-byte
@@ -258,6 +265,9 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			c.progressed()
 			c.mu.Unlock()
 			return nil
+		}
+		if n > 0 && c.one != nil {
+			n += c.pollLocked(false) // the rest of what came, in a batch
 		}
 		did := c.afterPoll(n)
 		queued := len(c.done) > 0
