@@ -29,9 +29,7 @@
 // finds by type assertion (cma.go, shared.go): CrossMemory (single-copy
 // reads and writes of a peer's memory), SharedAddressSpace (peers that are
 // goroutines of this process) and SharedMemory (a block of memory every
-// rank maps, for collectives that need no frames); and, in hal.go,
-// ShortSender (a frame whose header the device implies) and OnePoller
-// (Poll delivering one frame, for a waiter that wants just its own).
+// rank maps, for collectives that need no frames).
 //
 // hal may import only the standard library and github.com/klauspost/cpuid/v2
 // (to report the CRC32 instruction). It never imports a weft package.

@@ -119,13 +119,3 @@ type ShortSender interface {
 	// may carry.
 	ShortMax() int
 }
-
-// OnePoller is a device that can deliver a single frame: PollOne is Poll
-// delivering at most one, the first a Poll would. A waiter in lapi polls
-// one frame first and, when it is the one it waits for, returns without
-// the device looking for more; otherwise it polls the rest. Shared memory
-// offers it: an 8-byte ping-pong's reply then leaves 0.7-1.3 ns sooner
-// (of 125, alternated in one run).
-type OnePoller interface {
-	PollOne(fn func(h *Header, payload []byte)) (int, error)
-}

@@ -49,7 +49,6 @@ type Context struct {
 	reintIdle bool            // the protocol has settled: no timer to run until a frame of it comes
 	direct    [pktBufLen]byte // sendDirect's frame header
 	short     hal.ShortSender // the device, if it sends short frames
-	one       hal.OnePoller   // the device, if it can deliver one frame
 	shortMax  int             // and the most bytes one carries
 	xchg      xchgState
 	rd        rdmaState
@@ -155,7 +154,6 @@ func Open(cfg Config) (*Context, error) {
 	if s, ok := cfg.Device.(hal.ShortSender); ok && c.reliable {
 		c.short, c.shortMax = s, s.ShortMax()
 	}
-	c.one, _ = cfg.Device.(hal.OnePoller)
 	c.initRDMA()
 	c.initCMA()
 	c.onFrameFn = c.onFrame

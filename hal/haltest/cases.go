@@ -2,7 +2,6 @@ package haltest
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"slices"
 	"strings"
@@ -533,48 +532,5 @@ func testSharedBlock(t *testing.T, n *Net) {
 	}
 	if v := blocks[0][last]; v != 0xa5 {
 		t.Errorf("rank 0 reads %#x at the end of the block, where rank 1 wrote 0xa5", v)
-	}
-}
-
-func testPollOne(t *testing.T, n *Net) {
-	one, ok := n.Devs[1].(hal.OnePoller)
-	if !ok {
-		t.Skipf("%T cannot deliver a single frame (hal.OnePoller)", n.Devs[1])
-	}
-	const frames = 3
-	for id := range uint32(frames) {
-		p := pattern(id, 16)
-		n.send(t, 0, n.header(0, 1, p), p)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var got []uint32
-	for len(got) < frames {
-		calls := 0
-		k, err := one.PollOne(func(_ *hal.Header, p []byte) {
-			calls++
-			if len(p) >= 4 {
-				got = append(got, binary.LittleEndian.Uint32(p))
-			}
-		})
-		switch {
-		case err != nil:
-			t.Fatalf("PollOne: %v", err)
-		case k != calls || k > 1:
-			t.Fatalf("PollOne delivered %d frames and reported %d: want at most one, reported", calls, k)
-		case k == 1:
-			continue
-		case n.Advance != nil:
-			if !n.Advance() {
-				t.Fatalf("nothing left in flight, %d of %d frames delivered", len(got), frames)
-			}
-		default:
-			if err := n.Devs[1].Wait(ctx); err != nil {
-				t.Fatalf("waiting for frame %d of %d: %v", len(got)+1, frames, err)
-			}
-		}
-	}
-	if n.Devs[1].Caps().Ordered && !slices.Equal(got, []uint32{0, 1, 2}) {
-		t.Errorf("frames %v, want 0 1 2 in send order", got)
 	}
 }

@@ -70,9 +70,6 @@ const timeout = 10 * time.Second
 //     the same block, zero at first, 8-byte aligned, of a length that is
 //     a multiple of the job's size: a byte one rank writes the other reads.
 //     Skipped, saying so, for a device with no block.
-//   - PollOne: a device that offers hal.OnePoller delivers at most one frame
-//     per PollOne, reports the number it delivered, and loses none
-//     (Ordered: in send order). Skipped, saying so, for a device without.
 func Run(t *testing.T, open Opener) {
 	t.Helper()
 	cases := []struct {
@@ -95,7 +92,6 @@ func Run(t *testing.T, open Opener) {
 		{"RDMA", testRDMA, 2},
 		{"WaitBesidePoll", testWaitBesidePoll, 2},
 		{"SharedBlock", testSharedBlock, 2},
-		{"PollOne", testPollOne, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

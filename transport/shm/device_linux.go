@@ -74,7 +74,6 @@ type peer struct {
 var (
 	_ hal.Device      = (*Device)(nil)
 	_ hal.CrossMemory = (*Device)(nil)
-	_ hal.OnePoller   = (*Device)(nil)
 )
 
 // cacheLine is the cache line size the layout separates writers by: the
@@ -388,16 +387,6 @@ func (d *Device) Flush() error {
 // another rank, are dropped and counted. A ring found corrupted is reported
 // as an error wrapping ErrCorrupt, and then on every call.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
-	return d.poll(fn, d.opts.PollBatch)
-}
-
-// PollOne is Poll delivering at most one frame (hal.OnePoller).
-func (d *Device) PollOne(fn func(h *hal.Header, payload []byte)) (int, error) {
-	return d.poll(fn, 1)
-}
-
-// poll is Poll delivering at most budget frames.
-func (d *Device) poll(fn func(h *hal.Header, payload []byte), budget int) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
 	}
@@ -413,6 +402,7 @@ func (d *Device) poll(fn func(h *hal.Header, payload []byte), budget int) (int, 
 		d.rr = 0
 	}
 	var (
+		budget          = d.opts.PollBatch
 		delivered, used int
 		bytes           uint64
 		err             error

@@ -71,8 +71,7 @@
 //
 // Poll visits the rings from each source in turn, from a start that
 // rotates, but skips the ring a rank would send itself until it does
-// (lapi delivers to itself without the device). PollOne (hal.OnePoller)
-// delivers one frame, for a waiter in lapi that wants just its own.
+// (lapi delivers to itself without the device).
 //
 // With the defaults for up to 22 ranks (64 cells of 2 KiB, 512 KiB of
 // data) a ring takes 648 KiB, so the segment of two ranks takes 2.6 MiB
