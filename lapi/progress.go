@@ -78,11 +78,13 @@ func (c *Context) progressed() {
 
 // quiet reports whether a pass would have nothing to do past its poll:
 // a reliable device with nothing to flush, no reintegration timer, no
-// RDMA, no completion and no send queued. (The TPT catch-up it skips acts
-// only once the change log has grown past tptLogMax: the next pass does.)
+// RDMA, no completion, no send queued and no TPT change to take in.
 func (c *Context) quiet() bool {
 	if !c.reliable || len(c.flushed) > 0 || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.rdmaPending() {
 		return false
+	}
+	if c.cm.dev != nil && (c.cm.pending.Load() || len(c.cm.log) >= tptLogMax) {
+		return false // TPT changes to take, or a log for catchUpTPT to trim
 	}
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
@@ -250,7 +252,12 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 			return ErrClosed
 		}
 		n := c.pollLocked()
-		if n > 0 && c.quiet() && cond() == errDone {
+		var err error
+		quiet := n > 0 && c.quiet()
+		if quiet {
+			err = cond()
+		}
+		if err == errDone {
 			// What this goroutine waits for came, and the rest of the
 			// pass has nothing to do: it returns at once. An 8-byte
 			// ping-pong's reply then leaves 4-7 ns sooner (of 125-135,
@@ -264,8 +271,9 @@ func (c *Context) waitUntil(ctx context.Context, cond func() error) error {
 		}
 		did := c.afterPoll(n)
 		queued := len(c.done) > 0
-		var err error
-		if !queued {
+		if !queued && !quiet {
+			// (After a quiet poll, the pass changed nothing cond reads:
+			// cond is asked once per pass.)
 			err = cond()
 		}
 		gen := c.gen

@@ -26,9 +26,11 @@ func (f *flagWhole) OnWhole(hal.Rank, []byte, []byte) bool {
 func TestWaitEndingInPollSendsQueued(t *testing.T) {
 	ctxs := openShmJob(t, 2)
 	c0, c1 := ctxs[0], ctxs[1]
-	f := &flagWhole{}
-	h := c0.RegisterHandler(f)
-	c1.RegisterHandler(f)
+	f0, f1 := &flagWhole{}, &flagWhole{}
+	h := c0.RegisterHandler(f0)
+	if h1 := c1.RegisterHandler(f1); h1 != h {
+		t.Fatalf("handler ids %d and %d", h, h1)
+	}
 	msg := make([]byte, 8)
 	for i := 0; !c0.sendsQueued(); i++ {
 		if i == 1<<16 {
@@ -44,9 +46,12 @@ func TestWaitEndingInPollSendsQueued(t *testing.T) {
 	if err := c1.Amsend(0, h, nil, msg, SendOpts{}); err != nil {
 		t.Fatal(err)
 	}
+	if f0.got.Load() {
+		t.Fatal("rank 0 had its message before it waited")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c0.Wait(ctx, func() (bool, error) { return f.got.Load(), nil }); err != nil {
+	if err := c0.Wait(ctx, func() (bool, error) { return f0.got.Load(), nil }); err != nil {
 		t.Fatal(err)
 	}
 	if c0.sendsQueued() {

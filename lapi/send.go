@@ -53,11 +53,14 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 	case c.peerErr[tgt] != nil:
 		return c.peerErr[tgt]
 	}
+	direct := true // may go to the device at once, ahead of the queue
 	if c.short != nil && tgt != c.rank && o.Target == 0 && o.Completion == nil && c.queues[tgt].head == nil {
-		if sent, err := c.sendTiny(tgt, h, uhdr, data); sent {
+		sent, err := c.sendTiny(tgt, h, uhdr, data)
+		if sent {
 			c.originDone(o)
 			return err
 		}
+		direct = err == nil // the ring is full: the queue, not a second try
 	}
 	c.stats.MessagesSent++
 	var ph pktHdr // set field by field: see decodePkt
@@ -80,7 +83,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 	}
 	hl := c.pktHdrLen()
 	room := c.mtu - hl - len(uhdr)
-	if c.reliable && len(data) <= room && c.queues[tgt].head == nil {
+	if direct && c.reliable && len(data) <= room && c.queues[tgt].head == nil {
 		if sent, err := c.sendDirect(tgt, &ph, uhdr, data); sent {
 			c.originDone(o)
 			return err
@@ -136,11 +139,12 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 // header goes, built straight from the arguments (no packet header to fill
 // and read back: 3-4 ns of an 8-byte ping-pong's 125-135 here), and
 // the frame is published on return. sent is false when the message must
-// go the general way (too long, TPT updates still to push, or the device
-// full); err is a failure of the peer.
+// go the general way: too long for a short frame or for one packet of the
+// MTU, or TPT updates still to push (err nil), or the device full (err
+// hal.ErrNoResource); with sent true, err is a failure of the peer.
 func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent bool, err error) {
 	n := tinyHdrLen + len(uhdr)
-	if n+len(data) > c.shortMax || len(uhdr) > 0xff || !c.pushTPT(tgt) {
+	if n+len(data) > c.shortMax || len(uhdr)+len(data) > c.mtu-c.pktHdrLen() || len(uhdr) > 0xff || !c.pushTPT(tgt) {
 		return false, nil
 	}
 	b := c.direct[:n]
@@ -148,7 +152,7 @@ func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent b
 	copy(b[tinyHdrLen:], uhdr)
 	err = c.short.SendShort(tgt, hal.FrameData, b, data)
 	if errors.Is(err, hal.ErrNoResource) {
-		return false, nil // the ring is full: queued, progress sends it
+		return false, err // the ring is full: queued, progress sends it
 	}
 	c.stats.MessagesSent++
 	c.nextMsg[tgt]++

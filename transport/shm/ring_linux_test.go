@@ -474,8 +474,17 @@ func TestSendShort(t *testing.T) {
 // whole and short, and Wait must see them.
 func TestSendToSelf(t *testing.T) {
 	devs, key := openLocal(t, 2, Options{})
-	d := devs[0]
 	payload := []byte("to me")
+	// Rank 1 sends itself a short frame alone: the short path sets the
+	// flag by itself.
+	if err := devs[1].SendShort(1, hal.FrameData, []byte("s"), payload); err != nil {
+		t.Fatal(err)
+	}
+	var short []string
+	if n, err := devs[1].Poll(func(_ *hal.Header, p []byte) { short = append(short, string(p)) }); n != 1 || err != nil || short[0] != "sto me" {
+		t.Fatalf("Poll after a short frame to itself: %d, %v, %q", n, err, short)
+	}
+	d := devs[0]
 	n, err := d.Poll(ignore)
 	if n != 0 || err != nil {
 		t.Fatalf("Poll of an idle device: %d, %v", n, err)
