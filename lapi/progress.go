@@ -80,18 +80,11 @@ func (c *Context) progressed() {
 // a reliable device with nothing to flush, no reintegration timer, no
 // RDMA, no completion, no send queued and no TPT change to take in.
 func (c *Context) quiet() bool {
-	if !c.reliable || len(c.flushed) > 0 || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.rdmaPending() {
+	if !c.reliable || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.sendsQueuedLocked() {
 		return false
 	}
-	if c.cm.dev != nil && (c.cm.pending.Load() || len(c.cm.log) >= tptLogMax) {
-		return false // TPT changes to take, or a log for catchUpTPT to trim
-	}
-	for _, p := range c.active {
-		if c.queues[p].head != nil {
-			return false
-		}
-	}
-	return true
+	// No TPT changes to take in, nor a log long enough for catchUpTPT.
+	return c.cm.dev == nil || !c.cm.pending.Load() && len(c.cm.log) < tptLogMax
 }
 
 // tick runs retransmission timers and sends owed acknowledgements.
@@ -372,6 +365,11 @@ func (c *Context) timerSoon(now time.Time) bool {
 func (c *Context) sendsQueued() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.sendsQueuedLocked()
+}
+
+// sendsQueuedLocked is sendsQueued with c.mu held.
+func (c *Context) sendsQueuedLocked() bool {
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
 			return true
