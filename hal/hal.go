@@ -119,3 +119,17 @@ type ShortSender interface {
 	// may carry.
 	ShortMax() int
 }
+
+// SendPreparer is a device that can get ready for a frame toward dst
+// before the caller has built it: a hint, with no effect on what any rank
+// receives, which never fails and may be given for any rank, even one out
+// of range or after Close. Shared memory takes the line the frame's
+// publication will write into this core's cache for writing: the peer
+// polls that line, so without the hint the write would first wait for
+// the peer's copy to be invalidated, on the message's critical path; with
+// it the invalidation overlaps the building of the frame. A caller gives
+// it under the lock its sends to the device take, just before the send,
+// since the line is taken back as soon as the peer next polls it.
+type SendPreparer interface {
+	PrepareSend(dst Rank)
+}

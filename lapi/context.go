@@ -46,10 +46,11 @@ type Context struct {
 	reint     *hal.Reintegration
 	awaiting  []map[*Counter]int // per peer: completions it still owes us
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
-	reintIdle bool            // the protocol has settled: no timer to run until a frame of it comes
-	direct    [pktBufLen]byte // sendDirect's frame header
-	short     hal.ShortSender // the device, if it sends short frames
-	shortMax  int             // and the most bytes one carries
+	reintIdle bool             // the protocol has settled: no timer to run until a frame of it comes
+	direct    [pktBufLen]byte  // sendDirect's frame header
+	short     hal.ShortSender  // the device, if it sends short frames
+	shortMax  int              // and the most bytes one carries
+	prep      hal.SendPreparer // the device, if it takes hints of sends to come
 	xchg      xchgState
 	rd        rdmaState
 	cm        cmaState
@@ -154,6 +155,7 @@ func Open(cfg Config) (*Context, error) {
 	if s, ok := cfg.Device.(hal.ShortSender); ok && c.reliable {
 		c.short, c.shortMax = s, s.ShortMax()
 	}
+	c.prep, _ = cfg.Device.(hal.SendPreparer)
 	c.initRDMA()
 	c.initCMA()
 	c.onFrameFn = c.onFrame

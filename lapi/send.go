@@ -31,6 +31,11 @@ func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpt
 		return c.amRendezvous(tgt, h, uhdr, data, o)
 	}
 	c.mu.Lock()
+	if c.prep != nil && tgt != c.rank {
+		// First thing under the lock: the device's line is then on its
+		// way while the message is checked and built (hal.SendPreparer).
+		c.prep.PrepareSend(tgt)
+	}
 	err := c.amsendLocked(tgt, h, uhdr, data, &o)
 	pending := len(c.done) > 0
 	c.mu.Unlock()

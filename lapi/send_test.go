@@ -2,11 +2,15 @@ package lapi
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/transport/inproc"
 	"github.com/weft-hpc/weft/transport/shm"
 )
 
@@ -52,5 +56,76 @@ func TestTinySendKeepsMTU(t *testing.T) {
 	}
 	if s := c0.Stats(); s.PacketsSent < 5 {
 		t.Errorf("600 bytes under an MTU of 128 went in %d packets, want 5 or more", s.PacketsSent)
+	}
+}
+
+// preparing records the hints and sends its device is given, and whether
+// the progress lock was held for each hint.
+type preparing struct {
+	hal.Device
+	c      *Context
+	events []string
+}
+
+func (p *preparing) PrepareSend(dst hal.Rank) {
+	ev := fmt.Sprintf("prepare %d", dst)
+	if p.c.mu.TryLock() {
+		p.c.mu.Unlock()
+		ev += " (unlocked)"
+	}
+	p.events = append(p.events, ev)
+}
+
+func (p *preparing) Send(hdr, payload []byte) error {
+	if len(hdr) >= hal.HeaderLen && hal.FrameType(hdr[3]) == hal.FrameData {
+		p.events = append(p.events, fmt.Sprintf("send %d", binary.LittleEndian.Uint32(hdr[28:])))
+	}
+	return p.Device.Send(hdr, payload)
+}
+
+// TestPrepareSend: a device that takes hints of sends to come
+// (hal.SendPreparer) is given one, under the progress lock, right before
+// each message toward a peer goes out, whatever its size, and none for a
+// message to self, which never reaches the device.
+func TestPrepareSend(t *testing.T) {
+	const key = 0xc3c
+	fab := inproc.NewFabric(2, key)
+	ctxs := make([]*Context, 2)
+	var p *preparing
+	for r := range ctxs {
+		d, err := fab.Open(hal.Rank(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == 0 {
+			p = &preparing{Device: d}
+			d = p
+		}
+		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: 2, JobKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		defer ctxs[r].Close()
+	}
+	c0, c1 := ctxs[0], ctxs[1]
+	p.c = c0
+	f0, f1 := &flagWhole{}, &flagWhole{}
+	h := c0.RegisterHandler(f0)
+	c1.RegisterHandler(f1)
+	mtu := c0.mtu
+	for _, m := range []struct {
+		tgt hal.Rank
+		n   int
+	}{{1, 8}, {0, 8}, {1, 2*mtu + 1}} {
+		if err := c0.Amsend(m.tgt, h, nil, make([]byte, m.n), SendOpts{}); err != nil {
+			t.Fatalf("Amsend of %d bytes to %d: %v", m.n, m.tgt, err)
+		}
+	}
+	c0.Progress()
+	want := []string{"prepare 1", "send 1", "prepare 1", "send 1", "send 1", "send 1"}
+	if !slices.Equal(p.events, want) {
+		t.Errorf("hints and sends toward the device:\n got %q\nwant %q", p.events, want)
+	}
+	if !f0.got.Load() {
+		t.Errorf("the message to self was not delivered")
 	}
 }

@@ -534,3 +534,36 @@ func testSharedBlock(t *testing.T, n *Net) {
 		t.Errorf("rank 0 reads %#x at the end of the block, where rank 1 wrote 0xa5", v)
 	}
 }
+
+func testPrepareSend(t *testing.T, n *Net) {
+	sp, ok := n.Devs[0].(hal.SendPreparer)
+	if !ok {
+		t.Skipf("%T takes no hints of sends to come (hal.SendPreparer)", n.Devs[0])
+	}
+	hint := func() {
+		for _, r := range []hal.Rank{1, 0, hal.Rank(len(n.Devs)), ^hal.Rank(0)} {
+			sp.PrepareSend(r)
+		}
+	}
+	sz := sizes(n.mtu())
+	for i, s := range sz {
+		hint()
+		p := pattern(uint32(i), s)
+		n.send(t, 0, n.header(0, 1, p), p)
+	}
+	hint()
+	rc := &receiver{n: n, r: 1}
+	rc.count(t, len(sz))
+	if !n.Devs[1].Caps().Ordered {
+		slices.SortFunc(rc.got, func(a, b frame) int { return int(a.h.Len) - int(b.h.Len) })
+	}
+	for i, f := range rc.got {
+		if int(f.h.Len) != sz[i] || !slices.Equal(f.payload, pattern(uint32(i), sz[i])) {
+			t.Errorf("frame %d: %d bytes (Len %d), want the %d-byte payload sent after a hint", i, len(f.payload), f.h.Len, sz[i])
+		}
+	}
+	if err := n.Devs[0].Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	hint() // after Close: still no panic
+}

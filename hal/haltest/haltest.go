@@ -70,6 +70,10 @@ const timeout = 10 * time.Second
 //     the same block, zero at first, 8-byte aligned, of a length that is
 //     a multiple of the job's size: a byte one rank writes the other reads.
 //     Skipped, saying so, for a device with no block.
+//   - PrepareSend: a device that offers hal.SendPreparer takes hints
+//     toward itself, its peer and ranks out of range, before and between
+//     frames of every size, and after Close, without a panic, and the
+//     frames arrive as in Sizes. Skipped, saying so, for a device without.
 func Run(t *testing.T, open Opener) {
 	t.Helper()
 	cases := []struct {
@@ -92,6 +96,7 @@ func Run(t *testing.T, open Opener) {
 		{"RDMA", testRDMA, 2},
 		{"WaitBesidePoll", testWaitBesidePoll, 2},
 		{"SharedBlock", testSharedBlock, 2},
+		{"PrepareSend", testPrepareSend, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -72,8 +72,9 @@ type peer struct {
 }
 
 var (
-	_ hal.Device      = (*Device)(nil)
-	_ hal.CrossMemory = (*Device)(nil)
+	_ hal.Device       = (*Device)(nil)
+	_ hal.CrossMemory  = (*Device)(nil)
+	_ hal.SendPreparer = (*Device)(nil)
 )
 
 // cacheLine is the cache line size the layout separates writers by: the
@@ -284,6 +285,25 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 		return err
 	}
 	return d.published(p, n, r.pushCompact(t, hdr, payload))
+}
+
+// PrepareSend takes the stamp's line of the next cell of the ring toward
+// dst into this core's cache for writing (hal.SendPreparer). Both the
+// stamp and a small frame live on that line, which dst's Poll keeps
+// reading while it waits; the publication's first store would otherwise
+// wait there for dst's copy to be invalidated. Given by lapi under its
+// lock just before a send, the invalidation overlaps the building of the
+// message: an 8-byte ping-pong took 112-116 ns one way against 127-128
+// without it, alternated in one run. Given much earlier (when a message
+// arrives, 40-odd ns before the reply), dst polls the line back first
+// and it cost 14 ns instead. A no-op for a rank out of range or after
+// Close.
+func (d *Device) PrepareSend(dst hal.Rank) {
+	if d.closed.Load() || int(dst) >= len(d.out) {
+		return
+	}
+	r := &d.out[dst]
+	prefetchWrite(&r.cells[(r.pos&r.cellMask)*r.cellStride])
 }
 
 // outRing returns the ring toward dst and dst's rank block, once the ring
