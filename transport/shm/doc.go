@@ -59,6 +59,9 @@
 // stamps before it gives the cells back. After each frame the producer
 // writes into the lines (but the stamp's) that a frame of the same size
 // would fill next, so that the next one copies into lines its core holds.
+// The stamp's own line it cannot take early, since the consumer polls it;
+// PrepareSend (hal.SendPreparer), which lapi gives just before a send,
+// takes it for writing (PREFETCHW) while the message is being built.
 // The consumer publishes its head (cell and data positions) once the
 // callbacks that used the frames have returned: at once after a large
 // frame, otherwise when half the cells or a quarter of the data wait to be
