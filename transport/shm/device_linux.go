@@ -303,7 +303,7 @@ func (d *Device) PrepareSend(dst hal.Rank) {
 		return
 	}
 	r := &d.out[dst]
-	prefetchWrite(&r.cells[(r.pos&r.cellMask)*r.cellStride])
+	prefetchWrite(&r.cell(r.pos)[offCellStamp])
 }
 
 // outRing returns the ring toward dst and dst's rank block, once the ring

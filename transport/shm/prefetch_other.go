@@ -2,6 +2,6 @@
 
 package shm
 
-// prefetchWrite is a no-op where no prefetch-for-write is wired up: the
-// hint then costs a call and does nothing (see prefetch_amd64.go).
+// prefetchWrite does nothing where no prefetch-for-write is wired up
+// (see prefetch_amd64.go): the hint is then an empty call, inlined away.
 func prefetchWrite(*byte) {}
