@@ -294,13 +294,16 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 // wait there for dst's copy to be invalidated. Given by lapi under its
 // lock just before a send, the invalidation overlaps the building of the
 // message. An 8-byte ping-pong, alternated with no hint every 20,000
-// round trips in one run, took 112-116 ns one way against 127-128 in this
-// VM's fast state (and 120-123 against 136-140 in another run), but in
-// its slow state anything from 10 ns less (164-171 against 174-183) to
-// 6 ns more (medians 184 against 177): the gain depends on when dst polls.
-// Given much earlier (when a message arrives, 40-odd ns before the
-// reply), dst polls the line back first and it cost 14 ns. A no-op for a
-// rank out of range or after Close.
+// round trips in one run, took 112-116 ns one way against 127-128 (and
+// 120-123 against 136-140 in another run); in runs at about 180 ns it
+// went from 10 ns less (164-171 against 174-183) to 6 ns more (medians
+// 184 against 177). Whole runs alternated with and without it, in the
+// VM's 50-60 ns line state: run medians 121-126 against 133-138, and the
+// runs stuck near 180 ns came as often either way (5 of 18, 6 of 19), so
+// the hint neither causes that mode nor cures it. Given much earlier
+// (when a message arrives, 40-odd ns before the reply), dst polls the
+// line back first and it cost 14 ns. A no-op for a rank out of range or
+// after Close.
 func (d *Device) PrepareSend(dst hal.Rank) {
 	if d.closed.Load() || int(dst) >= len(d.out) {
 		return
