@@ -83,12 +83,30 @@ ranks() { [[ $1 == allreduce ]] && echo "$np" || echo 2; }
 failed=0
 note() { echo "compare.sh: $*" >&2; }
 
+# linestate IMPL BENCH ROUND: the machine's line state just before a run
+# (bench linestate: ns one way of a cache line between two CPUs), to
+# raw/IMPL.BENCH.ROUND.state. On a virtual machine it moves as the host
+# places the virtual CPUs, and every MPI's latency moves with it: the
+# summary shows it beside each benchmark. Said once if it cannot run.
+linestate_ok=1
+linestate() {
+	((linestate_ok)) || return 0
+	local st
+	if st=$("$bin/bench" linestate -d 100ms 2>&1); then
+		echo "${st%% *}" >"$out/raw/$1.$2.$3.state"
+	else
+		note "line state not recorded: $st"
+		linestate_ok=0
+	fi
+}
+
 # run IMPL BENCH ROUND CMD...: one run, its table to raw/, its errors
 # reported with the tail of its stderr.
 run() {
 	local impl=$1 b=$2 r=$3
 	shift 3
 	local dst="$out/raw/$impl.$b.$r.txt" err="$out/raw/$impl.$b.$r.err"
+	linestate "$impl" "$b" "$r"
 	printf '  %-10s %-9s round %d ... ' "$impl" "$b" "$r" >&2
 	local t0=$SECONDS
 	if timeout --kill-after=10 "$cap" "$@" >"$dst" 2>"$err"; then
@@ -179,6 +197,29 @@ for b in "${benches[@]}"; do
 done
 
 # --- merge, compare, plot ----------------------------------------------------
+
+# states BENCH: the line state before each of BENCH's runs, per
+# implementation, and a warning when it moved by more than a quarter: the
+# medians then mix states, and the rounds to compare are those of one state.
+states() {
+	shopt -s nullglob
+	local files=("$out/raw/"*."$1".*.state)
+	shopt -u nullglob
+	((${#files[@]})) || return 0
+	echo "line state before each round (ns one way, bench linestate; raw/*.state):"
+	local impl f
+	for impl in "${impls[@]}"; do
+		local vals=()
+		for ((r = 1; r <= rounds; r++)); do
+			f="$out/raw/$impl.$1.$r.state"
+			[[ -f $f ]] && vals+=("$(<"$f")")
+		done
+		((${#vals[@]})) && printf '  %-10s %s\n' "$impl" "${vals[*]}"
+	done
+	cat "${files[@]}" | awk '
+		$1+0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
+		END { if (n && hi > 1.25 * lo) printf "  the state moved from %.1f to %.1f ns during these rounds: the medians mix states\n", lo, hi }'
+}
 for b in "${benches[@]}"; do
 	csvs=()
 	for impl in "${impls[@]}"; do
@@ -206,6 +247,7 @@ for b in "${benches[@]}"; do
 		"$bin/bench" compare -decimals "$decimals" "$base" "${others[@]}" || failed=1
 	done
 	echo "(plot: $out/$b.png)"
+	states "$b"
 done
 echo
 echo "results: $out"

@@ -39,6 +39,8 @@ func run(args []string, stdout, stderr *os.File) int {
 		return exitStatus(stderr, "bench compare", compareMain(args[1:], stdout, stderr))
 	case "merge":
 		return exitStatus(stderr, "bench merge", mergeMain(args[1:], stderr))
+	case "linestate":
+		return exitStatus(stderr, "bench linestate", lineStateMain(args[1:], stdout, stderr))
 	}
 	// Every rank parses the same command line; flag's complaints are held
 	// back so that only rank 0 shows them.

@@ -38,6 +38,7 @@ type options struct {
 const usageText = `usage: bench BENCHMARK [flags]      (start it with gorun: gorun -n 2 ./bench latency)
        bench compare [-plot FILE] A.csv B.csv ...
        bench merge [-label L] [-bench B] -o OUT.csv ROUND.txt ...
+       bench linestate [-d DURATION] [-cpus A,B]   (ns one way of a cache line between two CPUs)
 
 Benchmarks, measured as the OSU micro-benchmarks measure them:
   latency    ping-pong between ranks 0 and 1, half the round trip (us)
@@ -56,7 +57,7 @@ Flags:
 func parseOptions(name string, args []string, stderr io.Writer) (*options, error) {
 	b := lookup(name)
 	if b == nil {
-		return nil, fmt.Errorf("%w: unknown benchmark %q (want one of %s, or compare, merge)", errUsage, name, strings.Join(benchNames(), ", "))
+		return nil, fmt.Errorf("%w: unknown benchmark %q (want one of %s, or compare, merge, linestate)", errUsage, name, strings.Join(benchNames(), ", "))
 	}
 	fs := newFlagSet("bench "+name, usageText, stderr)
 	o := &options{bench: b}
