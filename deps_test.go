@@ -95,7 +95,8 @@ var layers = []rule{
 
 	// Programs.
 	{"cmd/gorun/...", []string{"std", "internal/launch"}},
-	{"bench/...", []string{"std", "mpi", "gonum.org/v1/plot/..."}},
+	// bench linestate pins its two threads to CPUs (x/sys/unix).
+	{"bench/...", []string{"std", "mpi", "gonum.org/v1/plot/...", "golang.org/x/sys/unix"}},
 	{"examples/...", []string{"std", "mpi"}},
 }
 

@@ -33,6 +33,9 @@ type options struct {
 	label  string // series name in the CSV and the plot
 	// decimals is how many decimals the table's values have.
 	decimals int
+	// blocks, for latency, is how many round trips each per-block figure
+	// covers (0: none; see count.blocks).
+	blocks int
 }
 
 const usageText = `usage: bench BENCHMARK [flags]      (start it with gorun: gorun -n 2 ./bench latency)
@@ -69,6 +72,7 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 	fs.StringVar(&o.plot, "plot", "", "also draw the results to `FILE`.svg or FILE.png")
 	fs.StringVar(&o.label, "label", "weft", "series name in the CSV and the plot")
 	fs.IntVar(&o.decimals, "decimals", precision, "decimals of the printed values (OSU prints 2)")
+	fs.IntVar(&o.blocks, "blocks", 0, "latency: also print the latency of every `N` round trips, on a '#' line after each size's row (to see the levels a run moves between)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -92,6 +96,10 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		return nil, fmt.Errorf("%w: -iters %d: want 0 (OSU's counts) or more", errUsage, o.iters)
 	case o.warmup < -1:
 		return nil, fmt.Errorf("%w: -warmup %d: want -1 (OSU's counts), 0 or more", errUsage, o.warmup)
+	case o.blocks < 0:
+		return nil, fmt.Errorf("%w: -blocks %d: want 0 (none) or more", errUsage, o.blocks)
+	case o.blocks > 0 && b.kind != kindLatency:
+		return nil, fmt.Errorf("%w: -blocks: latency only (bench %s times its iterations together)", errUsage, name)
 	case strings.ContainsAny(o.label, ",\"\n"):
 		return nil, fmt.Errorf("%w: -label %q: no commas, quotes or newlines", errUsage, o.label)
 	}

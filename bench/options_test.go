@@ -121,6 +121,8 @@ func TestParseOptions(t *testing.T) {
 		{"latency", []string{"-csv", "/nonexistent/dir/x.csv"}, "directory /nonexistent/dir does not exist"},
 		{"latency", []string{"-plot", "/nonexistent/x.svg"}, "-plot"},
 		{"latency", []string{"-bogus"}, "flag provided but not defined: -bogus"},
+		{"latency", []string{"-blocks", "-1"}, "-blocks -1"},
+		{"bw", []string{"-blocks", "100"}, "-blocks: latency only"},
 		{"latency", []string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, c := range bad {

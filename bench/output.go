@@ -79,6 +79,23 @@ func writeHeader(w io.Writer, b *benchmark) error {
 	return err
 }
 
+// writeBlocks writes a latency size's per-block figures (-blocks), if any,
+// as a comment line after the row: "# SIZE: per N round trips: v1 v2 ...".
+// OSU readers, readOSU among them, skip it.
+func writeBlocks(w io.Writer, size int, blocks []float64, per, decimals int) error {
+	if len(blocks) == 0 {
+		return nil
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# %d: per %d round trips:", size, per)
+	for _, v := range blocks {
+		fmt.Fprintf(&sb, " %.*f", decimals, v)
+	}
+	sb.WriteByte('\n')
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
 // writeRow writes one size's line of the OSU table, its values with
 // decimals decimals.
 func writeRow(w io.Writer, b *benchmark, r row, decimals int) error {

@@ -34,9 +34,21 @@ func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 	peer := 1 - me
 	s, r := buf.send[:size], buf.recv[:size]
 	var start time.Time
+	var blocks []float64 // rank 0 with -blocks: us one way per block
+	if me == 0 && n.blocks > 0 {
+		blocks = make([]float64, 0, n.iters/n.blocks)
+	}
+	buf.blocks = nil
+	var blockStart time.Time
 	for i := range n.warmup + n.iters {
 		if i == n.warmup {
 			start = time.Now()
+			blockStart = start
+		}
+		if blocks != nil && i > n.warmup && (i-n.warmup)%n.blocks == 0 {
+			t := time.Now()
+			blocks = append(blocks, t.Sub(blockStart).Seconds()*1e6/float64(2*n.blocks))
+			blockStart = t
 		}
 		if me == 0 {
 			if err := mpi.Send(c, s, peer, tagLatency); err != nil {
@@ -54,8 +66,12 @@ func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 			}
 		}
 	}
-	us := time.Since(start).Seconds() * 1e6 / float64(2*n.iters)
-	return p2pRow(size, us, n), nil
+	end := time.Now()
+	if blocks != nil && n.iters%n.blocks == 0 && n.iters > 0 {
+		blocks = append(blocks, end.Sub(blockStart).Seconds()*1e6/float64(2*n.blocks))
+	}
+	buf.blocks = blocks
+	return p2pRow(size, end.Sub(start).Seconds()*1e6/float64(2*n.iters), n), nil
 }
 
 // bandwidth is osu_bw: rank 0 sends windows of 64 Isends, rank 1 receives

@@ -22,6 +22,7 @@ const (
 type count struct {
 	iters  int // timed
 	warmup int // run first and not timed, so that connections, registration caches and page faults settle
+	blocks int // latency: time every blocks timed iterations too (0: only the whole)
 }
 
 // benchmark is one subcommand: what it measures and how often.
@@ -127,6 +128,10 @@ func (b *benchmark) sizesFor(min, max int) []int {
 type buffers struct {
 	send, recv   []byte
 	fsend, frecv []float32
+	// blocks: latency -blocks on rank 0, the latency of each block of
+	// round trips of the size just measured, in order (a trailing partial
+	// block is left out).
+	blocks []float64
 }
 
 func newBuffers(b *benchmark, max, ranks int) *buffers {
@@ -158,6 +163,7 @@ func (o *options) countFor(size int) count {
 	if o.warmup >= 0 {
 		n.warmup = o.warmup
 	}
+	n.blocks = o.blocks
 	return n
 }
 
@@ -202,6 +208,9 @@ func measure(c *mpi.Comm, o *options, out io.Writer, pr *progress) (*table, erro
 		pr.clear()
 		if out != nil {
 			if err := writeRow(out, b, r, o.decimals); err != nil {
+				return nil, err
+			}
+			if err := writeBlocks(out, r.size, buf.blocks, o.blocks, o.decimals); err != nil {
 				return nil, err
 			}
 		}

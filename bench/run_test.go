@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,6 +69,47 @@ func TestBenchmarksInProcess(t *testing.T) {
 				t.Errorf("printed table reads back as %+v, %v", back, err)
 			}
 		})
+	}
+}
+
+// latency -blocks times every block of round trips too: one figure per
+// whole block (the partial one at the end left out), each a positive
+// latency, printed on a '#' line that OSU readers skip.
+func TestLatencyBlocks(t *testing.T) {
+	for _, c := range []struct{ iters, per, want int }{{12, 4, 3}, {14, 4, 3}, {3, 4, 0}} {
+		o := &options{bench: lookup("latency"), min: 8, max: 16, iters: c.iters, warmup: 2, label: "weft", decimals: 3, blocks: c.per}
+		_, out, err := runInProcess(t, 2, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []string{"8", "16"} {
+			prefix := fmt.Sprintf("# %s: per %d round trips:", size, c.per)
+			var line string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, prefix) {
+					line = l
+				}
+			}
+			if c.want == 0 {
+				if line != "" {
+					t.Errorf("-iters %d -blocks %d printed %q; want no block line", c.iters, c.per, line)
+				}
+				continue
+			}
+			f := strings.Fields(strings.TrimPrefix(line, prefix))
+			if len(f) != c.want {
+				t.Errorf("-iters %d -blocks %d, size %s: blocks %q; want %d figures in:\n%s", c.iters, c.per, size, f, c.want, out)
+			}
+			for _, v := range f {
+				if x, err := strconv.ParseFloat(v, 64); err != nil || !(x > 0) {
+					t.Errorf("size %s: block figure %q; want a positive latency", size, v)
+				}
+			}
+		}
+		back, err := readOSU(strings.NewReader(out))
+		if err != nil || len(back.rows) != 2 {
+			t.Errorf("output with block lines reads back as %+v, %v; want 2 rows", back, err)
+		}
 	}
 }
 

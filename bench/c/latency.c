@@ -1,8 +1,11 @@
 /*
  * latency.c: osu_latency's method. Ranks 0 and 1 ping-pong blocking
  * messages; the figure is half the round trip in microseconds, averaged
- * over the timed iterations (warm-up skipped). Other ranks idle.
+ * over the timed iterations (warm-up skipped). Other ranks idle. With
+ * -blocks N, as weft's bench latency, rank 0 also prints the figure of
+ * every N round trips on a '#' line after each size's row.
  */
+#define OSU_BLOCKS
 #include "osu.h"
 
 int main(int argc, char **argv)
@@ -14,12 +17,23 @@ int main(int argc, char **argv)
 	if (rank == 0)
 		osu_p2p_header("MPI Latency Test", "Latency (us)");
 	for (long size = o.min; size <= o.max; size = osu_next(size)) {
-		double start = 0;
+		double start = 0, block_start = 0, *blocks = NULL;
+		int nblocks = 0;
 		osu_count(&o, SCHED_LATENCY, size, &iters, &warmup);
+		if (rank == 0 && o.blocks > 0 && iters / o.blocks > 0 &&
+		    (blocks = malloc(sizeof *blocks * (size_t)(iters / o.blocks))) == NULL) {
+			fprintf(stderr, "%s: out of memory for %d blocks\n", argv[0], iters / o.blocks);
+			MPI_Abort(MPI_COMM_WORLD, 1);
+		}
 		MPI_Barrier(MPI_COMM_WORLD);
 		for (int i = 0; i < warmup + iters && rank < 2; i++) {
 			if (i == warmup)
-				start = MPI_Wtime();
+				block_start = start = MPI_Wtime();
+			if (blocks && i > warmup && (i - warmup) % o.blocks == 0) {
+				double t = MPI_Wtime();
+				blocks[nblocks++] = (t - block_start) * 1e6 / (2.0 * o.blocks);
+				block_start = t;
+			}
 			if (rank == 0) {
 				MPI_Send(s, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
 				MPI_Recv(r, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -28,8 +42,19 @@ int main(int argc, char **argv)
 				MPI_Send(s, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
 			}
 		}
-		if (rank == 0)
-			osu_p2p_row(size, (MPI_Wtime() - start) * 1e6 / (2.0 * iters));
+		if (rank == 0) {
+			double end = MPI_Wtime();
+			osu_p2p_row(size, (end - start) * 1e6 / (2.0 * iters));
+			if (blocks && iters % o.blocks == 0)
+				blocks[nblocks++] = (end - block_start) * 1e6 / (2.0 * o.blocks);
+			if (blocks) {
+				printf("# %ld: per %d round trips:", size, o.blocks);
+				for (int k = 0; k < nblocks; k++)
+					printf(" %.*f", osu_decimals, blocks[k]);
+				printf("\n");
+			}
+			free(blocks);
+		}
 	}
 	free(s);
 	free(r);

@@ -4,7 +4,8 @@
  * that bench/compare.sh can put the three side by side:
  *
  *   - the command line of weft's bench: -min SIZE -max SIZE -iters N
- *     -warmup N -decimals N, sizes with K/M/G suffixes;
+ *     -warmup N -decimals N, sizes with K/M/G suffixes (and latency's
+ *     -blocks N);
  *   - the iteration schedule, which must stay equal to bench/run.go's
  *     (latencySchedule, bandwidthSchedule, collectiveSchedule);
  *   - OSU's output layout (osu_util.h: FIELD_WIDTH 18, FLOAT_PRECISION 2;
@@ -27,6 +28,14 @@
 #define FLOAT_PRECISION 2 /* OSU's decimals: -decimals' default */
 #define OSU_MAX_DECIMALS 6  /* bench's maxDecimals */
 
+/* A program that defines OSU_BLOCKS before including this (latency.c)
+ * takes -blocks N as well. */
+#ifdef OSU_BLOCKS
+#define OSU_BLOCKS_USAGE " [-blocks N]"
+#else
+#define OSU_BLOCKS_USAGE ""
+#endif
+
 /* osu_decimals is what the values are printed with (-decimals). */
 static int osu_decimals = FLOAT_PRECISION;
 
@@ -37,6 +46,7 @@ struct osu_opts {
 	int iters;  /* 0: the schedule's */
 	int warmup; /* -1: the schedule's */
 	int bi;     /* bw.c: -bi measures bi-directional bandwidth */
+	int blocks; /* -blocks N (OSU_BLOCKS): time every N iterations too (0: no) */
 };
 
 /* osu_parse_size reads 512, 64K, 4M, 1G (binary, case-insensitive, an
@@ -73,6 +83,7 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 	o->iters = 0;
 	o->warmup = -1;
 	o->bi = 0;
+	o->blocks = 0;
 	osu_decimals = FLOAT_PRECISION;
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -92,6 +103,10 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 			i++;
 		else if (strcmp(f, "-warmup") == 0 && (o->warmup = atoi(v)) >= 0 && isdigit((unsigned char)*v))
 			i++;
+#ifdef OSU_BLOCKS
+		else if (strcmp(f, "-blocks") == 0 && (o->blocks = atoi(v)) >= 0 && isdigit((unsigned char)*v))
+			i++;
+#endif
 		else if (strcmp(f, "-decimals") == 0 && isdigit((unsigned char)*v) &&
 		         (osu_decimals = atoi(v)) <= OSU_MAX_DECIMALS)
 			i++;
@@ -104,7 +119,7 @@ bad:
 	if (rank == 0)
 		fprintf(stderr, "%s: bad command line; usage: %s [-min SIZE] [-max SIZE] [-iters N] [-warmup N] [-decimals N]%s\n"
 		        "  (sizes like 512, 64K, 4M; -min <= -max; -decimals 0 to %d)\n",
-		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : "", OSU_MAX_DECIMALS);
+		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : OSU_BLOCKS_USAGE, OSU_MAX_DECIMALS);
 	return -1;
 }
 
