@@ -322,8 +322,8 @@ func (d *Device) outRing(dst uint32) (*ring, *peer, error) {
 	if dst == uint32(d.rank) && !d.selfSent.Load() {
 		d.selfSent.Store(true) // before the frame's stamp: a Wait that sees the frame sees this
 	}
-	if err := r.check(); err != nil {
-		return nil, nil, err
+	if !r.intact() {
+		return nil, nil, r.checkFailed()
 	}
 	if atomic.LoadUint32(p.state) == stateClosed {
 		return nil, nil, fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
@@ -466,8 +466,8 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 // delivered and payload bytes. It returns those and how many frames it
 // consumed (dropped ones included).
 func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered int, bytes uint64) (int, int, uint64, error) {
-	if err := r.check(); err != nil {
-		return delivered, 0, bytes, err
+	if !r.intact() {
+		return delivered, 0, bytes, r.checkFailed()
 	}
 	used := 0
 	for used < budget {
