@@ -37,8 +37,7 @@ type ring struct {
 	pubCell, pubData   uint64
 	took               uint64 // consumer: cells the frame next returned runs over
 
-	err     error  // set once the ring failed a check; it is not used again
-	retired uint64 // 1 once err is set (see check)
+	err error // set once the ring failed a check; it is not used again
 }
 
 // newRing makes the view of ring (src, dst) in mem.
@@ -126,8 +125,8 @@ func initRing(mem []byte, g *geometry, src, dst int) {
 
 // attach checks the whole ring header, when the device opens.
 func (r *ring) attach(mem []byte, g *geometry) error {
-	if err := r.check(); err != nil {
-		return err
+	if !r.intact() {
+		return r.checkFailed()
 	}
 	b := mem[g.ringOff(r.src, r.dst):]
 	if *word32(b, offRingSrc) != uint32(r.src) || *word32(b, offRingDst) != uint32(r.dst) ||
@@ -138,23 +137,16 @@ func (r *ring) attach(mem []byte, g *geometry) error {
 	return nil
 }
 
-// check verifies the ring's markers, before each use.
-func (r *ring) check() error {
-	if r.intact() {
-		return nil
-	}
-	return r.checkFailed()
-}
-
-// intact is check's test alone, for Send and Poll: it inlines where check
-// does not, and a call to check cost 25 instructions of each, 2% of an
-// 8-byte message's send and delivery (bench/instr.sh). One test for the
-// three conditions: a branch less.
+// intact reports whether the ring passes its check before each use: not
+// retired, and both markers in place. When it does not, checkFailed says
+// why. The test alone inlines into Send and Poll, where a call to the
+// whole check cost 25 instructions of each, 2% of an 8-byte message's
+// send and delivery (bench/instr.sh).
 func (r *ring) intact() bool {
-	return atomic.LoadUint64(r.start)^r.wantStart|atomic.LoadUint64(r.end)^r.wantEnd|r.retired == 0
+	return r.err == nil && atomic.LoadUint64(r.start) == r.wantStart && atomic.LoadUint64(r.end) == r.wantEnd
 }
 
-// checkFailed is check's answer for a ring that failed it, now or before.
+// checkFailed is the error of a ring intact found failing, now or before.
 func (r *ring) checkFailed() error {
 	if r.err != nil {
 		return r.err
@@ -169,7 +161,7 @@ func (r *ring) checkFailed() error {
 
 // corrupt retires the ring with an error saying what failed.
 func (r *ring) corrupt(what string) error {
-	r.err, r.retired = fmt.Errorf("shm: ring %d→%d: %s: %w", r.src, r.dst, what, ErrCorrupt), 1
+	r.err = fmt.Errorf("shm: ring %d→%d: %s: %w", r.src, r.dst, what, ErrCorrupt)
 	return r.err
 }
 
