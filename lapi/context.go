@@ -298,13 +298,13 @@ const closeDrainMax = 2 * time.Second
 func (c *Context) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.PeerTimeout, closeDrainMax))
 	defer cancel()
-	err := c.waitUntil(ctx, func() error {
+	err := c.waitUntil(ctx, func() (bool, error) {
 		for _, p := range c.active {
 			if c.peerErr[p] == nil && (c.links[p].inFlight() > 0 || c.queues[p].head != nil) {
-				return nil
+				return false, nil
 			}
 		}
-		return errDone
+		return true, nil
 	})
 	if err != nil {
 		return
@@ -315,11 +315,8 @@ func (c *Context) drain() {
 		last := c.stats.PacketsRecv
 		c.mu.Unlock()
 		qctx, qcancel := context.WithTimeout(ctx, quiet)
-		err := c.waitUntil(qctx, func() error {
-			if c.stats.PacketsRecv != last {
-				return errDone
-			}
-			return nil
+		err := c.waitUntil(qctx, func() (bool, error) {
+			return c.stats.PacketsRecv != last, nil
 		})
 		qcancel()
 		if err != nil {
@@ -355,14 +352,11 @@ func (k *Counter) Value() int64 { return k.v.Load() }
 // Wait makes progress until the counter reaches val, then subtracts val
 // (LAPI_Waitcntr). It fails if an operation counted on it failed, or ctx ends.
 func (k *Counter) Wait(ctx context.Context, val int64) error {
-	err := k.c.waitUntil(ctx, func() error {
+	err := k.c.waitUntil(ctx, func() (bool, error) {
 		if k.err != nil {
-			return k.err
+			return false, k.err
 		}
-		if k.v.Load() >= val {
-			return errDone
-		}
-		return nil
+		return k.v.Load() >= val, nil
 	})
 	if err != nil {
 		return err

@@ -86,11 +86,8 @@ func (c *Context) rdmaCheck(peer hal.Rank) error {
 
 // WaitRDMAReady makes progress until RDMA toward peer is enabled.
 func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
-	return c.waitUntil(ctx, func() error {
-		if c.rdmaCheck(peer) == nil {
-			return errDone
-		}
-		return nil
+	return c.waitUntil(ctx, func() (bool, error) {
+		return c.rdmaCheck(peer) == nil, nil
 	})
 }
 

@@ -461,24 +461,21 @@ func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
 func (c *Context) Fence(ctx context.Context) error {
 	// RDMA transfers are complete at their target when their completion
 	// comes back.
-	if err := c.waitUntil(ctx, func() error {
-		if c.rd.groups == 0 {
-			return errDone
-		}
-		return nil
+	if err := c.waitUntil(ctx, func() (bool, error) {
+		return c.rd.groups == 0, nil
 	}); err != nil {
 		return err
 	}
 	if !c.reliable {
 		// On an unordered device a probe could overtake earlier packets:
 		// first wait until every packet is acknowledged, hence placed.
-		err := c.waitUntil(ctx, func() error {
+		err := c.waitUntil(ctx, func() (bool, error) {
 			for _, p := range c.active {
 				if c.links[p].inFlight() > 0 || c.queues[p].head != nil {
-					return nil
+					return false, nil
 				}
 			}
-			return errDone
+			return true, nil
 		})
 		if err != nil {
 			return err

@@ -40,16 +40,13 @@ func (c *Context) AddressInit(ctx context.Context, local []byte) ([][]byte, erro
 			return nil, fmt.Errorf("lapi: address exchange with %d: %w", p, err)
 		}
 	}
-	err := c.waitUntil(ctx, func() error {
+	err := c.waitUntil(ctx, func() (bool, error) {
 		for p := 0; p < c.cfg.Size; p++ {
 			if err := c.peerErr[p]; err != nil && x.got[e][p] == nil {
-				return err
+				return false, err
 			}
 		}
-		if x.count[e] == c.cfg.Size {
-			return errDone
-		}
-		return nil
+		return x.count[e] == c.cfg.Size, nil
 	})
 	c.mu.Lock()
 	vals := x.got[e]
