@@ -123,6 +123,7 @@ run() {
 
 # --- build -------------------------------------------------------------------
 note "building weft's bench and gorun"
+bash "$root/bench/pgocheck.sh" "$root"
 (cd "$root" && go build -o "$bin/bench" ./bench && go build -o "$bin/gorun" ./cmd/gorun) || {
 	note "go build failed"
 	exit 1

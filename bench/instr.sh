@@ -32,6 +32,7 @@ command -v valgrind >/dev/null || { echo "instr.sh: needs valgrind (apt-get inst
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/weft-instr.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && go build -o "$tmp/bench" ./bench && go build -o "$tmp/gorun" ./cmd/gorun) || exit 1
+bash "$here/pgocheck.sh" "$root"
 
 # total FILE: the Ir total of a callgrind output.
 total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }'; }

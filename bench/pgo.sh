@@ -14,7 +14,8 @@
 # process_vm_readv, which no profile speeds up), so they make up most of
 # the samples. Shared memory only: a udp run spends its time in system
 # calls, and its samples would make the shared-memory path look cold.
-# Refresh the profile after changing a hot path: one of older code still
+# Refresh the profile after changing a hot path (bench/pgocheck.sh, run by
+# compare.sh and instr.sh, warns when it is older): one of older code still
 # helps where the code is the same, and is ignored where it is not.
 #
 # Why: with the profile the compiler inlines the hot call chain from
