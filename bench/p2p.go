@@ -45,11 +45,6 @@ func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 			start = time.Now()
 			blockStart = start
 		}
-		if blocks != nil && i > n.warmup && (i-n.warmup)%n.blocks == 0 {
-			t := time.Now()
-			blocks = append(blocks, t.Sub(blockStart).Seconds()*1e6/float64(2*n.blocks))
-			blockStart = t
-		}
 		if me == 0 {
 			if err := mpi.Send(c, s, peer, tagLatency); err != nil {
 				return row{}, err
@@ -65,11 +60,13 @@ func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 				return row{}, err
 			}
 		}
+		if done := i + 1 - n.warmup; blocks != nil && done > 0 && done%n.blocks == 0 {
+			t := time.Now()
+			blocks = append(blocks, t.Sub(blockStart).Seconds()*1e6/float64(2*n.blocks))
+			blockStart = t
+		}
 	}
 	end := time.Now()
-	if blocks != nil && n.iters%n.blocks == 0 && n.iters > 0 {
-		blocks = append(blocks, end.Sub(blockStart).Seconds()*1e6/float64(2*n.blocks))
-	}
 	buf.blocks = blocks
 	return p2pRow(size, end.Sub(start).Seconds()*1e6/float64(2*n.iters), n), nil
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-hpc/weft/mpi"
 )
@@ -82,34 +86,72 @@ func TestLatencyBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, size := range []string{"8", "16"} {
-			prefix := fmt.Sprintf("# %s: per %d round trips:", size, c.per)
-			var line string
-			for _, l := range strings.Split(out, "\n") {
-				if strings.HasPrefix(l, prefix) {
-					line = l
-				}
-			}
-			if c.want == 0 {
-				if line != "" {
-					t.Errorf("-iters %d -blocks %d printed %q; want no block line", c.iters, c.per, line)
-				}
-				continue
-			}
-			f := strings.Fields(strings.TrimPrefix(line, prefix))
-			if len(f) != c.want {
-				t.Errorf("-iters %d -blocks %d, size %s: blocks %q; want %d figures in:\n%s", c.iters, c.per, size, f, c.want, out)
-			}
-			for _, v := range f {
-				if x, err := strconv.ParseFloat(v, 64); err != nil || !(x > 0) {
-					t.Errorf("size %s: block figure %q; want a positive latency", size, v)
-				}
+		checkBlocks(t, out, c.iters, c.per, c.want)
+	}
+}
+
+// checkBlocks checks the output of a latency run over sizes 8 and 16 with
+// -iters iters -blocks per: want figures on each size's block line (none:
+// no line), and a table that still reads back.
+func checkBlocks(t *testing.T, out string, iters, per, want int) {
+	t.Helper()
+	for _, size := range []string{"8", "16"} {
+		prefix := fmt.Sprintf("# %s: per %d round trips:", size, per)
+		var line string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				line = l
 			}
 		}
-		back, err := readOSU(strings.NewReader(out))
-		if err != nil || len(back.rows) != 2 {
-			t.Errorf("output with block lines reads back as %+v, %v; want 2 rows", back, err)
+		if want == 0 {
+			if line != "" {
+				t.Errorf("-iters %d -blocks %d printed %q; want no block line", iters, per, line)
+			}
+			continue
 		}
+		f := strings.Fields(strings.TrimPrefix(line, prefix))
+		if len(f) != want {
+			t.Errorf("-iters %d -blocks %d, size %s: blocks %q; want %d figures in:\n%s", iters, per, size, f, want, out)
+		}
+		for _, v := range f {
+			if x, err := strconv.ParseFloat(v, 64); err != nil || !(x > 0) {
+				t.Errorf("size %s: block figure %q; want a positive latency", size, v)
+			}
+		}
+	}
+	back, err := readOSU(strings.NewReader(out))
+	if err != nil || len(back.rows) != 2 {
+		t.Errorf("output with block lines reads back as %+v, %v; want 2 rows", back, err)
+	}
+}
+
+// TestCLatencyBlocks runs bench/c/latency.c, built with MPICH, with the
+// same -blocks cases as TestLatencyBlocks: compare.sh reads both alike.
+func TestCLatencyBlocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs an MPI program")
+	}
+	var tools []string
+	for _, tool := range []string{"mpicc.mpich", "mpiexec.mpich"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skipf("%s not installed: apt-get install mpich libmpich-dev", tool)
+		}
+		tools = append(tools, p)
+	}
+	bin := filepath.Join(t.TempDir(), "latency")
+	if out, err := exec.Command(tools[0], "-O2", "-o", bin, filepath.Join("c", "latency.c")).CombinedOutput(); err != nil {
+		t.Fatalf("mpicc.mpich latency.c: %v\n%s", err, out)
+	}
+	for _, c := range []struct{ iters, per, want int }{{12, 4, 3}, {14, 4, 3}, {3, 4, 0}} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, tools[1], "-n", "2", bin, "-min", "8", "-max", "16",
+			"-iters", strconv.Itoa(c.iters), "-warmup", "2", "-blocks", strconv.Itoa(c.per), "-decimals", "3").Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("latency -iters %d -blocks %d: %v\n%s", c.iters, c.per, err, out)
+		}
+		checkBlocks(t, string(out), c.iters, c.per, c.want)
 	}
 }
 

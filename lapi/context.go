@@ -298,7 +298,7 @@ const closeDrainMax = 2 * time.Second
 func (c *Context) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.PeerTimeout, closeDrainMax))
 	defer cancel()
-	err := c.waitUntil(ctx, func() (bool, error) {
+	err := c.Wait(ctx, func() (bool, error) {
 		for _, p := range c.active {
 			if c.peerErr[p] == nil && (c.links[p].inFlight() > 0 || c.queues[p].head != nil) {
 				return false, nil
@@ -315,7 +315,7 @@ func (c *Context) drain() {
 		last := c.stats.PacketsRecv
 		c.mu.Unlock()
 		qctx, qcancel := context.WithTimeout(ctx, quiet)
-		err := c.waitUntil(qctx, func() (bool, error) {
+		err := c.Wait(qctx, func() (bool, error) {
 			return c.stats.PacketsRecv != last, nil
 		})
 		qcancel()
@@ -352,7 +352,7 @@ func (k *Counter) Value() int64 { return k.v.Load() }
 // Wait makes progress until the counter reaches val, then subtracts val
 // (LAPI_Waitcntr). It fails if an operation counted on it failed, or ctx ends.
 func (k *Counter) Wait(ctx context.Context, val int64) error {
-	err := k.c.waitUntil(ctx, func() (bool, error) {
+	err := k.c.Wait(ctx, func() (bool, error) {
 		if k.err != nil {
 			return false, k.err
 		}

@@ -86,7 +86,7 @@ func (c *Context) rdmaCheck(peer hal.Rank) error {
 
 // WaitRDMAReady makes progress until RDMA toward peer is enabled.
 func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
-	return c.waitUntil(ctx, func() (bool, error) {
+	return c.Wait(ctx, func() (bool, error) {
 		return c.rdmaCheck(peer) == nil, nil
 	})
 }

@@ -461,7 +461,7 @@ func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
 func (c *Context) Fence(ctx context.Context) error {
 	// RDMA transfers are complete at their target when their completion
 	// comes back.
-	if err := c.waitUntil(ctx, func() (bool, error) {
+	if err := c.Wait(ctx, func() (bool, error) {
 		return c.rd.groups == 0, nil
 	}); err != nil {
 		return err
@@ -469,7 +469,7 @@ func (c *Context) Fence(ctx context.Context) error {
 	if !c.reliable {
 		// On an unordered device a probe could overtake earlier packets:
 		// first wait until every packet is acknowledged, hence placed.
-		err := c.waitUntil(ctx, func() (bool, error) {
+		err := c.Wait(ctx, func() (bool, error) {
 			for _, p := range c.active {
 				if c.links[p].inFlight() > 0 || c.queues[p].head != nil {
 					return false, nil

@@ -40,7 +40,7 @@ func (c *Context) AddressInit(ctx context.Context, local []byte) ([][]byte, erro
 			return nil, fmt.Errorf("lapi: address exchange with %d: %w", p, err)
 		}
 	}
-	err := c.waitUntil(ctx, func() (bool, error) {
+	err := c.Wait(ctx, func() (bool, error) {
 		for p := 0; p < c.cfg.Size; p++ {
 			if err := c.peerErr[p]; err != nil && x.got[e][p] == nil {
 				return false, err

@@ -29,11 +29,6 @@ int main(int argc, char **argv)
 		for (int i = 0; i < warmup + iters && rank < 2; i++) {
 			if (i == warmup)
 				block_start = start = MPI_Wtime();
-			if (blocks && i > warmup && (i - warmup) % o.blocks == 0) {
-				double t = MPI_Wtime();
-				blocks[nblocks++] = (t - block_start) * 1e6 / (2.0 * o.blocks);
-				block_start = t;
-			}
 			if (rank == 0) {
 				MPI_Send(s, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
 				MPI_Recv(r, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -41,12 +36,14 @@ int main(int argc, char **argv)
 				MPI_Recv(r, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 				MPI_Send(s, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
 			}
+			if (blocks && i + 1 > warmup && (i + 1 - warmup) % o.blocks == 0) {
+				double t = MPI_Wtime();
+				blocks[nblocks++] = (t - block_start) * 1e6 / (2.0 * o.blocks);
+				block_start = t;
+			}
 		}
 		if (rank == 0) {
-			double end = MPI_Wtime();
-			osu_p2p_row(size, (end - start) * 1e6 / (2.0 * iters));
-			if (blocks && iters % o.blocks == 0)
-				blocks[nblocks++] = (end - block_start) * 1e6 / (2.0 * o.blocks);
+			osu_p2p_row(size, (MPI_Wtime() - start) * 1e6 / (2.0 * iters));
 			if (blocks) {
 				printf("# %ld: per %d round trips:", size, o.blocks);
 				for (int k = 0; k < nblocks; k++)
