@@ -117,6 +117,11 @@ func Open(cfg Config) (*Context, error) {
 			cfg.AMRendezvous = 256 << 10
 		}
 	}
+	if cfg.AMRendezvous >= 0 && cfg.CopyThreshold >= cfg.AMRendezvous {
+		// A message rendezvous reads is not copied: its buffer is read
+		// after Amsend returns.
+		cfg.CopyThreshold = max(cfg.AMRendezvous-1, 0)
+	}
 	if caps.MTU < pktHdrLen+64 {
 		return nil, fmt.Errorf("lapi: open: device MTU %d too small (need %d)", caps.MTU, pktHdrLen+64)
 	}

@@ -36,7 +36,9 @@ type Config struct {
 	// may be the thread it yields to, and a sleep and wake-up costs more.
 	Spin, Yield time.Duration
 	// CopyThreshold: messages with at most this much data are copied when
-	// sent, so their origin counter fires at once (default 16 KiB).
+	// sent, so their origin counter fires at once (default 16 KiB; never
+	// AMRendezvous or more, since rendezvous reads the sender's buffer
+	// after Amsend returns).
 	CopyThreshold int
 	// RDMAThreshold: Put and Get of at least this many bytes to another
 	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always

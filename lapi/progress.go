@@ -206,7 +206,9 @@ func (c *Context) Progress() {
 
 // Wait makes progress until cond reports done or an error; cond runs under
 // the progress lock, so it must be quick and must not call the context.
-// An error cond returns ends the wait, done or not. The calling goroutine
+// An error cond returns ends the wait, done or not; once cond reports done
+// with no error, Wait returns without calling it again (a condition may
+// act on the completion it sees, as mpi's gives its request back). The calling goroutine
 // polls for Config.Spin, then blocks: in the device's Wait if no other
 // goroutine is, else until another goroutine makes progress. cond is
 // called as given: a closure around it cost an 8-byte ping-pong's receiver

@@ -29,8 +29,10 @@ func (c *Context) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
 		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen
 }
 
-// amRendezvous is Amsend for a large message.
-func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+// amRendezvousLocked is AmsendLocked for a large message. The
+// registration's lock and the TPT watcher's come after the progress lock,
+// as everywhere (see takeTPTChanges).
+func (c *Context) amRendezvousLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
 	local, err := c.tpt.Register(data, hal.AccessRead)
 	if err != nil {
 		return fmt.Errorf("lapi: send to %d: %w", tgt, err)
@@ -41,7 +43,6 @@ func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	binary.LittleEndian.PutUint64(u[10:], uint64(len(data)))
 	hal.PutPVO(u[18:], local)
 	n := rtsLen + copy(u[rtsLen:], uhdr)
-	c.mu.Lock()
 	id := c.gets.take(getSlot{peer: tgt, rv: true, local: local, cntr: o.Origin, cmp: o.Completion, notify: o.Notify})
 	binary.LittleEndian.PutUint32(u[2:], id)
 	err = c.amsendLocked(tgt, hRTS, u[:n], nil, &SendOpts{})
@@ -49,7 +50,6 @@ func (c *Context) amRendezvous(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 		c.tpt.Deregister(local)
 		c.gets.put(c.gets.lookup(id))
 	}
-	c.mu.Unlock()
 	return err
 }
 

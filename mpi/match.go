@@ -129,7 +129,10 @@ type heldKey struct {
 
 // matcher is MPI's matching state: posted receives, unexpected messages,
 // and the per-sender sequence that keeps matching in send order. It does no
-// I/O; the World calls it under its lock and acts on what it returns.
+// I/O; the World calls it under lapi's progress lock (Context.Lock), which
+// the message handlers that call it most hold already, and acts on what it
+// returns. The arrivals it queues are the World's (w.mu): their
+// OnComplete runs outside lapi's lock.
 type matcher struct {
 	posted     requestQueue
 	unexpected arrivalQueue
@@ -190,14 +193,13 @@ func (m *matcher) match(a *arrival) {
 }
 
 // post matches a new receive against the unexpected queue; it returns the
-// arrival it takes, or queues the receive and returns nil.
+// arrival it takes, whose req the caller sets (under w.mu), or queues the
+// receive and returns nil.
 func (m *matcher) post(r *request) *arrival {
 	a := m.unexpected.take(func(a *arrival) bool { return a.env.matches(r.ctx, r.src, r.tag) })
 	if a == nil {
 		m.posted.push(r)
-		return nil
 	}
-	a.req = r
 	return a
 }
 

@@ -204,11 +204,24 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	w := c.w
 	wd := c.group[dest]
 	var hdr [envEagerLen]byte
-	putEager(hdr[:], ctx, c.rank, tag, w.seqOut[wd].Add(1)-1)
-	if err := w.lc.Amsend(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{}); err != nil {
+	// The sequence number is taken under lapi's lock, which the send
+	// holds anyway: no atomic add of its own.
+	w.lc.Lock()
+	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
+	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
+	w.lc.Unlock()
+	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
 	return nil
+}
+
+// nextSeqLocked takes the next sequence number toward world rank wd,
+// under lapi's lock.
+func (w *World) nextSeqLocked(wd int) uint32 {
+	s := w.seqOut[wd]
+	w.seqOut[wd] = s + 1
+	return s
 }
 
 // copies reports whether a send of n bytes is eager and copied by lapi,
@@ -225,7 +238,6 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	wd := c.group[dest]
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
-	seq := w.seqOut[wd].Add(1) - 1
 	if len(b) <= w.eagerLimit {
 		var o lapi.SendOpts
 		copied := len(b) <= w.lc.CopyThreshold()
@@ -233,7 +245,10 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 			o.Notify = r // done when lapi no longer needs b
 		}
 		var hdr [envEagerLen]byte
-		if err := w.lc.Amsend(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, seq), b, o); err != nil {
+		w.lc.Lock()
+		err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
+		w.lc.Unlock()
+		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {
@@ -249,9 +264,13 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	w.mu.Lock()
 	w.reqs.add(r)
 	w.mu.Unlock()
-	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, seq: seq, sreq: r.id, size: uint64(len(b)), pvo: pvo}
+	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
-	if err := w.lc.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{}); err != nil {
+	w.lc.Lock()
+	env.seq = w.nextSeqLocked(wd)
+	err = w.lc.AmsendLocked(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
+	w.lc.Unlock()
+	if err != nil {
 		w.mu.Lock()
 		w.reqs.remove(r)
 		w.mu.Unlock()
@@ -267,36 +286,38 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 		return nil, err
 	}
 	w := c.w
-	if src != AnySource {
-		if err := w.lc.PeerErr(hal.Rank(c.group[src])); err != nil {
-			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
-		}
-	}
-	r := w.newRequest()
-	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
-	w.mu.Lock()
+	// The matcher's queues are under lapi's lock (see matcher). A peer
+	// failure is declared under it too: either this receive sees the
+	// peer's error, or peerFailed sees the receive posted.
+	w.lc.Lock()
 	if w.closed.Load() {
-		w.mu.Unlock()
+		w.lc.Unlock()
 		return nil, ErrFinalized
 	}
-	if src != AnySource && w.failed != nil {
-		// The check above raced the failure: peerFailed may have run
-		// between it and this lock, and would never see this receive.
-		if err := w.failed[c.group[src]]; err != nil {
-			w.mu.Unlock()
+	if src != AnySource {
+		if err := w.lc.PeerErrLocked(hal.Rank(c.group[src])); err != nil {
+			w.lc.Unlock()
 			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 		}
 	}
-	a := w.m.post(r)
+	r := w.newRequestLocked()
+	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
 	get := false
-	if a != nil && a.complete {
-		if a.env.kind == kindRTS {
-			r.rts, get = a, true
-		} else {
-			w.finishRecv(a)
+	if a := w.m.post(r); a != nil {
+		// An unexpected message: its fields are w.mu's, since its
+		// OnComplete runs outside lapi's lock.
+		w.mu.Lock()
+		a.req = r
+		if a.complete {
+			if a.env.kind == kindRTS {
+				r.rts, get = a, true
+			} else {
+				w.finishRecv(a)
+			}
 		}
+		w.mu.Unlock()
 	}
-	w.mu.Unlock()
+	w.lc.Unlock()
 	if get {
 		w.startGet(r)
 	}
@@ -423,22 +444,26 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 	if env.decode(uhdr, len(data)) != nil || env.kind != kindEager || int(src) >= w.size {
 		return false
 	}
-	w.mu.Lock()
+	// lapi's lock, held here, guards the matcher: a message matched to a
+	// posted receive takes no lock of mpi's (two locked instructions
+	// fewer between an 8-byte message's frame and the reply).
 	if r, ok := w.m.matchNext(&env, src); ok {
 		// Its turn, and nothing held back: no arrival to keep order with.
 		if r != nil {
 			n := min(len(data), len(r.buf))
 			copy(r.buf, data[:n])
 			r.finish(w.status(r, &env, n))
-		} else {
-			a := w.newArrival()
-			a.env, a.from, a.complete = env, src, true
-			a.data = a.keep(data)
-			w.m.unexpected.push(a)
+			return true
 		}
+		w.mu.Lock() // arrivals are w.mu's
+		a := w.newArrival()
+		a.env, a.from, a.complete = env, src, true
+		a.data = a.keep(data)
+		w.m.unexpected.push(a)
 		w.mu.Unlock()
 		return true
 	}
+	w.mu.Lock()
 	a := w.newArrival()
 	a.env, a.from, a.data, a.complete = env, src, data, true
 	w.m.arrive(a, w.place)

@@ -126,38 +126,71 @@ type request struct {
 
 // reqPool recycles requests: those of blocking calls (Send, Recv, and the
 // collectives' steps), and those a Request handle gave back: a blocking call
-// costs no allocation. Each World keeps the last one recycled at hand
-// (World.spare), which a rank's next blocking call takes back with one
-// atomic swap, cheaper than the pool's.
+// costs no allocation. A blocking receive's request goes back under lapi's
+// lock, as its wait ends, into World.spare, which the next receive takes
+// under that lock again: a ping-pong's request goes round with no atomic
+// instruction (the pool's fast path has none either, but costs more).
 var reqPool = sync.Pool{New: func() any { return new(request) }}
 
 // newRequest returns a zeroed request.
 func (w *World) newRequest() *request {
-	r := w.spare.Swap(nil)
-	if r == nil {
-		r = reqPool.Get().(*request)
-	}
+	r := reqPool.Get().(*request)
 	*r = request{}
 	return r
+}
+
+// newRequestLocked is newRequest under lapi's lock: the spare first.
+func (w *World) newRequestLocked() *request {
+	r := w.spare
+	if r == nil {
+		return w.newRequest()
+	}
+	w.spare = nil
+	*r = request{}
+	return r
+}
+
+// recycleLocked is recycle under lapi's lock, for a request known done and
+// not tabled.
+func (w *World) recycleLocked(r *request) {
+	if w.spare == nil {
+		w.spare = r
+	} else {
+		reqPool.Put(r)
+	}
 }
 
 // recycle returns a completed request for reuse, unless a peer may still
 // name it (tabled).
 func (r *request) recycle() {
 	if r != nil && r.done.Load() && !r.tabled {
-		if old := r.w.spare.Swap(r); old != nil {
-			reqPool.Put(old)
-		}
+		reqPool.Put(r)
 	}
 }
 
 // waitRecycle waits for a request of a blocking call and gives it back;
-// one whose wait failed is still pending, and is not reused.
+// one whose wait failed is still pending, and is not reused. Untabled and
+// not yet done, the common case of a blocking receive, it is given back
+// by the wait's condition, under lapi's lock (recycleLocked).
 func (r *request) waitRecycle() (Status, error) {
-	if err := r.w.wait(context.Background(), r); err != nil {
+	w := r.w
+	if r.done.Load() || r.tabled || w.timeout > 0 {
+		if err := w.wait(context.Background(), r); err != nil {
+			return Status{}, err
+		}
+		return r.giveBack()
+	}
+	var g gaveBack
+	if err := w.waitFor(context.Background(), r, &g); err != nil {
 		return Status{}, err
 	}
-	return r.giveBack()
+	return g.st, g.err
+}
+
+// gaveBack is what a wait that gave its request back took from it.
+type gaveBack struct {
+	st  Status
+	err error
 }
 
 // giveBack returns a completed request's status and error, and gives the

@@ -19,11 +19,11 @@ type World struct {
 	rank int
 	size int
 
-	mu      sync.Mutex // matching state and request table
+	mu      sync.Mutex // arrivals, request table (the matcher is lapi's lock's: see matcher)
 	m       matcher
 	reqs    reqTable
-	seqOut  []atomic.Uint32 // per destination world rank
-	nextCtx uint32          // lowest context id this rank has not used
+	seqOut  []uint32 // per destination world rank, under lapi's lock
+	nextCtx uint32   // lowest context id this rank has not used
 	comm    *Comm
 	closed  atomic.Bool // Finalize ran: the device may have unmapped the shared block
 
@@ -38,11 +38,10 @@ type World struct {
 	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[request] // what a blocked call waits for, for reports
-	spare              atomic.Pointer[request] // a recycled request (request.go)
+	spare              *request                // a recycled request, under lapi's lock (request.go)
 	deferred           []*request              // rendezvous reads to start outside lapi's lock
 	freeArr            *arrival                // recycled arrivals (w.mu)
 	onClose            []func() error
-	failed             []error // by world rank: peers declared failed (w.mu)
 }
 
 // newWorld sets MPI up over an open lapi context. Every rank registers the
@@ -52,7 +51,7 @@ func newWorld(lc *lapi.Context) (*World, error) {
 		lc:            lc,
 		rank:          int(lc.Rank()),
 		size:          lc.Size(),
-		seqOut:        make([]atomic.Uint32, lc.Size()),
+		seqOut:        make([]uint32, lc.Size()),
 		nextCtx:       2,
 		eagerLimit:    64 << 10,
 		splitMin:      splitDefault,
@@ -142,24 +141,29 @@ func (w *World) wait(ctx context.Context, r *request) error {
 	if w.timeout > 0 {
 		return w.waitTimed(ctx, r)
 	}
-	return w.waitFor(ctx, r)
+	return w.waitFor(ctx, r, nil)
 }
 
 // waitTimed is wait under WEFT_TIMEOUT.
 func (w *World) waitTimed(ctx context.Context, r *request) error {
 	ctx, cancel := w.deadline(ctx)
 	defer cancel()
-	return w.waitFor(ctx, r)
+	return w.waitFor(ctx, r, nil)
 }
 
-// waitFor makes progress until r completes or ctx ends.
-func (w *World) waitFor(ctx context.Context, r *request) error {
+// waitFor makes progress until r completes or ctx ends. With g, an
+// untabled r is given back once complete, its status and error into g.
+func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 	// What the rank waits for is published only once the wait has lasted
 	// a few polls: a short wait, such as a ping-pong's, then pays no
 	// locked store for it.
 	polls := 0
 	err := w.lc.Wait(ctx, func() (bool, error) {
 		if r.done.Load() {
+			if g != nil {
+				g.st, g.err = r.st, r.err
+				w.recycleLocked(r)
+			}
 			return true, nil
 		}
 		if polls++; polls == reportAfter {
@@ -209,10 +213,7 @@ func (w *World) Waiting() string {
 func (w *World) peerFailed(peer hal.Rank, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed == nil {
-		w.failed = make([]error, w.size)
-	}
-	w.failed[peer] = err // receives posted from now on fail at once
+	// Receives posted from now on see lapi's error for peer (irecv).
 	var failed []*request
 	w.m.posted.take(func(r *request) bool {
 		if r.src == AnySource || r.comm.group[r.src] == int(peer) {
