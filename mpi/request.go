@@ -169,12 +169,13 @@ func (r *request) recycle() {
 }
 
 // waitRecycle waits for a request of a blocking call and gives it back;
-// one whose wait failed is still pending, and is not reused. Untabled and
-// not yet done, the common case of a blocking receive, it is given back
-// by the wait's condition, under lapi's lock (recycleLocked).
+// one whose wait failed is still pending, and is not reused. Not yet done,
+// the common case of a blocking receive, it is given back by the wait's
+// condition, under lapi's lock (recycleLocked), unless it went into the
+// request table meanwhile (a split rendezvous receive does).
 func (r *request) waitRecycle() (Status, error) {
 	w := r.w
-	if r.done.Load() || r.tabled || w.timeout > 0 {
+	if r.done.Load() || w.timeout > 0 {
 		if err := w.wait(context.Background(), r); err != nil {
 			return Status{}, err
 		}
@@ -184,13 +185,17 @@ func (r *request) waitRecycle() (Status, error) {
 	if err := w.waitFor(context.Background(), r, &g); err != nil {
 		return Status{}, err
 	}
+	if !g.back {
+		return r.giveBack() // tabled: out of the table first
+	}
 	return g.st, g.err
 }
 
 // gaveBack is what a wait that gave its request back took from it.
 type gaveBack struct {
-	st  Status
-	err error
+	st   Status
+	err  error
+	back bool // given back; false: the request was tabled
 }
 
 // giveBack returns a completed request's status and error, and gives the

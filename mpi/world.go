@@ -151,8 +151,9 @@ func (w *World) waitTimed(ctx context.Context, r *request) error {
 	return w.waitFor(ctx, r, nil)
 }
 
-// waitFor makes progress until r completes or ctx ends. With g, an
-// untabled r is given back once complete, its status and error into g.
+// waitFor makes progress until r completes or ctx ends. With g, r is given
+// back once complete, its status and error into g, unless it is tabled
+// (which, done, it no longer becomes: only its waiter takes it out).
 func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 	// What the rank waits for is published only once the wait has lasted
 	// a few polls: a short wait, such as a ping-pong's, then pays no
@@ -160,8 +161,8 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 	polls := 0
 	err := w.lc.Wait(ctx, func() (bool, error) {
 		if r.done.Load() {
-			if g != nil {
-				g.st, g.err = r.st, r.err
+			if g != nil && !r.tabled {
+				g.st, g.err, g.back = r.st, r.err, true
 				w.recycleLocked(r)
 			}
 			return true, nil
