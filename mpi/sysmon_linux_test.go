@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,9 +29,12 @@ func policyOf(tid int) (int, error) {
 	return strconv.Atoi(f[41-3])
 }
 
-// TestRunBatchesSysmon: after Run, one thread of this process, the Go
-// runtime's monitor, is on SCHED_BATCH (internal/sysmon); a bad
-// WEFT_SYSMON is refused by name.
+// TestRunBatchesSysmon: after Run, the Go runtime's monitor thread is on
+// SCHED_BATCH (internal/sysmon) and the process's other threads are not
+// all; a bad WEFT_SYSMON is refused by name. A thread the monitor starts
+// itself (the runtime starts an M on the calling thread when the monitor
+// hands a processor off) inherits the policy, so the monitor's need not be
+// the only one: asserting that failed about once in 20 runs.
 func TestRunBatchesSysmon(t *testing.T) {
 	if err := Run(2, func(c *Comm) error { return c.Barrier() }); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -51,9 +55,14 @@ func TestRunBatchesSysmon(t *testing.T) {
 			batch = append(batch, tid)
 		}
 	}
-	if len(batch) != 1 {
-		_, err := sysmon.Batch() // what Run's call did
-		t.Errorf("threads on SCHED_BATCH after Run: %v, want sysmon's alone (Batch: %v)", batch, err)
+	tid, err := sysmon.Batch() // what Run's call did (it runs once)
+	switch {
+	case err != nil:
+		t.Errorf("Run did not batch sysmon: %v", err)
+	case !slices.Contains(batch, tid):
+		t.Errorf("threads on SCHED_BATCH after Run: %v, not sysmon's (%d)", batch, tid)
+	case len(batch) == len(ents):
+		t.Errorf("every thread is on SCHED_BATCH after Run: %v", batch)
 	}
 
 	t.Setenv("WEFT_SYSMON", "bogus")
