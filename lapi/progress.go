@@ -208,12 +208,12 @@ func (c *Context) Progress() {
 // the progress lock, so it must be quick and must not call the context.
 // An error cond returns ends the wait, done or not; once cond reports done
 // with no error, Wait returns without calling it again (a condition may
-// act on the completion it sees, as mpi's gives its request back). The calling goroutine
-// polls for Config.Spin, then blocks: in the device's Wait if no other
-// goroutine is, else until another goroutine makes progress. cond is
-// called as given: a closure around it cost an 8-byte ping-pong's receiver
-// 15 instructions a pass, and comparing an error sentinel
-// (runtime.ifaceeq) 20 a message, between the frame and the reply.
+// act on the completion it sees, as mpi's gives its request back). The
+// calling goroutine polls for Config.Spin, then blocks: in the device's
+// Wait if no other goroutine is, else until another goroutine makes
+// progress. cond is called as given: a closure around it cost an 8-byte
+// ping-pong's receiver 15 instructions a pass, and comparing an error
+// sentinel (runtime.ifaceeq) 20 a message, between the frame and the reply.
 func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) error {
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks

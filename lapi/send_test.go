@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,5 +128,73 @@ func TestPrepareSend(t *testing.T) {
 	}
 	if !f0.got.Load() {
 		t.Errorf("the message to self was not delivered")
+	}
+}
+
+// notified counts the completions it is told of.
+type notified struct{ n atomic.Int32 }
+
+func (k *notified) Complete(err error) {
+	if err == nil {
+		k.n.Add(1)
+	}
+}
+
+// TestAmsendLocked: a caller holding the progress lock sends with
+// AmsendLocked, and the completions its sends queue run at Unlock, not
+// under the lock; a message of rendezvous size, whose registration takes
+// the TPT's lock and the watcher's after the progress lock, goes too. Open
+// keeps CopyThreshold below AMRendezvous, since a message rendezvous reads
+// is not copied.
+func TestAmsendLocked(t *testing.T) {
+	const key, rv = 0xa10c, 4096
+	fab := inproc.NewFabric(2, key)
+	ctxs := make([]*Context, 2)
+	for r := range ctxs {
+		d, err := fab.Open(hal.Rank(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: 2, JobKey: key, AMRendezvous: rv}); err != nil {
+			t.Fatal(err)
+		}
+		defer ctxs[r].Close()
+	}
+	c0, c1 := ctxs[0], ctxs[1]
+	if got := c0.CopyThreshold(); got != rv-1 {
+		t.Errorf("CopyThreshold %d with AMRendezvous %d, want %d", got, rv, rv-1)
+	}
+	f0, f1 := &flagWhole{}, &flagWhole{}
+	h := c0.RegisterHandler(f0)
+	c1.RegisterHandler(f1)
+
+	var self notified
+	c0.Lock()
+	if err := c0.AmsendLocked(0, h, nil, make([]byte, 8), SendOpts{Notify: &self}); err != nil {
+		c0.Unlock()
+		t.Fatalf("AmsendLocked to self: %v", err)
+	}
+	held := self.n.Load()
+	c0.Unlock()
+	if held != 0 || self.n.Load() != 1 || !f0.got.Load() {
+		t.Errorf("send to self: %d completions under the lock, %d after Unlock, delivered %v; want 0, 1, true", held, self.n.Load(), f0.got.Load())
+	}
+
+	var big notified
+	c0.Lock()
+	err := c0.AmsendLocked(1, h, nil, make([]byte, 4*rv), SendOpts{Notify: &big})
+	c0.Unlock()
+	if err != nil {
+		t.Fatalf("AmsendLocked of %d bytes: %v", 4*rv, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() { errs <- c1.Wait(ctx, func() (bool, error) { return f1.got.Load(), nil }) }()
+	if err := c0.Wait(ctx, func() (bool, error) { return big.n.Load() == 1, nil }); err != nil {
+		t.Errorf("rendezvous send's completion: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Errorf("rendezvous message at the target: %v", err)
 	}
 }

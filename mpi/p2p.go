@@ -201,19 +201,23 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	if err := c.checkDest(dest, tag); err != nil {
 		return err
 	}
-	w := c.w
-	wd := c.group[dest]
-	var hdr [envEagerLen]byte
-	// The sequence number is taken under lapi's lock, which the send
-	// holds anyway: no atomic add of its own.
-	w.lc.Lock()
-	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
-	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
-	w.lc.Unlock()
-	if err != nil {
+	if err := c.sendEager(b, c.group[dest], tag, ctx, lapi.SendOpts{}); err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
 	return nil
+}
+
+// sendEager sends b eagerly to world rank wd. Its sequence number is
+// taken under lapi's lock, which the send holds anyway: no atomic add of
+// its own, and numbers go out in order.
+func (c *Comm) sendEager(b []byte, wd, tag int, ctx uint32, o lapi.SendOpts) error {
+	w := c.w
+	var hdr [envEagerLen]byte
+	w.lc.Lock()
+	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
+	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, o)
+	w.lc.Unlock()
+	return err
 }
 
 // nextSeqLocked takes the next sequence number toward world rank wd,
@@ -244,11 +248,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		if !copied {
 			o.Notify = r // done when lapi no longer needs b
 		}
-		var hdr [envEagerLen]byte
-		w.lc.Lock()
-		err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
-		w.lc.Unlock()
-		if err != nil {
+		if err := c.sendEager(b, wd, tag, ctx, o); err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {

@@ -58,7 +58,7 @@ func (q *Request) WaitContext(ctx context.Context) (Status, error) {
 		return Status{}, nil
 	}
 	if r := q.op; r != nil {
-		if err := r.w.wait(ctx, r); err != nil {
+		if err := r.w.wait(ctx, r, nil); err != nil {
 			return Status{}, err
 		}
 		q.settle()
@@ -171,22 +171,15 @@ func (r *request) recycle() {
 // waitRecycle waits for a request of a blocking call and gives it back;
 // one whose wait failed is still pending, and is not reused. Not yet done,
 // the common case of a blocking receive, it is given back by the wait's
-// condition, under lapi's lock (recycleLocked), unless it went into the
-// request table meanwhile (a split rendezvous receive does).
+// condition, under lapi's lock (recycleLocked); done already, or tabled
+// (a split rendezvous receive goes into the table), by giveBack.
 func (r *request) waitRecycle() (Status, error) {
-	w := r.w
-	if r.done.Load() || w.timeout > 0 {
-		if err := w.wait(context.Background(), r); err != nil {
-			return Status{}, err
-		}
-		return r.giveBack()
-	}
 	var g gaveBack
-	if err := w.waitFor(context.Background(), r, &g); err != nil {
+	if err := r.w.wait(context.Background(), r, &g); err != nil {
 		return Status{}, err
 	}
 	if !g.back {
-		return r.giveBack() // tabled: out of the table first
+		return r.giveBack()
 	}
 	return g.st, g.err
 }

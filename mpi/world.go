@@ -133,22 +133,22 @@ const reportAfter = 64
 // wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
 // Without a timeout it has no deferred cancel to run: a blocking receive
 // then returns 1.5-2 ns sooner (of an 8-byte ping-pong's 127, alternated
-// in one run).
-func (w *World) wait(ctx context.Context, r *request) error {
+// in one run). With g, see waitFor.
+func (w *World) wait(ctx context.Context, r *request, g *gaveBack) error {
 	if r.done.Load() {
 		return nil
 	}
 	if w.timeout > 0 {
-		return w.waitTimed(ctx, r)
+		return w.waitTimed(ctx, r, g)
 	}
-	return w.waitFor(ctx, r, nil)
+	return w.waitFor(ctx, r, g)
 }
 
 // waitTimed is wait under WEFT_TIMEOUT.
-func (w *World) waitTimed(ctx context.Context, r *request) error {
+func (w *World) waitTimed(ctx context.Context, r *request, g *gaveBack) error {
 	ctx, cancel := w.deadline(ctx)
 	defer cancel()
-	return w.waitFor(ctx, r, nil)
+	return w.waitFor(ctx, r, g)
 }
 
 // waitFor makes progress until r completes or ctx ends. With g, r is given
