@@ -201,23 +201,21 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	if err := c.checkDest(dest, tag); err != nil {
 		return err
 	}
-	if err := c.sendEager(b, c.group[dest], tag, ctx, lapi.SendOpts{}); err != nil {
+	w := c.w
+	wd := c.group[dest]
+	var hdr [envEagerLen]byte
+	// The sequence number is taken under lapi's lock, which the send
+	// holds anyway: no atomic add of its own. (isend's eager branch does
+	// the same with its options: a helper shared by both, with the
+	// options as a parameter, cost this path 25 instructions.)
+	w.lc.Lock()
+	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
+	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
+	w.lc.Unlock()
+	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
 	return nil
-}
-
-// sendEager sends b eagerly to world rank wd. Its sequence number is
-// taken under lapi's lock, which the send holds anyway: no atomic add of
-// its own, and numbers go out in order.
-func (c *Comm) sendEager(b []byte, wd, tag int, ctx uint32, o lapi.SendOpts) error {
-	w := c.w
-	var hdr [envEagerLen]byte
-	w.lc.Lock()
-	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
-	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, o)
-	w.lc.Unlock()
-	return err
 }
 
 // nextSeqLocked takes the next sequence number toward world rank wd,
@@ -248,7 +246,11 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		if !copied {
 			o.Notify = r // done when lapi no longer needs b
 		}
-		if err := c.sendEager(b, wd, tag, ctx, o); err != nil {
+		var hdr [envEagerLen]byte
+		w.lc.Lock()
+		err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
+		w.lc.Unlock()
+		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {
