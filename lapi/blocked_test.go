@@ -206,3 +206,50 @@ func TestWithArm(t *testing.T) {
 		t.Fatalf("flag set after arming, then a frame: %v", err)
 	}
 }
+
+// TestWaitReport: WaitReport's report runs once, when the wait stops
+// spinning (it blocks, or yields), and not at all for a wait that ends
+// at once. The waiting goroutine is released only by a frame sent after
+// the report: a wait that blocked without reporting would time out.
+func TestWaitReport(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		spin, yield time.Duration
+	}{
+		{"spin-then-block", 50 * time.Microsecond, 0},
+		{"block", -1, 0},
+		{"yield", -1, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctxs := openInprocJob(t, 2, faults.Spec{}, func(c *Config) { c.Spin, c.Yield = tc.spin, tc.yield })
+			c0, c1 := ctxs[0], ctxs[1]
+			c0.RegisterHandler(&countSink{})
+			got := &countSink{}
+			h := c1.RegisterHandler(got)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			var reports atomic.Int32
+			report := func() { reports.Add(1) }
+			if err := c1.WaitReport(ctx, func() (bool, error) { return true, nil }, report); err != nil {
+				t.Fatal(err)
+			}
+			if n := reports.Load(); n != 0 {
+				t.Errorf("a wait done at once reported %d times, want 0", n)
+			}
+
+			go func() {
+				for reports.Load() == 0 && ctx.Err() == nil {
+					runtime.Gosched()
+				}
+				c0.Amsend(1, h, nil, nil, SendOpts{})
+			}()
+			if err := c1.WaitReport(ctx, func() (bool, error) { return got.got.Load() > 0, nil }, report); err != nil {
+				t.Fatalf("wait released by a frame sent after its report: %v", err)
+			}
+			if n := reports.Load(); n != 1 {
+				t.Errorf("a long wait reported %d times, want 1", n)
+			}
+		})
+	}
+}

@@ -127,14 +127,15 @@ type shComm struct {
 	synced uint32
 
 	// The current wait, here so that waiting allocates nothing.
-	want   uint32
-	from   int // the member waited for; -1: all
-	next   int // the first member not yet seen at want
-	polls  int
-	armed  bool
-	condFn func() (bool, error)
-	armCtx context.Context // lapi.WithArm(arm)
-	report request         // what the wait is for, for Waiting and timeouts
+	want     uint32
+	from     int // the member waited for; -1: all
+	next     int // the first member not yet seen at want
+	armed    bool
+	reported bool // the wait was published (reportWait)
+	condFn   func() (bool, error)
+	reportFn func()          // s.reportWait, built once
+	armCtx   context.Context // lapi.WithArm(arm)
+	report   request         // what the wait is for, for Waiting and timeouts
 }
 
 // newShComm sets c up for shared-memory collectives, or leaves it (nil)
@@ -160,7 +161,7 @@ func newShComm(c *Comm) *shComm {
 			s.data[m][j] = b.mem[off+8 : off+8+shSlot : off+8+shSlot]
 		}
 	}
-	s.condFn, s.armCtx = s.cond, lapi.WithArm(context.Background(), s.arm)
+	s.condFn, s.reportFn, s.armCtx = s.cond, s.reportWait, lapi.WithArm(context.Background(), s.arm)
 	s.report = request{w: c.w, comm: c, recv: true, ctx: c.ctx | 1}
 	return s
 }
@@ -237,16 +238,16 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 		return nil
 	}
 	w := s.c.w
-	s.polls = 0
 	s.report.op, s.report.tag = op, tag
 	ctx, cancel := w.deadline(s.armCtx)
 	defer cancel()
-	err := w.lc.Wait(ctx, s.condFn)
+	err := w.lc.WaitReport(ctx, s.condFn, s.reportFn)
 	if s.armed {
 		s.armed = false
 		s.sleep[s.me].Store(0)
 	}
-	if s.polls >= reportAfter {
+	if s.reported {
+		s.reported = false
 		w.waiting.Store(nil)
 	}
 	if err != nil {
@@ -287,11 +288,15 @@ func (s *shComm) cond() (bool, error) {
 	if err := s.failed(); err != nil {
 		return false, err
 	}
-	if s.polls++; s.polls == reportAfter {
-		s.report.src = s.waitedFor()
-		s.c.w.waiting.Store(&s.report)
-	}
 	return false, nil
+}
+
+// reportWait is the wait's report: the wait stopped spinning, so what it
+// waits for is worth naming.
+func (s *shComm) reportWait() {
+	s.report.src = s.waitedFor() // s.next: only this goroutine moves it
+	s.reported = true
+	s.c.w.waiting.Store(&s.report)
 }
 
 // failed returns the failure of a member the wait still needs, if any

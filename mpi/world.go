@@ -127,9 +127,6 @@ func (w *World) Finalize() error {
 	return err
 }
 
-// reportAfter is how many polls a wait makes before Waiting reports it.
-const reportAfter = 64
-
 // wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
 // Without a timeout it has no deferred cancel to run: a blocking receive
 // then returns 1.5-2 ns sooner (of an 8-byte ping-pong's 127, alternated
@@ -155,11 +152,11 @@ func (w *World) waitTimed(ctx context.Context, r *request, g *gaveBack) error {
 // back once complete, its status and error into g, unless it is tabled
 // (which, done, it no longer becomes: only its waiter takes it out).
 func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
-	// What the rank waits for is published only once the wait has lasted
-	// a few polls: a short wait, such as a ping-pong's, then pays no
-	// locked store for it.
-	polls := 0
-	err := w.lc.Wait(ctx, func() (bool, error) {
+	// What the rank waits for is published only once the wait stops
+	// spinning: a short wait, such as a ping-pong's, then pays no locked
+	// store for it.
+	reported := false
+	err := w.lc.WaitReport(ctx, func() (bool, error) {
 		if r.done.Load() {
 			if g != nil && !r.tabled {
 				g.st, g.err, g.back = r.st, r.err, true
@@ -167,12 +164,12 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 			}
 			return true, nil
 		}
-		if polls++; polls == reportAfter {
-			w.waiting.Store(r)
-		}
 		return false, nil
+	}, func() {
+		w.waiting.Store(r)
+		reported = true
 	})
-	if polls >= reportAfter {
+	if reported {
 		w.waiting.Store(nil)
 	}
 	if err != nil {
