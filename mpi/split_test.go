@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestSplitRendezvous: a large message is copied by both ends, the
@@ -32,15 +33,24 @@ func TestSplitRendezvous(t *testing.T) {
 				}
 				for round := range 4 {
 					if c.Rank() == 0 {
+						var unseen error
 						if round == 3 {
 							// The receiver waits before the header
 							// comes: the split starts from its wait.
-							for worlds[1].Waiting() == "" {
-								runtime.Gosched()
+							// (If its wait is never named, the send
+							// still goes, to end the receive.)
+							for start := time.Now(); worlds[1].Waiting() == ""; runtime.Gosched() {
+								if time.Since(start) > 20*time.Second {
+									unseen = errors.New("round 3: rank 1's receive never showed in Waiting in 20s")
+									break
+								}
 							}
 						}
 						if err := Send(c, msg, 1, round); err != nil {
 							return err
+						}
+						if unseen != nil {
+							return unseen
 						}
 						continue
 					}
