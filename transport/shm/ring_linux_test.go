@@ -627,3 +627,66 @@ func TestFrameIntoLineBetweenCells(t *testing.T) {
 		t.Fatalf("Poll: %d, %v, equal %v", n, err, slices.Equal(got, payload))
 	}
 }
+
+// TestWarmDataLeavesHeldData: after a frame in the data area the producer
+// writes into each line where the next frame of that size would go, once
+// the consumer has given it back, and never into data the consumer still
+// holds.
+func TestWarmDataLeavesHeldData(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{Cells: 16, CellSize: 256, MTU: 4096, RingBytes: 16 << 10})
+	tx, rx := devs[0], devs[1]
+	r := &tx.out[1]
+	for i := range r.data {
+		r.data[i] = 0xff // not what warming writes
+	}
+	payload := make([]byte, 3000) // over the 4 cells a frame may take: the data area
+	span := uint64(frameSpan(hal.HeaderLen+len(payload), r.line))
+	send := func(seq uint64) {
+		t.Helper()
+		fill(payload, seq)
+		if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
+			t.Fatalf("frame %d: %v", seq, err)
+		}
+	}
+	send(0)
+	if r.dpos != span {
+		t.Fatalf("frame 0 ends at data position %d, want %d (in the data area)", r.dpos, span)
+	}
+	for o := span; o < 2*span; o += uint64(r.line) {
+		if r.data[o] != 0 {
+			t.Fatalf("data line at %d, where frame 1 goes, not warmed (%#x)", o, r.data[o])
+		}
+	}
+	// Frames 1-4 fill the area up to the last span, which frame 5 skips:
+	// it would go at the start, over frame 0, which the consumer holds.
+	held := slices.Clone(r.data[:span])
+	for seq := uint64(1); seq < 5; seq++ {
+		send(seq)
+	}
+	if r.dpos+span <= uint64(len(r.data)) || r.dpos > uint64(len(r.data)) {
+		t.Fatalf("after 5 frames the data position is %d: want the next frame to skip to the start of %d bytes", r.dpos, len(r.data))
+	}
+	if !slices.Equal(r.data[:span], held) {
+		t.Fatal("the producer wrote into data the consumer still holds")
+	}
+	var got uint64
+	want := make([]byte, len(payload))
+	for got < 5 {
+		n, err := rx.Poll(func(_ *hal.Header, p []byte) {
+			fill(want, got)
+			if !slices.Equal(p, want) {
+				t.Errorf("frame %d: content differs", got)
+			}
+			got++
+		})
+		if err != nil || n == 0 {
+			t.Fatalf("Poll after %d frames: %d, %v", got, n, err)
+		}
+	}
+	send(5) // at the start, given back: it warms the span after it
+	for o := span; o < 2*span; o += uint64(r.line) {
+		if r.data[o] != 0 {
+			t.Fatalf("data line at %d, where frame 6 goes, not warmed (%#x)", o, r.data[o])
+		}
+	}
+}
