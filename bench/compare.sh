@@ -37,8 +37,8 @@
 # MPI's small-message latency jumps with it, so medians over rounds taken
 # in both states compare the states as much as the implementations. When
 # it moved by more than a quarter, each benchmark's table comes again over
-# the rounds begun in the low state alone (low/IMPL.BENCH.csv), with how
-# many rounds each implementation had there.
+# the rounds begun in the low state alone (low/IMPL.BENCH.csv; see
+# lowstate), with how many rounds each implementation had there.
 #
 # Exit status: 0, or 1 when any run failed (the others still report).
 set -uo pipefail
@@ -231,28 +231,30 @@ states() {
 }
 
 # lowstate BENCH: when the line state moved (see states), the comparison
-# again over the rounds that began in the low state alone (within a
-# quarter of the lowest reading), so that no ratio sets one
-# implementation's rounds in one state against another's in the other.
+# again over the rounds that began in the low state alone, so that no
+# ratio sets one implementation's rounds in one state against another's
+# in the other. The low state is up to the geometric mean of the lowest
+# and highest readings: the states sit far apart (about 45 and 250 ns),
+# and a stray low reading (20 ns) must not leave the low one empty.
 lowstate() {
-	local lo
-	lo=$(cat "$out/raw/"*."$1".*.state 2>/dev/null | awk '$1+0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
-		END { if (n && hi > 1.25 * lo) print lo }')
-	[[ -n $lo ]] || return 0
+	local cut
+	cut=$(cat "$out/raw/"*."$1".*.state 2>/dev/null | awk '$1+0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
+		END { if (n && hi > 1.25 * lo) printf "%.1f\n", sqrt(lo * hi) }')
+	[[ -n $cut ]] || return 0
 	local impl r f csvs=() counts=()
 	mkdir -p "$out/low"
 	for impl in "${impls[@]}"; do
 		local raws=()
 		for ((r = 1; r <= rounds; r++)); do
 			f="$out/raw/$impl.$1.$r"
-			[[ -f $f.state && -f $f.txt ]] && awk -v lo="$lo" '{ exit !($1 + 0 > 0 && $1 <= 1.25 * lo) }' "$f.state" && raws+=("$f.txt")
+			[[ -f $f.state && -f $f.txt ]] && awk -v cut="$cut" '{ exit !($1 + 0 > 0 && $1 <= cut) }' "$f.state" && raws+=("$f.txt")
 		done
 		counts+=("$impl ${#raws[@]}")
 		((${#raws[@]})) || continue
 		"$bin/bench" merge -bench "$1" -label "$impl" -o "$out/low/$impl.$1.csv" "${raws[@]}" || failed=1
 	done
 	echo
-	echo "## $1, rounds begun in the low line state only (up to $(awk -v lo="$lo" 'BEGIN { printf "%.1f", 1.25 * lo }') ns; rounds: $(IFS=,; echo "${counts[*]}" | sed 's/,/, /g'))"
+	echo "## $1, rounds begun in the low line state only (up to $cut ns; rounds: $(IFS=,; echo "${counts[*]}" | sed 's/,/, /g'))"
 	local t m base others
 	for t in "${transports[@]}"; do
 		base="$out/low/weft-$t.$1.csv"

@@ -118,3 +118,31 @@ func TestSplitSize(t *testing.T) {
 		})
 	}
 }
+
+// TestEagerLimit: a rendezvous read that is one copy takes over from eager
+// sends at the single-copy size (64 KiB over shm, 16 KiB inproc); eager
+// through the rings loses there in the VM's slow line state (see the
+// single-copy clamp in newWorld). WEFT_EAGER wins.
+func TestEagerLimit(t *testing.T) {
+	for _, tc := range []struct {
+		dev, eager string
+		want       int
+	}{
+		{"shm", "", 64<<10 - 1},
+		{"inproc", "", 16<<10 - 1},
+		{"inproc", "100000", 100000},
+	} {
+		t.Run(tc.dev+"/"+tc.eager, func(t *testing.T) {
+			if tc.eager != "" {
+				t.Setenv("WEFT_EAGER", tc.eager)
+			}
+			w := devWorlds(t, tc.dev, 2)[0]
+			if w.lc.SingleCopy() == 0 {
+				t.Skip("no single-copy transfers here (cross-memory attach refused)")
+			}
+			if w.eagerLimit != tc.want {
+				t.Errorf("eagerLimit %d with single-copy size %d, want %d", w.eagerLimit, w.lc.SingleCopy(), tc.want)
+			}
+		})
+	}
+}
