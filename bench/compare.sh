@@ -36,7 +36,7 @@
 # VM it jumps between about 45 and 250 ns every few seconds, and every
 # MPI's small-message latency jumps with it, so medians over rounds taken
 # in both states compare the states as much as the implementations. When
-# it moved by more than a quarter, each benchmark's table comes again over
+# it moved between them, each benchmark's table comes again over
 # the rounds begun in the low state alone (low/IMPL.BENCH.csv; see
 # lowstate), with how many rounds each implementation had there.
 #
@@ -233,13 +233,14 @@ states() {
 # lowstate BENCH: when the line state moved (see states), the comparison
 # again over the rounds that began in the low state alone, so that no
 # ratio sets one implementation's rounds in one state against another's
-# in the other. The low state is up to the geometric mean of the lowest
-# and highest readings: the states sit far apart (about 45 and 250 ns),
-# and a stray low reading (20 ns) must not leave the low one empty.
+# in the other. Only a move of more than 3 times counts (about 45 to 250
+# ns): the smaller ones (20-50 ns) move latency by a few per cent. The low
+# state is then up to the geometric mean of the lowest and highest
+# readings, so that a stray low reading (20 ns) cannot leave it empty.
 lowstate() {
 	local cut
 	cut=$(cat "$out/raw/"*."$1".*.state 2>/dev/null | awk '$1+0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
-		END { if (n && hi > 1.25 * lo) printf "%.1f\n", sqrt(lo * hi) }')
+		END { if (n && hi > 3 * lo) printf "%.1f\n", sqrt(lo * hi) }')
 	[[ -n $cut ]] || return 0
 	local impl r f csvs=() counts=()
 	mkdir -p "$out/low"
