@@ -58,7 +58,8 @@
 // only under a frame that ran over it, and the consumer zeroes those
 // stamps before it gives the cells back. After each frame the producer
 // writes into the lines (but the stamp's) that a frame of the same size
-// would fill next, so that the next one copies into lines its core holds.
+// would fill next, in the cells or the data area, once the consumer has
+// given them back, so that the next one copies into lines its core holds.
 // The stamp's own line it cannot take early, since the consumer polls it;
 // PrepareSend (hal.SendPreparer), which lapi gives just before a send,
 // takes it for writing (PREFETCHW) while the message is being built.
