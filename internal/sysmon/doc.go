@@ -20,5 +20,10 @@
 // measured in milliseconds (10 ms to preempt a goroutine, 10 ms to poll
 // the network), so they lose nothing that matters.
 //
+// The policy is inherited by the threads sysmon starts (the runtime clones
+// a new thread from the one that asks for it), and goroutines then run on
+// them without wake-up preemption. Batch therefore also starts a sweep:
+// once a second, Unbatch moves every thread but sysmon's back.
+//
 // sysmon may import the standard library and golang.org/x/sys/unix.
 package sysmon

@@ -34,6 +34,29 @@ func batch() (int, error) {
 	return tid, nil
 }
 
+// unbatch is Unbatch, with sysmon's thread id.
+func unbatch(sysmonTid int) (int, error) {
+	tids, err := threads()
+	if err != nil {
+		return 0, err
+	}
+	moved := 0
+	normal := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+	for _, t := range tids {
+		if t == sysmonTid {
+			continue
+		}
+		a, err := unix.SchedGetAttr(t, 0)
+		if err != nil || a.Policy != unix.SCHED_BATCH {
+			continue // gone since it was listed, or not batched
+		}
+		if unix.SchedSetAttr(t, &normal, 0) == nil {
+			moved++
+		}
+	}
+	return moved, nil
+}
+
 // find returns sysmon's thread id. runtime.main starts it before anything
 // else, so it is the first thread created after the main one (the kernel
 // hands out ids in increasing order, wrapping at pid_max), and between its

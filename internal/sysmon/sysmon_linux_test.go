@@ -2,6 +2,8 @@ package sysmon
 
 import (
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -79,4 +81,71 @@ func TestBatch(t *testing.T) {
 			t.Errorf("goroutine on thread %d: policy %d, want SCHED_NORMAL", s.tid, s.policy)
 		}
 	}
+}
+
+// batchedThreads lists this process's threads on SCHED_BATCH.
+func batchedThreads(t *testing.T) []int {
+	t.Helper()
+	tids, err := threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []int
+	for _, tid := range tids {
+		if a, err := unix.SchedGetAttr(tid, 0); err == nil && a.Policy == unix.SCHED_BATCH {
+			b = append(b, tid)
+		}
+	}
+	return b
+}
+
+// TestUnbatch: goroutines in blocking system calls make sysmon start
+// threads, which inherit its SCHED_BATCH; Unbatch moves them all back
+// and leaves sysmon's. (The background sweep, once a second, may move
+// some first: the test asserts what is left.)
+func TestUnbatch(t *testing.T) {
+	tid, err := Batch()
+	if err != nil {
+		t.Fatalf("Batch: %v", err)
+	}
+	var before []int
+	for try := 0; len(before) < 2; try++ {
+		if try == 5 {
+			t.Skipf("no thread but sysmon's (%d) on SCHED_BATCH after 5 rounds of blocking calls: the runtime started none from sysmon, nothing to move", tid)
+		}
+		blockMany(t)
+		before = batchedThreads(t)
+	}
+	moved, err := Unbatch()
+	if err != nil {
+		t.Fatalf("Unbatch: %v", err)
+	}
+	if after := batchedThreads(t); !slices.Equal(after, []int{tid}) {
+		t.Errorf("threads on SCHED_BATCH after Unbatch (which moved %d of %v): %v, want sysmon's alone (%d)", moved, before, after, tid)
+	}
+	t.Logf("%d threads on SCHED_BATCH, Unbatch moved %d", len(before), moved)
+}
+
+// blockMany blocks more goroutines at once in system calls than the
+// process has threads, so that the runtime must start new ones (it reuses
+// idle threads when it can, as on a second run).
+func blockMany(t *testing.T) {
+	tids, err := threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range len(tids) + 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				ts := unix.Timespec{Nsec: 2e6}
+				unix.Nanosleep(&ts, nil) // blocks its thread: sysmon hands its processor off
+				for x := 0; x < 1e6; x++ {
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
