@@ -27,8 +27,14 @@ func batch() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_BATCH}
-	if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
+	// The thread keeps its nice value: a process started under nice
+	// stays as nice as it was asked to be.
+	attr, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return 0, fmt.Errorf("sysmon: reading thread %d's policy: %w", tid, err)
+	}
+	attr.Policy = unix.SCHED_BATCH
+	if err := unix.SchedSetAttr(tid, attr, 0); err != nil {
 		return 0, fmt.Errorf("sysmon: moving thread %d to SCHED_BATCH: %w", tid, err)
 	}
 	return tid, nil
@@ -41,7 +47,6 @@ func unbatch(sysmonTid int) (int, error) {
 		return 0, err
 	}
 	moved := 0
-	normal := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
 	for _, t := range tids {
 		if t == sysmonTid {
 			continue
@@ -50,7 +55,8 @@ func unbatch(sysmonTid int) (int, error) {
 		if err != nil || a.Policy != unix.SCHED_BATCH {
 			continue // gone since it was listed, or not batched
 		}
-		if unix.SchedSetAttr(t, &normal, 0) == nil {
+		a.Policy = unix.SCHED_NORMAL // and its nice value as it is
+		if unix.SchedSetAttr(t, a, 0) == nil {
 			moved++
 		}
 	}
