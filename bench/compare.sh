@@ -242,7 +242,7 @@ lowstate() {
 	cut=$(cat "$out/raw/"*."$1".*.state 2>/dev/null | awk '$1+0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 }
 		END { if (n && hi > 3 * lo) printf "%.1f\n", sqrt(lo * hi) }')
 	[[ -n $cut ]] || return 0
-	local impl r f csvs=() counts=()
+	local impl r f counts=()
 	mkdir -p "$out/low"
 	for impl in "${impls[@]}"; do
 		local raws=()
@@ -256,12 +256,18 @@ lowstate() {
 	done
 	echo
 	echo "## $1, rounds begun in the low line state only (up to $cut ns; rounds: $(IFS=,; echo "${counts[*]}" | sed 's/,/, /g'))"
+	ratios "$out/low" "$1"
+}
+
+# ratios DIR BENCH: one table per weft transport of DIR's IMPL.BENCH.csv
+# medians, weft first so the ratio is weft/other.
+ratios() {
 	local t m base others
 	for t in "${transports[@]}"; do
-		base="$out/low/weft-$t.$1.csv"
+		base="$1/weft-$t.$2.csv"
 		[[ -f $base ]] || continue
 		others=()
-		for m in "${mpis[@]}"; do [[ -f "$out/low/$m.$1.csv" ]] && others+=("$out/low/$m.$1.csv"); done
+		for m in "${mpis[@]}"; do [[ -f "$1/$m.$2.csv" ]] && others+=("$1/$m.$2.csv"); done
 		((${#others[@]})) || continue
 		"$bin/bench" compare -decimals "$decimals" "$base" "${others[@]}" || failed=1
 	done
@@ -283,15 +289,7 @@ for b in "${benches[@]}"; do
 		continue
 	fi
 	"$bin/bench" compare -plot "$out/$b.png" -title "$b, np=$(ranks "$b"): ${impls[*]}" "${csvs[@]}" >/dev/null || failed=1
-	# One table per weft transport, weft first so the ratio is weft/other.
-	for t in "${transports[@]}"; do
-		base="$out/weft-$t.$b.csv"
-		[[ -f $base ]] || continue
-		others=()
-		for m in "${mpis[@]}"; do [[ -f "$out/$m.$b.csv" ]] && others+=("$out/$m.$b.csv"); done
-		((${#others[@]})) || continue
-		"$bin/bench" compare -decimals "$decimals" "$base" "${others[@]}" || failed=1
-	done
+	ratios "$out" "$b"
 	echo "(plot: $out/$b.png)"
 	states "$b"
 	lowstate "$b"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -88,60 +89,37 @@ func TestSplitRendezvous(t *testing.T) {
 	}
 }
 
-// TestSplitSize: between ranks with single-copy transfers a rendezvous
+// TestThresholds: between ranks with single-copy transfers a rendezvous
 // splits from twice the single-copy size, 128 KiB at least, so that each
-// half is one copy; WEFT_SINGLECOPY moves it, and WEFT_SPLIT wins.
-func TestSplitSize(t *testing.T) {
+// half is one copy; and a rendezvous read, one copy, takes over from eager
+// sends at the single-copy size (64 KiB over shm, 16 KiB inproc), since
+// eager through the rings loses there in the VM's slow line state (see
+// the single-copy clamp in newWorld). WEFT_SINGLECOPY moves both;
+// WEFT_SPLIT and WEFT_EAGER win.
+func TestThresholds(t *testing.T) {
 	for _, tc := range []struct {
-		dev, singleCopy, split string
-		want                   int
+		dev          string
+		env          []string // NAME=value
+		eager, split int
 	}{
-		{"shm", "", "", 128 << 10},
-		{"inproc", "", "", 128 << 10},
-		{"inproc", "262144", "", 512 << 10},
-		{"inproc", "", "100000", 100000},
+		{"shm", nil, 64<<10 - 1, 128 << 10},
+		{"inproc", nil, 16<<10 - 1, 128 << 10},
+		{"inproc", []string{"WEFT_SINGLECOPY=262144"}, 64 << 10, 512 << 10},
+		{"inproc", []string{"WEFT_SPLIT=100000"}, 16<<10 - 1, 100000},
+		{"inproc", []string{"WEFT_EAGER=100000"}, 100000, 128 << 10},
 	} {
-		t.Run(fmt.Sprintf("%s/%s/%s", tc.dev, tc.singleCopy, tc.split), func(t *testing.T) {
-			if tc.singleCopy != "" {
-				t.Setenv("WEFT_SINGLECOPY", tc.singleCopy)
-			}
-			if tc.split != "" {
-				t.Setenv("WEFT_SPLIT", tc.split)
+		t.Run(fmt.Sprintf("%s/%s", tc.dev, strings.Join(tc.env, ",")), func(t *testing.T) {
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
 			}
 			w := devWorlds(t, tc.dev, 2)[0]
 			if w.lc.SingleCopy() == 0 {
 				t.Skip("no single-copy transfers here (cross-memory attach refused)")
 			}
-			if w.splitMin != tc.want {
-				t.Errorf("splitMin %d, want %d", w.splitMin, tc.want)
-			}
-		})
-	}
-}
-
-// TestEagerLimit: a rendezvous read that is one copy takes over from eager
-// sends at the single-copy size (64 KiB over shm, 16 KiB inproc); eager
-// through the rings loses there in the VM's slow line state (see the
-// single-copy clamp in newWorld). WEFT_EAGER wins.
-func TestEagerLimit(t *testing.T) {
-	for _, tc := range []struct {
-		dev, eager string
-		want       int
-	}{
-		{"shm", "", 64<<10 - 1},
-		{"inproc", "", 16<<10 - 1},
-		{"inproc", "100000", 100000},
-	} {
-		t.Run(tc.dev+"/"+tc.eager, func(t *testing.T) {
-			if tc.eager != "" {
-				t.Setenv("WEFT_EAGER", tc.eager)
-			}
-			w := devWorlds(t, tc.dev, 2)[0]
-			if w.lc.SingleCopy() == 0 {
-				t.Skip("no single-copy transfers here (cross-memory attach refused)")
-			}
-			if w.eagerLimit != tc.want {
-				t.Errorf("eagerLimit %d with single-copy size %d, want %d", w.eagerLimit, w.lc.SingleCopy(), tc.want)
+			if w.eagerLimit != tc.eager || w.splitMin != tc.split {
+				t.Errorf("eagerLimit %d, splitMin %d with single-copy size %d; want %d, %d",
+					w.eagerLimit, w.splitMin, w.lc.SingleCopy(), tc.eager, tc.split)
 			}
 		})
 	}

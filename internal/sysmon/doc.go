@@ -23,7 +23,7 @@
 // The policy is inherited by the threads sysmon starts (the runtime clones
 // a new thread from the one that asks for it), and goroutines then run on
 // them without wake-up preemption. Batch therefore also starts a sweep:
-// once a second, Unbatch moves every thread but sysmon's back.
+// once a second, every thread but sysmon's is moved back.
 //
 // sysmon may import the standard library and golang.org/x/sys/unix.
 package sysmon

@@ -40,7 +40,9 @@ func batch() (int, error) {
 	return tid, nil
 }
 
-// unbatch is Unbatch, with sysmon's thread id.
+// unbatch moves every thread of this process but sysmonTid from
+// SCHED_BATCH back to the normal policy (see keep), and returns how many
+// it moved.
 func unbatch(sysmonTid int) (int, error) {
 	tids, err := threads()
 	if err != nil {

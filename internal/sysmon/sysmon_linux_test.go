@@ -100,9 +100,9 @@ func batchedThreads(t *testing.T) []int {
 }
 
 // TestUnbatch: goroutines in blocking system calls make sysmon start
-// threads, which inherit its SCHED_BATCH; Unbatch moves them all back
-// and leaves sysmon's. (The background sweep, once a second, may move
-// some first: the test asserts what is left.)
+// threads, which inherit its SCHED_BATCH; unbatch moves them all back
+// and leaves sysmon's. (keep's sweep, once a second, may move some
+// first: the test asserts what is left.)
 func TestUnbatch(t *testing.T) {
 	tid, err := Batch()
 	if err != nil {
@@ -116,14 +116,14 @@ func TestUnbatch(t *testing.T) {
 		blockMany(t)
 		before = batchedThreads(t)
 	}
-	moved, err := Unbatch()
+	moved, err := unbatch(tid)
 	if err != nil {
-		t.Fatalf("Unbatch: %v", err)
+		t.Fatalf("unbatch: %v", err)
 	}
 	if after := batchedThreads(t); !slices.Equal(after, []int{tid}) {
-		t.Errorf("threads on SCHED_BATCH after Unbatch (which moved %d of %v): %v, want sysmon's alone (%d)", moved, before, after, tid)
+		t.Errorf("threads on SCHED_BATCH after unbatch (which moved %d of %v): %v, want sysmon's alone (%d)", moved, before, after, tid)
 	}
-	t.Logf("%d threads on SCHED_BATCH, Unbatch moved %d", len(before), moved)
+	t.Logf("%d threads on SCHED_BATCH, unbatch moved %d", len(before), moved)
 }
 
 // blockMany blocks more goroutines at once in system calls than the

@@ -188,19 +188,9 @@ func (r *ring) push(hdr, payload []byte) error {
 		typ, took = cellSpan, k
 	} else {
 		span := uint64(frameSpan(n, r.line))
-		start := r.dpos
-		if start&r.dataMask+span > r.ringBytes {
-			// A frame never wraps, so that the receiver gets it in one
-			// piece: skip to the start of the area.
-			start = (start | r.dataMask) + 1
-		}
-		if start+span-r.seenData > r.ringBytes {
-			if err := r.reloadHead(); err != nil {
-				return err
-			}
-			if start+span-r.seenData > r.ringBytes {
-				return errRingFull
-			}
+		start, err := r.dataStart(span)
+		if err != nil {
+			return err
 		}
 		off := start & r.dataMask
 		d := r.data[off : off+uint64(n)]
@@ -257,11 +247,8 @@ func (r *ring) warm(n int) {
 // µs, warmed 7.1-8.7 (bench latency -min N -max N, old and new alternated).
 func (r *ring) warmData(n int) {
 	span := uint64(frameSpan(n, r.line))
-	start := r.dpos
-	if start&r.dataMask+span > r.ringBytes {
-		start = (start | r.dataMask) + 1 // where push would skip to
-	}
-	if start+span-r.seenData > r.ringBytes && (r.reloadHead() != nil || start+span-r.seenData > r.ringBytes) {
+	start, err := r.dataStart(span)
+	if err != nil {
 		return // the consumer may still read it
 	}
 	off := start & r.dataMask
@@ -269,6 +256,27 @@ func (r *ring) warmData(n int) {
 	for o := 0; o < len(d); o += r.line {
 		d[o] = 0
 	}
+}
+
+// dataStart is where the producer's next frame of span bytes in the data
+// area goes, or errRingFull while the consumer still holds some of it (the
+// head is read again before that is said).
+func (r *ring) dataStart(span uint64) (uint64, error) {
+	start := r.dpos
+	if start&r.dataMask+span > r.ringBytes {
+		// A frame never wraps, so that the receiver gets it in one
+		// piece: skip to the start of the area.
+		start = (start | r.dataMask) + 1
+	}
+	if start+span-r.seenData > r.ringBytes {
+		if err := r.reloadHead(); err != nil {
+			return 0, err
+		}
+		if start+span-r.seenData > r.ringBytes {
+			return 0, errRingFull
+		}
+	}
+	return start, nil
 }
 
 // warms reports whether a frame of n bytes has lines for warm: a frame

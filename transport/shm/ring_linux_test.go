@@ -566,6 +566,36 @@ func TestSpanningFrames(t *testing.T) {
 	}
 }
 
+// sendFilled sends frame seq of payload's size from rank 0 to 1, filled
+// as fill has it.
+func sendFilled(t *testing.T, tx *Device, key uint64, payload []byte, seq uint64) {
+	t.Helper()
+	fill(payload, seq)
+	if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
+		t.Fatalf("frame %d: %v", seq, err)
+	}
+}
+
+// pollFilled takes frames 0 to n-1 of size bytes, each filled as fill has
+// it, and checks every byte.
+func pollFilled(t *testing.T, rx *Device, n uint64, size int) {
+	t.Helper()
+	var got uint64
+	want := make([]byte, size)
+	for got < n {
+		k, err := rx.Poll(func(_ *hal.Header, p []byte) {
+			fill(want, got)
+			if !slices.Equal(p, want) {
+				t.Errorf("frame %d: content differs", got)
+			}
+			got++
+		})
+		if err != nil || k == 0 {
+			t.Fatalf("Poll after %d frames: %d, %v", got, k, err)
+		}
+	}
+}
+
 // TestWarmLeavesHeldCells: after each frame the producer writes into the
 // lines the next frame of that size would fill, but never into a cell the
 // consumer still holds, nor into a stamp.
@@ -573,13 +603,7 @@ func TestWarmLeavesHeldCells(t *testing.T) {
 	devs, key := openLocal(t, 2, Options{Cells: 4, CellSize: 256})
 	tx, rx := devs[0], devs[1]
 	payload := make([]byte, 180) // one cell, three lines past the stamp's
-	send := func(seq uint64) {
-		t.Helper()
-		fill(payload, seq)
-		if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
-			t.Fatalf("frame %d: %v", seq, err)
-		}
-	}
+	send := func(seq uint64) { t.Helper(); sendFilled(t, tx, key, payload, seq) }
 	r := &tx.out[1]
 	for seq := range uint64(3) {
 		send(seq)
@@ -593,20 +617,7 @@ func TestWarmLeavesHeldCells(t *testing.T) {
 	if !slices.Equal(r.cell(0), held) {
 		t.Fatal("the producer wrote into a cell the consumer still holds")
 	}
-	var got uint64
-	want := make([]byte, len(payload))
-	for got < 4 {
-		n, err := rx.Poll(func(_ *hal.Header, p []byte) {
-			fill(want, got)
-			if !slices.Equal(p, want) {
-				t.Errorf("frame %d: content differs", got)
-			}
-			got++
-		})
-		if err != nil || n == 0 {
-			t.Fatalf("Poll after %d frames: %d, %v", got, n, err)
-		}
-	}
+	pollFilled(t, rx, 4, len(payload))
 }
 
 // TestFrameIntoLineBetweenCells: a frame a few bytes too long for a cell's
@@ -641,22 +652,20 @@ func TestWarmDataLeavesHeldData(t *testing.T) {
 	}
 	payload := make([]byte, 3000) // over the 4 cells a frame may take: the data area
 	span := uint64(frameSpan(hal.HeaderLen+len(payload), r.line))
-	send := func(seq uint64) {
+	send := func(seq uint64) { t.Helper(); sendFilled(t, tx, key, payload, seq) }
+	warmed := func(frame int) {
 		t.Helper()
-		fill(payload, seq)
-		if err := tx.Send(header(key, 0, 1, len(payload)), payload); err != nil {
-			t.Fatalf("frame %d: %v", seq, err)
+		for o := span; o < 2*span; o += uint64(r.line) {
+			if r.data[o] != 0 {
+				t.Fatalf("data line at %d, where frame %d goes, not warmed (%#x)", o, frame, r.data[o])
+			}
 		}
 	}
 	send(0)
 	if r.dpos != span {
 		t.Fatalf("frame 0 ends at data position %d, want %d (in the data area)", r.dpos, span)
 	}
-	for o := span; o < 2*span; o += uint64(r.line) {
-		if r.data[o] != 0 {
-			t.Fatalf("data line at %d, where frame 1 goes, not warmed (%#x)", o, r.data[o])
-		}
-	}
+	warmed(1)
 	// Frames 1-4 fill the area up to the last span, which frame 5 skips:
 	// it would go at the start, over frame 0, which the consumer holds.
 	held := slices.Clone(r.data[:span])
@@ -669,24 +678,7 @@ func TestWarmDataLeavesHeldData(t *testing.T) {
 	if !slices.Equal(r.data[:span], held) {
 		t.Fatal("the producer wrote into data the consumer still holds")
 	}
-	var got uint64
-	want := make([]byte, len(payload))
-	for got < 5 {
-		n, err := rx.Poll(func(_ *hal.Header, p []byte) {
-			fill(want, got)
-			if !slices.Equal(p, want) {
-				t.Errorf("frame %d: content differs", got)
-			}
-			got++
-		})
-		if err != nil || n == 0 {
-			t.Fatalf("Poll after %d frames: %d, %v", got, n, err)
-		}
-	}
+	pollFilled(t, rx, 5, len(payload))
 	send(5) // at the start, given back: it warms the span after it
-	for o := span; o < 2*span; o += uint64(r.line) {
-		if r.data[o] != 0 {
-			t.Fatalf("data line at %d, where frame 6 goes, not warmed (%#x)", o, r.data[o])
-		}
-	}
+	warmed(6)
 }
