@@ -75,7 +75,8 @@ type frameCopy struct {
 // its reliability protocol and, as the hal.Device contract asks of callers
 // of unreliable devices, seals every frame. A corruption injected after
 // sealing is then caught by any receiver: hal.Check verifies a CRC whenever
-// a frame carries one.
+// a frame carries one. Over a Reliable dev, which checks no CRC, a corrupted
+// frame goes out unsealed instead, so that the receiving Device drops it.
 //
 // The contract also has an unreliable device drop frames whose CRC is
 // missing. An unreliable dev does so itself (hal.Check with needCRC). A
@@ -162,7 +163,13 @@ func (w *Device) Send(hdr, payload []byte) error {
 		}
 	default:
 		f := w.copyFrame(hdr, payload)
-		d.Corrupt(f.buf)
+		if d.Corrupt(f.buf); d.CorruptBit >= 0 && w.innerReliable {
+			// A reliable device neither corrupts nor checks CRCs, so
+			// the receiver's Poll would pass the damaged frame on with
+			// its (now wrong) CRC. Unsealed, it is dropped there as
+			// hal.Check drops a frame whose CRC does not match.
+			f.buf[4] &^= hal.FlagCRC
+		}
 		f.copies = d.Copies
 		if d.Hold > 0 {
 			f.due = w.now().Add(d.Hold)

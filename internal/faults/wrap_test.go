@@ -355,3 +355,78 @@ func TestWaitBesideSend(t *testing.T) {
 		b.Poll(func(*hal.Header, []byte) {})
 	}
 }
+
+// trusting is a Reliable device pair that, like shm, delivers frames
+// without checking their CRC: a frame sent by one end is polled at the
+// other.
+type trusting struct {
+	peer     *trusting
+	queue    [][]byte
+	counters hal.Counters
+}
+
+func (d *trusting) Caps() hal.Caps                 { return hal.Caps{MTU: 4096, Reliable: true, Ordered: true} }
+func (d *trusting) Addr() string                   { return "trusting" }
+func (d *trusting) Connect(hal.Rank, string) error { return nil }
+func (d *trusting) Flush() error                   { return nil }
+func (d *trusting) Wait(context.Context) error     { return nil }
+func (d *trusting) Counters() *hal.Counters        { return &d.counters }
+func (d *trusting) Close() error                   { return nil }
+
+func (d *trusting) Send(hdr, payload []byte) error {
+	d.peer.queue = append(d.peer.queue, append(slices.Clone(hdr), payload...))
+	return nil
+}
+
+func (d *trusting) Poll(fn func(*hal.Header, []byte)) (int, error) {
+	n := 0
+	for _, f := range d.queue {
+		var h hal.Header
+		if hal.DecodeHeader(f, &h) == nil {
+			d.counters.FramesRecv.Add(1)
+			d.counters.BytesRecv.Add(uint64(h.Len))
+			fn(&h, f[hal.HeaderLen:])
+			n++
+		}
+	}
+	d.queue = d.queue[:0]
+	return n, nil
+}
+
+// A corrupted frame over a Reliable device that checks no CRC is dropped
+// by the receiving Device, never delivered damaged.
+func TestCorruptOverTrustingDevice(t *testing.T) {
+	a, b := new(trusting), new(trusting)
+	a.peer, b.peer = b, a
+	wa := faults.Wrap(a, faults.Spec{Corrupt: 0.5, Seed: 4}, nil)
+	wb := faults.Wrap(b, faults.Spec{}, nil)
+	const frames = 400
+	for id := range uint32(frames) {
+		payload := make([]byte, 64)
+		for i := range payload {
+			payload[i] = byte(id) + byte(i)
+		}
+		hdr := make([]byte, hal.HeaderLen)
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(len(payload)), JobKey: jobKey, Src: 0, Dst: 1})
+		hal.Seal(hdr, payload)
+		if err := wa.Send(hdr, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var good int
+	if _, err := wb.Poll(func(h *hal.Header, payload []byte) {
+		for i := range payload {
+			if payload[i] != payload[0]+byte(i) || h.Src != 0 || h.JobKey != jobKey {
+				t.Fatalf("a corrupted frame was delivered: header %+v, byte %d", h, i)
+			}
+		}
+		good++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	corrupted := int(wa.(*faults.Device).Stats().Corrupted.Load())
+	if corrupted == 0 || good != frames-corrupted || int(b.counters.Drops[hal.DropCRC].Load()) != corrupted {
+		t.Errorf("%d frames corrupted, %d delivered, %d dropped as DropCRC: want every corrupted one dropped and the rest delivered",
+			corrupted, good, b.counters.Drops[hal.DropCRC].Load())
+	}
+}
