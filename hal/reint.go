@@ -26,8 +26,10 @@ import (
 // current ones: a restarted process never receives RDMA meant for its
 // previous life. RDMA_READY asks for an RDMA_READY back, so the joiner
 // learns in turn that each peer accepts RDMA from it (a peer that was dead
-// while it joined included); it is resent until answered, since the frames
-// travel on an unreliable device.
+// while it joined included); it is resent until answered, however long
+// that takes (the interval doubling up to ReintConfig.MaxRetry), since the
+// frames travel on an unreliable device and a rank waits for RDMA toward
+// every peer before it starts.
 type Reintegration struct {
 	self    Rank
 	size    int
@@ -38,7 +40,8 @@ type Reintegration struct {
 
 	answered []bool     // this incarnation's BOOTING answered by peer
 	tries    []int      // BOOTINGs sent to peer in this incarnation
-	lastSent time.Time  // when BOOTING last went to the unanswered
+	lastSent time.Time  // when BOOTING or RDMA_READY last went to the unanswered
+	rounds   int        // RDMA_READY rounds sent since ready, for the back-off
 	peerEp   []uint64   // the incarnation each peer last announced
 	rdmaTo   []bool     // RDMA toward peer allowed
 	owed     []bool     // peer asked for our RDMA_READY before we were ready
@@ -52,8 +55,13 @@ type ReintConfig struct {
 	// to the peers that have not answered (default 10ms).
 	Retry time.Duration
 	// MaxTries is how many BOOTINGs a silent peer gets before it counts
-	// as answered (default 5).
+	// as answered (default 20: at 20% loss each way a live peer's answer
+	// is then missed with a probability of about 1e-9).
 	MaxTries int
+	// MaxRetry bounds the interval between RDMA_READY rounds, which
+	// doubles from Retry while a peer stays silent (default 100 * Retry,
+	// at most a second).
+	MaxRetry time.Duration
 }
 
 // ReintMsg is a frame the driver must send: Type to Peer with the
@@ -110,7 +118,10 @@ func NewReintegration(self Rank, size int, epoch uint64, cfg ReintConfig) *Reint
 		cfg.Retry = 10 * time.Millisecond
 	}
 	if cfg.MaxTries <= 0 {
-		cfg.MaxTries = 5
+		cfg.MaxTries = 20
+	}
+	if cfg.MaxRetry <= 0 {
+		cfg.MaxRetry = min(100*cfg.Retry, time.Second)
 	}
 	return &Reintegration{self: self, size: size, cfg: cfg, epoch: epoch,
 		answered: make([]bool, size), tries: make([]int, size),
@@ -204,12 +215,12 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 
 // Tick resends BOOTING to peers that have not answered, gives up on those
 // that stayed silent for MaxTries, and, once ready, resends RDMA_READY to
-// peers that have not answered it (MaxTries times). It returns the next
-// time it wants to be called (zero: nothing pending).
+// peers that have not answered it, backing off. It returns the next time
+// it wants to be called (zero: nothing pending).
 func (r *Reintegration) Tick(now time.Time) ([]ReintMsg, []ReintAction, time.Time) {
 	r.out, r.acts = r.out[:0], r.acts[:0]
 	pending := false
-	if now.Sub(r.lastSent) >= r.cfg.Retry {
+	if now.Sub(r.lastSent) >= r.interval() {
 		switch {
 		case r.joining:
 			for p := range r.answered {
@@ -225,23 +236,33 @@ func (r *Reintegration) Tick(now time.Time) ([]ReintMsg, []ReintAction, time.Tim
 		}
 	}
 	for p := range r.rdmaTo {
-		if r.joining && !r.answered[p] || r.ready && !r.rdmaTo[p] && Rank(p) != r.self && r.tries[p] < r.cfg.MaxTries {
+		if r.joining && !r.answered[p] || r.ready && !r.rdmaTo[p] && Rank(p) != r.self {
 			pending = true
 		}
 	}
 	if !pending {
 		return r.out, r.acts, time.Time{}
 	}
-	return r.out, r.acts, r.lastSent.Add(r.cfg.Retry)
+	return r.out, r.acts, r.lastSent.Add(r.interval())
+}
+
+// interval is how long after the last round the next one is due: Retry
+// while joining, and for RDMA_READY Retry doubled each round up to
+// MaxRetry, so that a dead peer costs little.
+func (r *Reintegration) interval() time.Duration {
+	if !r.ready || r.rounds <= 1 {
+		return r.cfg.Retry
+	}
+	return min(r.cfg.Retry<<min(r.rounds-1, 20), r.cfg.MaxRetry)
 }
 
 // sendReady sends RDMA_READY, asking for one back, to the peers that have
 // not yet said they accept RDMA from us.
 func (r *Reintegration) sendReady(now time.Time) {
 	r.lastSent = now
+	r.rounds++
 	for p := range r.rdmaTo {
-		if Rank(p) != r.self && !r.rdmaTo[p] && r.tries[p] < r.cfg.MaxTries {
-			r.tries[p]++
+		if Rank(p) != r.self && !r.rdmaTo[p] {
 			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.epoch, true})
 		}
 	}
@@ -267,11 +288,8 @@ func (r *Reintegration) checkDone() {
 			return
 		}
 	}
-	r.joining, r.ready = false, true
+	r.joining, r.ready, r.rounds = false, true, 0
 	r.acts = append(r.acts, ReintAction{ActReady, r.self})
-	for p := range r.tries {
-		r.tries[p] = 0
-	}
 	r.sendReady(r.lastSent)
 	for p, o := range r.owed {
 		if o && r.rdmaTo[p] {

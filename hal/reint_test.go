@@ -26,6 +26,7 @@ type reintNet struct {
 	t      *testing.T
 	net    *simnet.Network
 	nodes  []*reintNode
+	cfg    hal.ReintConfig
 	epochs uint64
 	hdr    [hal.HeaderLen]byte
 	pay    [hal.ReintPayloadLen]byte
@@ -36,7 +37,7 @@ func newReintNet(t *testing.T, n int, spec faults.Spec) *reintNet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn := &reintNet{t: t, net: net}
+	rn := &reintNet{t: t, net: net, cfg: hal.ReintConfig{Retry: 100 * time.Microsecond, MaxTries: 20}}
 	for i := 0; i < n; i++ {
 		rn.nodes = append(rn.nodes, &reintNode{dev: net.Device(hal.Rank(i))})
 	}
@@ -47,7 +48,7 @@ func newReintNet(t *testing.T, n int, spec faults.Spec) *reintNet {
 func (rn *reintNet) start(i int) {
 	nd := rn.nodes[i]
 	rn.epochs++
-	nd.r = hal.NewReintegration(hal.Rank(i), len(rn.nodes), rn.epochs<<8|uint64(i), hal.ReintConfig{Retry: 100 * time.Microsecond, MaxTries: 20})
+	nd.r = hal.NewReintegration(hal.Rank(i), len(rn.nodes), rn.epochs<<8|uint64(i), rn.cfg)
 	nd.alive = true
 	nd.started = rn.net.Now()
 	nd.cleared = map[hal.Rank]uint64{}
@@ -152,6 +153,22 @@ func TestReintegrationTogether(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			spec := faults.Spec{Loss: 0.2, Reorder: 0.1, Dup: 0.05, Corrupt: 0.01, Delay: 50 * time.Microsecond, Seed: seed}
 			rn := newReintNet(t, 5, spec)
+			for i := range rn.nodes {
+				rn.start(i)
+			}
+			rn.run(time.Second, rn.converged)
+		})
+	}
+}
+
+// TestReintegrationHeavyLoss: with the retry counts lapi uses (the
+// defaults) and half of all frames lost, every pair still converges:
+// RDMA_READY is resent until answered, and a live peer is not given up on.
+func TestReintegrationHeavyLoss(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rn := newReintNet(t, 6, faults.Spec{Loss: 0.5, Dup: 0.05, Corrupt: 0.05, Seed: seed})
+			rn.cfg = hal.ReintConfig{Retry: 100 * time.Microsecond}
 			for i := range rn.nodes {
 				rn.start(i)
 			}
