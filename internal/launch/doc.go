@@ -3,8 +3,11 @@
 // hosts by slot (mpirun semantics), serves PMI-1 to them (internal/pmi), forks
 // local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
 // PMI_PORT/PMI_ID (local ones bound to their share of the cores: --bind-to,
-// bind.go), passes their output through line by line (optionally
-// tagged with the rank), forwards SIGINT/SIGTERM, and when a rank fails kills
+// bind.go; a built program copied to each remote host first: copy.go; every
+// rank gets gorun's WEFT_* variables and -x), refuses at once a job its
+// device cannot run (Plan), passes their output through line by line (optionally
+// tagged with the rank), forwards SIGINT/SIGTERM (a second one kills; gorun
+// then exits 128+N), and when a rank fails kills
 // the others and exits with the failed rank's status, saying which rank
 // failed and how. It removes the job's shared-memory segments at the end and
 // those of jobs whose gorun died.

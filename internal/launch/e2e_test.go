@@ -262,44 +262,89 @@ func TestGorunTagOutput(t *testing.T) {
 // TestGorunForwardsSIGINT: Ctrl-C at gorun reaches every rank, and gorun
 // exits 128+2 naming the rank.
 func TestGorunForwardsSIGINT(t *testing.T) {
-	cmd := exec.Command(bins.gorun, "-n", "2", bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	code, stderr := interruptJob(t, 2, 1, "-n", "2", bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 {
+		t.Errorf("status %d, want 130", code)
+	}
+	if !regexp.MustCompile(`rank \d \(pid \d+\) was killed by signal 2 \(interrupt\) after gorun forwarded interrupt`).MatchString(stderr) {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	assertNoRankLeft(t)
+}
+
+// interruptJob runs the gorun binary with args (ranks that print "hanging"
+// and block), waits for hanging such lines, sends gorun SIGINT ints times,
+// and returns its exit status and standard error once it has exited, which
+// it must within 5 s. Before each further SIGINT it waits for gorun to say
+// it forwarded the first (args must include --trace 1): two signals sent
+// at once may reach it as one.
+func interruptJob(t *testing.T, hanging, ints int, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bins.gorun, args...)
+	var errb lockedBuffer
+	errPipe, _ := cmd.StderrPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-	hanging := make(chan struct{})
+	forwarded := make(chan struct{}, 1)
+	errDone := make(chan struct{})
 	go func() {
+		defer close(errDone)
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			fmt.Fprintln(&errb, sc.Text())
+			if strings.Contains(sc.Text(), "forwarding interrupt to every rank") {
+				forwarded <- struct{}{}
+			}
+		}
+	}()
+	started, outDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(outDone)
 		sc := bufio.NewScanner(out)
 		for n := 0; sc.Scan(); {
 			if strings.HasSuffix(sc.Text(), "hanging") {
-				if n++; n == 2 {
-					close(hanging)
+				if n++; n == hanging {
+					close(started)
 				}
 			}
 		}
 	}()
 	select {
-	case <-hanging:
+	case <-started:
 	case <-time.After(jobWait):
-		t.Fatal("ranks did not start")
+		t.Fatalf("ranks did not start; stderr:\n%s", errb.String())
 	}
-	cmd.Process.Signal(syscall.SIGINT)
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	for i := range ints {
+		if i > 0 {
+			select {
+			case <-forwarded:
+			case <-time.After(jobWait):
+				t.Fatalf("gorun did not say it forwarded the first SIGINT; stderr:\n%s", errb.String())
+			}
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+	}
+	waited := make(chan struct{})
+	go func() { <-errDone; <-outDone; cmd.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-time.After(5 * time.Second):
-		t.Fatal("gorun still running 5s after SIGINT")
+		t.Fatalf("gorun still running 5s after %d SIGINT; stderr:\n%s", ints, errb.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 128+2 {
-		t.Errorf("status %d, want 130", code)
+	return cmd.ProcessState.ExitCode(), errb.String()
+}
+
+// TestGorunSecondInterrupt: ranks that ignore SIGINT are killed by a
+// second Ctrl-C, and gorun still exits 130: the job was interrupted.
+func TestGorunSecondInterrupt(t *testing.T) {
+	code, stderr := interruptJob(t, 2, 2, "-n", "2", "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 || !strings.Contains(stderr, "interrupt again: killing every rank") {
+		t.Errorf("status %d, want 130; stderr:\n%s", code, stderr)
 	}
-	if !regexp.MustCompile(`rank \d \(pid \d+\) was killed by signal 2 \(interrupt\) after gorun forwarded interrupt`).MatchString(errb.String()) {
-		t.Errorf("stderr:\n%s", errb.String())
-	}
+	assertNoRankLeft(t)
 }
 
 func TestGorunProfile(t *testing.T) {

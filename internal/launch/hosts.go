@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,9 @@ type Placement struct {
 	Hosts  []Host // node index -> host; each host once
 	NodeOf []int  // rank -> node index
 }
+
+// Uses reports whether any rank is placed on node.
+func (p *Placement) Uses(node int) bool { return slices.Contains(p.NodeOf, node) }
 
 // Place puts n ranks on hosts by slot, like mpirun: host 1's slots first,
 // then host 2's, and so on; with oversubscribe, further rounds over the

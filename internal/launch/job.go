@@ -42,6 +42,8 @@ type job struct {
 	ranks []*rank
 	start time.Time
 
+	copies map[string]*remoteCopy // by host: the built program copied there (copy.go)
+
 	exits  chan *rank
 	events chan pmi.Event
 	done   chan struct{} // closed when the monitor ends: PMI events are dropped after
@@ -51,7 +53,8 @@ type job struct {
 	failure     *failure    // the first failure: its status is gorun's
 	timedOut    bool        // --timeout expired
 	interrupted os.Signal   // a SIGINT/SIGTERM gorun received and forwarded
-	killTimer   *time.Timer // SIGKILL after the grace
+	killTimer   *time.Timer // SIGKILL after the grace, then abandonRemote after another
+	killedAll   bool        // SIGKILL sent to every rank
 	said        map[int]bool
 
 	// The first rank whose PMI connection was lost before finalize is most
@@ -75,11 +78,13 @@ type failure struct {
 	code int
 }
 
-// Run runs prog as the job opts describes, writing the ranks' output and
-// gorun's messages to stdout and stderr, and returns gorun's exit status.
-func Run(opts *Options, prog *Program, stdout, stderr io.Writer) int {
+// Run runs prog as the job opts describes, its ranks placed by Plan,
+// writing the ranks' output and gorun's messages to stdout and stderr, and
+// returns gorun's exit status.
+func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Writer) int {
 	j := &job{
 		opts:   opts,
+		place:  place,
 		prog:   prog,
 		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput},
 		exits:  make(chan *rank, opts.N),
@@ -97,14 +102,40 @@ func Run(opts *Options, prog *Program, stdout, stderr io.Writer) int {
 	return code
 }
 
-func (j *job) run() (int, error) {
-	hosts := append([]Host(nil), j.opts.Hosts...)
+// shmMaxRanks is transport/shm's MaxRanks, the most ranks a job on the
+// shared-memory device may have (its segment holds size² rings); launch
+// may not import transport/shm, so a test checks that the two agree.
+const shmMaxRanks = 256
+
+// Plan places opts.N ranks on the hosts (this machine alone without -H or
+// --hostfile) and refuses, before anything is built or started, a job its
+// device cannot run: shared memory reaches only within one host and takes
+// at most shmMaxRanks ranks (auto picks it when every rank is on one host).
+func Plan(opts *Options) (*Placement, error) {
+	hosts := append([]Host(nil), opts.Hosts...)
 	markLocal(hosts)
-	place, err := Place(j.opts.N, hosts, j.opts.Oversubscribe, runtime.NumCPU())
+	place, err := Place(opts.N, hosts, opts.Oversubscribe, runtime.NumCPU())
 	if err != nil {
-		return exitFailure, err
+		return nil, err
 	}
-	j.place = place
+	used := map[int]bool{}
+	for _, node := range place.NodeOf {
+		used[node] = true
+	}
+	shm := opts.Transport == "shm" || opts.Transport == "auto" && len(used) == 1 && opts.N > 1
+	switch {
+	case opts.Transport == "shm" && len(used) > 1:
+		return nil, fmt.Errorf("%w: %s shm: the ranks are on %d hosts, and shared memory reaches only within one; use auto or udp",
+			ErrUsage, opts.transportFrom, len(used))
+	case shm && opts.N > shmMaxRanks:
+		return nil, fmt.Errorf("%w: %d ranks on one host: the shared-memory device (what auto picks within a host) takes at most %d; use --transport udp, or spread the ranks over hosts with -H",
+			ErrUsage, opts.N, shmMaxRanks)
+	}
+	return place, nil
+}
+
+func (j *job) run() (int, error) {
+	var err error
 	if j.key, err = pmi.RandomKey(); err != nil {
 		return exitFailure, err
 	}
@@ -125,7 +156,7 @@ func (j *job) run() (int, error) {
 	cfg := pmi.ServerConfig{
 		Size:           j.opts.N,
 		KVSName:        fmt.Sprintf("kvs_weft_%016x", j.key),
-		ProcessMapping: pmi.FormatProcessMapping(place.NodeOf),
+		ProcessMapping: pmi.FormatProcessMapping(j.place.NodeOf),
 		OnEvent: func(e pmi.Event) {
 			select {
 			case j.events <- e:
@@ -143,6 +174,12 @@ func (j *job) run() (int, error) {
 	ports, err := j.listenForRemote()
 	if err != nil {
 		return exitFailure, err
+	}
+	if j.prog.Built && len(ports) > 0 {
+		defer j.endCopies() // after drain: the ranks are done with the copies
+		if err := j.copyProgram(); err != nil {
+			return exitFailure, err
+		}
 	}
 
 	sigs := make(chan os.Signal, 4)
@@ -233,21 +270,18 @@ func (j *job) startRanks(ports map[string]string) {
 }
 
 // rankEnv is the environment common to all ranks: for local ranks gorun's
-// own (less what would make a rank think another launcher started it), for
-// remote ranks only what gorun sets; then weft's variables and -x.
+// own, for remote ranks (whose environment is the remote login's) gorun's
+// WEFT_* variables, less in both cases what would make a rank think another
+// launcher started it; then what gorun sets, and -x last, so that each
+// overrides what precedes it.
 func (j *job) rankEnv(local bool) []string {
 	var env []string
-	if local {
-		for _, kv := range os.Environ() {
-			if !inheritedLauncherVar(kv) {
-				env = append(env, kv)
-			}
+	for _, kv := range os.Environ() {
+		if !inheritedLauncherVar(kv) && (local || strings.HasPrefix(kv, "WEFT_")) {
+			env = append(env, kv)
 		}
 	}
 	env = append(env, "WEFT_JOBKEY="+fmt.Sprintf("%016x", j.key), "WEFT_TRANSPORT="+j.opts.Transport)
-	if j.opts.NICs != "" {
-		env = append(env, "WEFT_NICS="+j.opts.NICs)
-	}
 	if j.opts.Trace >= 0 {
 		env = append(env, "WEFT_TRACE="+strconv.Itoa(j.opts.Trace))
 	}
@@ -306,6 +340,15 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 				j.stop()
 			}
 		case <-kill:
+			if j.killedAll {
+				j.abandonRemote()
+				break
+			}
+			for _, r := range j.ranks {
+				if r.running && j.opts.Trace >= 1 {
+					j.out.say(fmt.Sprintf("rank %d (%s) still running %v after SIGTERM: SIGKILL", r.id, r.where(), j.opts.KillGrace))
+				}
+			}
 			j.killAll()
 		case <-settle:
 			j.settle(true)
@@ -475,14 +518,31 @@ func (j *job) stop() {
 	j.killTimer = time.NewTimer(j.opts.KillGrace)
 }
 
-// killAll sends SIGKILL to every rank still running.
+// killAll sends SIGKILL to every rank still running. A remote rank's ssh
+// exits once its wrapper has seen the rank die; one that has not within the
+// grace is abandoned (abandonRemote).
 func (j *job) killAll() {
 	for _, r := range j.ranks {
 		if r.running {
-			if j.opts.Trace >= 1 {
-				j.out.say(fmt.Sprintf("rank %d (%s) still running %v after SIGTERM: SIGKILL", r.id, r.where(), j.opts.KillGrace))
-			}
 			r.signal(unix.SIGKILL)
+		}
+	}
+	j.killedAll = true
+	if j.killTimer != nil {
+		j.killTimer.Stop()
+	}
+	j.killTimer = time.NewTimer(j.opts.KillGrace)
+}
+
+// abandonRemote kills the ssh clients of remote ranks whose wrapper did not
+// report their end within the grace after SIGKILL (host unreachable), saying
+// that the rank may still run there.
+func (j *job) abandonRemote() {
+	for _, r := range j.ranks {
+		if r.running && r.remote {
+			j.out.say(fmt.Sprintf("rank %d (%s): no word from %s %v after SIGKILL; killing ssh, the rank may still run there",
+				r.id, r.where(), r.host.Name, j.opts.KillGrace))
+			r.abandon()
 		}
 	}
 }
@@ -531,13 +591,17 @@ func (j *job) drain() {
 	}
 }
 
-// exitCode is gorun's status: the first failure's, 124 for a timeout, else 0.
+// exitCode is gorun's status: the first failure's, 124 for a timeout,
+// 128+N after gorun received signal N (as a shell reports a job it
+// interrupted, also when the ranks were killed by a second one), else 0.
 func (j *job) exitCode() int {
 	switch {
 	case j.failure != nil:
 		return j.failure.code
 	case j.timedOut:
 		return exitTimeout
+	case j.interrupted != nil:
+		return 128 + int(j.interrupted.(unix.Signal))
 	}
 	return exitOK
 }

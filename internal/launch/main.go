@@ -37,13 +37,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if opts.Wrap {
 		return wrap(opts, stdout, stderr)
 	}
+	place, err := Plan(opts)
+	switch {
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(stderr, "gorun: %v\n", err)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "gorun: %v\n", err)
+		return exitFailure
+	}
 	prog, err := ResolveProgram(context.Background(), opts.Program)
 	if err != nil {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return exitFailure
 	}
 	defer prog.Remove()
-	return Run(opts, prog, stdout, stderr)
+	return Run(opts, place, prog, stdout, stderr)
 }
 
 // wrap runs a foreign launcher (opts.Program with opts.Args) with a

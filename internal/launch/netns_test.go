@@ -100,3 +100,54 @@ func TestMultiHostNetns(t *testing.T) {
 	}
 	assertNoRankLeft(t)
 }
+
+// TestMultiHostNetnsEnvAndInterrupt: across the namespace hosts, gorun's
+// WEFT_* variables and -x reach every rank; Ctrl-C stops every rank on
+// every host and gorun exits 130, also when the ranks ignore SIGINT and a
+// second Ctrl-C kills them.
+func TestMultiHostNetnsEnvAndInterrupt(t *testing.T) {
+	rsh := netnsHosts(t)
+	r := command(t, "", []string{"WEFT_TESTVAR=over ssh"}, bins.gorun, "-n", "2", "-H", "host1,host2", "--rsh", rsh,
+		"-x", "XVAR=x", bins.pmiprog, "-env", "WEFT_TESTVAR,XVAR")
+	checkJob(t, r, 2)
+	for _, want := range []string{"rank 0 env WEFT_TESTVAR=over ssh", "rank 1 env WEFT_TESTVAR=over ssh", "rank 0 env XVAR=x", "rank 1 env XVAR=x"} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("output does not say %q:\n%s", want, r.stdout)
+		}
+	}
+
+	code, stderr := interruptJob(t, 2, 1, "-n", "2", "-H", "host1,host2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 || !strings.Contains(stderr, "killed by signal 2 there") {
+		t.Errorf("Ctrl-C: status %d, want 130 with the ranks killed by SIGINT; stderr:\n%s", code, stderr)
+	}
+	assertNoRankLeft(t)
+	code, stderr = interruptJob(t, 2, 2, "-n", "2", "-H", "host1,host2", "--rsh", rsh, "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 {
+		t.Errorf("second Ctrl-C: status %d, want 130; stderr:\n%s", code, stderr)
+	}
+	assertNoRankLeft(t)
+}
+
+// TestMultiHostNetnsBuiltProgram: a package directory run across the hosts
+// is copied to each (into its TMPDIR, not gorun's), and the copies are gone
+// when gorun returns.
+func TestMultiHostNetnsBuiltProgram(t *testing.T) {
+	rsh := netnsHosts(t)
+	local := t.TempDir()
+	r := command(t, "", []string{"TMPDIR=" + local}, bins.gorun, "-n", "2", "-H", "host1,host2", "--rsh", rsh,
+		"./testdata/pmiprog", "-card", "10", "-exe")
+	checkJob(t, r, 2)
+	exe := regexp.MustCompile(`(?m)^rank (\d) exe (/\S+)$`)
+	got := exe.FindAllStringSubmatch(r.stdout, -1)
+	if len(got) != 2 {
+		t.Fatalf("want 2 exe lines:\n%s", r.stdout)
+	}
+	for _, m := range got {
+		if strings.HasPrefix(m[2], local+"/") {
+			t.Errorf("rank %s ran gorun's own build %s, which a remote host need not have", m[1], m[2])
+		}
+		if _, err := os.Stat(m[2]); err == nil {
+			t.Errorf("rank %s's copy %s left on its host", m[1], m[2])
+		}
+	}
+}

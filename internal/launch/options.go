@@ -30,8 +30,8 @@ type Options struct {
 	Hosts         []Host        // -H and --hostfile; empty: this host only
 	Rsh           []string      // command that reaches a host, split on spaces
 	Oversubscribe bool          // allow more ranks than slots
-	Transport     string        // WEFT_TRANSPORT
-	NICs          string        // WEFT_NICS
+	Transport     string        // WEFT_TRANSPORT for every rank: auto, shm or udp
+	transportFrom string        // where Transport came from, for messages
 	TagOutput     bool          // prefix lines with [rank]
 	Timeout       time.Duration // 0: none
 	Trace         int           // -1: not set
@@ -52,7 +52,18 @@ type Options struct {
 // unreachable host fails in seconds, -x for no X11 forwarding (mpirun's).
 var defaultRsh = []string{"ssh", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"}
 
-var transports = []string{"auto", "shm", "udp", "verbs", "inproc-test"}
+// transports are the devices a gorun job can run on (WEFT_TRANSPORT).
+var transports = []string{"auto", "shm", "udp"}
+
+// notYet says why a device name the design promises cannot be used yet.
+var notYet = map[string]string{
+	"verbs":       "the verbs device does not exist yet",
+	"inproc-test": "the in-process device runs ranks as goroutines of one test program (mpi.Run), not as processes gorun starts",
+}
+
+// hiddenFlags are accepted only to be refused with why (see ParseArgs):
+// they name features that do not exist yet, so the help does not list them.
+var hiddenFlags = map[string]bool{"nics": true}
 
 var profiles = []string{"cpu", "mem", "block", "mutex"}
 
@@ -64,7 +75,12 @@ const usageText = `usage: gorun [flags] PACKAGE-DIR|BINARY [args...]
 Starts N ranks of a weft program: builds a Go package directory once (or
 takes a binary), serves PMI-1 to the ranks, passes their output through,
 forwards SIGINT/SIGTERM, and exits with the status of the first rank that
-failed after stopping the rest.
+failed after stopping the rest (130 after Ctrl-C).
+
+Remote hosts (-H, --hostfile) are reached with --rsh. A package directory
+is built here and the binary copied to each remote host (into its TMPDIR,
+removed when the job ends); a BINARY must exist at the same path on every
+host. gorun's WEFT_* variables and those -x names reach every rank.
 
 `
 
@@ -85,15 +101,16 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.SetOutput(stderr)
 	o := &Options{Trace: -1, KillGrace: 2 * time.Second}
 	var hostList, xs stringList
-	var hostfile, rsh, trace string
+	var hostfile, rsh, trace, nics string
+	var nicsGiven bool
 	fs.IntVar(&o.N, "n", 1, "number of ranks")
 	fs.IntVar(&o.N, "np", 1, "same as -n")
 	fs.Var(&hostList, "H", "hosts as host[:slots],... (repeatable); ranks go to hosts by slot")
 	fs.StringVar(&hostfile, "hostfile", "", "file with one host[:slots] (or 'host slots=N') per line")
 	fs.StringVar(&rsh, "rsh", "", "command that reaches a host (default: ssh -x -o BatchMode=yes -o ConnectTimeout=10)")
 	fs.BoolVar(&o.Oversubscribe, "oversubscribe", false, "allow more ranks than slots")
-	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp | verbs | inproc-test")
-	fs.StringVar(&o.NICs, "nics", "", "devices to stripe across, a,b (default: all usable)")
+	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp (auto: shm within one host, udp across hosts; when not given, WEFT_TRANSPORT if set)")
+	fs.StringVar(&nics, "nics", "", "refused: striping across NICs does not exist yet")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix each output line with [rank]")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long, with a report of each rank's state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
@@ -103,7 +120,15 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Wrap, "wrap", false, "run a foreign launcher (mpirun, srun) with a GORUN_KVS rendezvous server")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
-		fs.PrintDefaults()
+		shown := flag.NewFlagSet("gorun", flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if !hiddenFlags[f.Name] {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		shown.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -123,8 +148,9 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	if o.N < 1 {
 		return nil, fmt.Errorf("%w: -n %d: need at least one rank", ErrUsage, o.N)
 	}
-	if !slices.Contains(transports, o.Transport) {
-		return nil, fmt.Errorf("%w: --transport %q: want one of %s", ErrUsage, o.Transport, strings.Join(transports, ", "))
+	fs.Visit(func(f *flag.Flag) { nicsGiven = nicsGiven || f.Name == "nics" })
+	if nicsGiven {
+		return nil, fmt.Errorf("%w: --nics %q: striping across several NICs does not exist yet; each rank uses the NIC routed towards its peers (drop --nics)", ErrUsage, nics)
 	}
 	if !slices.Contains(bindings, o.BindTo) {
 		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(bindings, ", "))
@@ -152,6 +178,9 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		}
 		o.Env = append(o.Env, x)
 	}
+	if err := o.resolveTransport(fs); err != nil {
+		return nil, err
+	}
 	o.Rsh = defaultRsh
 	if rsh != "" {
 		o.Rsh = strings.Fields(rsh)
@@ -171,4 +200,31 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		o.Hosts = append(o.Hosts, hs...)
 	}
 	return o, nil
+}
+
+// resolveTransport decides the ranks' WEFT_TRANSPORT as they will see it:
+// -x WEFT_TRANSPORT=... (set last), else --transport when given, else
+// WEFT_TRANSPORT from gorun's environment, else auto. gorun checks it here
+// so that a device that cannot run the job is refused before anything
+// starts, naming where the value came from.
+func (o *Options) resolveTransport(fs *flag.FlagSet) error {
+	source := "--transport"
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "transport" })
+	if v := os.Getenv("WEFT_TRANSPORT"); !given && v != "" {
+		o.Transport, source = v, "WEFT_TRANSPORT (gorun's environment)"
+	}
+	for _, kv := range o.Env {
+		if v, ok := strings.CutPrefix(kv, "WEFT_TRANSPORT="); ok {
+			o.Transport, source = v, "-x WEFT_TRANSPORT"
+		}
+	}
+	o.transportFrom = source
+	if slices.Contains(transports, o.Transport) {
+		return nil
+	}
+	if why, ok := notYet[o.Transport]; ok {
+		return fmt.Errorf("%w: %s %q: %s; use %s", ErrUsage, source, o.Transport, why, strings.Join(transports, ", "))
+	}
+	return fmt.Errorf("%w: %s %q: want one of %s", ErrUsage, source, o.Transport, strings.Join(transports, ", "))
 }

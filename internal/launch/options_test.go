@@ -2,6 +2,7 @@ package launch
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,15 +15,15 @@ import (
 func TestParseArgs(t *testing.T) {
 	t.Setenv("FROM_ENV", "inherited")
 	o, err := ParseArgs([]string{"-n", "4", "--oversubscribe", "-H", "a:2,b", "--tag-output", "--timeout", "30s",
-		"--trace", "3", "--profile", "cpu", "-x", "A=1", "-x", "FROM_ENV", "--transport", "shm", "--nics", "eth0,eth1",
+		"--trace", "3", "--profile", "cpu", "-x", "A=1", "-x", "FROM_ENV", "--transport", "shm",
 		"--rsh", "ssh -F cfg", "./prog", "-n", "7", "--flag-of-prog"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Options{N: 4, Oversubscribe: true, TagOutput: true, Timeout: 30 * time.Second, Trace: 3, Profile: "cpu",
-		Transport: "shm", NICs: "eth0,eth1", Program: "./prog"}
+		Transport: "shm", Program: "./prog"}
 	if o.N != want.N || !o.Oversubscribe || !o.TagOutput || o.Timeout != want.Timeout || o.Trace != 3 ||
-		o.Profile != "cpu" || o.Transport != "shm" || o.NICs != want.NICs || o.Program != "./prog" {
+		o.Profile != "cpu" || o.Transport != "shm" || o.Program != "./prog" {
 		t.Errorf("options %+v", o)
 	}
 	if !slices.Equal(o.Args, []string{"-n", "7", "--flag-of-prog"}) {
@@ -57,6 +58,12 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-n", "0", "p"}, "at least one rank"},
 		{[]string{"-n", "x", "p"}, "invalid value"},
 		{[]string{"--transport", "carrier-pigeon", "p"}, "auto, shm, udp"},
+		// Features that do not exist yet are refused, saying so.
+		{[]string{"--transport", "verbs", "p"}, "verbs device does not exist yet; use auto, shm, udp"},
+		{[]string{"--transport", "inproc-test", "p"}, "mpi.Run"},
+		{[]string{"-x", "WEFT_TRANSPORT=verbs", "p"}, "-x WEFT_TRANSPORT \"verbs\": the verbs device does not exist yet"},
+		{[]string{"--nics", "eth0,eth1", "p"}, "--nics \"eth0,eth1\": striping across several NICs does not exist yet"},
+		{[]string{"--nics", "", "p"}, "striping"},
 		{[]string{"--profile", "heap", "p"}, "cpu, mem, block, mutex"},
 		{[]string{"--bind-to", "socket", "p"}, "auto, core, none"},
 		{[]string{"--trace", "12", "p"}, "0-9"},
@@ -134,6 +141,51 @@ func TestMarkLocal(t *testing.T) {
 	for i, want := range []bool{true, true, true, false} {
 		if hosts[i].Local != want {
 			t.Errorf("%s: Local=%v, want %v", hosts[i].Name, hosts[i].Local, want)
+		}
+	}
+}
+
+// TestTransportSources: the ranks' WEFT_TRANSPORT is decided once, from
+// -x, --transport, gorun's environment or the default, in that order, and
+// a bad value names where it came from.
+func TestTransportSources(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"p"}, "auto"},
+		{"udp", []string{"p"}, "udp"},
+		{"udp", []string{"--transport", "shm", "p"}, "shm"},
+		{"udp", []string{"--transport", "shm", "-x", "WEFT_TRANSPORT=auto", "p"}, "auto"},
+	} {
+		t.Setenv("WEFT_TRANSPORT", tc.env)
+		o, err := ParseArgs(tc.args, io.Discard)
+		if err != nil || o.Transport != tc.want {
+			t.Errorf("WEFT_TRANSPORT=%q gorun %q: transport %q, %v; want %q", tc.env, tc.args, o.Transport, err, tc.want)
+		}
+	}
+	t.Setenv("WEFT_TRANSPORT", "verbs")
+	if _, err := ParseArgs([]string{"p"}, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "WEFT_TRANSPORT (gorun's environment) \"verbs\"") {
+		t.Errorf("WEFT_TRANSPORT=verbs in gorun's environment: %v", err)
+	}
+}
+
+// TestHelpListsOnlyWhatExists: gorun -h describes no flag or value of a
+// feature that does not exist yet, and says what remote hosts need.
+func TestHelpListsOnlyWhatExists(t *testing.T) {
+	var help strings.Builder
+	if _, err := ParseArgs([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, absent := range []string{"-nics", "verbs", "inproc-test", "stripe"} {
+		if strings.Contains(help.String(), absent) {
+			t.Errorf("help mentions %q:\n%s", absent, help.String())
+		}
+	}
+	for _, present := range []string{"-transport", "auto | shm | udp", "copied to each remote host", "same path on every", "WEFT_*"} {
+		if !strings.Contains(help.String(), present) {
+			t.Errorf("help does not say %q:\n%s", present, help.String())
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 // Program is the executable the ranks run.
 type Program struct {
-	Path  string // absolute; remote hosts must have it at the same path
-	Built bool   // built from a package directory into a temporary directory
+	Path  string // absolute; remote hosts must have a binary at the same path
+	Built bool   // built from a package directory into a temporary directory (copied to remote hosts: copy.go)
 }
 
 // Remove deletes a built binary's temporary directory.

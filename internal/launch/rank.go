@@ -78,7 +78,7 @@ func (j *job) startLocal(r *rank, env []string) error {
 func (j *job) startRemote(r *rank, env []string, pmiPort string) error {
 	env = append(env, "PMI_PORT="+pmiPort, "PMI_ID="+strconv.Itoa(r.id))
 	cwd, _ := os.Getwd()
-	line := remoteCommand(cwd, env, pmiSegmentPrefix(j.key), j.prog.Path, j.opts.Args)
+	line := remoteCommand(cwd, env, pmiSegmentPrefix(j.key), j.programOn(r.host.Name), j.opts.Args)
 	argv := append(append([]string{}, j.opts.Rsh[1:]...), r.host.Name, line)
 	r.cmd = exec.Command(j.opts.Rsh[0], argv...)
 	ctlR, ctlW, err := os.Pipe()
@@ -153,14 +153,26 @@ func (r *rank) signal(sig unix.Signal) {
 		return
 	}
 	if r.remote {
-		if _, err := io.WriteString(r.control, signalName(sig)+"\n"); err != nil || sig == unix.SIGKILL {
-			// The wrapper kills the rank on EOF; ssh itself goes too.
+		_, err := io.WriteString(r.control, signalName(sig)+"\n")
+		if sig == unix.SIGKILL {
+			// The wrapper kills the rank on EOF too, then exits, and
+			// ssh with it: its exit confirms the rank is gone.
 			r.control.Close()
-			_ = unix.Kill(-r.pid(), unix.SIGKILL)
+		}
+		if err != nil {
+			r.abandon()
 		}
 		return
 	}
 	_ = unix.Kill(-r.pid(), sig)
+}
+
+// abandon kills a remote rank's ssh client (its process group), for when
+// the wrapper at the other end cannot be told or does not answer: the rank
+// is then stopped only if the wrapper sees the connection end.
+func (r *rank) abandon() {
+	r.control.Close()
+	_ = unix.Kill(-r.pid(), unix.SIGKILL)
 }
 
 // signalName is the name kill -s takes.

@@ -14,27 +14,34 @@ import (
 
 // remoteScript runs on the remote host, as `sh -c remoteScript weft-rank
 // BINARY ARGS...`. ssh forwards no signals, and a remote process whose ssh
-// died is orphaned, so the script starts the rank in the background, in a
-// process group of its own when setsid exists (so that whatever the rank
-// starts goes with it), and reads signal names from its stdin (gorun's
-// control pipe through ssh): each line is passed to kill -s (to the rank
-// itself if its group does not exist yet: setsid not yet run); end of input
-// (gorun gone, or closing the pipe) kills the rank. It exits with the rank's
-// status (128+N for signal N; the shell's own "Killed" notice is dropped,
-// gorun says it better), and removes the job's shared-memory segments
-// on that host when the rank failed, since gorun cannot reach them (only a
-// prefix of the form .../weft-KEY-: an unset one must never become "rm *").
-const remoteScript = `exec 3<&0 </dev/null
-g=
-if command -v setsid >/dev/null 2>&1; then g=-; setsid "$@" 3<&- & else "$@" 3<&- & fi
-p=$!
-k() { kill -s "$1" -- "$g$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
+// died is orphaned, so the script reads signal names from its stdin
+// (gorun's control pipe through ssh) and passes each line to kill -s; end
+// of input (gorun gone, or closing the pipe) kills the rank.
+//
+// The rank runs in the foreground of a pipeline, not as `rank &`: a shell
+// without job control starts background commands with SIGINT and SIGQUIT
+// ignored, which the rank would inherit (dash cannot undo it with trap),
+// and gorun's Ctrl-C would not stop it. The left side prints the pid of
+// the shell that then execs the rank (in a process group of its own when
+// setsid exists, so that whatever the rank starts goes with it; until
+// setsid has run, a signal goes to the rank itself), and the rank's status
+// once it ends; the rank's output goes to the original stdout (fd 4). The
+// right side runs the signal reader in the background and exits with the
+// rank's status (128+N for signal N), after removing the job's
+// shared-memory segments on that host if the rank failed, since gorun
+// cannot reach them (only a prefix of the form .../weft-KEY-: an unset one
+// must never become "rm *").
+const remoteScript = `exec 3<&0 </dev/null 4>&1
+{ sh -c 'echo "$$"; exec >&4 4>&- 3<&-; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi; exec "$@"' weft-rank "$@"; echo "$?"; } | {
+read -r p
+k() { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
 ( while read -r s <&3; do k "$s"; done; k KILL ) &
 w=$!
-wait "$p" 2>/dev/null; rc=$?
+read -r rc || rc=1
 kill "$w" 2>/dev/null
 if [ "$rc" -ne 0 ]; then case "$WEFT_SHM_PREFIX" in */weft-?*-) rm -f -- "$WEFT_SHM_PREFIX"* 2>/dev/null;; esac; fi
-exit "$rc"`
+exit "$rc"
+}`
 
 // remoteCommand is the command line ssh runs on the remote host: change to
 // gorun's directory if it exists there, then run the wrapper under env with

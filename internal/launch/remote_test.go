@@ -1,10 +1,12 @@
 package launch
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -75,14 +77,41 @@ func TestRemoteScript(t *testing.T) {
 	if code := wait(cmd); code != 128+9 {
 		t.Errorf("after EOF: status %d, want 137", code)
 	}
+
+	// The rank starts with SIGINT and SIGQUIT at their defaults (a shell's
+	// background start would ignore them), so that gorun's forwarded Ctrl-C
+	// stops it. The rank reports its SigIgn mask, then waits in sleep
+	// (which inherits the mask) for the INT.
+	line := remoteCommand(dir, nil, filepath.Join(dir, "weft-x-"), "sh", []string{"-c", `grep '^SigIgn:' /proc/$$/status; exec sleep 30`})
+	cmd = exec.Command("sh", "-c", line)
+	in, _ = cmd.StdinPipe()
+	defer in.Close()
+	rankOut, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var ign uint64
+	if _, err := fmt.Fscanf(rankOut, "SigIgn:\t%x\n", &ign); err != nil {
+		t.Errorf("rank's SigIgn line not read: %v", err)
+	}
+	if ign&(1<<(2-1)|1<<(3-1)) != 0 {
+		t.Errorf("rank starts with SigIgn %016x: SIGINT or SIGQUIT ignored", ign)
+	}
+	io.WriteString(in, "INT\n")
+	if code := wait(cmd); code != 128+2 {
+		t.Errorf("after INT: status %d, want 130", code)
+	}
 }
 
 // fakeRsh writes an rsh that runs the command on this machine, as ssh to
 // another host would: it takes the host and the command line, and runs the
-// line with sh -c (the remote login shell), stdin and all.
+// line with sh -c (the remote login shell), stdin and all, in the
+// environment of a fresh login rather than gorun's and in a session of its
+// own (what gorun does to the ssh process does not reach the remote side;
+// only the end of its stdin does).
 func fakeRsh(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "fake-rsh")
-	os.WriteFile(path, []byte("#!/bin/sh\n# fake-rsh HOST LINE\nexec sh -c \"$2\"\n"), 0o755)
+	os.WriteFile(path, []byte("#!/bin/sh\n# fake-rsh HOST LINE\nexec setsid -w env -i HOME=\"$HOME\" PATH=/usr/local/bin:/usr/bin:/bin sh -c \"$2\"\n"), 0o755)
 	return path
 }
 
@@ -125,5 +154,77 @@ func TestGorunSSHRefused(t *testing.T) {
 	if r.code != 255 || !strings.Contains(r.stderr, "could not be started on 127.0.0.3: ssh exited with status 255") ||
 		!strings.Contains(r.stderr, "Connection refused") {
 		t.Errorf("status %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestGorunRemoteEnv: gorun's WEFT_* variables and -x reach remote ranks,
+// whose environment is otherwise the remote login's, as they reach local
+// ones; gorun's other variables stay behind on remote hosts.
+func TestGorunRemoteEnv(t *testing.T) {
+	t.Setenv("WEFT_TESTVAR", "from gorun's environment")
+	t.Setenv("WEFT_TIMEOUT", "45s")
+	t.Setenv("NOT_WEFT", "local only")
+	r := gorun(t, "-n", "2", "-H", "localhost:1,127.0.0.2:1", "--rsh", fakeRsh(t), "-x", "XVAR=x value",
+		bins.pmiprog, "-env", "WEFT_TESTVAR,WEFT_TIMEOUT,XVAR,NOT_WEFT")
+	checkJob(t, r, 2)
+	for rank := range 2 {
+		for _, want := range []string{"WEFT_TESTVAR=from gorun's environment", "WEFT_TIMEOUT=45s", "XVAR=x value"} {
+			if !strings.Contains(r.stdout, fmt.Sprintf("rank %d env %s\n", rank, want)) {
+				t.Errorf("rank %d did not get %s:\n%s", rank, want, r.stdout)
+			}
+		}
+	}
+	if !strings.Contains(r.stdout, "rank 0 env NOT_WEFT=local only") || !strings.Contains(r.stdout, "rank 1 env NOT_WEFT unset") {
+		t.Errorf("NOT_WEFT should reach the local rank only:\n%s", r.stdout)
+	}
+}
+
+// TestGorunRemoteInterrupt: Ctrl-C at gorun stops remote ranks too, and
+// gorun exits 130; ranks that ignore SIGINT go at the second Ctrl-C, and
+// gorun still exits 130.
+func TestGorunRemoteInterrupt(t *testing.T) {
+	rsh := fakeRsh(t)
+	// Remote ranks only: a local rank's death would stop them with SIGTERM.
+	code, stderr := interruptJob(t, 2, 1, "-n", "2", "-H", "127.0.0.2:2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 {
+		t.Errorf("status %d, want 130; stderr:\n%s", code, stderr)
+	}
+	assertNoRankLeft(t)
+	code, stderr = interruptJob(t, 2, 2, "-n", "2", "-H", "127.0.0.2:2", "--rsh", rsh, "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 {
+		t.Errorf("second Ctrl-C: status %d, want 130; stderr:\n%s", code, stderr)
+	}
+	assertNoRankLeft(t)
+}
+
+// TestGorunCopiesBuiltProgram: a package directory is built in gorun's
+// TMPDIR, which a remote host does not have (here: a tmpfs mounted over it
+// in the "remote" mount namespace); gorun copies the binary to the host's
+// own TMPDIR, the ranks run the copy, and the copy is gone when gorun
+// returns.
+func TestGorunCopiesBuiltProgram(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to hide gorun's TMPDIR from the fake remote host (unshare --mount, from util-linux)")
+	}
+	needTool(t, "unshare", "util-linux")
+	local, remote := t.TempDir(), t.TempDir()
+	rsh := filepath.Join(t.TempDir(), "hiding-rsh")
+	os.WriteFile(rsh, []byte(`#!/bin/sh
+# hiding-rsh HOST LINE: runs LINE as fake-rsh does, on a "host" where
+# gorun's TMPDIR is an empty tmpfs and TMPDIR is another directory.
+exec setsid -w unshare --mount --propagation private sh -c 'mount -t tmpfs none "$1" &&
+  exec env -i HOME="$HOME" TMPDIR="$2" PATH=/usr/local/bin:/usr/bin:/bin sh -c "$3"' hiding-rsh `+
+		shellQuote(local)+" "+shellQuote(remote)+` "$2"
+`), 0o755)
+	t.Setenv("TMPDIR", local)
+	r := gorun(t, "-n", "2", "-H", "127.0.0.2:2", "--rsh", rsh, "./testdata/pmiprog", "-card", "10", "-exe")
+	checkJob(t, r, 2)
+	for rank := range 2 {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^rank %d exe %s/gorun-\w+/pmiprog$`, rank, regexp.QuoteMeta(remote))).MatchString(r.stdout) {
+			t.Errorf("rank %d did not run a copy in the remote TMPDIR %s:\n%s", rank, remote, r.stdout)
+		}
+	}
+	if left, _ := os.ReadDir(remote); len(left) != 0 {
+		t.Errorf("copy left on the remote host: %s/%s", remote, left[0].Name())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 
@@ -26,7 +27,13 @@ func main() {
 		"abort (PMI abort 7 before the fence), nofinalize (exit 0 after the fence without finalize), hang (block before the fence)")
 	cardLen := flag.Int("card", 3000, "bytes of padding per card (over 1023 exercises chunked values)")
 	lines := flag.Int("lines", 0, "extra output lines per rank, written in small pieces")
+	envNames := flag.String("env", "", "comma-separated variable names each rank prints as 'rank R env NAME=VALUE' (or NAME unset)")
+	exe := flag.Bool("exe", false, "each rank prints 'rank R exe PATH', the path of its executable")
+	ignoreInt := flag.Bool("ignore-int", false, "ignore SIGINT, as a program that does not stop on Ctrl-C")
 	flag.Parse()
+	if *ignoreInt {
+		signal.Ignore(syscall.SIGINT)
+	}
 
 	c, err := pmi.Discover()
 	if err != nil {
@@ -35,6 +42,18 @@ func main() {
 	}
 	stop := profile.StartFromEnv(c.Rank())
 	r, n := c.Rank(), c.Size()
+	if *exe {
+		path, err := os.Executable()
+		check(err)
+		fmt.Printf("rank %d exe %s\n", r, path)
+	}
+	for _, name := range strings.Split(*envNames, ",") {
+		if v, ok := os.LookupEnv(name); ok && name != "" {
+			fmt.Printf("rank %d env %s=%s\n", r, name, v)
+		} else if name != "" {
+			fmt.Printf("rank %d env %s unset\n", r, name)
+		}
+	}
 	key, err := pmi.JobKey(c)
 	check(err)
 	if os.Getenv("PMIPROG_SEGMENT") != "" {
