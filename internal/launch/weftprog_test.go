@@ -68,3 +68,29 @@ func TestCollectivesAcrossProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectivesUnderFaults runs testdata/collcheck (every collective, and
+// point-to-point messages of every size class) across processes on the
+// shared-memory device with WEFT_FAULTS dropping, reordering, duplicating
+// and corrupting frames, for several seeds and rank counts: lapi's
+// reliability must keep every result exact (collcheck checks each) and
+// nothing may hang. The first case is the hostile network; the
+// others lose less, so that large transfers, redriven whole when a frame
+// is lost, finish in seconds.
+func TestCollectivesUnderFaults(t *testing.T) {
+	for _, c := range []struct {
+		faults, ranks, rounds string
+	}{
+		{"loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01,seed=1", "4", "10"},
+		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=2", "2", "40"},
+		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=7", "3", "40"},
+	} {
+		t.Run(c.faults+",n="+c.ranks, func(t *testing.T) {
+			r := gorun(t, "-n", c.ranks, "--oversubscribe", "--transport", "shm", "-x", "WEFT_TIMEOUT=30s",
+				"-x", "WEFT_FAULTS="+c.faults, bins.collcheck, "-rounds", c.rounds, "-p2p", "1")
+			if want := "collcheck ok: " + c.rounds + " rounds on " + c.ranks + " ranks"; r.code != 0 || !strings.Contains(r.stdout, want) {
+				t.Fatalf("status %d, output %q, want %q\nstderr: %s", r.code, r.stdout, want, r.stderr)
+			}
+		})
+	}
+}

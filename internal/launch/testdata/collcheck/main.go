@@ -1,7 +1,10 @@
 // Command collcheck runs Barrier, Allreduce, Bcast, Reduce, Allgather,
-// Gather, Scatter and Alltoall for many rounds with every root and sizes around the shared-memory slot, then
-// large Allreduces, checks every result, and prints "collcheck ok: R
-// rounds on N ranks" at rank 0.
+// Gather, Scatter and Alltoall for many rounds with every root and sizes
+// around the shared-memory slot, then large Allreduces, then point-to-point
+// messages of every size class (empty, a cache line, the ring's cells, its
+// data area, the eager limit on either side, rendezvous, split rendezvous)
+// around a ring and with wildcards, checks every result, and prints
+// "collcheck ok: R rounds on N ranks" at rank 0.
 // Every few rounds one rank computes for a while first, so that the
 // others' waits outlast their spin and yield and block: a lost wake-up
 // shows as a WEFT_TIMEOUT error.
@@ -18,6 +21,7 @@ import (
 
 func main() {
 	rounds := flag.Int("rounds", 200, "rounds")
+	p2pRounds := flag.Int("p2p", 2, "rounds of every point-to-point size class")
 	flag.Parse()
 	w, err := mpi.Init()
 	if err != nil {
@@ -26,6 +30,9 @@ func main() {
 	}
 	c := w.Comm()
 	err = check(c, *rounds)
+	if err == nil {
+		err = p2p(c, *p2pRounds)
+	}
 	if ferr := w.Finalize(); err == nil {
 		err = ferr
 	}
@@ -166,4 +173,84 @@ func movers(c *mpi.Comm, i, k, root int) error {
 		return err
 	}
 	return check("alltoall", func(q, e int) int32 { return val(q, me, e) })
+}
+
+// p2pSizes are the point-to-point size classes, in bytes of int32s: on shm
+// up to 2 KiB goes through the ring's cells and up to 64 KiB-1 through its
+// data area; from 64 KiB by rendezvous (single-copy within a node), from
+// 128 KiB split between both ends, and a MiB.
+var p2pSizes = []int{0, 4, 64, 2048, 40000, 65532, 65536, 131072, 300000, 1 << 20}
+
+// p2p sends every size class around the ring (Sendrecv), then to rank 0
+// from everyone, received with AnySource and AnyTag and checked for
+// MPI's order per sender.
+func p2p(c *mpi.Comm, rounds int) error {
+	n, me := c.Size(), c.Rank()
+	val := func(from, round, size, e int) int32 { return int32(from<<24 ^ round<<20 ^ size ^ e*2654435761) }
+	fill := func(b []int32, from, round, size int) {
+		for e := range b {
+			b[e] = val(from, round, size, e)
+		}
+	}
+	verify := func(what string, b []int32, from, round, size int) error {
+		for e, g := range b {
+			if w := val(from, round, size, e); g != w {
+				return fmt.Errorf("p2p round %d: %s of %d bytes from %d: element %d = %#x, want %#x", round, what, size, from, e, g, w)
+			}
+		}
+		return nil
+	}
+	for round := range rounds {
+		for _, size := range p2pSizes {
+			k := size / 4
+			send, recv := make([]int32, k), make([]int32, k)
+			fill(send, me, round, size)
+			from := (me - 1 + n) % n
+			st, err := mpi.Sendrecv(c, send, (me+1)%n, size, recv, from, size)
+			if err != nil {
+				return fmt.Errorf("p2p round %d: sendrecv of %d bytes: %w", round, size, err)
+			}
+			if st.Source != from || st.Tag != size || st.Count != k {
+				return fmt.Errorf("p2p round %d: sendrecv of %d bytes: status %+v, want source %d tag %d count %d", round, size, st, from, size, k)
+			}
+			if err := verify("sendrecv", recv, from, round, size); err != nil {
+				return err
+			}
+		}
+		// Every other rank sends each size class to rank 0 in order;
+		// rank 0 takes them with wildcards and checks each sender's order.
+		if me != 0 {
+			for i, size := range p2pSizes {
+				b := make([]int32, size/4)
+				fill(b, me, round, size)
+				if err := mpi.Send(c, b, 0, i); err != nil {
+					return fmt.Errorf("p2p round %d: send of %d bytes to 0: %w", round, size, err)
+				}
+			}
+		} else {
+			next := make([]int, n)
+			buf := make([]int32, p2pSizes[len(p2pSizes)-1]/4)
+			for range (n - 1) * len(p2pSizes) {
+				st, err := mpi.Recv(c, buf, mpi.AnySource, mpi.AnyTag)
+				if err != nil {
+					return fmt.Errorf("p2p round %d: wildcard receive: %w", round, err)
+				}
+				if st.Tag != next[st.Source] {
+					return fmt.Errorf("p2p round %d: from %d tag %d came before tag %d: order broken", round, st.Source, st.Tag, next[st.Source])
+				}
+				size := p2pSizes[st.Tag]
+				next[st.Source]++
+				if st.Count != size/4 {
+					return fmt.Errorf("p2p round %d: from %d tag %d: count %d, want %d", round, st.Source, st.Tag, st.Count, size/4)
+				}
+				if err := verify("wildcard receive", buf[:size/4], st.Source, round, size); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
