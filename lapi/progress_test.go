@@ -2,11 +2,13 @@ package lapi
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
 )
 
 // flagWhole is a WholeHandler that raises a flag for every message.
@@ -56,5 +58,68 @@ func TestWaitEndingInPollSendsQueued(t *testing.T) {
 	}
 	if c0.sendsQueued() {
 		t.Error("the wait returned with sends still queued behind a ring that had room")
+	}
+}
+
+// blockedWaiters waits until one goroutine of c is blocked in the
+// device's Wait and sleepers more sleep beside it.
+func blockedWaiters(t *testing.T, c *Context, sleepers int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		ok := c.blocking && c.sleepers >= sleepers
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiters never blocked (%d sleeping beside the blocked one wanted)", sleepers)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestLocalCompletionWakesWaiters: what a goroutine completes on its
+// own, with no frame, wakes the goroutines of its rank that wait for it,
+// one blocked in the device's Wait and one asleep beside it: a message to
+// its own rank taken whole (no completion to run), and a send's origin
+// counter, which fires when lapi has copied the data.
+func TestLocalCompletionWakesWaiters(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(c *Context, h HandlerID, k *Counter) error
+	}{
+		{"message to self", func(c *Context, h HandlerID, _ *Counter) error {
+			return c.Amsend(0, h, nil, []byte("self"), SendOpts{})
+		}},
+		{"origin counter", func(c *Context, h HandlerID, k *Counter) error {
+			return c.Amsend(1, h, nil, []byte("peer"), SendOpts{Origin: k})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctxs := openInprocJob(t, 2, faults.Spec{})
+			c := ctxs[0]
+			f := &flagWhole{}
+			h := c.RegisterHandler(f)
+			ctxs[1].RegisterHandler(&flagWhole{})
+			k := c.NewCounter()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cond := func() (bool, error) { return f.got.Load() || k.Value() > 0, nil }
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() { errs <- c.Wait(ctx, cond) }()
+			}
+			blockedWaiters(t, c, 1)
+			if err := tc.do(c, h, k); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := <-errs; err != nil || ctx.Err() != nil {
+					t.Fatalf("a waiter was not woken (it returned %v after its context ended)", err)
+				}
+			}
+		})
 	}
 }

@@ -106,6 +106,10 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 		c.deliver(tgt, &ph, p.buf, data)
 		c.putPkt(p)
 		c.originDone(o)
+		// Taken whole (OnWhole), it queued no completion whose run would
+		// wake the others: another goroutine of this rank may be blocked
+		// waiting for what it delivered, and no frame will come for it.
+		c.progressed()
 		return nil
 	}
 	hl := c.pktHdrLen()
@@ -435,6 +439,7 @@ func (c *Context) putMsg(m *outMsg) {
 func (c *Context) originDone(o *SendOpts) {
 	if o.Origin != nil {
 		o.Origin.incr()
+		c.progressed() // another goroutine may wait on the counter
 	}
 	c.note(o.Notify, nil)
 }
@@ -454,6 +459,10 @@ func (c *Context) doneHere(o *SendOpts, err error) {
 		o.Completion.incr()
 	}
 	c.note(o.Notify, err)
+	// Done on the caller's goroutine, with no frame to wake the others:
+	// one of them may wait on these counters (or the target's, when the
+	// target is this rank).
+	c.progressed()
 }
 
 // note queues a Completer call to run outside the progress lock.
