@@ -465,6 +465,13 @@ func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
 		w.mu.Unlock()
 		return true
 	}
+	if env.seq == w.m.expect[src] {
+		// Its turn, with later messages held back behind it: they become
+		// matchable now, and a rendezvous among them has its read started
+		// outside lapi's lock, by an OnComplete (startDeferred), which a
+		// message taken whole never gets. It goes the OnHeader way.
+		return false
+	}
 	w.mu.Lock()
 	a := w.newArrival()
 	a.env, a.from, a.data, a.complete = env, src, data, true
