@@ -30,6 +30,9 @@ func TestSendRecvObj(t *testing.T) {
 			if p.ID != st.Source || p.Pos[2] != float64(st.Source) || len(p.Tags["from"]) != 100000*st.Source {
 				t.Errorf("got %+v (len %d) from %d", p.Pos, len(p.Tags["from"]), st.Source)
 			}
+			if st.Count != 1 || st.Tag != 5 {
+				t.Errorf("status %+v, want tag 5 and count 1 (one value)", st)
+			}
 		}
 		var bad chan int // gob cannot encode channels
 		if err := c.SendObj(bad, 1, 0); err == nil {

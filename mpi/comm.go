@@ -63,6 +63,9 @@ func (c *Comm) World() *World { return c.w }
 // Dup makes a communicator with the same group and a new context
 // (collective).
 func (c *Comm) Dup() (*Comm, error) {
+	if err := c.w.finalized("dup"); err != nil {
+		return nil, err
+	}
 	ctx, err := c.agreeContext()
 	if err != nil {
 		return nil, fmt.Errorf("mpi: dup: %w", err)
@@ -74,6 +77,9 @@ func (c *Comm) Dup() (*Comm, error) {
 // (then by old rank). A negative color leaves this rank out: it gets nil.
 // Collective over c.
 func (c *Comm) Split(color, key int) (*Comm, error) {
+	if err := c.w.finalized("split"); err != nil {
+		return nil, err
+	}
 	mine := make([]int64, 2)
 	mine[0], mine[1] = int64(color), int64(key)
 	all := make([]int64, 2*c.size)
@@ -163,6 +169,9 @@ func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
 // Barrier blocks until every rank of the communicator has entered it
 // (dissemination: ceil(log2 n) rounds of one message each).
 func (c *Comm) Barrier() error {
+	if err := c.w.finalized("barrier"); err != nil {
+		return err
+	}
 	if c.sh != nil {
 		if err := c.sh.barrier(); err != nil {
 			return fmt.Errorf("mpi: barrier: %w", err)

@@ -18,7 +18,7 @@ const (
 type Status struct {
 	Source int // sender's rank in the communicator
 	Tag    int
-	Count  int // elements received (bytes, for Probe)
+	Count  int // elements received (bytes, for Probe; 1, the value, for RecvObj)
 }
 
 // Elem is the element types buffers may hold.

@@ -16,7 +16,9 @@ func (c *Comm) SendObj(v any, dest, tag int) error {
 }
 
 // RecvObj receives a value sent with SendObj into v, a pointer. It probes
-// for the message first, so any size fits.
+// for the message first, so any size fits. The Status counts values, as
+// Recv's counts elements: its Count is 1, the one value received (Probe
+// gives the size of its encoding in bytes).
 func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 	st, err := c.Probe(source, tag)
 	if err != nil {
@@ -31,5 +33,6 @@ func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 	if err := gob.NewDecoder(bytes.NewReader(buf)).Decode(v); err != nil {
 		return st, fmt.Errorf("mpi: receive object from rank %d (tag %d) into %T: %w", st.Source, st.Tag, v, err)
 	}
+	st.Count = 1
 	return st, nil
 }

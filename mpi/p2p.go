@@ -133,6 +133,9 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 		return Status{}, err
 	}
 	w := c.w
+	if err := w.finalized("probe"); err != nil {
+		return Status{}, err
+	}
 	var st Status
 	probe := &request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
 	ctx, cancel := w.deadline(context.Background())
@@ -202,6 +205,9 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 		return err
 	}
 	w := c.w
+	if w.closed.Load() {
+		return fmt.Errorf("mpi: send to rank %d: %w", dest, ErrFinalized)
+	}
 	wd := c.group[dest]
 	var hdr [envEagerLen]byte
 	// The sequence number is taken under lapi's lock, which the send
@@ -237,6 +243,9 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		return nil, err
 	}
 	w := c.w
+	if w.closed.Load() {
+		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, ErrFinalized)
+	}
 	wd := c.group[dest]
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
@@ -294,7 +303,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 	w.lc.Lock()
 	if w.closed.Load() {
 		w.lc.Unlock()
-		return nil, ErrFinalized
+		return nil, fmt.Errorf("mpi: receive: %w", ErrFinalized)
 	}
 	if src != AnySource {
 		if err := w.lc.PeerErrLocked(hal.Rank(c.group[src])); err != nil {

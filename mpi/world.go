@@ -114,7 +114,12 @@ func (w *World) Comm() *Comm { return w.comm }
 
 // Finalize ends this rank's participation: a barrier, then the resources
 // are released. It reports requests and registrations still outstanding.
+// Every call after it that would communicate, Finalize included, fails
+// with an error wrapping ErrFinalized.
 func (w *World) Finalize() error {
+	if err := w.finalized("finalize"); err != nil {
+		return err
+	}
 	err := w.comm.Barrier()
 	w.mu.Lock()
 	leaks := w.reqs.live()
@@ -129,6 +134,15 @@ func (w *World) Finalize() error {
 		err = fmt.Errorf("mpi: finalize: %d requests still outstanding (never waited for)", leaks)
 	}
 	return err
+}
+
+// finalized is the error of a call (op names it) made after Finalize, or
+// nil before.
+func (w *World) finalized(op string) error {
+	if w.closed.Load() {
+		return fmt.Errorf("mpi: %s: %w", op, ErrFinalized)
+	}
+	return nil
 }
 
 // wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.

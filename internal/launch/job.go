@@ -439,7 +439,7 @@ func (j *job) judge(r *rank, phase pmi.Phase) (string, int) {
 	case code != 0:
 		return fmt.Sprintf("exited with status %d", code), code
 	case phase == pmi.PhaseInitialized || phase == pmi.PhaseInFence || phase == pmi.PhaseLost:
-		return "exited with status 0 without calling PMI finalize", exitFailure
+		return "exited with status 0 without calling World.Finalize (PMI finalize never came)", exitFailure
 	}
 	return "", 0
 }
