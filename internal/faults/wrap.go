@@ -163,13 +163,20 @@ func (w *Device) Send(hdr, payload []byte) error {
 		}
 	default:
 		f := w.copyFrame(hdr, payload)
-		if d.Corrupt(f.buf); d.CorruptBit >= 0 && w.innerReliable {
+		if d.CorruptBit >= 0 && w.innerReliable {
 			// A reliable device neither corrupts nor checks CRCs, so
 			// the receiver's Poll would pass the damaged frame on with
 			// its (now wrong) CRC. Unsealed, it is dropped there as
-			// hal.Check drops a frame whose CRC does not match.
+			// hal.Check drops a frame whose CRC does not match. A flip
+			// in the job key goes to the crc field instead: the inner
+			// device would drop the frame for its key first, counting
+			// it as DropJobKey, where hal.Check counts DropCRC.
+			if b := d.CorruptBit; b >= jobKeyOff*8 && b < (jobKeyOff+8)*8 {
+				d.CorruptBit = crcOff*8 + b%32
+			}
 			f.buf[4] &^= hal.FlagCRC
 		}
+		d.Corrupt(f.buf)
 		f.copies = d.Copies
 		if d.Hold > 0 {
 			f.due = w.now().Add(d.Hold)
@@ -275,6 +282,9 @@ func (w *Device) Close() error {
 	w.heldMu.Unlock()
 	return w.inner.Close()
 }
+
+// Offsets of the header's crc field and job key (see hal's wire layout).
+const crcOff, jobKeyOff = 12, 16
 
 // copyFrame copies a frame into a buffer the Device owns.
 func (w *Device) copyFrame(hdr, payload []byte) *frameCopy {
