@@ -28,10 +28,15 @@ func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
 
 // Bcast sends root's buf to every rank's buf.
 func Bcast[T Elem](c *Comm, buf []T, root int) error {
-	if err := c.checkRoot(root); err != nil {
-		return err
+	b := asBytes(buf)
+	err := c.begin(collBcast, 0, root, len(b))
+	if err == nil {
+		err = c.checkRoot(root)
 	}
-	if err := c.bcast(asBytes(buf), root); err != nil {
+	if err == nil {
+		err = c.bcast(b, root)
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: bcast: %w", err)
 	}
 	return nil
@@ -66,7 +71,7 @@ func (c *Comm) bcastBinomial(b []byte, root int) error {
 	var reqs []*request
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < c.size {
-			r, err := c.isend(b, c.abs(vr+mask, root), tagBcast, c.ctx|1)
+			r, err := c.isend(b, c.abs(vr+mask, root), c.ctag(tagBcast), c.ctx|1)
 			if err != nil {
 				return err
 			}
@@ -131,29 +136,34 @@ func (c *Comm) bcastScatterAllgather(b []byte, root int) error {
 }
 
 func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
-	r, err := c.irecv(b, 1, src, tag, c.ctx|1)
+	r, err := c.irecv(b, 1, src, c.ctag(tag), c.ctx|1)
 	if err != nil {
 		return 0, err
 	}
 	st, err := r.waitRecycle()
-	return st.Count, err
+	return st.Count, c.exact(st, err, src, len(b))
 }
 
 // Reduce combines every rank's send with op into root's recv (recv is
 // used at root only).
 func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
-	if err := c.checkRoot(root); err != nil {
-		return err
+	err := c.begin(collReduce, op, root, len(send)*sizeOf[T]())
+	if err == nil {
+		err = c.checkRoot(root)
 	}
-	red, err := reducerFor[T](op)
-	if err != nil {
-		return err
+	var red reducer
+	if err == nil {
+		red, err = reducerFor[T](op)
 	}
-	if c.rank == root && len(recv) != len(send) {
-		return fmt.Errorf("mpi: reduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+	if err == nil && c.rank == root && len(recv) != len(send) {
+		err = fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
-	if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
-		c.tmp = nil // a receive or read left pending may still write the scratch
+	if err == nil {
+		if err = c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
+			c.tmp = nil // a receive or read left pending may still write the scratch
+		}
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: reduce: %w", err)
 	}
 	return nil
@@ -188,43 +198,53 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 // Allreduce combines every rank's send with op into every rank's recv.
 // send and recv may be the same slice.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
-	red, err := reducerFor[T](op)
-	if err != nil {
-		return err
+	es := sizeOf[T]()
+	err := c.begin(collAllreduce, op, 0, len(send)*es)
+	var red reducer
+	if err == nil {
+		red, err = reducerFor[T](op)
 	}
-	if len(recv) != len(send) {
-		return fmt.Errorf("mpi: allreduce: recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+	if err == nil && len(recv) != len(send) {
+		err = fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 	}
-	b, es := asBytes(recv), sizeOf[T]()
-	shared := c.shared(len(b))
-	reads := c.size > 1 && c.direct(len(b), es)
-	if !shared && !reads {
-		copy(recv, send) // the other algorithms reduce in place
-	}
-	if c.size > 1 {
-		switch {
-		case shared:
-			err = c.sh.allreduce(asBytes(send), b, red)
-		case reads:
-			err = c.allreduceDirect(b, asBytes(send), es, red)
-		case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && len(recv) >= c.size:
-			err = c.allreduceAccumulate(b, es, red)
-		case len(b) >= allreduceLarge && len(recv) >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
-			// Two ranks move the same bytes either way, and recursive
-			// doubling does it in one exchange instead of two. With more
-			// ranks than cores every step may wait for the next rank to
-			// be scheduled: the ring's 2(n-1) steps cost more than
-			// recursive doubling's extra bytes until the data is large.
-			err = c.allreduceRing(b, es, red)
-		default:
-			err = c.allreduceRecursiveDoubling(b, red)
+	if err == nil {
+		if err = c.allreduce(asBytes(send), asBytes(recv), es, red); err != nil {
+			c.tmp = nil // a receive or read left pending may still write the scratch
 		}
 	}
-	if err != nil {
-		c.tmp = nil // a receive or read left pending may still write the scratch
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: allreduce: %w", err)
 	}
 	return nil
+}
+
+// allreduce picks Allreduce's algorithm for send and recv, of the same
+// length, of elements of es bytes.
+func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
+	if c.size == 1 {
+		copy(b, send)
+		return nil
+	}
+	count := len(b) / es
+	switch {
+	case c.shared(len(b)):
+		return c.sh.allreduce(send, b, red)
+	case c.direct(len(b), es):
+		return c.allreduceDirect(b, send, es, red)
+	}
+	copy(b, send) // the other algorithms reduce in place
+	switch {
+	case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && count >= c.size:
+		return c.allreduceAccumulate(b, es, red)
+	case len(b) >= allreduceLarge && count >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
+		// Two ranks move the same bytes either way, and recursive
+		// doubling does it in one exchange instead of two. With more
+		// ranks than cores every step may wait for the next rank to
+		// be scheduled: the ring's 2(n-1) steps cost more than
+		// recursive doubling's extra bytes until the data is large.
+		return c.allreduceRing(b, es, red)
+	}
+	return c.allreduceRecursiveDoubling(b, red)
 }
 
 // allreduceRecursiveDoubling reduces acc in place in log2(n) exchange

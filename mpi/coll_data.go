@@ -5,13 +5,17 @@ import "fmt"
 // Gather collects every rank's send into root's recv, rank i's at
 // recv[i*len(send):]. recv is used at root only.
 func Gather[T Elem](c *Comm, send, recv []T, root int) error {
-	if err := c.checkRoot(root); err != nil {
-		return err
+	err := c.begin(collGather, 0, root, len(send)*sizeOf[T]())
+	if err == nil {
+		err = c.checkRoot(root)
 	}
-	if c.rank == root && len(recv) < c.size*len(send) {
-		return fmt.Errorf("mpi: gather: recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+	if err == nil && c.rank == root && len(recv) < c.size*len(send) {
+		err = fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
 	}
-	if err := c.gather(asBytes(send), asBytes(recv), root); err != nil {
+	if err == nil {
+		err = c.gather(asBytes(send), asBytes(recv), root)
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: gather: %w", err)
 	}
 	return nil
@@ -31,7 +35,7 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 			copy(recv[r*n:], send)
 			continue
 		}
-		q, err := c.irecv(recv[r*n:(r+1)*n], 1, r, tagGather, c.ctx|1)
+		q, err := c.irecv(recv[r*n:(r+1)*n], 1, r, c.ctag(tagGather), c.ctx|1)
 		if err != nil {
 			return err
 		}
@@ -43,13 +47,17 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 // Scatter sends block i of root's send (len(recv) elements each) to rank
 // i's recv. send is used at root only.
 func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
-	if err := c.checkRoot(root); err != nil {
-		return err
+	err := c.begin(collScatter, 0, root, len(recv)*sizeOf[T]())
+	if err == nil {
+		err = c.checkRoot(root)
 	}
-	if c.rank == root && len(send) < c.size*len(recv) {
-		return fmt.Errorf("mpi: scatter: send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
+	if err == nil && c.rank == root && len(send) < c.size*len(recv) {
+		err = fmt.Errorf("send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
 	}
-	if err := c.scatter(asBytes(send), asBytes(recv), root); err != nil {
+	if err == nil {
+		err = c.scatter(asBytes(send), asBytes(recv), root)
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: scatter: %w", err)
 	}
 	return nil
@@ -69,7 +77,7 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 			copy(recv, send[r*n:(r+1)*n])
 			continue
 		}
-		q, err := c.isend(send[r*n:(r+1)*n], r, tagScatter, c.ctx|1)
+		q, err := c.isend(send[r*n:(r+1)*n], r, c.ctag(tagScatter), c.ctx|1)
 		if err != nil {
 			return err
 		}
@@ -81,10 +89,14 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 // Allgather collects every rank's send into every rank's recv, rank i's at
 // recv[i*len(send):].
 func Allgather[T Elem](c *Comm, send, recv []T) error {
-	if len(recv) != c.size*len(send) {
-		return fmt.Errorf("mpi: allgather: recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+	err := c.begin(collAllgather, 0, 0, len(send)*sizeOf[T]())
+	if err == nil && len(recv) != c.size*len(send) {
+		err = fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
 	}
-	if err := c.allgather(asBytes(send), asBytes(recv)); err != nil {
+	if err == nil {
+		err = c.allgather(asBytes(send), asBytes(recv))
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: allgather: %w", err)
 	}
 	return nil
@@ -131,11 +143,15 @@ func (c *Comm) allgather(send, recv []byte) error {
 // Alltoall sends block i of send (len(send)/Size() elements) to rank i,
 // which puts it at block c.Rank() of its recv.
 func Alltoall[T Elem](c *Comm, send, recv []T) error {
-	if len(send)%c.size != 0 || len(recv) != len(send) {
-		return fmt.Errorf("mpi: alltoall: send %d and recv %d elements must be equal and divisible by %d: %w",
+	err := c.begin(collAlltoall, 0, 0, len(send)*sizeOf[T]())
+	if err == nil && (len(send)%c.size != 0 || len(recv) != len(send)) {
+		err = fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
 			len(send), len(recv), c.size, ErrArg)
 	}
-	if err := c.alltoall(asBytes(send), asBytes(recv)); err != nil {
+	if err == nil {
+		err = c.alltoall(asBytes(send), asBytes(recv))
+	}
+	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: alltoall: %w", err)
 	}
 	return nil

@@ -1,8 +1,10 @@
 package mpi
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/weft-hpc/weft/lapi"
 )
@@ -25,6 +27,9 @@ type Comm struct {
 	// sh runs the small collectives through the device's shared block
 	// (shmcoll.go); nil: through messages.
 	sh *shComm
+	// coll numbers the collectives and keeps their signatures, so that
+	// ranks that disagree about one are told (agree.go).
+	coll collState
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.
@@ -48,6 +53,11 @@ func (c *Comm) scratch(n int) []byte {
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
 	c := &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group}
 	c.sh = newShComm(c)
+	c.coll.timer = time.AfterFunc(time.Hour, c.tick)
+	c.coll.timer.Stop()
+	w.commsMu.Lock()
+	w.comms[ctx] = c
+	w.commsMu.Unlock()
 	return c
 }
 
@@ -149,20 +159,34 @@ const (
 	tagPVOs // direct.go's exchange
 )
 
-func (c *Comm) csend(b []byte, dest, tag int) error { return c.send(b, dest, tag, c.ctx|1) }
+// csend sends a step of the running collective (tag: its kind of step).
+func (c *Comm) csend(b []byte, dest, tag int) error { return c.send(b, dest, c.ctag(tag), c.ctx|1) }
 
+// crecv receives exactly len(b) bytes from src: a collective's ranks
+// that disagree on the length fail with ErrArg.
 func (c *Comm) crecv(b []byte, src, tag int) error {
-	r, err := c.irecv(b, 1, src, tag, c.ctx|1)
+	r, err := c.irecv(b, 1, src, c.ctag(tag), c.ctx|1)
 	if err != nil {
 		return err
 	}
-	_, err = r.waitRecycle()
-	return err
+	st, err := r.waitRecycle()
+	return c.exact(st, err, src, len(b))
 }
 
-// csendrecv exchanges with two peers at once.
+// csendrecv exchanges with two peers at once, receiving exactly len(rb)
+// bytes.
 func (c *Comm) csendrecv(sb []byte, dest int, rb []byte, src, tag int) error {
-	_, err := c.sendrecv(sb, dest, tag, rb, 1, src, tag, c.ctx|1)
+	tag = c.ctag(tag)
+	st, err := c.sendrecv(sb, dest, tag, rb, 1, src, tag, c.ctx|1)
+	return c.exact(st, err, src, len(rb))
+}
+
+// exact checks that a collective's receive from src got the want bytes
+// this rank expects.
+func (c *Comm) exact(st Status, err error, src, want int) error {
+	if errors.Is(err, ErrTruncate) || err == nil && st.Count != want {
+		return c.mismatch(src, st.Count, want, err)
+	}
 	return err
 }
 
@@ -172,15 +196,24 @@ func (c *Comm) Barrier() error {
 	if err := c.w.finalized("barrier"); err != nil {
 		return err
 	}
-	if c.sh != nil {
-		if err := c.sh.barrier(); err != nil {
-			return fmt.Errorf("mpi: barrier: %w", err)
-		}
-		return nil
+	err := c.begin(collBarrier, 0, 0, 0)
+	if err == nil {
+		err = c.barrier()
+	}
+	if err = c.end(err); err != nil {
+		return fmt.Errorf("mpi: barrier: %w", err)
+	}
+	return nil
+}
+
+// barrier is Barrier's algorithm, also a step of other collectives.
+func (c *Comm) barrier() error {
+	if c.shared(0) {
+		return c.sh.barrier()
 	}
 	for k := 1; k < c.size; k <<= 1 {
 		if err := c.csendrecv(nil, (c.rank+k)%c.size, nil, (c.rank-k+c.size)%c.size, tagBarrier); err != nil {
-			return fmt.Errorf("mpi: barrier: %w", err)
+			return err
 		}
 	}
 	return nil

@@ -2,6 +2,8 @@ package mpi
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
@@ -67,9 +69,12 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 		}
 		defer lc.TPT().Deregister(rpvo)
 	}
-	var me [2 * hal.PVOLen]byte
+	// Each rank's two PVOs and its length: ranks that disagree on it
+	// stop here, before any read.
+	var me [2*hal.PVOLen + 8]byte
 	hal.PutPVO(me[:], spvo)
 	hal.PutPVO(me[hal.PVOLen:], rpvo)
+	binary.LittleEndian.PutUint64(me[2*hal.PVOLen:], uint64(len(recv)))
 	// The scratch holds every rank's two PVOs, then a block to read into.
 	scratch := c.scratch(p*len(me) + len(mine))
 	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
@@ -77,6 +82,11 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 		return err
 	}
 	pvo := func(q, which int) hal.PVO { return hal.GetPVO(pvos[q*len(me)+which*hal.PVOLen:]) }
+	for q := range p {
+		if n := int(binary.LittleEndian.Uint64(pvos[q*len(me)+2*hal.PVOLen:])); n != len(recv) {
+			return fmt.Errorf("ranks disagree: rank %d reduces %d bytes, rank %d %d: %w", q, n, c.rank, len(recv), ErrArg)
+		}
+	}
 	k := c.directCounter()
 	ctx, cancel := c.w.deadline(context.Background())
 	defer cancel()
@@ -110,7 +120,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	}
 	// Every block is reduced (and no send buffer is read any more) once
 	// every rank is past this barrier.
-	if err := c.Barrier(); err != nil {
+	if err := c.barrier(); err != nil {
 		return err
 	}
 	for i := 1; i < p; i++ {
@@ -121,7 +131,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	}
 	// Nobody may change or release its buffers before the others have
 	// read them.
-	return c.Barrier()
+	return c.barrier()
 }
 
 // exchangePVOs sends me to every other rank and receives theirs into all
@@ -141,7 +151,7 @@ func (c *Comm) exchangePVOs(me, all []byte) error {
 	reqs := make([]*request, 0, p-1)
 	for i := 1; i < p; i++ {
 		q := (c.rank - i + p) % p
-		r, err := c.irecv(all[q*n:(q+1)*n], 1, q, tagPVOs, c.ctx|1)
+		r, err := c.irecv(all[q*n:(q+1)*n], 1, q, c.ctag(tagPVOs), c.ctx|1)
 		if err != nil {
 			return err
 		}

@@ -278,8 +278,10 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
 	w.lc.Lock()
-	env.seq = w.nextSeqLocked(wd)
-	err = w.lc.AmsendLocked(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
+	if err = c.abortedLocked(ctx); err == nil {
+		env.seq = w.nextSeqLocked(wd)
+		err = w.lc.AmsendLocked(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
+	}
 	w.lc.Unlock()
 	if err != nil {
 		w.mu.Lock()
@@ -310,6 +312,10 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 			w.lc.Unlock()
 			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 		}
+	}
+	if err := c.abortedLocked(ctx); err != nil {
+		w.lc.Unlock()
+		return nil, err
 	}
 	r := w.newRequestLocked()
 	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"

@@ -246,7 +246,12 @@ func (r *request) release() {
 func waitAll(reqs []*request) error {
 	var first error
 	for _, r := range reqs {
-		if _, err := r.waitRecycle(); err != nil && first == nil {
+		c, recv, want, src := r.comm, r.recv, len(r.buf), r.src
+		st, err := r.waitRecycle()
+		if recv {
+			err = c.exact(st, err, src, want)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}

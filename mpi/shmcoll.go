@@ -171,7 +171,7 @@ func after(a, b uint32) bool { return int32(a-b) >= 0 }
 
 // shared reports whether a collective moving n bytes per member goes
 // through the block.
-func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot }
+func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot && !c.coll.shOff.Load() }
 
 // publish begins the next round with this member's part of it: data
 // copied into the round's slot, its length, then the stamp.
@@ -187,7 +187,7 @@ func (s *shComm) publish(data []byte, op string, tag int) (uint32, error) {
 		s.synced = k - 1
 	}
 	copy(s.data[s.me][j], data)
-	*s.size[s.me][j] = uint32(len(data))
+	*s.size[s.me][j] = sizeWord(len(data), s.c.coll.seq.Load())
 	return s.start(), nil
 }
 
@@ -249,6 +249,7 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	if s.reported {
 		s.reported = false
 		w.waiting.Store(nil)
+		s.c.unwatch()
 	}
 	if err != nil {
 		s.report.src = s.waitedFor()
@@ -288,6 +289,9 @@ func (s *shComm) cond() (bool, error) {
 	if err := s.failed(); err != nil {
 		return false, err
 	}
+	if err := s.c.coll.abortedNow(); err != nil {
+		return false, err
+	}
 	return false, nil
 }
 
@@ -297,6 +301,7 @@ func (s *shComm) reportWait() {
 	s.report.src = s.waitedFor() // s.next: only this goroutine moves it
 	s.reported = true
 	s.c.w.waiting.Store(&s.report)
+	s.c.watch()
 }
 
 // failed returns the failure of a member the wait still needs, if any
@@ -404,12 +409,27 @@ func (s *shComm) sizes(k uint32, n, from int) error {
 		if from >= 0 && m != from {
 			continue
 		}
-		if got := int(*s.size[m][k&1]); got != n {
-			return fmt.Errorf("rank %d gave %d bytes, rank %d expects %d: %w", m, got, s.me, n, ErrArg)
+		w := *s.size[m][k&1]
+		if got := int(w & sizeMask); got != n {
+			return fmt.Errorf("ranks disagree: rank %d gave %d bytes, rank %d expects %d: %w", m, got, s.me, n, ErrArg)
+		}
+		if call := s.c.coll.seq.Load(); w>>sizeBits != call&(1<<(32-sizeBits)-1) {
+			return fmt.Errorf("ranks disagree: rank %d's part is of collective #%d, rank %d is in #%d: %w", m, w>>sizeBits, s.me, call, ErrArg)
 		}
 	}
 	return nil
 }
+
+// A part's size word holds its length and, above it, the number of the
+// collective call it belongs to (collState.seq), so that members whose
+// rounds went out of step (after ranks disagreed on which calls go
+// through the block) are told, not handed a stale part of the right size.
+const (
+	sizeBits = 12 // shSlot fits
+	sizeMask = 1<<sizeBits - 1
+)
+
+func sizeWord(n int, call uint32) uint32 { return uint32(n) | call<<sizeBits }
 
 // toRoot publishes data and, at root, waits for every member's part of
 // the round. It reports the round and whether this member is root (and

@@ -25,11 +25,14 @@ type World struct {
 	seqOut  []uint32 // per destination world rank, under lapi's lock
 	nextCtx uint32   // lowest context id this rank has not used
 	comm    *Comm
-	closed  atomic.Bool // Finalize ran: the device may have unmapped the shared block
+	commsMu sync.Mutex
+	comms   map[uint32]*Comm // by context, for the agreement handlers (agree.go)
+	closed  atomic.Bool      // Finalize ran: the device may have unmapped the shared block
 
 	hEager, hRTS, hFin lapi.HandlerID
 	hCTS, hPutFin      lapi.HandlerID
 	hNudge             lapi.HandlerID // wakes a rank blocked in a shared-memory collective (shmcoll.go)
+	hAgree, hAbort     lapi.HandlerID // collectives' signatures and aborts (agree.go)
 	sh                 *shBlock       // the device's shared block; nil: collectives use messages
 	eagerLimit         int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
@@ -93,6 +96,9 @@ func newWorld(lc *lapi.Context) (*World, error) {
 	w.hCTS = lc.RegisterHandler(ctsHandler{w})
 	w.hPutFin = lc.RegisterHandler(putFinHandler{w})
 	w.hNudge = lc.RegisterHandler(nudgeHandler{})
+	w.hAgree = lc.RegisterHandler(agreeHandler{w})
+	w.hAbort = lc.RegisterHandler(abortHandler{w})
+	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
 	if sm, ok := lc.Device().(hal.SharedMemory); ok {
 		b, err := newShBlock(sm.SharedBlock(), w.size)
@@ -174,6 +180,12 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 	// spinning: a short wait, such as a ping-pong's, then pays no locked
 	// store for it.
 	reported := false
+	// A collective step's communicator, taken now: once done, r may be
+	// recycled by the condition and reused by another goroutine.
+	var coll *Comm
+	if r.ctx&1 != 0 {
+		coll = r.comm
+	}
 	err := w.lc.WaitReport(ctx, func() (bool, error) {
 		if r.done.Load() {
 			if g != nil && !r.tabled {
@@ -182,13 +194,24 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 			}
 			return true, nil
 		}
+		if coll != nil {
+			// A collective's step whose call was aborted, in a state
+			// the abort could not reach (a rendezvous read under way).
+			return false, coll.coll.abortedNow()
+		}
 		return false, nil
 	}, func() {
 		w.waiting.Store(r)
 		reported = true
+		if coll != nil {
+			coll.watch() // are the ranks in the same call?
+		}
 	})
 	if reported {
 		w.waiting.Store(nil)
+		if coll != nil {
+			coll.unwatch()
+		}
 	}
 	if err != nil {
 		return w.waitErr(ctx, r, err)

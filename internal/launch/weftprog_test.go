@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -92,5 +94,44 @@ func TestCollectivesUnderFaults(t *testing.T) {
 				t.Fatalf("status %d, output %q, want %q\nstderr: %s", r.code, r.stdout, want, r.stderr)
 			}
 		})
+	}
+}
+
+// TestMismatchAcrossProcesses: ranks that pass Allreduce different
+// lengths, across processes on shm (shared-memory collectives on and off)
+// and udp, each get an error wrapping ErrArg that names the disagreement,
+// within WEFT_TIMEOUT (none hangs), and the two Allreduces after it are
+// exact everywhere (the second must succeed; the first may still fail
+// with ErrArg but never be wrong).
+func TestMismatchAcrossProcesses(t *testing.T) {
+	for _, tr := range []string{"shm", "udp"} {
+		for _, shmcoll := range []string{"on", "off"} {
+			for _, ab := range [][2]string{{"1000", "15"}, {"100000", "100001"}, {"10", "11"}} {
+				if tr == "udp" && shmcoll == "off" {
+					continue // no shared block on udp
+				}
+				t.Run(tr+"/shmcoll="+shmcoll+"/"+ab[0]+"-"+ab[1], func(t *testing.T) {
+					r := gorun(t, "-n", "3", "--oversubscribe", "--transport", tr, "-x", "WEFT_TIMEOUT=20s",
+						"-x", "WEFT_SHMCOLL="+shmcoll, bins.mismatch, "-a", ab[0], "-b", ab[1])
+					if r.code != 0 {
+						t.Fatalf("status %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+					}
+					for rank := range 3 {
+						m := regexp.MustCompile(fmt.Sprintf(`rank %d: mismatch: (.*)`, rank)).FindStringSubmatch(r.stdout)
+						if m == nil || !strings.Contains(m[1], "invalid argument") || !strings.Contains(m[1], "disagree") || strings.Contains(m[1], "timed out") {
+							t.Errorf("rank %d's mismatched Allreduce: %q, want an ErrArg naming the disagreement\nstdout: %s", rank, m, r.stdout)
+						}
+						first := strings.Contains(r.stdout, fmt.Sprintf("rank %d: after 1: ", rank))
+						want := fmt.Sprintf("rank %d: sum 9\n", rank)
+						if first {
+							want = fmt.Sprintf("rank %d: sum 3\n", rank)
+						}
+						if strings.Contains(r.stdout, fmt.Sprintf("rank %d: after 2: ", rank)) || !strings.Contains(r.stdout, want) {
+							t.Errorf("rank %d after the mismatch: want %q and no failure of the second Allreduce\nstdout: %s", rank, want, r.stdout)
+						}
+					}
+				})
+			}
+		}
 	}
 }

@@ -1,0 +1,451 @@
+package mpi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Ranks that disagree about a collective (different lengths, roots or
+// ops) must all get an error naming the disagreement, never wrong data and
+// never a hang. Three mechanisms see to it, none of which costs a message
+// while the ranks agree:
+//
+//   - A collective's receive takes exactly the bytes this rank expects: a
+//     shorter or longer message fails it with ErrArg (cwait).
+//   - A collective that fails on one rank fails on all: the rank sends the
+//     error to every member (an abort of that call), which fails their
+//     operations of the call, or the call itself when they begin it. Every
+//     collective message's tag carries the call's number, so that what an
+//     aborted call left behind (ranks that disagree may have chosen
+//     different algorithms) never matches a later call.
+//   - Ranks that chose different algorithms may wait for messages that
+//     never come. A collective wait that has blocked for agreeAfter sends
+//     this rank's signature of the call (kind, bytes, root, op) to member
+//     0 (member 0's goes to every other), which compares it with its own
+//     for the same call (the n-th collective on the communicator) and
+//     aborts on a difference.
+
+// agreeAfter is how long a collective wait blocks before this rank asks
+// the others whether they agree on the call: long enough that a wait for a
+// rank that is computing costs a message per member rarely, short enough
+// that a mismatch is reported at once to a person.
+const agreeAfter = 100 * time.Millisecond
+
+// Collective kinds in a signature.
+const (
+	collBarrier uint8 = iota + 1
+	collBcast
+	collReduce
+	collAllreduce
+	collGather
+	collScatter
+	collAllgather
+	collAlltoall
+)
+
+var collNames = [...]string{"", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall"}
+
+// sigRing is how many recent calls' signatures a communicator keeps, to
+// answer a member that asks about a call this rank has finished.
+const sigRing = 16
+
+// collState is a communicator's record of its collectives.
+type collState struct {
+	seq atomic.Uint32 // collectives begun; only the caller's goroutine adds
+	// ring holds the signatures of the last sigRing calls, by seq: word 0
+	// is seq<<32|kind<<8|op, word 1 is bytes<<24|root. A reader loads
+	// word 0 before and after word 1 (the writer clears it first).
+	ring [sigRing][2]atomic.Uint64
+
+	mu       sync.Mutex
+	pending  []sigCheck       // members' signatures of calls not begun here
+	npending atomic.Int32     // len(pending), read without mu on each call
+	aborts   map[uint32]error // aborted calls, by number (mu)
+	naborts  atomic.Int32     // len(aborts), read without mu on each call
+	lastAb   atomic.Uint32    // the last call aborted, for waits' conditions
+	shOff    atomic.Bool      // a call was aborted: the shared block's rounds may be out of step
+	asked    atomic.Uint32    // the last call whose signature went out
+	blocked  atomic.Uint32    // the call a wait of which is blocked now; 0: none
+	since    atomic.Int64     // when that wait blocked (sinceStart)
+	armed    atomic.Bool      // timer is running
+	timer    *time.Timer      // fires agreeAfter after a wait first blocks
+}
+
+// seqMask keeps a call's number within a tag's bits above the kind's.
+const seqMask = 1<<23 - 1
+
+// ctag is the tag of a collective step of kind tag in the running call.
+func (c *Comm) ctag(tag int) int { return tag | int(c.coll.seq.Load()&seqMask)<<8 }
+
+// sigCheck is a member's signature of call seq.
+type sigCheck struct {
+	from   int // member
+	seq    uint32
+	w0, w1 uint64
+}
+
+// sigShOff marks a signature of a rank whose collectives no longer go
+// through the shared block (after an abort): members that differ in it
+// would take different algorithms.
+const sigShOff = 1 << 16
+
+func packSig(seq uint32, kind uint8, op Op, root, n int, shOff bool) (uint64, uint64) {
+	w0 := uint64(seq)<<32 | uint64(kind)<<8 | uint64(uint8(op))
+	if shOff {
+		w0 |= sigShOff
+	}
+	return w0, uint64(n)<<24 | uint64(root)&0xffffff
+}
+
+// describeSig says what a signature is, for an error.
+func describeSig(w0, w1 uint64) string {
+	kind, op, n, root := uint8(w0>>8), Op(uint8(w0)), w1>>24, int(w1&0xffffff)
+	name := "collective"
+	if int(kind) < len(collNames) {
+		name = collNames[kind]
+	}
+	if w0&sigShOff != 0 {
+		name += " (by messages after an abort)"
+	}
+	switch kind {
+	case collBarrier:
+		return name
+	case collBcast, collGather, collScatter:
+		return fmt.Sprintf("%s of %d bytes from root %d", name, n, root)
+	case collReduce:
+		return fmt.Sprintf("%s (%v) of %d bytes to root %d", name, op, n, root)
+	case collAllreduce:
+		return fmt.Sprintf("%s (%v) of %d bytes", name, op, n)
+	}
+	return fmt.Sprintf("%s of %d bytes", name, n)
+}
+
+// begin starts collective kind on c with n bytes per rank (as this rank
+// sees it): it records the call's signature and compares it with what
+// members sent about it already. It fails if an earlier collective on c
+// was aborted.
+func (c *Comm) begin(kind uint8, op Op, root, n int) error {
+	s := &c.coll
+	k := s.seq.Load() + 1
+	w0, w1 := packSig(k, kind, op, root, n, s.shOff.Load())
+	slot := &s.ring[k%sigRing]
+	slot[0].Store(0)
+	slot[1].Store(w1)
+	slot[0].Store(w0)
+	s.seq.Store(k)
+	if s.naborts.Load() != 0 {
+		if err := s.abortOf(k); err != nil {
+			return err
+		}
+	}
+	if s.npending.Load() != 0 {
+		return c.comparePending()
+	}
+	return nil
+}
+
+// end finishes a collective: an error is sent to every member as the
+// call's abort (unless the call was aborted already, or this rank is
+// finalized and can send nothing), so that none of them waits for this
+// rank in vain.
+func (c *Comm) end(err error) error {
+	if err == nil || c.size == 1 || errors.Is(err, ErrFinalized) {
+		return err
+	}
+	if k := c.coll.seq.Load(); c.coll.abortOf(k) == nil {
+		c.abort(k, fmt.Sprintf("rank %d: %v", c.rank, err))
+	}
+	return err
+}
+
+// abortOf is the error call k was aborted with, or nil.
+func (s *collState) abortOf(k uint32) error {
+	if s.naborts.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborts[k]
+}
+
+// abortedLocked is the abort of the running call when ctx is c's
+// collective context (lapi's lock held: an abort that comes later finds
+// what is being posted under it, so either sees the other).
+func (c *Comm) abortedLocked(ctx uint32) error {
+	if ctx&1 == 0 {
+		return nil
+	}
+	return c.coll.abortOf(c.coll.seq.Load())
+}
+
+// abortedNow reports, for a wait's condition, the abort of the running
+// call.
+func (s *collState) abortedNow() error {
+	if k := s.seq.Load(); s.lastAb.Load() == k && k != 0 {
+		return s.abortOf(k)
+	}
+	return nil
+}
+
+// sig returns this rank's signature of call k, if it is still kept.
+func (s *collState) sig(k uint32) (w0, w1 uint64, ok bool) {
+	slot := &s.ring[k%sigRing]
+	w0 = slot[0].Load()
+	w1 = slot[1].Load()
+	if w0>>32 != uint64(k) || slot[0].Load() != w0 {
+		return 0, 0, false
+	}
+	return w0, w1, true
+}
+
+// compare checks a member's signature of call k against this rank's, and
+// aborts the communicator's collectives on a difference.
+func (c *Comm) compare(chk sigCheck) error {
+	w0, w1, ok := c.coll.sig(chk.seq)
+	if !ok || w0 == chk.w0 && w1 == chk.w1 {
+		return nil
+	}
+	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
+		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
+	c.abort(chk.seq, msg)
+	return c.coll.abortOf(chk.seq)
+}
+
+// comparePending compares the signatures members sent about calls this
+// rank has now begun, and returns the abort of the running call if one
+// of them caused it (an earlier call's is that call's business).
+func (c *Comm) comparePending() error {
+	s := &c.coll
+	now := s.seq.Load()
+	s.mu.Lock()
+	var due []sigCheck
+	keep := s.pending[:0]
+	for _, chk := range s.pending {
+		if int32(chk.seq-now) <= 0 {
+			due = append(due, chk)
+		} else {
+			keep = append(keep, chk)
+		}
+	}
+	s.pending = keep
+	s.npending.Store(int32(len(keep)))
+	s.mu.Unlock()
+	for _, chk := range due {
+		if err := c.compare(chk); err != nil && chk.seq == now {
+			return err
+		}
+	}
+	return nil
+}
+
+// watch marks a collective wait that has just stopped spinning: the timer
+// then sends this rank's signature of the running call to every member,
+// at most agreeAfter after the wait blocked, if it is still blocked. The
+// timer is not stopped when the wait ends: it finds no wait blocked, so a
+// stream of short blocked waits costs an atomic store each, not a timer's
+// reset, and asks at most once per agreeAfter.
+func (c *Comm) watch() {
+	s := &c.coll
+	if c.size == 1 {
+		return
+	}
+	s.since.Store(int64(time.Since(sinceStart)))
+	s.blocked.Store(s.seq.Load())
+	if !s.armed.Swap(true) {
+		s.timer.Reset(agreeAfter)
+	}
+}
+
+// sinceStart is the origin of collState.since: a monotonic clock.
+var sinceStart = time.Now()
+
+// unwatch marks the wait ended.
+func (c *Comm) unwatch() { c.coll.blocked.Store(0) }
+
+// tick is the timer: a wait blocked for agreeAfter asks about its call;
+// one blocked for less has the timer run again when it will have been.
+func (c *Comm) tick() {
+	s := &c.coll
+	s.armed.Store(false) // then look: a watch after this arms anew
+	k := s.blocked.Load()
+	if k == 0 || k != s.seq.Load() {
+		return
+	}
+	if left := agreeAfter - (time.Since(sinceStart) - time.Duration(s.since.Load())); left > 0 {
+		if !s.armed.Swap(true) {
+			s.timer.Reset(left)
+		}
+		return
+	}
+	c.ask(k)
+}
+
+// ask sends this rank's signature of call k, once: to member 0, which
+// compares every member's with its own, or from member 0 to every other
+// (so that p blocked ranks cost O(p) messages, not p²).
+func (c *Comm) ask(k uint32) {
+	s := &c.coll
+	w0, w1, ok := s.sig(k)
+	if !ok || s.asked.Swap(k) == k {
+		return
+	}
+	var b [agreeLen]byte
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], c.ctx)
+	le.PutUint32(b[4:], uint32(c.rank))
+	le.PutUint64(b[8:], w0)
+	le.PutUint64(b[16:], w1)
+	w := c.w
+	for m, wr := range c.group {
+		if m != c.rank && (c.rank == 0 || m == 0) {
+			// A member that cannot be reached fails the call by itself.
+			_ = w.lc.Amsend(hal.Rank(wr), w.hAgree, b[:], nil, lapi.SendOpts{})
+		}
+	}
+}
+
+// agreeLen is the size of a signature message: context, member, signature.
+const agreeLen = 24
+
+// abort ends call k with msg: every member is told, and this rank's
+// operations of the call fail.
+func (c *Comm) abort(k uint32, msg string) {
+	w := c.w
+	msg = msg[:min(len(msg), lapi.MaxUhdr-8)]
+	b := make([]byte, 8+len(msg))
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], c.ctx)
+	le.PutUint32(b[4:], k)
+	copy(b[8:], msg)
+	for m, wr := range c.group {
+		if m != c.rank {
+			_ = w.lc.Amsend(hal.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
+		}
+	}
+	w.lc.Lock()
+	c.aborted(k, msg)
+	w.lc.Unlock()
+}
+
+// aborted records call k's abort and fails this rank's operations of it
+// (lapi's lock held, which the matcher's queues are under).
+func (c *Comm) aborted(k uint32, msg string) {
+	s := &c.coll
+	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, ErrArg)
+	s.mu.Lock()
+	if s.aborts == nil {
+		s.aborts = make(map[uint32]error)
+	}
+	if _, ok := s.aborts[k]; ok {
+		s.mu.Unlock()
+		return
+	}
+	if len(s.aborts) >= sigRing { // keep the recent ones
+		for old := range s.aborts {
+			if int32(k-old) > sigRing {
+				delete(s.aborts, old)
+			}
+		}
+	}
+	s.aborts[k] = err
+	s.naborts.Store(int32(len(s.aborts)))
+	s.lastAb.Store(k)
+	// Ranks that disagreed may have taken the shared block in different
+	// calls, leaving its rounds out of step: from now on this rank's
+	// collectives go by messages, whose tags name the call.
+	s.shOff.Store(true)
+	s.mu.Unlock()
+	w, ctx := c.w, c.ctx|1
+	ours := func(r *request) bool { return r.ctx == ctx && uint32(r.tag>>8) == k&seqMask }
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var failed []*request
+	w.m.posted.take(func(r *request) bool {
+		if ours(r) {
+			failed = append(failed, r)
+		}
+		return false
+	})
+	for _, r := range failed {
+		w.m.cancelPosted(r)
+		r.finish(Status{}, err)
+	}
+	w.reqs.each(func(r *request) {
+		if ours(r) {
+			if r.recv {
+				w.endSplit(r)
+			}
+			r.finish(Status{}, err)
+		}
+	})
+}
+
+// commByCtx finds this rank's communicator with context ctx.
+func (w *World) commByCtx(ctx uint32) *Comm {
+	w.commsMu.Lock()
+	defer w.commsMu.Unlock()
+	return w.comms[ctx]
+}
+
+// agreeHandler takes a member's signature of a call.
+type agreeHandler struct{ w *World }
+
+func (h agreeHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) != agreeLen {
+		return nil, nil
+	}
+	le := binary.LittleEndian
+	c := h.w.commByCtx(le.Uint32(uhdr[0:]))
+	if c == nil {
+		return nil, nil
+	}
+	chk := sigCheck{from: int(le.Uint32(uhdr[4:])), w0: le.Uint64(uhdr[8:]), w1: le.Uint64(uhdr[16:])}
+	chk.seq = uint32(chk.w0 >> 32)
+	s := &c.coll
+	// Compared here if this rank has begun the call; else kept for begin.
+	// The store and the second look pair with begin's store of seq and
+	// its look at npending, so that one of the two always compares.
+	s.mu.Lock()
+	s.pending = append(s.pending, chk)
+	s.npending.Store(int32(len(s.pending)))
+	s.mu.Unlock()
+	if int32(chk.seq-s.seq.Load()) <= 0 {
+		// Aborting sends messages: not from inside the progress engine.
+		go c.comparePending()
+	}
+	return nil, nil
+}
+
+func (agreeHandler) OnComplete(hal.Rank, any) {}
+
+// abortHandler takes a member's abort of a communicator's collectives.
+type abortHandler struct{ w *World }
+
+func (h abortHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+	if len(uhdr) < 8 {
+		return nil, nil
+	}
+	le := binary.LittleEndian
+	if c := h.w.commByCtx(le.Uint32(uhdr)); c != nil {
+		c.aborted(le.Uint32(uhdr[4:]), string(uhdr[8:]))
+	}
+	return nil, nil
+}
+
+func (abortHandler) OnComplete(hal.Rank, any) {}
+
+// mismatch is the error of a collective receive that got n bytes from
+// member src where this rank expected want.
+func (c *Comm) mismatch(src, n, want int, err error) error {
+	if errors.Is(err, ErrTruncate) {
+		return fmt.Errorf("ranks disagree: rank %d sent more than the %d bytes rank %d expects (%v): %w", src, want, c.rank, err, ErrArg)
+	}
+	return fmt.Errorf("ranks disagree: rank %d sent %d bytes, rank %d expects %d: %w", src, n, c.rank, want, ErrArg)
+}

@@ -1,0 +1,121 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// mismatchCase runs collective kind on c with n elements at this rank,
+// the lengths every variant of the collective takes from n.
+func mismatchCase(c *Comm, kind string, n int) error {
+	p := c.Size()
+	mine := make([]float64, n)
+	for i := range mine {
+		mine[i] = float64(c.Rank() + i)
+	}
+	switch kind {
+	case "Allreduce":
+		return Allreduce(c, mine, make([]float64, n), Sum)
+	case "Allgather":
+		return Allgather(c, mine, make([]float64, p*n))
+	case "Alltoall":
+		return Alltoall(c, make([]float64, p*n), make([]float64, p*n))
+	case "Bcast":
+		return Bcast(c, mine, 0)
+	case "Reduce":
+		return Reduce(c, mine, make([]float64, n), Sum, 0)
+	case "Gather":
+		return Gather(c, mine, make([]float64, p*n), 0)
+	case "Scatter":
+		return Scatter(c, make([]float64, p*n), mine, 0)
+	}
+	return fmt.Errorf("no collective %q", kind)
+}
+
+// TestCollectiveMismatch: ranks that pass different lengths to a
+// collective get an error wrapping ErrArg, on every algorithm the lengths
+// select (shared memory, recursive doubling, ring, direct reads,
+// accumulate, binomial and scatter-allgather broadcasts, Bruck and ring
+// allgathers), including when the two lengths select different ones; none
+// hangs (WEFT_TIMEOUT turns a hang into ErrTimeout, which fails the test),
+// and the communicator goes on. In the symmetric collectives every rank
+// fails; in the rooted ones the ranks that receive from a rank that
+// differs do (the others' data is right, and a rank that only sends may
+// have left before anyone could tell it).
+func TestCollectiveMismatch(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	pairs := [][2]int{{10, 11}, {1000, 15}, {256, 257}, {8192, 8193}, {100000, 100001}, {200000, 20}}
+	kinds := []string{"Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce", "Gather", "Scatter"}
+	if testing.Short() {
+		pairs = [][2]int{{10, 11}, {1000, 15}, {100000, 100001}}
+	}
+	for _, shm := range []string{"on", "off"} {
+		for _, ranks := range []int{2, 3} {
+			t.Run(fmt.Sprintf("shmcoll=%s/n=%d", shm, ranks), func(t *testing.T) {
+				t.Setenv("WEFT_SHMCOLL", shm)
+				for _, kind := range kinds {
+					for _, pair := range pairs {
+						if kind == "Alltoall" && pair[0] > 10000 {
+							continue // p*n elements per rank: the large pairs add nothing
+						}
+						checkMismatch(t, ranks, kind, pair)
+					}
+				}
+			})
+		}
+	}
+}
+
+func checkMismatch(t *testing.T, ranks int, kind string, pair [2]int) {
+	t.Helper()
+	errs := make([]error, ranks)
+	after := make([]error, ranks)
+	err := Run(ranks, func(c *Comm) error {
+		n := pair[0]
+		if c.Rank() == ranks-1 {
+			n = pair[1]
+		}
+		errs[c.Rank()] = mismatchCase(c, kind, n)
+		// The communicator goes on: nothing the failed call left behind
+		// may be taken for a later call's data. The first call after may
+		// still fail, at a rank that finished the bad one without hearing
+		// of its abort (a broadcast's root), but with ErrArg, never with
+		// a wrong result; the second is exact everywhere.
+		for i := range 2 {
+			v := []float64{float64(c.Rank()), 1}
+			err := Allreduce(c, v, v, Sum)
+			switch want := float64(ranks * (ranks - 1) / 2); {
+			case err != nil && (i == 1 || !errors.Is(err, ErrArg)):
+				after[c.Rank()] = fmt.Errorf("allreduce %d after the mismatch: %w", i+1, err)
+			case err == nil && (v[0] != want || v[1] != float64(ranks)):
+				after[c.Rank()] = fmt.Errorf("allreduce %d after the mismatch: %v, want [%v %v]", i+1, v, want, ranks)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s %v on %d ranks: %v", kind, pair, ranks, err)
+	}
+	for r, e := range errs {
+		must := true // symmetric: every rank receives from one that differs
+		switch kind {
+		case "Bcast", "Scatter":
+			must = r == ranks-1 // receives root 0's data, of another length
+		case "Reduce", "Gather":
+			must = r == 0 // the root receives, from a rank that differs
+		}
+		switch {
+		case e == nil && must:
+			t.Errorf("%s %v on %d ranks: rank %d returned nil", kind, pair, ranks, r)
+		case e != nil && (!errors.Is(e, ErrArg) || errors.Is(e, ErrTimeout)):
+			t.Errorf("%s %v on %d ranks: rank %d: %v, want ErrArg", kind, pair, ranks, r, e)
+		case e != nil && !strings.Contains(e.Error(), "disagree") && !strings.Contains(e.Error(), "aborted"):
+			t.Errorf("%s %v on %d ranks: rank %d: %v, want it to name the disagreement", kind, pair, ranks, r, e)
+		}
+		if after[r] != nil {
+			t.Errorf("%s %v on %d ranks: rank %d: %v", kind, pair, ranks, r, after[r])
+		}
+	}
+}
