@@ -61,12 +61,19 @@ func openSegment(dir, name string, g *geometry, jobKey uint64, timeout time.Dura
 // createSegment sizes, maps and initialises a segment this rank created.
 // On failure it removes the file again, so that the next rank can try.
 func createSegment(fd int, name, path string, g *geometry, jobKey uint64) (s *segment, err error) {
-	defer unix.Close(fd)
+	defer unix.Close(fd) // which releases the lock
 	defer func() {
 		if err != nil {
 			_ = unix.Unlink(path)
 		}
 	}()
+	// The lock says "being created" to the ranks that join: while it is
+	// held they wait past their timeout (a large job's segment takes
+	// seconds to reserve and initialise on a loaded node); once it is
+	// released, by this function or by the creator's death, they do not.
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("shm: lock %s: %w", path, err)
+	}
 	// The mode given to open is filtered by the umask; the segment must be
 	// readable by this user only whatever the umask.
 	if err := unix.Fchmod(fd, 0o600); err != nil {
@@ -120,7 +127,7 @@ func joinSegment(fd int, name, path string, g *geometry, jobKey uint64, deadline
 			return nil, fmt.Errorf("shm: %s has %d bytes, this rank expects %d: the ranks were opened with different sizes or Options: %w",
 				path, st.Size, g.total, ErrMismatch)
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) && !creating(fd) {
 			return nil, fmt.Errorf("shm: %s was not sized by its creator in time (did it die? remove the file): %w",
 				path, os.ErrDeadlineExceeded)
 		}
@@ -130,7 +137,7 @@ func joinSegment(fd int, name, path string, g *geometry, jobKey uint64, deadline
 	if err != nil {
 		return nil, err
 	}
-	if err := s.waitReady(deadline); err != nil {
+	if err := s.waitReady(deadline, func() bool { return creating(fd) }); err != nil {
 		s.unmap()
 		return nil, err
 	}
@@ -186,14 +193,28 @@ func (s *segment) init(jobKey uint64) {
 	futexWake(s.ready)
 }
 
-// waitReady waits for the creator's ready marker.
-func (s *segment) waitReady(deadline time.Time) error {
+// creating reports whether the segment's creator still holds its lock:
+// it is alive and still sizing or initialising it.
+func creating(fd int) bool {
+	err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
+	if err == nil {
+		_ = unix.Flock(fd, unix.LOCK_UN)
+	}
+	return err == unix.EWOULDBLOCK
+}
+
+// waitReady waits for the creator's ready marker, past deadline while
+// creating reports the creator at work.
+func (s *segment) waitReady(deadline time.Time, creating func() bool) error {
 	for {
 		v := atomic.LoadUint32(s.ready)
 		if v == readyMagic {
 			return nil
 		}
 		left := time.Until(deadline)
+		if left <= 0 && creating() {
+			left = 10 * time.Millisecond
+		}
 		if left <= 0 {
 			return fmt.Errorf("shm: %s was not initialised by its creator in time (did it die? remove the file): %w",
 				s.path, os.ErrDeadlineExceeded)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weft-hpc/weft/hal"
 )
 
@@ -183,6 +185,48 @@ func TestAttachTimeout(t *testing.T) {
 		t.Fatalf("Open of a segment never initialised: %v, want os.ErrDeadlineExceeded", err)
 	}
 	t.Log(err)
+}
+
+// A rank waits past AttachTimeout while the creator, alive, still holds
+// the segment's lock (a large job's segment takes seconds to reserve and
+// initialise on a loaded node), and joins once it is done.
+func TestAttachWaitsForLiveCreator(t *testing.T) {
+	key := newJobKey()
+	name := SegmentName(key, 0)
+	path := filepath.Join(DefaultDir, name)
+	opts := Options{AttachTimeout: 20 * time.Millisecond}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil { // a creator at work
+		t.Fatal(err)
+	}
+	joined := make(chan error, 1)
+	go func() {
+		d, err := Open(hal.Config{JobKey: key, Rank: 1, Size: 2}, opts)
+		if err == nil {
+			d.Close()
+		}
+		joined <- err
+	}()
+	select {
+	case err := <-joined:
+		unix.Close(fd)
+		t.Fatalf("Open returned while the creator held the lock, 5 timeouts in: %v", err)
+	case <-time.After(5 * opts.AttachTimeout):
+	}
+	o, _ := opts.withDefaults(2, cacheLine())
+	g, _ := newGeometry(2, cacheLine(), o)
+	s, err := createSegment(fd, name, path, &g, key) // sizes, initialises, unlocks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.unmap()
+	if err := <-joined; err != nil {
+		t.Fatalf("Open after the creator finished: %v", err)
+	}
 }
 
 // Ranks that disagree on the geometry, a rank opened twice, and a segment
