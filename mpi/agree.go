@@ -129,9 +129,12 @@ func describeSig(w0, w1 uint64) string {
 
 // begin starts collective kind on c with n bytes per rank (as this rank
 // sees it): it records the call's signature and compares it with what
-// members sent about it already. It fails if an earlier collective on c
-// was aborted.
+// members sent about it already. It fails if the call was aborted by a
+// member already, or the world is finalized.
 func (c *Comm) begin(kind uint8, op Op, root, n int) error {
+	if c.w.closed.Load() {
+		return ErrFinalized
+	}
 	s := &c.coll
 	k := s.seq.Load() + 1
 	w0, w1 := packSig(k, kind, op, root, n, s.shOff.Load())

@@ -9,14 +9,21 @@ import (
 // TestCallsAfterFinalize: every call after Finalize fails with an error
 // wrapping ErrFinalized, whatever path the call would take (a copied,
 // an uncopied and a rendezvous send, blocking or not), instead of
-// returning nil or reaching a device that may be gone.
+// returning nil or reaching a device that may be gone; on one rank too,
+// where a collective needs no communication.
 func TestCallsAfterFinalize(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "5s") // a call that waits for a finalized peer fails instead of hanging
-	err := Run(2, func(c *Comm) error {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { callsAfterFinalize(t, n) })
+	}
+}
+
+func callsAfterFinalize(t *testing.T, n int) {
+	err := Run(n, func(c *Comm) error {
 		if err := c.World().Finalize(); err != nil {
 			return err
 		}
-		peer := 1 - c.Rank()
+		peer := (c.Rank() + 1) % n
 		small, mid, big := make([]int64, 1), make([]int64, 6<<10), make([]int64, 80<<10)
 		var q Request
 		calls := map[string]func() error{
@@ -35,10 +42,10 @@ func TestCallsAfterFinalize(t *testing.T) {
 			"Reduce":          func() error { return Reduce(c, small, make([]int64, 1), Sum, 0) },
 			"Allreduce":       func() error { return Allreduce(c, small, make([]int64, 1), Sum) },
 			"Allreduce/large": func() error { return Allreduce(c, big, make([]int64, len(big)), Sum) },
-			"Gather":          func() error { return Gather(c, small, make([]int64, 2), 0) },
-			"Scatter":         func() error { return Scatter(c, make([]int64, 2), small, 0) },
-			"Allgather":       func() error { return Allgather(c, small, make([]int64, 2)) },
-			"Alltoall":        func() error { return Alltoall(c, make([]int64, 2), make([]int64, 2)) },
+			"Gather":          func() error { return Gather(c, small, make([]int64, n), 0) },
+			"Scatter":         func() error { return Scatter(c, make([]int64, n), small, 0) },
+			"Allgather":       func() error { return Allgather(c, small, make([]int64, n)) },
+			"Alltoall":        func() error { return Alltoall(c, make([]int64, n), make([]int64, n)) },
 		}
 		for name, buf := range map[string][]int64{"copied": small, "uncopied": mid, "rendezvous": big} {
 			calls["Send/"+name] = func() error { return Send(c, buf, peer, 0) }
