@@ -59,6 +59,17 @@
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
 // longer fails with ErrTimeout and says what it was waiting for.
 //
+// Ranks that call a collective with different lengths, roots or ops get
+// an error wrapping ErrArg that names the disagreement, never another
+// rank's data: a collective's receive must get exactly the bytes this rank
+// expects, a call that fails on one rank is aborted on all of them (its
+// messages are tagged with the call's number, so none of them matches a
+// later call), and a collective wait blocked for 100 ms has the ranks
+// compare what each of them called (agree.go). In a rooted collective a
+// rank whose data is right, or that only sends, may return nil. The
+// communicator stays usable; after an abort its collectives go by
+// messages, not through shared memory.
+//
 // mpi may import lapi, hal, lazyreg and internal packages (pmi, trace, and
 // the transports it opens at start-up).
 package mpi
