@@ -60,7 +60,7 @@ type Context struct {
 	spare     []completion // runCompletions' other queue, nil while it runs one
 	pollNow   time.Time
 	releaseFn func(*outPkt)
-	rtxFn     func(*outPkt)
+	rtxFn     func(*outPkt, time.Duration)
 
 	// Waiting: one goroutine at a time blocks in the device's Wait; others
 	// sleep on wake, which is closed whenever progress is made.

@@ -188,10 +188,12 @@ func (l *link) needAck(now time.Time) bool {
 // new data is acknowledged, so a long queue behind a slow link is not
 // resent wholesale. When it runs out only that packet goes again and the
 // timeout doubles. Holes that the sack bits show (three later packets
-// arrived) are repaired at once, each once. It returns when the timer will
-// next run out (zero: nothing in flight), and reports failed when a packet
-// has gone unacknowledged for peerTimeout.
-func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next time.Time, failed bool) {
+// arrived) are repaired at once, each once. rtx is given each packet to
+// resend with the timeout now in force: 0 for a hole's repair, the doubled
+// one when the timer ran out. It returns when the timer will next run out
+// (zero: nothing in flight), and reports failed when a packet has gone
+// unacknowledged for peerTimeout.
+func (l *link) expire(now time.Time, t *linkTiming, rtx func(p *outPkt, rto time.Duration)) (next time.Time, failed bool) {
 	rto := min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO)
 	later := 0 // packets above the current one already acknowledged
 	var oldest *outPkt
@@ -210,7 +212,7 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next tim
 			p.fastRtx = true
 			p.retries++
 			p.sentAt = now
-			rtx(p)
+			rtx(p, 0)
 		}
 	}
 	if oldest == nil {
@@ -224,9 +226,10 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(*outPkt)) (next tim
 	if !now.Before(due) {
 		oldest.retries++
 		oldest.sentAt = now
-		rtx(oldest)
 		l.backoff++
-		due = now.Add(min(rto*2, t.maxRTO))
+		rto = min(rto*2, t.maxRTO)
+		rtx(oldest, rto)
+		due = now.Add(rto)
 	}
 	return due, false
 }

@@ -63,7 +63,7 @@ func TestLinkAckAndRetransmit(t *testing.T) {
 		t.Fatalf("rtt not sampled: %+v", l.rtt)
 	}
 	var rtx []uint32
-	next, failed := l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
+	next, failed := l.expire(now, &testTiming, func(p *outPkt, _ time.Duration) { rtx = append(rtx, p.seq) })
 	if failed || len(rtx) != 1 || rtx[0] != 2 {
 		t.Fatalf("fast retransmit: %v failed=%v, want [2]", rtx, failed)
 	}
@@ -74,7 +74,7 @@ func TestLinkAckAndRetransmit(t *testing.T) {
 	// packet goes again (RFC 6298 5.4), and the timeout doubles.
 	rtx = rtx[:0]
 	now = now.Add(testTiming.maxRTO)
-	next, _ = l.expire(now, &testTiming, func(p *outPkt) { rtx = append(rtx, p.seq) })
+	next, _ = l.expire(now, &testTiming, func(p *outPkt, _ time.Duration) { rtx = append(rtx, p.seq) })
 	if len(rtx) != 1 || rtx[0] != 2 || l.backoff != 1 || !next.After(now) {
 		t.Fatalf("timeout retransmit %v backoff %d next %v, want [2], 1, later", rtx, l.backoff, next.Sub(now))
 	}
@@ -109,7 +109,7 @@ func TestLinkTimerRestartsOnProgress(t *testing.T) {
 		now = now.Add(rto / 2) // each ack comes half an RTO after the previous
 		l.onAck(cum, [2]uint64{}, 128, now, rel)
 		n := 0
-		l.expire(now, &testTiming, func(*outPkt) { n++ })
+		l.expire(now, &testTiming, func(*outPkt, time.Duration) { n++ })
 		if n != 0 {
 			t.Fatalf("after ack %d at %v: %d spurious retransmissions", cum, now.Sub(start), n)
 		}
@@ -124,7 +124,7 @@ func TestLinkPeerTimeout(t *testing.T) {
 	l.assign(&outPkt{}, now)
 	for i := 0; i < 100; i++ {
 		now = now.Add(50 * time.Millisecond)
-		if _, failed := l.expire(now, &testTiming, func(*outPkt) {}); failed {
+		if _, failed := l.expire(now, &testTiming, func(*outPkt, time.Duration) {}); failed {
 			if now.Sub(time.Unix(0, 0)) < testTiming.peerTimeout {
 				t.Fatalf("failed early at %v", now)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/osyield"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // progressLocked is one pass of the progress engine: take what the device
@@ -119,8 +120,13 @@ func (c *Context) tick(now time.Time) {
 	c.flushLocked()
 }
 
-func (c *Context) retransmit(p *outPkt) {
+// retransmit sends p again; rto is the timeout now in force, 0 for a
+// hole's repair (see link.expire).
+func (c *Context) retransmit(p *outPkt, rto time.Duration) {
 	c.stats.Retransmits++
+	if trace.On(trace.Internal) {
+		c.traceRetransmit(p, rto)
+	}
 	if err := c.transmit(p); err != nil && fatalSendErr(err) {
 		c.failPeer(p.peer, err.Error())
 	} else if err != nil && !errors.Is(err, hal.ErrNoResource) {
@@ -136,6 +142,9 @@ func (c *Context) failPeer(peer hal.Rank, cause string) {
 	}
 	err := &PeerError{Peer: peer, Cause: cause}
 	c.peerErr[peer] = err
+	if trace.On(trace.Rare) {
+		trace.Printf(trace.Rare, "lapi %d: rank %d failed: %s", c.rank, peer, cause)
+	}
 	c.failures.Add(1)
 	c.dropPeer(peer, err)
 	for _, f := range c.onFail {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // RDMA in lapi: large Put and Get, and every Accumulate, travel as hal's
@@ -257,6 +258,9 @@ func (c *Context) start(op *rdmaOp) {
 		link := c.links[peer].rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
 		op.rto = max(2*link, c.rd.rtt[peer].rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO))
 	}
+	if trace.On(trace.Hot) {
+		c.traceRDMAStart(op)
+	}
 	c.queueStream(outStream{s, op})
 }
 
@@ -319,6 +323,9 @@ func (c *Context) pushRDMA(now time.Time) {
 				c.stats.SendErrors++ // a loss: the redrive covers it
 			} else {
 				c.stats.PacketsSent++
+				if trace.On(trace.HotDetail) {
+					c.traceSendRDMA(hdr, len(data))
+				}
 			}
 			r.used++
 			o.s.Advance()
@@ -385,6 +392,9 @@ func (c *Context) foldTimer(t time.Time) bool {
 // rdmaFault tells the origin of a served read that it failed a check.
 func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 	c.rd.stats.Faults++
+	if trace.On(trace.Internal) {
+		c.traceFault("read by", s.Peer, s.Hdr.RCxt, s.Hdr.Tid, hal.FaultCheck(hal.FaultCode(err)))
+	}
 	c.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
 }
 
@@ -418,6 +428,9 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 	case err == nil:
 		c.rd.used++
 		c.stats.PacketsSent++
+		if trace.On(trace.HotDetail) {
+			c.traceSendRDMA(b, 0)
+		}
 	case errors.Is(err, hal.ErrNoResource):
 		return false
 	case c.reliable || fatalSendErr(err):
@@ -449,7 +462,15 @@ func (c *Context) onRDMA(h *hal.Header, payload []byte) {
 	if c.peerErr[h.Src] != nil {
 		return
 	}
+	var was hal.RDMAStats
+	tracing := trace.On(trace.Hot)
+	if tracing {
+		was = c.rd.eng.Stats()
+	}
 	evs, msgs := c.rd.eng.Handle(h.Src, h.Type, payload)
+	if tracing {
+		c.traceRDMADrops(h.Src, h.Type, payload, was)
+	}
 	for i := range evs {
 		c.rdmaEvent(&evs[i])
 	}
@@ -467,10 +488,17 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 		op := c.opFor(ev.RCxt)
 		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) {
 			c.rd.stats.StaleCompletions++
+			if trace.On(trace.Hot) {
+				trace.Printf(trace.Hot, "lapi %d: drop rdma completion from rank %d: stale (rcxt %d tid %d, an earlier drive's)",
+					c.rank, ev.Peer, ev.RCxt, ev.Tid)
+			}
 			return
 		}
 		var err error
 		if ev.Code != 0 {
+			if trace.On(trace.Internal) {
+				c.traceFault("refused by", ev.Peer, ev.RCxt, ev.Tid, hal.FaultCheck(ev.Code))
+			}
 			err = fmt.Errorf("lapi: RDMA at rank %d: %s check failed: %w", ev.Peer, hal.FaultCheck(ev.Code), ErrProtection)
 		}
 		c.finishOp(op, err)
@@ -480,6 +508,9 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 		}
 	case hal.EvFault:
 		c.rd.stats.Faults++
+		if trace.On(trace.Internal) {
+			c.traceFault("from", ev.Peer, ev.RCxt, ev.Tid, hal.FaultCheck(ev.Code))
+		}
 		if k := c.counter(ev.Cookie); k != nil {
 			k.fail(fmt.Errorf("lapi: RDMA from rank %d: %w", ev.Peer, ev.Err))
 			k.incr()
@@ -540,6 +571,9 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 		op.queued = false
 	}
 	if rc := op.rc; rc != nil {
+		if trace.On(trace.Hot) {
+			c.traceRDMADone(op, err)
+		}
 		if op.t == hal.FrameRDMAReadReq {
 			c.rd.eng.EndRead(g.peer, rc)
 		}
@@ -680,6 +714,9 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	op.drives++
 	c.rd.stats.Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
+	if trace.On(trace.Internal) {
+		c.traceRedrive(op, tid)
+	}
 	op.stream.Hdr.DstEp = c.dstEpoch(op.g.peer)
 	if op.t == hal.FrameRDMAReadReq {
 		// This rank places a read's data, so it knows what is missing:

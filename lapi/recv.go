@@ -1,6 +1,9 @@
 package lapi
 
-import "github.com/weft-hpc/weft/hal"
+import (
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
+)
 
 // reasmKey names a message being reassembled.
 type reasmKey struct {
@@ -29,12 +32,18 @@ type completion struct {
 
 // onFrame is the device's Poll callback: one arriving frame.
 func (c *Context) onFrame(h *hal.Header, payload []byte) {
+	if trace.On(trace.HotDetail) {
+		c.traceRecv(h, payload)
+	}
 	if h.Type == hal.FrameData && len(payload) >= tinyHdrLen && payload[0] == kindAMTiny && c.reliable {
 		c.onTiny(h, payload)
 		return
 	}
 	if c.reint != nil && isReintFrame(h.Type) && int(h.Src) < c.cfg.Size {
 		c.reintIdle = false // its timers may run again
+		if trace.On(trace.Internal) {
+			c.traceReintRecv(h.Src, h.Type, payload)
+		}
 		c.applyReint(c.reint.Handle(h.Src, h.Type, payload, c.now()))
 		return
 	}
@@ -48,12 +57,18 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	}
 	if h.Type != hal.FrameData || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
 		c.stats.BadPackets++
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: drop %v frame from rank %d to rank %d: not for lapi here", c.rank, h.Type, h.Src, h.Dst)
+		}
 		return
 	}
 	var ph pktHdr
 	uhdr, data, err := decodePkt(payload, &ph)
 	if err != nil {
 		c.stats.BadPackets++
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d: %v", c.rank, h.Src, err)
+		}
 		return
 	}
 	if !c.admit(h.Src, ph.dstEp) {
@@ -62,11 +77,23 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	if !c.reliable {
 		if ph.flags&flagSeq == 0 {
 			c.stats.BadPackets++
+			if trace.On(trace.Hot) {
+				c.traceDrop(h.Src, "no sequence number over an unreliable device", ph.seq)
+			}
 			return
 		}
 		l := &c.links[h.Src]
-		if l.onAck(ph.ackCum, ph.sack, ph.credit, c.pollNow, c.releaseFn) > 0 && c.queues[h.Src].head != nil {
-			c.pushLocked(h.Src, c.pollNow) // the window opened
+		backoff := l.backoff
+		if n := l.onAck(ph.ackCum, ph.sack, ph.credit, c.pollNow, c.releaseFn); n > 0 {
+			if backoff != 0 && l.backoff == 0 && trace.On(trace.Internal) {
+				c.traceRTO(h.Src)
+			}
+			if trace.On(trace.Hot) {
+				c.traceAck(h.Src, &ph, n)
+			}
+			if c.queues[h.Src].head != nil {
+				c.pushLocked(h.Src, c.pollNow) // the window opened
+			}
 		}
 		if ph.kind == kindAck {
 			return
@@ -75,10 +102,16 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		c.activate(h.Src) // an acknowledgement is owed
 		if !fresh {
 			c.stats.Duplicates++
+			if trace.On(trace.Hot) {
+				c.traceDrop(h.Src, "duplicate or beyond the window", ph.seq)
+			}
 			return
 		}
 	} else if ph.kind != kindAM {
 		c.stats.BadPackets++
+		if trace.On(trace.Hot) {
+			c.traceDrop(h.Src, "not an active message over a reliable device", ph.seq)
+		}
 		return
 	}
 	c.deliver(h.Src, &ph, uhdr, data)
@@ -110,9 +143,18 @@ func (c *Context) admit(src hal.Rank, dstEp uint32) bool {
 	c.stats.PacketsRecv++
 	if c.staleEpoch(dstEp) {
 		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
+		if trace.On(trace.Hot) {
+			c.traceStale(src, dstEp)
+		}
 		return false
 	}
-	return c.peerErr[src] == nil // a failed peer's late packets are ignored
+	if c.peerErr[src] != nil {
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d: it was declared failed", c.rank, src)
+		}
+		return false // a failed peer's late packets are ignored
+	}
+	return true
 }
 
 // handler is the registered handler id names, or nil, counted as a bad

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // isReintFrame reports whether a frame belongs to the reintegration
@@ -17,6 +18,9 @@ func isReintFrame(t hal.FrameType) bool {
 // applyReint sends the protocol's frames and performs its actions.
 func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 	for _, a := range acts {
+		if trace.On(trace.Rare) {
+			c.traceReintAct(a) // a give-up at level 1, the other steps at 3
+		}
 		switch a.Kind {
 		case hal.ActClearPeer:
 			c.resetPeer(a.Peer)
@@ -36,8 +40,12 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:])
 		}
 		// A lost protocol frame is resent by the protocol's own timer.
-		if err := c.dev.Send(b[:hal.HeaderLen], b[hal.HeaderLen:]); err == nil {
+		err := c.dev.Send(b[:hal.HeaderLen], b[hal.HeaderLen:])
+		if err == nil {
 			c.dev.Flush()
+		}
+		if trace.On(trace.Internal) {
+			c.traceReintSend(m, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Rendezvous for large active messages: the origin registers the data and
@@ -50,6 +51,9 @@ func (c *Context) amRendezvousLocked(tgt hal.Rank, h HandlerID, uhdr, data []byt
 		c.tpt.Deregister(local)
 		c.gets.put(c.gets.lookup(id))
 	}
+	if trace.On(trace.Internal) {
+		trace.Printf(trace.Internal, "lapi %d: rendezvous %d to rank %d: RTS for %d bytes sent (err %v)", c.rank, id, tgt, len(data), err)
+	}
 	return err
 }
 
@@ -85,6 +89,9 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	buf, cookie := rv.h.OnHeader(src, uhdr[rtsLen:], int(total))
 	rv.cookie = cookie
 	n := min(uint64(len(buf)), total)
+	if trace.On(trace.Internal) {
+		trace.Printf(trace.Internal, "lapi %d: rendezvous %d from rank %d: RTS for %d bytes, reading %d", c.rank, rv.id, src, total, n)
+	}
 	if n == 0 {
 		c.note(rv, nil) // nothing to read: complete at once
 		return nil, nil
@@ -119,6 +126,9 @@ func (rv *rvRecv) Complete(err error) {
 		u[4] = hal.FaultCode(err)
 	}
 	c.mu.Lock()
+	if trace.On(trace.Internal) {
+		trace.Printf(trace.Internal, "lapi %d: rendezvous %d from rank %d: read finished (err %v), FIN sent", c.rank, rv.id, rv.src, err)
+	}
 	if k := c.counter(rv.tcntr); k != nil && err == nil {
 		k.incr()
 	}
@@ -141,6 +151,10 @@ func (r rvFinHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	}
 	if uhdr[4] != 0 {
 		s.err = fmt.Errorf("lapi: large message to rank %d: data read failed (%s check): %w", src, hal.FaultCheck(uhdr[4]), ErrProtection)
+	}
+	if trace.On(trace.Internal) {
+		trace.Printf(trace.Internal, "lapi %d: rendezvous %d to rank %d: FIN received, finished (err %v)",
+			c.rank, binary.LittleEndian.Uint32(uhdr), src, s.err)
 	}
 	s.finish(c)
 	c.gets.put(s)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // outMsg tracks a message sent from the caller's buffer (not copied): its
@@ -197,6 +198,9 @@ func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent b
 		return true, c.peerErr[tgt]
 	}
 	c.stats.PacketsSent++
+	if trace.On(trace.HotDetail) {
+		c.traceSend("tiny packet", tgt, 0, len(data))
+	}
 	return true, nil
 }
 
@@ -212,6 +216,9 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 	}
 	if err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data); err == nil {
 		c.stats.PacketsSent++
+		if trace.On(trace.HotDetail) {
+			c.traceSend("packet", tgt, 0, len(data))
+		}
 		err = c.flushLocked()
 	}
 	if errors.Is(err, hal.ErrNoResource) {
@@ -345,6 +352,9 @@ func (c *Context) transmit(p *outPkt) error {
 	}
 	if err == nil {
 		c.stats.PacketsSent++
+		if trace.On(trace.HotDetail) {
+			c.traceSend("packet", p.peer, p.seq, len(p.data))
+		}
 	}
 	return err
 }
@@ -399,6 +409,9 @@ func (c *Context) sendAck(peer hal.Rank) {
 	hal.Seal(b, nil)
 	if err := c.dev.Send(b, nil); err == nil {
 		c.stats.AcksSent++
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: ack to rank %d: cum %d, credit %d", c.rank, peer, cum, credit)
+		}
 	} else if errors.Is(err, hal.ErrNoResource) {
 		l.ackNow = true // try again next pass
 	}

@@ -7,12 +7,26 @@
 // at least that high:
 //
 //	0 Error     errors the runtime cannot return to a caller
-//	1 Rare      rare events: a device taken out, a redrive, a reintegration
+//	1 Rare      rare events: a peer declared failed (and why), reintegration
+//	            giving up on a peer that never answered
 //	2 Setup     entry and exit of setup and teardown (Init, Open, Finalize)
-//	3 Internal  internal state changes outside the per-message path
-//	4 Hot       the per-message hot path
-//	5 HotDetail the per-frame hot path
+//	3 Internal  recovery and protocol steps, off the per-packet path:
+//	            retransmission timeouts with the new RTO, hole repairs, the
+//	            RTO back after a back-off, RDMA redrives with the new tid and
+//	            timeout, protection faults with the check that failed,
+//	            reintegration steps (BOOTING, BOOT_ACK, RDMA_READY sent and
+//	            received, a peer's state cleared, RDMA enabled), rendezvous
+//	            start and finish
+//	4 Hot       per packet: packets dropped (duplicate, stale epoch or tid,
+//	            bad CRC, malformed), acknowledgements sent and received,
+//	            RDMA transfers started and finished
+//	5 HotDetail every frame sent and received
 //	6-9 Dump    dumps: frames, tables, queues, in growing detail
+//
+// A hang is usually diagnosed at 3 (is anything being resent, to whom, and
+// is the timeout growing?), a slow run at 3 or 4; 5 is for a few frames.
+// lapi's lines name the rank that wrote them ("lapi 2: ..."), since the
+// ranks of mpi.Run share a process and so its prefix.
 //
 // The level starts from the WEFT_TRACE environment variable (a number 0-9,
 // or "off"; unset means 0, errors only) and can be changed while the program

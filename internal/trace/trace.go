@@ -19,15 +19,18 @@ const (
 	Off Level = -1
 	// Error reports errors the runtime cannot return to a caller.
 	Error Level = 0
-	// Rare reports rare events: failover, redrive, reintegration.
+	// Rare reports rare events: a peer failed, reintegration gave up on one.
 	Rare Level = 1
 	// Setup reports entry to and exit from setup and teardown.
 	Setup Level = 2
-	// Internal reports internal state changes off the per-message path.
+	// Internal reports recovery and protocol steps off the per-packet
+	// path: retransmission timeouts, redrives, reintegration, protection
+	// faults, rendezvous.
 	Internal Level = 3
-	// Hot reports per-message events.
+	// Hot reports per-packet events: drops, acknowledgements, RDMA
+	// transfers.
 	Hot Level = 4
-	// HotDetail reports per-frame events.
+	// HotDetail reports every frame sent and received.
 	HotDetail Level = 5
 	// Dump writes frames, tables and queues; 7 to 9 add detail.
 	Dump Level = 6

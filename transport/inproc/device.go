@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Errors returned on paths that must not allocate.
@@ -149,6 +150,10 @@ func (d *device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		payload, err := hal.Check(frame, d.fabric.jobKey, false, &d.hdr)
 		if err != nil {
 			d.counters.DropErr(err)
+			if trace.On(trace.Hot) {
+				trace.Printf(trace.Hot, "inproc %d: drop %v frame of %d bytes (header says from rank %d): %v",
+					d.rank, d.hdr.Type, len(frame), d.hdr.Src, err)
+			}
 			continue
 		}
 		d.counters.FramesRecv.Add(1)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,11 +122,24 @@ func (d *Device) deliver(fn func(h *hal.Header, payload []byte)) int {
 func (d *Device) accept(frame []byte) bool {
 	if _, err := hal.Check(frame, d.cfg.JobKey, true, &d.rxHdr); err != nil {
 		d.counters.DropErr(err)
+		if trace.On(trace.Hot) {
+			d.traceDrop(len(frame), err)
+		}
 		return false
 	}
 	if d.rxHdr.Dst != d.cfg.Rank || (d.cfg.Size > 0 && int(d.rxHdr.Src) >= d.cfg.Size) {
 		d.counters.Drop(hal.DropPeer)
+		if trace.On(trace.Hot) {
+			d.traceDrop(len(frame), fmt.Errorf("from rank %d to rank %d: not for this device", d.rxHdr.Src, d.rxHdr.Dst))
+		}
 		return false
 	}
 	return true
+}
+
+// traceDrop reports a received frame discarded (level 4, trace.Hot): the
+// header's fields are as decoded, and may be what a corruption made them.
+func (d *Device) traceDrop(n int, why error) {
+	trace.Printf(trace.Hot, "udp %d: drop %v frame of %d bytes (header says from rank %d): %v",
+		d.cfg.Rank, d.rxHdr.Type, n, d.rxHdr.Src, why)
 }

@@ -1,0 +1,40 @@
+package inproc_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
+)
+
+// TestTraceDrop: a frame whose CRC does not match is dropped with a line
+// at trace level 4 naming the reason, and with none at level 3.
+func TestTraceDrop(t *testing.T) {
+	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
+		var buf bytes.Buffer
+		prevW, prevL := trace.SetWriter(&buf), trace.SetLevel(l)
+		devs := openAll(t, 2)
+		payload := []byte("corrupted on the way")
+		hdr := header(0, 1, len(payload))
+		hal.Seal(hdr, payload)
+		payload[0] ^= 1
+		if err := devs[0].Send(hdr, payload); err != nil {
+			t.Fatal(err)
+		}
+		devs[0].Flush()
+		n, err := devs[1].Poll(func(*hal.Header, []byte) {})
+		trace.SetWriter(prevW)
+		trace.SetLevel(prevL)
+		if n != 0 || err != nil {
+			t.Fatalf("level %d: corrupted frame delivered (%d, %v)", l, n, err)
+		}
+		want := "weft[?] inproc 1: drop data frame of 52 bytes (header says from rank 0): hal: bad frame: crc\n"
+		if l < trace.Hot {
+			want = ""
+		}
+		if got := buf.String(); got != want {
+			t.Errorf("level %d: trace %q, want %q", l, got, want)
+		}
+	}
+}
