@@ -1,0 +1,42 @@
+package udp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
+)
+
+// TestTraceDrop: a datagram whose CRC does not match is dropped with a
+// line at trace level 4 naming the reason, and with none at level 3.
+func TestTraceDrop(t *testing.T) {
+	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
+		var buf bytes.Buffer
+		prevW, prevL := trace.SetWriter(&buf), trace.SetLevel(l)
+		d := openRank(t, 1, 2, Options{})
+		raw := rawSender(t, d)
+		f := newFrame(0, 1, []byte("crc"))
+		f.payload[1] ^= 0x10
+		for _, data := range [][]byte{f.wire(), newFrame(0, 1, []byte("last")).wire()} {
+			if _, err := raw.Write(data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Loopback keeps one socket's datagrams in order: once the last
+		// is delivered, the corrupted one has been judged.
+		recvN(t, d, 1)
+		trace.SetWriter(prevW)
+		trace.SetLevel(prevL)
+		want := "weft[?] udp 1: drop data frame of 35 bytes (header says from rank 0): hal: bad frame: crc\n"
+		if l < trace.Hot {
+			want = ""
+		}
+		if got := buf.String(); got != want {
+			t.Errorf("level %d: trace %q, want %q", l, got, want)
+		}
+		if n := d.Counters().Drops[hal.DropCRC].Load(); n != 1 {
+			t.Errorf("level %d: %d CRC drops counted, want 1", l, n)
+		}
+	}
+}
