@@ -116,6 +116,7 @@ func initWith(cl pmi.Client) (*World, error) {
 		return nil, err
 	}
 	stop := profile.StartFromEnv(rank)
+	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
 		lc.Close,

@@ -7,10 +7,11 @@
 // rank gets gorun's WEFT_* variables and -x), refuses at once a job its
 // device cannot run (Plan), passes their output through line by line (optionally
 // tagged with the rank), forwards SIGINT/SIGTERM (a second one kills; gorun
-// then exits 128+N), and when a rank fails kills
-// the others and exits with the failed rank's status, saying which rank
-// failed and how. It removes the job's shared-memory segments at the end and
-// those of jobs whose gorun died.
+// then exits 128+N), and when a rank fails kills the others and exits with
+// the failed rank's status, saying which rank failed and how; at --timeout
+// it asks each rank what MPI call it is blocked in and reports it
+// (report.go, mpi/report.go). It removes the job's shared-memory segments
+// at the end and those of jobs whose gorun died.
 //
 // `gorun --wrap -- LAUNCHER ...` instead runs a foreign launcher (Open MPI's
 // mpirun, a bare srun) with a GORUN_KVS rendezvous server, for launchers whose

@@ -52,6 +52,7 @@ type job struct {
 	stopping    bool        // SIGTERM sent to every rank; their deaths are not failures
 	failure     *failure    // the first failure: its status is gorun's
 	timedOut    bool        // --timeout expired
+	asking      *asking     // the ranks were asked what they wait for, the report is due (report.go)
 	interrupted os.Signal   // a SIGINT/SIGTERM gorun received and forwarded
 	killTimer   *time.Timer // SIGKILL after the grace, then abandonRemote after another
 	killedAll   bool        // SIGKILL sent to every rank
@@ -86,7 +87,7 @@ func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Write
 		opts:   opts,
 		place:  place,
 		prog:   prog,
-		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput},
+		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N)},
 		exits:  make(chan *rank, opts.N),
 		events: make(chan pmi.Event, 4*opts.N+16),
 		done:   make(chan struct{}),
@@ -286,7 +287,10 @@ func (j *job) rankEnv(local bool) []string {
 		env = append(env, "WEFT_TRACE="+strconv.Itoa(j.opts.Trace))
 	}
 	if j.opts.Timeout > 0 {
-		env = append(env, "WEFT_TIMEOUT="+j.opts.Timeout.String())
+		// Each rank answers gorun's question at the timeout (report.go).
+		// WEFT_TIMEOUT is not set from --timeout: a rank's own timeout
+		// would race gorun's, and end the waits gorun asks about.
+		env = append(env, pmi.AskEnv+"=1")
 	}
 	if j.opts.Profile != "" {
 		dir, _ := filepath.Abs(".")
@@ -299,7 +303,7 @@ func (j *job) rankEnv(local bool) []string {
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", pmi.AskEnv + "="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}
@@ -316,7 +320,7 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var kill, settle <-chan time.Time
+	var kill, settle, asked <-chan time.Time
 	for j.running > 0 {
 		if j.killTimer != nil {
 			kill = j.killTimer.C
@@ -324,6 +328,10 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 		settle = nil
 		if j.pendingTimer != nil {
 			settle = j.pendingTimer.C
+		}
+		asked = nil
+		if j.asking != nil {
+			asked = j.asking.timer.C
 		}
 		select {
 		case r := <-j.exits:
@@ -336,9 +344,12 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 			timeout = nil
 			if !j.stopping {
 				j.timedOut = true
-				j.report()
-				j.stop()
+				j.ask() // the report and the stop follow the answers
 			}
+		case a := <-j.out.answers:
+			j.answered(a)
+		case <-asked:
+			j.endAsk()
 		case <-kill:
 			if j.killedAll {
 				j.abandonRemote()
@@ -355,6 +366,7 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 		}
 	}
 	j.settle(true)
+	j.endAsk() // every rank ended before answering
 	if j.killTimer != nil {
 		j.killTimer.Stop()
 	}
@@ -386,8 +398,9 @@ func (j *job) exited(r *rank) {
 		if j.opts.Trace >= 2 {
 			j.out.say(fmt.Sprintf("rank %d exited", r.id))
 		}
-	case j.stopping:
-		// Stopped by gorun (after a failure, or the timeout): not news.
+	case j.stopping || j.timedOut:
+		// Stopped by gorun (after a failure, or the timeout), or ended
+		// while gorun asked what it waits for: not news.
 	case j.waitingForCause(r.id):
 		if j.pending == nil {
 			j.pending = &failure{rank: r.id, how: how, code: code}
@@ -397,6 +410,9 @@ func (j *job) exited(r *rank) {
 		j.fail(r.id, how, code)
 	}
 	j.settle(false)
+	if j.asking != nil && j.allAnswered() {
+		j.endAsk()
+	}
 }
 
 // waitingForCause reports whether a failure of rank id may be the
@@ -548,7 +564,13 @@ func (j *job) abandonRemote() {
 }
 
 // signalled forwards SIGINT/SIGTERM to every rank; a second one kills.
+// While gorun waits for answers to its question, the first one ends the
+// wait: the report comes with what has come, and the job stops.
 func (j *job) signalled(sig os.Signal) {
+	if j.asking != nil {
+		j.endAsk()
+		return
+	}
 	if j.interrupted != nil || j.stopping {
 		j.out.say(fmt.Sprintf("%v again: killing every rank", sig))
 		j.stopping = true

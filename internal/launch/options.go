@@ -112,7 +112,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp (auto: shm within one host, udp across hosts; when not given, WEFT_TRANSPORT if set)")
 	fs.StringVar(&nics, "nics", "", "refused: striping across NICs does not exist yet")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix each output line with [rank]")
-	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long, with a report of each rank's state")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long (exit status 124), first reporting per rank the MPI call it is blocked in (operation, peer, tag, communicator; asked with SIGWINCH, answers awaited 2s), or that it is in none or did not answer, and its PMI state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
 	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: each rank its own share of this machine's cores, one core each when they outnumber them)")

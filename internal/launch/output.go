@@ -2,9 +2,13 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/weft-hpc/weft/internal/pmi"
 )
 
 // Output of the ranks. Each rank's stdout and stderr arrive on pipes and are
@@ -23,6 +27,18 @@ type outputMux struct {
 	stdout io.Writer
 	stderr io.Writer
 	tag    bool
+	// answers, when not nil, receives the ranks' answers to gorun's
+	// question of what they wait for (report.go), which are taken out of
+	// their stderr; one that finds it full is dropped (gorun reads it
+	// until the ranks have exited, and asks once).
+	answers chan answer
+}
+
+// answer is a rank's answer to gorun's question: what World.Waiting said,
+// "" when the rank was not blocked in an MPI call.
+type answer struct {
+	rank    int
+	waiting string
 }
 
 // tailLines keeps a rank's last stderr lines for failure reports (an ssh
@@ -64,6 +80,9 @@ func (m *outputMux) copyLines(r io.Reader, rank int, stderr bool, tail *tailLine
 	buf := make([]byte, 0, 256)
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if stderr && m.answers != nil {
+			chunk = m.takeAnswer(chunk, rank)
+		}
 		if len(chunk) > 0 {
 			buf = append(append(buf[:0], prefix...), chunk...)
 			if buf[len(buf)-1] != '\n' {
@@ -80,6 +99,22 @@ func (m *outputMux) copyLines(r io.Reader, rank int, stderr bool, tail *tailLine
 			return
 		}
 	}
+}
+
+// takeAnswer passes on rank's answer if line holds one, and returns what
+// precedes it on the line: output of the rank's own that had no newline
+// yet when the answer was written.
+func (m *outputMux) takeAnswer(line []byte, rank int) []byte {
+	i := bytes.Index(line, []byte(pmi.AnswerPrefix))
+	if i < 0 {
+		return line
+	}
+	a := answer{rank: rank, waiting: strings.TrimSuffix(string(line[i+len(pmi.AnswerPrefix):]), "\n")}
+	select {
+	case m.answers <- a:
+	default:
+	}
+	return line[:i]
 }
 
 // say writes one of gorun's own messages to stderr, whole.

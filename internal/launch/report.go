@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,12 +14,103 @@ import (
 // list every rank.
 const reportRows = 64
 
+// answerWait bounds how long gorun waits, at the timeout, for the ranks'
+// answers to its question of what they wait for.
+const answerWait = 2 * time.Second
+
+// asking is gorun's question at the timeout, until the report.
+type asking struct {
+	asked   time.Time
+	timer   *time.Timer    // answerWait from the question
+	answers map[int]string // by rank: what it waits for, "" for nothing
+	awaited []int          // the ranks whose answer the report waits for
+}
+
+// ask, when --timeout expires, asks every running rank what it waits for
+// (pmi.AskSignal: to a remote rank through the wrapper on its host); the
+// report follows once the ranks that can answer have (answered), or after
+// answerWait. Those that can answer are those whose mpi.Init is past its
+// PMI fence and that have not finalized: the others have no handler, and
+// ignore the signal.
+func (j *job) ask() {
+	a := &asking{asked: time.Now(), answers: map[int]string{}}
+	states := j.srv.States()
+	for _, r := range j.ranks {
+		if !r.running {
+			continue
+		}
+		r.signal(pmi.AskSignal)
+		if st := states[r.id]; st.Phase == pmi.PhaseInitialized && st.Fences > 0 {
+			a.awaited = append(a.awaited, r.id)
+		}
+	}
+	a.timer = time.NewTimer(answerWait)
+	j.asking = a
+	if j.allAnswered() {
+		j.endAsk()
+	}
+}
+
+// answered records a rank's answer; the last one awaited brings the report.
+func (j *job) answered(a answer) {
+	if j.asking == nil {
+		return // an answer to no question of this gorun's, or too late
+	}
+	j.asking.answers[a.rank] = a.waiting
+	if j.allAnswered() {
+		j.endAsk()
+	}
+}
+
+// allAnswered reports whether every awaited rank still running answered.
+func (j *job) allAnswered() bool {
+	for _, id := range j.asking.awaited {
+		if _, ok := j.asking.answers[id]; !ok && j.ranks[id].running {
+			return false
+		}
+	}
+	return true
+}
+
+// endAsk ends the question, if one is open: the report, then the stop.
+func (j *job) endAsk() {
+	if j.asking == nil {
+		return
+	}
+	j.asking.timer.Stop()
+	j.report()
+	j.asking = nil
+	j.stop()
+}
+
+// waitText is the part of a rank's report line that says what it waits
+// for in MPI, from its answer to gorun's question.
+func (j *job) waitText(r *rank) string {
+	if !r.running {
+		return ""
+	}
+	w, ok := j.asking.answers[r.id]
+	switch {
+	case !ok && !slices.Contains(j.asking.awaited, r.id):
+		return "in no MPI call (not past mpi.Init's PMI fence, or finalized); "
+	case !ok && r.remote:
+		return fmt.Sprintf("no answer from %s within %v (not in MPI, stuck outside it, or the host is slow to reach); ", r.host.Name, answerWait)
+	case !ok:
+		return fmt.Sprintf("no answer within %v (not in MPI, or stuck outside it); ", answerWait)
+	case w == "":
+		return "not blocked in an MPI call; "
+	}
+	return "waits in " + w + "; "
+}
+
 // report says, when --timeout expires, where every rank is: running or
-// how it ended, and its PMI phase (not connected, in a fence, finalized...),
-// then which ranks were still running and which had not reached finalize.
+// how it ended, what it waits for in MPI (its answer to gorun's question:
+// operation, peer, tag, communicator) and its PMI phase (not connected, in
+// a fence, finalized...), then which ranks were still running and which
+// had not reached finalize.
 func (j *job) report() {
-	j.out.say(fmt.Sprintf("timeout: the job ran %v (--timeout %v); stopping it. Rank states:",
-		time.Since(j.start).Round(time.Millisecond), j.opts.Timeout))
+	j.out.say(fmt.Sprintf("timeout: the job ran %v (--timeout %v); stopping it. What each rank waits for:",
+		j.asking.asked.Sub(j.start).Round(time.Millisecond), j.opts.Timeout))
 	states := j.srv.States()
 	var running, unfinalized []int
 	for i, r := range j.ranks {
@@ -49,7 +141,7 @@ func (j *job) report() {
 				pmiText += ", last request " + st.LastCmd
 			}
 		}
-		j.out.say(fmt.Sprintf("  rank %d (%s): %s; PMI: %s", r.id, r.where(), proc, pmiText))
+		j.out.say(fmt.Sprintf("  rank %d (%s): %s; %sPMI: %s", r.id, r.where(), proc, j.waitText(r), pmiText))
 	}
 	if len(j.ranks) > reportRows {
 		j.out.say(fmt.Sprintf("  ... %d more ranks", len(j.ranks)-reportRows))
