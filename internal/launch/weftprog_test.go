@@ -76,20 +76,23 @@ func TestCollectivesAcrossProcesses(t *testing.T) {
 // shared-memory device with WEFT_FAULTS dropping, reordering, duplicating
 // and corrupting frames, for several seeds and rank counts: lapi's
 // reliability must keep every result exact (collcheck checks each) and
-// nothing may hang. The first case is the hostile network; the
-// others lose less, so that large transfers, redriven whole when a frame
-// is lost, finish in seconds.
+// nothing may hang. The first case is the hostile network, with
+// transfers up to 128 KiB (split rendezvous) and two rounds of large
+// Allreduces: an RDMA chunk that loses a frame is redriven whole, so at
+// 20% loss a MiB takes seconds. The others lose less and go up to 1 MiB.
 func TestCollectivesUnderFaults(t *testing.T) {
 	for _, c := range []struct {
 		faults, ranks, rounds string
+		more                  []string
 	}{
-		{"loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01,seed=1", "4", "10"},
-		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=2", "2", "40"},
-		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=7", "3", "40"},
+		{"loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01,seed=1", "4", "10", []string{"-large", "2", "-p2pmax", "131072"}},
+		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=2", "2", "40", nil},
+		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=7", "3", "40", nil},
 	} {
 		t.Run(c.faults+",n="+c.ranks, func(t *testing.T) {
-			r := gorun(t, "-n", c.ranks, "--oversubscribe", "--transport", "shm", "-x", "WEFT_TIMEOUT=30s",
-				"-x", "WEFT_FAULTS="+c.faults, bins.collcheck, "-rounds", c.rounds, "-p2p", "1")
+			args := []string{"-n", c.ranks, "--oversubscribe", "--transport", "shm", "-x", "WEFT_TIMEOUT=30s",
+				"-x", "WEFT_FAULTS=" + c.faults, bins.collcheck, "-rounds", c.rounds, "-p2p", "1"}
+			r := gorun(t, append(args, c.more...)...)
 			if want := "collcheck ok: " + c.rounds + " rounds on " + c.ranks + " ranks"; r.code != 0 || !strings.Contains(r.stdout, want) {
 				t.Fatalf("status %d, output %q, want %q\nstderr: %s", r.code, r.stdout, want, r.stderr)
 			}

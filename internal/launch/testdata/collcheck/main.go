@@ -22,7 +22,16 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 200, "rounds")
 	p2pRounds := flag.Int("p2p", 2, "rounds of every point-to-point size class")
+	p2pMax := flag.Int("p2pmax", 1<<20, "largest point-to-point message, bytes")
+	flag.IntVar(&large, "large", 20, "rounds of large Allreduces")
 	flag.Parse()
+	sizes := p2pSizes[:0]
+	for _, s := range p2pSizes {
+		if s <= *p2pMax {
+			sizes = append(sizes, s)
+		}
+	}
+	p2pSizes = sizes
 	w, err := mpi.Init()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "collcheck:", err)
@@ -98,7 +107,7 @@ func check(c *mpi.Comm, rounds int) error {
 	// Large Allreduces, which within a node read the peers' buffers
 	// directly, registering them for each call: the keys must reach the
 	// peers' TPT replicas before the PVOs do.
-	for i := range 20 {
+	for i := range large {
 		elems := []int{16 << 10, 32 << 10}[i%2] // 128 and 256 KiB
 		send := make([]float64, elems)
 		for e := range send {
@@ -180,6 +189,9 @@ func movers(c *mpi.Comm, i, k, root int) error {
 // data area; from 64 KiB by rendezvous (single-copy within a node), from
 // 128 KiB split between both ends, and a MiB.
 var p2pSizes = []int{0, 4, 64, 2048, 40000, 65532, 65536, 131072, 300000, 1 << 20}
+
+// large is how many rounds of large Allreduces run (-large).
+var large int
 
 // p2p sends every size class around the ring (Sendrecv), then to rank 0
 // from everyone, received with AnySource and AnyTag and checked for
