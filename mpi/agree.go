@@ -154,6 +154,20 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	return nil
 }
 
+// collective runs body as collective call kind of n bytes per rank (as
+// this rank sees it) between begin and end, naming the call (name) in its
+// error.
+func (c *Comm) collective(name string, kind uint8, op Op, root, n int, body func() error) error {
+	err := c.begin(kind, op, root, n)
+	if err == nil {
+		err = body()
+	}
+	if err = c.end(err); err != nil {
+		return fmt.Errorf("mpi: %s: %w", name, err)
+	}
+	return nil
+}
+
 // end finishes a collective: an error is sent to every member as the
 // call's abort (unless the call was aborted already, or this rank is
 // finalized and can send nothing), so that none of them waits for this

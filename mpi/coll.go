@@ -29,17 +29,12 @@ func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
 // Bcast sends root's buf to every rank's buf.
 func Bcast[T Elem](c *Comm, buf []T, root int) error {
 	b := asBytes(buf)
-	err := c.begin(collBcast, 0, root, len(b))
-	if err == nil {
-		err = c.checkRoot(root)
-	}
-	if err == nil {
-		err = c.bcast(b, root)
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: bcast: %w", err)
-	}
-	return nil
+	return c.collective("bcast", collBcast, 0, root, len(b), func() error {
+		if err := c.checkRoot(root); err != nil {
+			return err
+		}
+		return c.bcast(b, root)
+	})
 }
 
 func (c *Comm) bcast(b []byte, root int) error {
@@ -147,26 +142,23 @@ func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
 // Reduce combines every rank's send with op into root's recv (recv is
 // used at root only).
 func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
-	err := c.begin(collReduce, op, root, len(send)*sizeOf[T]())
-	if err == nil {
-		err = c.checkRoot(root)
-	}
-	var red reducer
-	if err == nil {
-		red, err = reducerFor[T](op)
-	}
-	if err == nil && c.rank == root && len(recv) != len(send) {
-		err = fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
-	}
-	if err == nil {
-		if err = c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
-			c.tmp = nil // a receive or read left pending may still write the scratch
+	return c.collective("reduce", collReduce, op, root, len(send)*sizeOf[T](), func() error {
+		if err := c.checkRoot(root); err != nil {
+			return err
 		}
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: reduce: %w", err)
-	}
-	return nil
+		red, err := reducerFor[T](op)
+		if err != nil {
+			return err
+		}
+		if c.rank == root && len(recv) != len(send) {
+			return fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+		}
+		if err := c.reduce(asBytes(send), asBytes(recv), red, root); err != nil {
+			c.tmp = nil // a receive or read left pending may still write the scratch
+			return err
+		}
+		return nil
+	})
 }
 
 // reduce is a binomial-tree reduction toward root (the ops are
@@ -199,23 +191,20 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 // send and recv may be the same slice.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	es := sizeOf[T]()
-	err := c.begin(collAllreduce, op, 0, len(send)*es)
-	var red reducer
-	if err == nil {
-		red, err = reducerFor[T](op)
-	}
-	if err == nil && len(recv) != len(send) {
-		err = fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
-	}
-	if err == nil {
-		if err = c.allreduce(asBytes(send), asBytes(recv), es, red); err != nil {
-			c.tmp = nil // a receive or read left pending may still write the scratch
+	return c.collective("allreduce", collAllreduce, op, 0, len(send)*es, func() error {
+		red, err := reducerFor[T](op)
+		if err != nil {
+			return err
 		}
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: allreduce: %w", err)
-	}
-	return nil
+		if len(recv) != len(send) {
+			return fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+		}
+		if err := c.allreduce(asBytes(send), asBytes(recv), es, red); err != nil {
+			c.tmp = nil // a receive or read left pending may still write the scratch
+			return err
+		}
+		return nil
+	})
 }
 
 // allreduce picks Allreduce's algorithm for send and recv, of the same

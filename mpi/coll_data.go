@@ -5,20 +5,15 @@ import "fmt"
 // Gather collects every rank's send into root's recv, rank i's at
 // recv[i*len(send):]. recv is used at root only.
 func Gather[T Elem](c *Comm, send, recv []T, root int) error {
-	err := c.begin(collGather, 0, root, len(send)*sizeOf[T]())
-	if err == nil {
-		err = c.checkRoot(root)
-	}
-	if err == nil && c.rank == root && len(recv) < c.size*len(send) {
-		err = fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
-	}
-	if err == nil {
-		err = c.gather(asBytes(send), asBytes(recv), root)
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: gather: %w", err)
-	}
-	return nil
+	return c.collective("gather", collGather, 0, root, len(send)*sizeOf[T](), func() error {
+		if err := c.checkRoot(root); err != nil {
+			return err
+		}
+		if c.rank == root && len(recv) < c.size*len(send) {
+			return fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+		}
+		return c.gather(asBytes(send), asBytes(recv), root)
+	})
 }
 
 func (c *Comm) gather(send, recv []byte, root int) error {
@@ -47,20 +42,15 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 // Scatter sends block i of root's send (len(recv) elements each) to rank
 // i's recv. send is used at root only.
 func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
-	err := c.begin(collScatter, 0, root, len(recv)*sizeOf[T]())
-	if err == nil {
-		err = c.checkRoot(root)
-	}
-	if err == nil && c.rank == root && len(send) < c.size*len(recv) {
-		err = fmt.Errorf("send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
-	}
-	if err == nil {
-		err = c.scatter(asBytes(send), asBytes(recv), root)
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: scatter: %w", err)
-	}
-	return nil
+	return c.collective("scatter", collScatter, 0, root, len(recv)*sizeOf[T](), func() error {
+		if err := c.checkRoot(root); err != nil {
+			return err
+		}
+		if c.rank == root && len(send) < c.size*len(recv) {
+			return fmt.Errorf("send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
+		}
+		return c.scatter(asBytes(send), asBytes(recv), root)
+	})
 }
 
 func (c *Comm) scatter(send, recv []byte, root int) error {
@@ -89,17 +79,12 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 // Allgather collects every rank's send into every rank's recv, rank i's at
 // recv[i*len(send):].
 func Allgather[T Elem](c *Comm, send, recv []T) error {
-	err := c.begin(collAllgather, 0, 0, len(send)*sizeOf[T]())
-	if err == nil && len(recv) != c.size*len(send) {
-		err = fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
-	}
-	if err == nil {
-		err = c.allgather(asBytes(send), asBytes(recv))
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: allgather: %w", err)
-	}
-	return nil
+	return c.collective("allgather", collAllgather, 0, 0, len(send)*sizeOf[T](), func() error {
+		if len(recv) != c.size*len(send) {
+			return fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+		}
+		return c.allgather(asBytes(send), asBytes(recv))
+	})
 }
 
 func (c *Comm) allgather(send, recv []byte) error {
@@ -143,18 +128,13 @@ func (c *Comm) allgather(send, recv []byte) error {
 // Alltoall sends block i of send (len(send)/Size() elements) to rank i,
 // which puts it at block c.Rank() of its recv.
 func Alltoall[T Elem](c *Comm, send, recv []T) error {
-	err := c.begin(collAlltoall, 0, 0, len(send)*sizeOf[T]())
-	if err == nil && (len(send)%c.size != 0 || len(recv) != len(send)) {
-		err = fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
-			len(send), len(recv), c.size, ErrArg)
-	}
-	if err == nil {
-		err = c.alltoall(asBytes(send), asBytes(recv))
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: alltoall: %w", err)
-	}
-	return nil
+	return c.collective("alltoall", collAlltoall, 0, 0, len(send)*sizeOf[T](), func() error {
+		if len(send)%c.size != 0 || len(recv) != len(send) {
+			return fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
+				len(send), len(recv), c.size, ErrArg)
+		}
+		return c.alltoall(asBytes(send), asBytes(recv))
+	})
 }
 
 // alltoall is the pairwise exchange: in step i every rank sends to rank+i

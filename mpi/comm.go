@@ -196,14 +196,7 @@ func (c *Comm) Barrier() error {
 	if err := c.w.finalized("barrier"); err != nil {
 		return err
 	}
-	err := c.begin(collBarrier, 0, 0, 0)
-	if err == nil {
-		err = c.barrier()
-	}
-	if err = c.end(err); err != nil {
-		return fmt.Errorf("mpi: barrier: %w", err)
-	}
-	return nil
+	return c.collective("barrier", collBarrier, 0, 0, 0, c.barrier)
 }
 
 // barrier is Barrier's algorithm, also a step of other collectives.
