@@ -24,7 +24,9 @@ const (
 
 // netnsHosts makes sure host1 and host2 exist, bringing them up (and down
 // after the test) if they do not, and returns the ssh wrapper reaching them.
-// Namespaces someone else brought up are used and left up.
+// Namespaces someone else brought up are used and left up if ssh reaches
+// both; namespaces whose sshd is gone (their session ended: the namespaces
+// outlive its processes) are taken down and brought up afresh.
 func netnsHosts(t *testing.T) string {
 	t.Helper()
 	if os.Getuid() != 0 {
@@ -42,7 +44,15 @@ func netnsHosts(t *testing.T) string {
 	list, _ := exec.Command("ip", "netns", "list").Output()
 	_, rshErr := os.Stat(rsh)
 	if regexp.MustCompile(`(?m)^host1\b`).Match(list) && regexp.MustCompile(`(?m)^host2\b`).Match(list) && rshErr == nil {
-		return rsh
+		if reachable(rsh, "host1") && reachable(rsh, "host2") {
+			return rsh
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, netnsDown).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Skipf("test hosts are up but ssh does not reach them, and %s failed (%v):\n%s", netnsDown, err, out)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -58,6 +68,13 @@ func netnsHosts(t *testing.T) string {
 		t.Skipf("cannot bring up the test hosts on this machine (%v):\n%s", err, out)
 	}
 	return rsh
+}
+
+// reachable reports whether ssh through rsh runs a command on host.
+func reachable(rsh, host string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, rsh, host, "true").Run() == nil
 }
 
 // TestMultiHostNetns: 4 ranks over two hosts reached by ssh, with the PMI
