@@ -180,7 +180,7 @@ func shmWorlds(tb testing.TB, n int) []*World {
 			tb.Fatal(err)
 		}
 		lcs[r] = lc
-		if worlds[r], err = newWorld(lc); err != nil {
+		if worlds[r], err = newWorld(lc, envOptions(tb)); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -205,7 +205,7 @@ func shmWorlds(tb testing.TB, n int) []*World {
 // test ends: for tests that drive ranks from one goroutine.
 func inprocWorlds(tb testing.TB, n int) []*World {
 	tb.Helper()
-	worlds, err := openInproc(n)
+	worlds, err := openInproc(n, envOptions(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}

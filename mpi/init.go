@@ -27,11 +27,28 @@ import (
 // job key and every device address travel through the process manager;
 // every socket binds port 0.
 //
-// WEFT_TRANSPORT picks the device: auto (the default) uses shared memory
+// Init is InitWith the Options of the environment (OptionsFromEnv): a
+// variable not of its form fails Init with an error naming it.
+func Init() (*World, error) {
+	opts, err := OptionsFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	return InitWith(opts)
+}
+
+// InitWith is Init configured by opts instead of the environment's
+// tuning variables; the environment still carries the job (the process
+// manager's variables), WEFT_TRACE, WEFT_PROFILE and WEFT_FAULTS.
+// opts.Transport picks the device: auto (the default) uses shared memory
 // when every rank is on this node and kernel UDP sockets otherwise; shm
 // and udp force one; verbs is not available in this build yet and fails
-// with an error that says so.
-func Init() (*World, error) {
+// with an error that says so. A field out of its range fails with an
+// error wrapping ErrArg that names it.
+func InitWith(opts Options) (*World, error) {
+	if err := opts.check(); err != nil {
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
 	if err := trace.FromEnv(); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
@@ -39,7 +56,7 @@ func Init() (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
-	w, err := initWith(cl)
+	w, err := initWith(cl, opts)
 	if err != nil {
 		cl.Abort(1, err.Error())
 		return nil, err
@@ -47,10 +64,10 @@ func Init() (*World, error) {
 	return w, nil
 }
 
-func initWith(cl pmi.Client) (*World, error) {
+func initWith(cl pmi.Client, opts Options) (*World, error) {
 	rank, size := cl.Rank(), cl.Size()
 	trace.SetRank(rank)
-	if err := batchSysmon(); err != nil {
+	if err := batchSysmon(opts.Sysmon, "batch"); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
 	key, err := pmi.JobKey(cl)
@@ -58,7 +75,7 @@ func initWith(cl pmi.Client) (*World, error) {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)
 	}
 	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}
-	dev, err := openDevice(cl, cfg)
+	dev, err := openDevice(cl, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -84,19 +101,15 @@ func initWith(cl pmi.Client) (*World, error) {
 	// (same rank, new process) never receives RDMA meant for its earlier
 	// life, and peers' replicas of its TPT start afresh.
 	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
-		SingleCopyThreshold: singleCopyEnv()}
-	if oversubscribed(cl) {
+		SingleCopyThreshold: opts.SingleCopy}
+	oversub := oversubscribed(cl, opts.NodeCPUs)
+	if oversub {
 		// More ranks than cores here: spinning only delays the rank that
 		// would answer, so give it the processor at once.
 		lcfg.Spin, lcfg.Yield = -1, time.Millisecond
 	}
-	if v := os.Getenv("WEFT_YIELD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			dev.Close()
-			return nil, fmt.Errorf("mpi: init: WEFT_YIELD=%q: want a duration such as 1ms or 0", v)
-		}
-		lcfg.Yield = d
+	if opts.Yield != 0 {
+		lcfg.Yield = max(opts.Yield, 0)
 	}
 	lc, err := lapi.Open(lcfg)
 	if err != nil {
@@ -105,13 +118,13 @@ func initWith(cl pmi.Client) (*World, error) {
 	}
 	// Handlers first: waiting makes progress, and a fast peer's first
 	// messages may already be here.
-	w, err := newWorld(lc)
+	w, err := newWorld(lc, opts)
 	if err != nil {
 		lc.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
-	w.oversub = oversubscribed(cl)
-	if err := waitJoined(lc); err != nil {
+	w.oversub = oversub
+	if err := waitJoined(lc, opts.Timeout); err != nil {
 		lc.Close()
 		return nil, err
 	}
@@ -127,12 +140,12 @@ func initWith(cl pmi.Client) (*World, error) {
 
 // waitJoined waits until RDMA is enabled toward every peer: each has
 // answered this rank's BOOTING and announced it is ready itself (bounded by
-// WEFT_TIMEOUT, else a minute: the peers passed the same PMI fence, so
-// they are up).
-func waitJoined(lc *lapi.Context) error {
+// timeout, Options.Timeout, or when that is 0 a minute: the peers passed
+// the same PMI fence, so they are up).
+func waitJoined(lc *lapi.Context, timeout time.Duration) error {
 	d := time.Minute
-	if t, err := time.ParseDuration(os.Getenv("WEFT_TIMEOUT")); err == nil && t > 0 {
-		d = t
+	if timeout > 0 {
+		d = timeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -144,11 +157,12 @@ func waitJoined(lc *lapi.Context) error {
 	return nil
 }
 
-// openDevice opens the device WEFT_TRANSPORT names. auto picks shared
+// openDevice opens the device opts.Transport names. auto picks shared
 // memory when every rank is on this node and UDP otherwise (a job that
-// spans hosts runs over UDP everywhere until devices can be mixed).
-func openDevice(cl pmi.Client, cfg hal.Config) (hal.Device, error) {
-	t := os.Getenv("WEFT_TRANSPORT")
+// spans hosts runs over UDP everywhere until devices can be mixed). The
+// errors name WEFT_TRANSPORT, where users set it.
+func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
+	t := opts.Transport
 	oneNode := cl.Info().LocalRanks != nil && len(cl.Info().LocalRanks) == cfg.Size
 	switch t {
 	case "", "auto":
@@ -169,7 +183,7 @@ func openDevice(cl pmi.Client, cfg hal.Config) (hal.Device, error) {
 	}
 	if t == "shm" {
 		var o shm.Options
-		if oversubscribed(cl) {
+		if oversubscribed(cl, opts.NodeCPUs) {
 			o.Spin = -1
 		}
 		dev, err := shm.Open(cfg, o)
@@ -178,7 +192,7 @@ func openDevice(cl pmi.Client, cfg hal.Config) (hal.Device, error) {
 		}
 		return wrapFaults(dev)
 	}
-	bind, err := bindAddr(cl)
+	bind, err := bindAddr(cl, opts.Bind)
 	if err != nil {
 		return nil, err
 	}
@@ -206,22 +220,33 @@ func wrapFaults(dev hal.Device) (hal.Device, error) {
 
 // oversubscribed reports whether this node runs more ranks than it has
 // cores, so that waiting ranks must yield their core rather than spin.
-func oversubscribed(cl pmi.Client) bool {
-	cpus := runtime.NumCPU() // the CPUs this process may run on
-	if n, err := envInt("WEFT_NODE_CPUS"); err == nil && n > 0 {
-		cpus = n // gorun bound each rank to a share of these
+// nodeCPUs is Options.NodeCPUs: when gorun bound each rank to a share of
+// the node's CPUs, how many they share; 0: the CPUs this process may run
+// on.
+func oversubscribed(cl pmi.Client, nodeCPUs int) bool {
+	cpus := runtime.NumCPU()
+	if nodeCPUs > 0 {
+		cpus = nodeCPUs
 	}
 	return len(cl.Info().LocalRanks) > cpus
 }
 
-// batchSysmon moves the Go runtime's monitor thread to SCHED_BATCH unless
-// WEFT_SYSMON=normal: its wake-ups would otherwise preempt the polling
-// ranks (internal/sysmon says how much that cost). A thread that cannot
-// be found is left alone and said so at trace level 2.
-func batchSysmon() error {
-	switch v := os.Getenv("WEFT_SYSMON"); v {
-	case "", "batch":
-		tid, err := sysmon.Batch()
+// sysmonBatch is sysmon.Batch; tests replace it to see whether it is
+// called.
+var sysmonBatch = sysmon.Batch
+
+// batchSysmon applies Options.Sysmon (mode; "" means def): batch moves the
+// Go runtime's monitor thread to SCHED_BATCH, so that its wake-ups do not
+// preempt the polling ranks (internal/sysmon says why); normal leaves it.
+// A thread that cannot be found is left alone and said so at trace level
+// 2.
+func batchSysmon(mode, def string) error {
+	if mode == "" {
+		mode = def
+	}
+	switch mode {
+	case "batch":
+		tid, err := sysmonBatch()
 		if err != nil {
 			trace.Printf(2, "sysmon left as it was: %v", err)
 			return nil
@@ -229,19 +254,20 @@ func batchSysmon() error {
 		trace.Printf(2, "sysmon (thread %d) on SCHED_BATCH", tid)
 	case "normal":
 	default:
-		return fmt.Errorf("WEFT_SYSMON=%q: want batch or normal", v)
+		return fmt.Errorf("Options.Sysmon %q: want %s: %w", mode, sysmonForm, ErrArg)
 	}
 	return nil
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }
 
-// bindAddr chooses the local address for the device: WEFT_BIND if set;
-// loopback when every rank is on this node; otherwise the address this
-// host's name resolves to, which is how the other hosts reach it.
-func bindAddr(cl pmi.Client) (string, error) {
-	if b := os.Getenv("WEFT_BIND"); b != "" {
-		return b, nil
+// bindAddr chooses the local address for the device: bind
+// (Options.Bind) if set; loopback when every rank is on this node;
+// otherwise the address this host's name resolves to, which is how the
+// other hosts reach it.
+func bindAddr(cl pmi.Client, bind string) (string, error) {
+	if bind != "" {
+		return bind, nil
 	}
 	if info := cl.Info(); info.LocalRanks == nil || len(info.LocalRanks) == cl.Size() {
 		return "127.0.0.1", nil

@@ -21,15 +21,33 @@ import (
 // When a rank fails, the others' pending calls toward it fail with
 // ErrPeerFailed instead of hanging. With WEFT_FAULTS set, the device drops,
 // reorders, duplicates and corrupts frames and lapi's reliability repairs
-// it: results must not change.
+// it: results must not change. Run is RunWith the Options of the
+// environment (OptionsFromEnv): a variable not of its form fails Run with
+// an error naming it.
 func Run(n int, fn func(c *Comm) error) error {
+	opts, err := OptionsFromEnv()
+	if err != nil {
+		return fmt.Errorf("mpi: run: %w", err)
+	}
+	return RunWith(n, opts, fn)
+}
+
+// RunWith is Run configured by opts instead of the environment's tuning
+// variables. Its ranks share the in-process device, so opts.Transport,
+// Bind, NodeCPUs and Yield do not apply; unless opts.Sysmon says batch,
+// the Go runtime's threads are left as they are. A field out of its range
+// fails with an error wrapping ErrArg that names it.
+func RunWith(n int, opts Options, fn func(c *Comm) error) error {
 	if n < 1 {
 		return fmt.Errorf("mpi: run %d ranks: %w", n, ErrArg)
 	}
-	if err := batchSysmon(); err != nil {
+	if err := opts.check(); err != nil {
 		return fmt.Errorf("mpi: run: %w", err)
 	}
-	worlds, err := openInproc(n)
+	if err := batchSysmon(opts.Sysmon, "normal"); err != nil {
+		return fmt.Errorf("mpi: run: %w", err)
+	}
+	worlds, err := openInproc(n, opts)
 	if err != nil {
 		return err
 	}
@@ -75,8 +93,9 @@ func Run(n int, fn func(c *Comm) error) error {
 	return first
 }
 
-// openInproc makes n worlds joined by one in-process fabric.
-func openInproc(n int) ([]*World, error) {
+// openInproc makes n worlds joined by one in-process fabric, configured
+// by opts.
+func openInproc(n int, opts Options) ([]*World, error) {
 	var kb [8]byte
 	_, _ = crand.Read(kb[:])
 	key := binary.LittleEndian.Uint64(kb[:])
@@ -92,11 +111,11 @@ func openInproc(n int) ([]*World, error) {
 			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
 		}
 		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin,
-			SingleCopyThreshold: singleCopyEnv()})
+			SingleCopyThreshold: opts.SingleCopy})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}
-		w, err := newWorld(lc)
+		w, err := newWorld(lc, opts)
 		if err != nil {
 			lc.Close()
 			for _, o := range worlds[:r] {

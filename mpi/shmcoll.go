@@ -3,7 +3,6 @@ package mpi
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -81,16 +80,9 @@ type shBlock struct {
 }
 
 // newShBlock lays out mem for a world of size ranks, or returns nil when
-// it has no room for one area or WEFT_SHMCOLL=off.
-func newShBlock(mem []byte, size int) (*shBlock, error) {
-	switch v := os.Getenv("WEFT_SHMCOLL"); v {
-	case "", "on":
-	case "off":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("mpi: WEFT_SHMCOLL=%q: want on or off", v)
-	}
-	if len(mem) == 0 || size < 2 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+// it has no room for one area or off is set (Options.NoShmColl).
+func newShBlock(mem []byte, size int, off bool) (*shBlock, error) {
+	if off || len(mem) == 0 || size < 2 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
 		return nil, nil
 	}
 	b := &shBlock{mem: mem, size: size}

@@ -29,15 +29,16 @@ func policyOf(tid int) (int, error) {
 	return strconv.Atoi(f[41-3])
 }
 
-// TestRunBatchesSysmon: after Run, the Go runtime's monitor thread is on
-// SCHED_BATCH (internal/sysmon) and the process's other threads are not
-// all; a bad WEFT_SYSMON is refused by name. A thread the monitor starts
+// TestRunBatchesSysmon: after RunWith with Sysmon batch, the Go runtime's
+// monitor thread is on SCHED_BATCH (internal/sysmon) and the process's
+// other threads are not all; a bad WEFT_SYSMON is refused by name. (Run
+// leaves sysmon alone: TestRunLeavesSysmon.) A thread the monitor starts
 // itself (the runtime starts an M on the calling thread when the monitor
 // hands a processor off) inherits the policy, so the monitor's need not be
 // the only one: asserting that failed about once in 20 runs.
 func TestRunBatchesSysmon(t *testing.T) {
-	if err := Run(2, func(c *Comm) error { return c.Barrier() }); err != nil {
-		t.Fatalf("Run: %v", err)
+	if err := RunWith(2, Options{Sysmon: "batch"}, func(c *Comm) error { return c.Barrier() }); err != nil {
+		t.Fatalf("RunWith: %v", err)
 	}
 	ents, err := os.ReadDir("/proc/self/task")
 	if err != nil {
@@ -55,7 +56,7 @@ func TestRunBatchesSysmon(t *testing.T) {
 			batch = append(batch, tid)
 		}
 	}
-	tid, err := sysmon.Batch() // what Run's call did (it runs once)
+	tid, err := sysmon.Batch() // what RunWith's call did (it runs once)
 	switch {
 	case err != nil:
 		t.Errorf("Run did not batch sysmon: %v", err)

@@ -3,7 +3,6 @@ package mpi
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,9 +46,9 @@ type World struct {
 	onClose            []func() error
 }
 
-// newWorld sets MPI up over an open lapi context. Every rank registers the
-// same handlers in the same order.
-func newWorld(lc *lapi.Context) (*World, error) {
+// newWorld sets MPI up over an open lapi context, with opts' thresholds.
+// Every rank registers the same handlers in the same order.
+func newWorld(lc *lapi.Context, opts Options) (*World, error) {
 	w := &World{
 		lc:            lc,
 		rank:          int(lc.Rank()),
@@ -65,30 +64,20 @@ func newWorld(lc *lapi.Context) (*World, error) {
 		// Split where each part is one copy: two cores copying at once.
 		w.splitMin = max(2*sc, splitNode)
 	}
-	if v, err := envInt("WEFT_SPLIT"); err == nil && v >= 0 {
-		w.splitMin = v
-	}
-	if v, err := envInt("WEFT_ACCUMULATE"); err == nil && v >= 0 {
-		w.accumulateMin = v
-	}
-	if v, err := envInt("WEFT_DIRECT"); err == nil && v >= 0 {
-		w.directMin = v
-	}
+	w.splitMin = orDefault(opts.Split, w.splitMin)
+	w.accumulateMin = orDefault(opts.Accumulate, w.accumulateMin)
+	w.directMin = orDefault(opts.Direct, w.directMin)
 	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
 		// A rendezvous read is one copy here: from its size up that
-		// beats copying through the device and out again. (Eager at 64
-		// KiB over shm won in the VM's normal line state, 5.8 µs one
-		// way against 7.3-7.8, but in its slow state took 18.4 against
-		// 7.8-8.2 and streamed 3.6 GB/s against 9.5: every line of an
-		// eager message is written by one core and read by the other.)
+		// beats copying through the device and out again, where every
+		// line of an eager message is written by one core and read by
+		// the other.
 		w.eagerLimit = sc - 1
 	}
-	if v, err := envInt("WEFT_EAGER"); err == nil && v > 0 {
-		w.eagerLimit = v
+	if opts.Eager > 0 {
+		w.eagerLimit = opts.Eager
 	}
-	if d, err := time.ParseDuration(os.Getenv("WEFT_TIMEOUT")); err == nil && d > 0 {
-		w.timeout = d
-	}
+	w.timeout = opts.Timeout
 	w.m.init(w.size)
 	w.hEager = lc.RegisterHandler(eagerHandler{w})
 	w.hRTS = lc.RegisterHandler(eagerHandler{w})
@@ -101,7 +90,7 @@ func newWorld(lc *lapi.Context) (*World, error) {
 	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
 	if sm, ok := lc.Device().(hal.SharedMemory); ok {
-		b, err := newShBlock(sm.SharedBlock(), w.size)
+		b, err := newShBlock(sm.SharedBlock(), w.size, opts.NoShmColl)
 		if err != nil {
 			return nil, err
 		}
@@ -151,10 +140,9 @@ func (w *World) finalized(op string) error {
 	return nil
 }
 
-// wait makes progress until r completes, honouring ctx and WEFT_TIMEOUT.
-// Without a timeout it has no deferred cancel to run: a blocking receive
-// then returns 1.5-2 ns sooner (of an 8-byte ping-pong's 127, alternated
-// in one run). With g, see waitFor.
+// wait makes progress until r completes, honouring ctx and
+// Options.Timeout. Without a timeout it has no deferred cancel to run,
+// which keeps a blocking receive's fast path short. With g, see waitFor.
 func (w *World) wait(ctx context.Context, r *request, g *gaveBack) error {
 	if r.done.Load() {
 		return nil
@@ -165,7 +153,7 @@ func (w *World) wait(ctx context.Context, r *request, g *gaveBack) error {
 	return w.waitFor(ctx, r, g)
 }
 
-// waitTimed is wait under WEFT_TIMEOUT.
+// waitTimed is wait under Options.Timeout.
 func (w *World) waitTimed(ctx context.Context, r *request, g *gaveBack) error {
 	ctx, cancel := w.deadline(ctx)
 	defer cancel()
@@ -219,7 +207,7 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 	return nil
 }
 
-// deadline applies WEFT_TIMEOUT to a context that has no deadline.
+// deadline applies Options.Timeout to a context that has no deadline.
 func (w *World) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if w.timeout > 0 {
 		if _, ok := ctx.Deadline(); !ok {
@@ -279,18 +267,4 @@ func (w *World) peerFailed(peer hal.Rank, err error) {
 			a.complete = true // it never will: let a probe see it, a receive fail
 		}
 	}
-}
-
-// singleCopyEnv is WEFT_SINGLECOPY: the bytes from which messages and
-// Put/Get between ranks of a node are one copy (lapi's
-// SingleCopyThreshold; 0 or unset: its default, negative: never).
-func singleCopyEnv() int {
-	v, _ := envInt("WEFT_SINGLECOPY")
-	return v
-}
-
-func envInt(name string) (int, error) {
-	var v int
-	_, err := fmt.Sscan(os.Getenv(name), &v)
-	return v, err
 }

@@ -1,0 +1,235 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configures a world: the device Init opens and the thresholds
+// and policies its calls follow. The zero value of every field means its
+// default, so Options{} is the default configuration. A byte threshold
+// that can be turned off is turned off by a negative value. Each field
+// names the environment variable OptionsFromEnv reads it from;
+// docs/tuning.md says what each is for.
+type Options struct {
+	// Transport picks the device Init opens (WEFT_TRANSPORT): "auto" or
+	// "" uses shared memory when every rank is on this node and kernel
+	// UDP sockets otherwise; "shm" and "udp" force one; "verbs" fails,
+	// as this build has no verbs device yet. Run ignores it: its ranks
+	// share the in-process device.
+	Transport string
+
+	// Bind is the local address of the UDP device (WEFT_BIND); "" means
+	// loopback when every rank is on this node, else the address this
+	// host's name resolves to. Init only.
+	Bind string
+
+	// NodeCPUs is how many CPUs this node's ranks share (WEFT_NODE_CPUS,
+	// which gorun sets when it binds ranks to cores); 0 means the CPUs
+	// this process may run on. More ranks than that on the node makes
+	// waiting ranks yield their core instead of spinning. Init only.
+	NodeCPUs int
+
+	// Yield is how long a waiting rank polls with sched_yield before it
+	// sleeps (WEFT_YIELD). 0 means the default: 1ms when the node runs
+	// more ranks than NodeCPUs, else none; negative means none. Init only.
+	Yield time.Duration
+
+	// Timeout bounds every blocking call (WEFT_TIMEOUT): one that waits
+	// longer fails with ErrTimeout and a report of what the rank waits
+	// for. 0 means no bound (Init then still gives the peers a minute to
+	// join).
+	Timeout time.Duration
+
+	// Eager is the largest message sent eagerly, copied through the
+	// device; larger ones go by rendezvous (WEFT_EAGER). 0 means 64 KiB,
+	// or one byte less than the single-copy size when that is smaller.
+	Eager int
+
+	// SingleCopy is the size from which rendezvous messages and
+	// one-sided transfers between ranks of one node are one copy (shm
+	// with cross-memory attach, or Run's goroutines) (WEFT_SINGLECOPY).
+	// 0 means lapi's default (64 KiB on shm, 16 KiB between goroutines);
+	// negative turns single copies off.
+	SingleCopy int
+
+	// Split is the rendezvous size from which both ends copy, half each
+	// (WEFT_SPLIT). 0 means 256 KiB, and where single copies are on,
+	// twice the single-copy size but at least 128 KiB, so that each half
+	// is one copy; negative turns splitting off.
+	Split int
+
+	// Direct is the Allreduce size from which ranks of one node with
+	// single-copy reads reduce by reading each other's buffers
+	// (WEFT_DIRECT). 0 means 128 KiB; negative turns it off.
+	Direct int
+
+	// Accumulate is the size from which the other Allreduces reduce by
+	// half-RDMA accumulate (WEFT_ACCUMULATE). 0 means 1 MiB; negative
+	// turns it off.
+	Accumulate int
+
+	// NoShmColl keeps small collectives on messages where the ranks
+	// share memory, instead of the device's shared block (WEFT_SHMCOLL
+	// off). false means the default: the shared block.
+	NoShmColl bool
+
+	// Sysmon is what Init or Run does with the Go runtime's monitor
+	// thread (WEFT_SYSMON): "batch" moves it to SCHED_BATCH, so that its
+	// wake-ups do not preempt a polling rank (internal/sysmon); "normal"
+	// leaves it. "" means batch in Init, whose process is a rank, and
+	// normal in Run, whose process (a user's test, say) is not only ranks.
+	Sysmon string
+}
+
+// The accepted values of Options' string fields, also WEFT_TRANSPORT's,
+// WEFT_SYSMON's and WEFT_SHMCOLL's.
+const (
+	transportForm = "auto, shm, udp or verbs"
+	sysmonForm    = "batch or normal"
+	shmcollForm   = "on or off"
+)
+
+// check reports the first field that is out of its range, naming it and
+// what it accepts.
+func (o Options) check() error {
+	bad := func(field string, v any, form string) error {
+		return fmt.Errorf("mpi: Options.%s %#v: want %s: %w", field, v, form, ErrArg)
+	}
+	switch {
+	case !oneOf(o.Transport, "", "auto", "shm", "udp", "verbs"):
+		return bad("Transport", o.Transport, transportForm)
+	case !oneOf(o.Sysmon, "", "batch", "normal"):
+		return bad("Sysmon", o.Sysmon, sysmonForm)
+	case o.NodeCPUs < 0:
+		return bad("NodeCPUs", o.NodeCPUs, "0 or more")
+	case o.Timeout < 0:
+		return bad("Timeout", o.Timeout, "0 or more")
+	case o.Eager < 0:
+		return bad("Eager", o.Eager, "0 or more bytes")
+	}
+	return nil
+}
+
+func oneOf(v string, set ...string) bool {
+	for _, s := range set {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// envVar is one environment variable OptionsFromEnv reads: set stores a
+// non-empty value v in o, or reports that v is not of the accepted form.
+type envVar struct {
+	name, form string
+	set        func(o *Options, v string) bool
+}
+
+// envVars are every variable Options are read from, in the order of the
+// fields.
+var envVars = []envVar{
+	{"WEFT_TRANSPORT", transportForm, func(o *Options, v string) bool {
+		o.Transport = v
+		return oneOf(v, "auto", "shm", "udp", "verbs")
+	}},
+	{"WEFT_BIND", "a local address", func(o *Options, v string) bool {
+		o.Bind = v
+		return true
+	}},
+	{"WEFT_NODE_CPUS", "a positive number of CPUs", func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.NodeCPUs = n
+		return err == nil && n > 0
+	}},
+	{"WEFT_YIELD", "a duration such as 1ms, or 0 for none", func(o *Options, v string) bool {
+		d, err := time.ParseDuration(v)
+		o.Yield = d
+		if d == 0 {
+			o.Yield = -1
+		}
+		return err == nil && d >= 0
+	}},
+	{"WEFT_TIMEOUT", "a duration such as 30s, or 0 for none", func(o *Options, v string) bool {
+		d, err := time.ParseDuration(v)
+		o.Timeout = d
+		return err == nil && d >= 0
+	}},
+	{"WEFT_EAGER", "a positive number of bytes", func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.Eager = n
+		return err == nil && n > 0
+	}},
+	{"WEFT_SINGLECOPY", "a number of bytes (0: the default, negative: off)", func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.SingleCopy = n
+		return err == nil
+	}},
+	{"WEFT_SPLIT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Split })},
+	{"WEFT_DIRECT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Direct })},
+	{"WEFT_ACCUMULATE", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Accumulate })},
+	{"WEFT_SHMCOLL", shmcollForm, func(o *Options, v string) bool {
+		o.NoShmColl = v == "off"
+		return oneOf(v, "on", "off")
+	}},
+	{"WEFT_SYSMON", sysmonForm, func(o *Options, v string) bool {
+		o.Sysmon = v
+		return oneOf(v, "batch", "normal")
+	}},
+}
+
+// offBytes parses a threshold whose variable turns it off with 0 and whose
+// field does so with a negative value.
+func offBytes(field func(*Options) *int) func(*Options, string) bool {
+	return func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return false
+		}
+		if n == 0 {
+			n = -1
+		}
+		*field(o) = n
+		return true
+	}
+}
+
+// OptionsFromEnv reads Options from the WEFT_* variables of the
+// environment (docs/tuning.md lists them); an unset or empty variable
+// leaves its field at the default. A value not of its variable's form is
+// an error wrapping ErrArg that names the variable and the form; with
+// several, the error joins one for each.
+func OptionsFromEnv() (Options, error) {
+	var o Options
+	var errs []error
+	for _, e := range envVars {
+		v := strings.TrimSpace(os.Getenv(e.name))
+		if v == "" {
+			continue
+		}
+		if !e.set(&o, v) {
+			errs = append(errs, fmt.Errorf("mpi: %s=%q: want %s: %w", e.name, v, e.form, ErrArg))
+		}
+	}
+	if len(errs) > 0 {
+		return Options{}, errors.Join(errs...)
+	}
+	return o, nil
+}
+
+// orDefault is a threshold from a field: def when it is 0, 0 (never) when
+// it is negative.
+func orDefault(field, def int) int {
+	switch {
+	case field == 0:
+		return def
+	case field < 0:
+		return 0
+	}
+	return field
+}
