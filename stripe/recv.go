@@ -1,0 +1,127 @@
+package stripe
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Poll polls every member, in or out (an out member's frames are as good as
+// any, and its probes are what re-admit it), and delivers their data frames
+// to fn; probes are consumed. Frames of different members come in no
+// particular order. A member whose Poll fails is taken out and the others
+// polled; Poll fails only when every member did. Poll then takes silent
+// members out and sends the probes that are due.
+func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
+	if d.closed.Load() {
+		return 0, errClosed
+	}
+	d.now = d.opts.Now()
+	d.userFn = fn
+	total, failed := 0, 0
+	var lastErr error
+	for _, m := range d.members {
+		d.cur = m
+		n, err := m.dev.Poll(d.onFrame)
+		total += n
+		if err != nil {
+			if d.closed.Load() {
+				return total, errClosed
+			}
+			failed++
+			lastErr = fmt.Errorf("stripe: member %d: %w", m.idx, err)
+			d.takeOut(m, ReasonPollError, err)
+		}
+	}
+	d.cur, d.userFn = nil, nil
+	d.checkSilence(d.now)
+	d.probe(d.now)
+	d.refresh()
+	if failed == len(d.members) {
+		return 0, fmt.Errorf("stripe: every member's Poll failed: %w", lastErr)
+	}
+	// The count is of data frames delivered: members counted probes too.
+	return int(d.delivered()), nil
+}
+
+// delivered returns and resets the data frames delivered by this Poll.
+func (d *Device) delivered() uint64 {
+	n := d.pollCount
+	d.pollCount = 0
+	return n
+}
+
+// frame is the members' Poll callback: it consumes probes and hands data
+// frames to the caller's fn.
+func (d *Device) frame(h *hal.Header, payload []byte) {
+	m := d.cur
+	d.heard(m, d.now)
+	if probe, ok := isProbe(h, payload); probe {
+		if !ok {
+			d.drops[hal.DropLength].Add(1)
+			return
+		}
+		m.stats.probesRecv.Add(1)
+		return
+	}
+	size := uint64(hal.HeaderLen + len(payload))
+	m.stats.framesRecv.Add(1)
+	m.stats.bytesRecv.Add(size)
+	d.counters.FramesRecv.Add(1)
+	d.counters.BytesRecv.Add(size)
+	d.pollCount++
+	// Only data makes a peer active: if probes did, two idle ranks would
+	// keep probing each other for ever.
+	d.touch(h.Src)
+	d.userFn(h, payload)
+}
+
+// Wait blocks until a member may deliver a frame, ctx is done (ctx.Err()),
+// or the stripe is closed (hal.ErrClosed). It waits on every member at
+// once, one goroutine each for the length of the call, and returns as soon
+// as one member's Wait returns nil. A member whose Wait fails (a dead
+// device) is left out of this call; when every member fails, so does Wait.
+func (d *Device) Wait(ctx context.Context) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, len(d.members))
+	for _, m := range d.members {
+		go func() { res <- m.dev.Wait(wctx) }()
+	}
+	pending := len(d.members)
+	// Every goroutine is waited for before Wait returns: they end as soon
+	// as wctx is cancelled, and none is left behind to race with Close.
+	defer func() {
+		cancel()
+		for ; pending > 0; pending-- {
+			<-res
+		}
+	}()
+	var lastErr error
+	for pending > 0 {
+		select {
+		case err := <-res:
+			pending--
+			switch {
+			case err == nil:
+				return nil
+			case d.closed.Load():
+				return errClosed
+			case ctx.Err() != nil:
+				return ctx.Err()
+			}
+			lastErr = err
+		case <-d.done:
+			return errClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if d.closed.Load() {
+		return errClosed
+	}
+	return fmt.Errorf("stripe: every member's Wait failed: %w", lastErr)
+}

@@ -1,0 +1,127 @@
+package stripe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// maxBackoff bounds the ErrNoResource back-off, in frames: a member that
+// was full is tried again at least this often.
+const maxBackoff = 64
+
+// Send queues the frame on one member: the next in round-robin order that
+// is in and not backing off after a full queue. A member whose queue is full
+// is skipped for this frame (and backs off, so that a saturated member
+// carries fewer frames); ErrNoResource is returned only when every member is
+// full. A member that fails with a device error is taken out and the next
+// one tried. The frame is never modified, and as with the members, it may be
+// referenced until the next Flush returns.
+func (d *Device) Send(hdr, payload []byte) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if len(hdr) < hal.HeaderLen {
+		return errShortHdr
+	}
+	if n := len(hdr) - hal.HeaderLen + len(payload); n > d.caps.MTU {
+		return fmt.Errorf("stripe: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
+	}
+	no := d.frameNo
+	d.frameNo++
+	full := false
+	var failed error
+	// Pass 0 tries the members that are in and not backing off, pass 1
+	// those backing off (every member is tried before ErrNoResource), pass
+	// 2 the out members, only when none is in: a stripe whose members are
+	// all suspect sends on them rather than stall.
+	for pass := range 3 {
+		if pass == 2 && d.in > 0 {
+			break
+		}
+		for i := range d.members {
+			k := (d.next + i) % len(d.members)
+			m := d.members[k]
+			if m.in.Load() != (pass < 2) || pass == 0 && no < m.skipUntil || pass == 1 && no >= m.skipUntil {
+				continue
+			}
+			err := m.dev.Send(hdr, payload)
+			switch {
+			case err == nil:
+				m.backoff = 0
+				d.next = k + 1
+				size := uint64(len(hdr) + len(payload))
+				m.stats.framesSent.Add(1)
+				m.stats.bytesSent.Add(size)
+				d.counters.FramesSent.Add(1)
+				d.counters.BytesSent.Add(size)
+				d.touch(hal.Rank(binary.LittleEndian.Uint32(hdr[28:])))
+				return nil
+			case errors.Is(err, hal.ErrNoResource):
+				full = true
+				m.stats.noResource.Add(1)
+				m.backoff = min(max(1, 2*m.backoff), maxBackoff)
+				m.skipUntil = no + m.backoff
+			case callerError(err):
+				return fmt.Errorf("stripe: member %d: %w", k, err)
+			default:
+				if d.closed.Load() {
+					return errClosed
+				}
+				d.takeOut(m, ReasonSendError, err)
+				failed = fmt.Errorf("stripe: member %d: %w", k, err)
+			}
+		}
+	}
+	if full {
+		d.counters.NoResource.Add(1)
+		return errNoResource
+	}
+	return fmt.Errorf("stripe: no member could send: %w", failed)
+}
+
+// callerError reports whether a member's error is about the frame or its
+// destination, the caller's to fix, rather than about the member.
+func callerError(err error) bool {
+	return errors.Is(err, hal.ErrTooLarge) || errors.Is(err, hal.ErrUnknownPeer) || errors.Is(err, hal.ErrBadFrame)
+}
+
+// touch records that a frame went to or came from peer in this probe
+// round, so that probes go to it.
+func (d *Device) touch(peer hal.Rank) {
+	if int(peer) < len(d.peers) {
+		d.peers[peer].active = d.round + 1
+	}
+}
+
+// Flush flushes every member, and sends the probes that are due. It
+// returns ErrNoResource when a member's wire is full (its frames stay
+// queued on it: call Flush again); a member that fails otherwise is taken
+// out, and its queued frames are the layer above's to redrive.
+func (d *Device) Flush() error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	full := false
+	for _, m := range d.members {
+		err := m.dev.Flush()
+		switch {
+		case err == nil:
+		case errors.Is(err, hal.ErrNoResource):
+			full = true
+		case d.closed.Load():
+			return errClosed
+		case m.in.Load():
+			d.takeOut(m, ReasonSendError, err)
+		}
+	}
+	d.probe(d.opts.Now())
+	d.refresh()
+	if full {
+		d.counters.NoResource.Add(1)
+		return errNoResource
+	}
+	return nil
+}
