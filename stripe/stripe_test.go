@@ -3,6 +3,7 @@ package stripe
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func connect(t *testing.T, s []*Device) {
 
 func TestConformanceSimnet(t *testing.T) {
 	for _, members := range []int{2, 3} {
-		t.Run(strings.Repeat("simnet", 1)+"x"+string(rune('0'+members)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("simnet-x%d", members), func(t *testing.T) {
 			haltest.Run(t, func(t *testing.T, size int) haltest.Net {
 				f := newFabric(t, size, make([]faults.Spec, members))
 				devs := make([]hal.Device, size)
