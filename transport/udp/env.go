@@ -2,20 +2,44 @@ package udp
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
 )
 
-// OpenFromEnv opens a device like Open and, when WEFT_FAULTS is set, wraps
-// it with fault injection (internal/faults), which also makes it report
-// itself unreliable whatever the rates. It is how the bootstrap opens UDP
-// devices, so that a user can test a program under a hostile network
-// without changing it. A malformed WEFT_FAULTS is an error, not ignored.
+// GSOEnvVar turns GSO (Options.GSO) on or off for the devices OpenFromEnv
+// opens: "1"/"on" or "0"/"off". Unset or empty means on.
+const GSOEnvVar = "WEFT_GSO"
+
+// OpenFromEnv opens a device like Open, with the environment's settings
+// applied, and is how the bootstrap opens UDP devices, so that a user can
+// change them without changing the program:
+//
+//   - WEFT_GSO: GSO on (the default: Options.GSO is set whatever the
+//     caller passed) or off ("0"/"off"). At an Ethernet MTU it is what
+//     lets a stream of full frames cross the kernel's network stack once
+//     per 64 KiB instead of once per frame: 1 MiB MPI messages between two
+//     network-namespace hosts at MTU 1500 went from ~250 MB/s to several
+//     GB/s (bench/results/udp-mtu1500.md). A kernel or route that cannot
+//     segment is detected at the first send and the device falls back.
+//   - WEFT_FAULTS: the device is wrapped with fault injection
+//     (internal/faults), which also makes it report itself unreliable
+//     whatever the rates.
+//
+// A malformed variable is an error, not ignored.
 func OpenFromEnv(cfg hal.Config, opts Options) (hal.Device, error) {
 	spec, ok, err := faults.FromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("udp: %w", err)
+	}
+	switch v := os.Getenv(GSOEnvVar); v {
+	case "", "1", "on":
+		opts.GSO = true
+	case "0", "off":
+		opts.GSO = false
+	default:
+		return nil, fmt.Errorf("udp: %s=%q: want 1, on, 0 or off", GSOEnvVar, v)
 	}
 	d, err := Open(cfg, opts)
 	if err != nil {

@@ -10,14 +10,34 @@ import (
 func TestOpenFromEnv(t *testing.T) {
 	cfg := hal.Config{JobKey: testJobKey, Size: 1}
 	t.Setenv(faults.EnvVar, "")
+	t.Setenv(GSOEnvVar, "")
 	d, err := OpenFromEnv(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	if _, ok := d.(*Device); !ok {
+	if ud, ok := d.(*Device); !ok {
 		t.Errorf("without %s: got %T, want *udp.Device", faults.EnvVar, d)
+	} else if !ud.Options().GSO {
+		t.Errorf("without %s: GSO off, want on by default", GSOEnvVar)
 	}
+	for v, want := range map[string]bool{"0": false, "off": false, "1": true, "on": true} {
+		t.Setenv(GSOEnvVar, v)
+		d, err := OpenFromEnv(cfg, Options{GSO: !want})
+		if err != nil {
+			t.Fatalf("%s=%s: %v", GSOEnvVar, v, err)
+		}
+		d.Close()
+		if got := d.(*Device).Options().GSO; got != want {
+			t.Errorf("%s=%s: GSO %v, want %v", GSOEnvVar, v, got, want)
+		}
+	}
+	t.Setenv(GSOEnvVar, "maybe")
+	if d, err := OpenFromEnv(cfg, Options{}); err == nil {
+		d.Close()
+		t.Errorf("malformed %s accepted", GSOEnvVar)
+	}
+	t.Setenv(GSOEnvVar, "")
 
 	t.Setenv(faults.EnvVar, "loss=0.5,seed=7")
 	d, err = OpenFromEnv(cfg, Options{})
