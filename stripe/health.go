@@ -1,14 +1,28 @@
 package stripe
 
-import "time"
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// A member is judged from both ends. This end sees what arrives: a member
+// that delivers nothing while the others deliver is silent (checkSilence).
+// Only the peer sees whether what this end sends arrives: each probe
+// carries, per member, whether the prober hears the probed rank on it
+// (probe.go), and a member a peer reports deaf is taken out here too. So a
+// link that fails in one direction only is taken out at both ends, and
+// nothing is sent into it while the other members work.
 
 // takeOut stops member m carrying data frames, for reason. err is the
-// device error, nil for silence.
+// device error, nil for silence and peer reports.
 func (d *Device) takeOut(m *member, reason OutReason, err error) {
-	if reason != ReasonSilence {
-		m.sendFailed = m.sendFailed || reason == ReasonSendError || reason == ReasonPollError
-	}
-	if err != nil {
+	if reason == ReasonSendError || reason == ReasonPollError {
+		if !m.in.Load() && m.sendFailed {
+			return // a dead member fails every call: record it once
+		}
+		m.sendFailed = true
 		m.lastErr.Store(&err)
 	}
 	if !m.in.Load() {
@@ -20,14 +34,27 @@ func (d *Device) takeOut(m *member, reason OutReason, err error) {
 	d.in--
 }
 
-// heard records that m delivered a frame at now: it is alive, and an out
-// member comes back in (unless a send error took it out and no probe has
-// gone out on it since: a member that receives but cannot send would
-// otherwise flap in and out with every frame).
-func (d *Device) heard(m *member, now time.Time) {
+// heard records that m delivered a frame from src at now, and re-admits m
+// if it may come back.
+func (d *Device) heard(m *member, src hal.Rank, now time.Time) {
 	d.recvTotal++
 	m.lastRecv, m.window, m.mark = now, now, d.recvTotal
-	if m.in.Load() || m.sendFailed {
+	if int(src) < len(d.peers) && d.peers[src].connected {
+		ps := &d.peers[src]
+		ps.heard[m.idx], ps.lastAny = now, now
+	}
+	if !m.in.Load() {
+		d.maybeAdmit(m, now)
+	}
+}
+
+// maybeAdmit brings out member m back in if it has delivered a frame
+// within Silence, no peer reports it deaf, and, if a device error took it
+// out, a probe has gone out on it since without one (a member that
+// receives but cannot send would otherwise flap in and out with every
+// frame).
+func (d *Device) maybeAdmit(m *member, now time.Time) {
+	if m.sendFailed || m.deafPeers > 0 || now.Sub(m.lastRecv) >= d.opts.Silence {
 		return
 	}
 	m.in.Store(true)
@@ -53,4 +80,52 @@ func (d *Device) checkSilence(now time.Time) {
 			m.window, m.mark = now, d.recvTotal
 		}
 	}
+}
+
+// hears is the report for a probe to peer: bit i set unless the peer has
+// been heard lately on another member but not on member i for Silence. A
+// peer not heard lately at all gives no evidence and is reported heard.
+func (d *Device) hears(peer hal.Rank, now time.Time) uint16 {
+	ps := &d.peers[peer]
+	all := uint16(1)<<len(d.members) - 1
+	if now.Sub(ps.lastAny) >= d.opts.Silence {
+		return all
+	}
+	for i, at := range ps.heard {
+		if now.Sub(at) >= d.opts.Silence {
+			all &^= 1 << i
+		}
+	}
+	return all
+}
+
+// report takes a probe's report from src: the members on which src hears
+// us. A member newly reported deaf is taken out; one no peer reports deaf
+// any more may come back in. Reports older than the last one taken (probes
+// overtake each other on different members) are ignored.
+func (d *Device) report(src hal.Rank, payload []byte, now time.Time) {
+	if int(src) >= len(d.peers) || !d.peers[src].connected {
+		return
+	}
+	ps := &d.peers[src]
+	round := binary.LittleEndian.Uint32(payload[8:])
+	if round-ps.round > 1<<31 && ps.round-round < 64 {
+		return // older than one already taken (a restarted peer starts low: not "older" for long)
+	}
+	ps.round = round
+	deaf := ^uint32(binary.LittleEndian.Uint16(payload[6:])) & (1<<len(d.members) - 1)
+	for i, m := range d.members {
+		was, is := ps.deafTo&(1<<i) != 0, deaf&(1<<i) != 0
+		switch {
+		case is && !was:
+			m.deafPeers++
+			d.takeOut(m, ReasonPeerDeaf, nil)
+		case was && !is:
+			m.deafPeers--
+			if !m.in.Load() {
+				d.maybeAdmit(m, now)
+			}
+		}
+	}
+	ps.deafTo = deaf
 }

@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -12,14 +13,16 @@ import (
 // stripe claims the top bit, which no layer above sets.
 const flagProbe uint8 = 1 << 7
 
-// Probe payload, probeLen bytes:
+// Probe payload, probeLen bytes, little-endian:
 //
 //	0 magic  [4]byte "WSPR"
-//	4 member u8      the sender's member index
-//	5 in     u8      1 if the sender has that member in
+//	4 member u8      the member the probe was sent on
+//	5 -      u8      zero
+//	6 hears  u16     bit i: the sender hears the receiver on member i
+//	8 round  u32     the sender's probe round, to order its reports
 //
 // These values are part of the wire protocol.
-const probeLen = 6
+const probeLen = 12
 
 var probeMagic = [4]byte{'W', 'S', 'P', 'R'}
 
@@ -43,7 +46,7 @@ func (d *Device) probe(now time.Time) {
 			}
 			// A fresh buffer per probe: the member may hold it until its
 			// next Flush, and rounds are rare.
-			b := d.encodeProbe(m, hal.Rank(p))
+			b := d.encodeProbe(m, hal.Rank(p), now)
 			err := m.dev.Send(b, nil)
 			if err == nil {
 				sent = true
@@ -71,16 +74,15 @@ func (d *Device) probe(now time.Time) {
 }
 
 // encodeProbe builds a probe frame toward peer on member m.
-func (d *Device) encodeProbe(m *member, peer hal.Rank) []byte {
+func (d *Device) encodeProbe(m *member, peer hal.Rank, now time.Time) []byte {
 	b := make([]byte, hal.HeaderLen+probeLen)
 	hal.EncodeHeader(b, &hal.Header{Type: hal.FrameData, Flags: flagProbe, Len: probeLen,
 		JobKey: d.opts.JobKey, Src: d.opts.Rank, Dst: peer})
 	p := b[hal.HeaderLen:]
 	copy(p, probeMagic[:])
 	p[4] = byte(m.idx)
-	if m.in.Load() {
-		p[5] = 1
-	}
+	binary.LittleEndian.PutUint16(p[6:], d.hears(peer, now))
+	binary.LittleEndian.PutUint32(p[8:], uint32(d.round))
 	if !m.caps.Reliable {
 		hal.Seal(b, nil)
 	}

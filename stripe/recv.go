@@ -56,13 +56,14 @@ func (d *Device) delivered() uint64 {
 // frames to the caller's fn.
 func (d *Device) frame(h *hal.Header, payload []byte) {
 	m := d.cur
-	d.heard(m, d.now)
+	d.heard(m, h.Src, d.now)
 	if probe, ok := isProbe(h, payload); probe {
 		if !ok {
 			d.drops[hal.DropLength].Add(1)
 			return
 		}
 		m.stats.probesRecv.Add(1)
+		d.report(h.Src, payload, d.now)
 		return
 	}
 	size := uint64(hal.HeaderLen + len(payload))

@@ -33,6 +33,7 @@ func (d *Device) Send(hdr, payload []byte) error {
 	d.frameNo++
 	full := false
 	var failed error
+	var tried uint32 // members already tried for this frame
 	// Pass 0 tries the members that are in and not backing off, pass 1
 	// those backing off (every member is tried before ErrNoResource), pass
 	// 2 the out members, only when none is in: a stripe whose members are
@@ -44,9 +45,10 @@ func (d *Device) Send(hdr, payload []byte) error {
 		for i := range d.members {
 			k := (d.next + i) % len(d.members)
 			m := d.members[k]
-			if m.in.Load() != (pass < 2) || pass == 0 && no < m.skipUntil || pass == 1 && no >= m.skipUntil {
+			if tried&(1<<k) != 0 || m.in.Load() != (pass < 2) || pass == 0 && no < m.skipUntil {
 				continue
 			}
+			tried |= 1 << k
 			err := m.dev.Send(hdr, payload)
 			switch {
 			case err == nil:

@@ -17,9 +17,10 @@ const (
 	ReasonSendError                  // Send or Flush failed with a device error
 	ReasonPollError                  // Poll failed with a device error
 	ReasonSilence                    // silent while the others delivered
+	ReasonPeerDeaf                   // a peer reported hearing nothing from us on it
 )
 
-var reasonNames = [...]string{"none", "send-error", "poll-error", "silence"}
+var reasonNames = [...]string{"none", "send-error", "poll-error", "silence", "peer-deaf"}
 
 // String names the reason as MemberStats prints it.
 func (r OutReason) String() string {
@@ -54,6 +55,9 @@ type member struct {
 	lastRecv time.Time
 	window   time.Time
 	mark     uint64
+	// deafPeers counts the peers whose last probe said they hear nothing
+	// from us on this member: it stays out while any does.
+	deafPeers int
 
 	stats memberCounters
 }

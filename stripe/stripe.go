@@ -125,10 +125,16 @@ type Device struct {
 
 // peerState is what the stripe keeps per peer: when frames last went to or
 // came from it, in probe rounds, so that probes go only where there is
-// traffic.
+// traffic; when it was last heard on each member and on any, to tell it
+// which members of ours it is deaf to; and what it last told us about
+// hearing us.
 type peerState struct {
 	connected bool
-	active    uint64 // the round of the last frame exchanged (0: never)
+	active    uint64      // the round of the last data frame exchanged (0: never)
+	heard     []time.Time // per member: when a frame from the peer last arrived on it
+	lastAny   time.Time   // when a frame from the peer last arrived on any member
+	deafTo    uint32      // members the peer last reported hearing nothing from us on
+	round     uint32      // the round of the peer's last probe we took
 }
 
 // New makes a stripe over members, which must reach the same peers: member
@@ -215,7 +221,16 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if int(peer) >= len(d.peers) {
 		d.peers = append(d.peers, make([]peerState, int(peer)+1-len(d.peers))...)
 	}
-	d.peers[peer].connected = true
+	if ps := &d.peers[peer]; !ps.connected {
+		// A peer is heard on every member from the moment it is known,
+		// so that it is not reported deaf before it has had the time
+		// to send on every member.
+		now := d.opts.Now()
+		ps.connected, ps.lastAny, ps.heard = true, now, make([]time.Time, len(d.members))
+		for i := range ps.heard {
+			ps.heard[i] = now
+		}
+	}
 	return nil
 }
 
