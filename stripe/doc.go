@@ -15,8 +15,8 @@
 // stripe.go is the contract (Device, Options, New, the hal.Device methods
 // that are not sending or receiving); send.go is Send and Flush, the choice
 // of member per frame; recv.go is Poll and Wait; health.go is failure
-// detection and re-admission; probe.go is the probe frame; stats.go the
-// per-member counters.
+// detection, peer reports and re-admission; probe.go is the probe frame;
+// stats.go the per-member counters (Member, Members).
 //
 // # Health
 //
@@ -29,15 +29,22 @@
 // every member is out: then the stripe tries them all rather than stall).
 //
 // Every member, in or out, carries probes: a small frame to each peer this
-// rank exchanged frames with lately, at most once per Options.Probe, sent
+// rank exchanged data with lately, at most once per Options.Probe, sent
 // from Poll and Flush (the stripe has no goroutine of its own). A probe is a
 // FrameData frame with flagProbe set in the header's flags (hal defines only
 // FlagCRC; the stripe claims the top bit, and the layer above must not use
-// it); Poll consumes probes and never delivers them. Probes are what keep an
-// idle but healthy member from looking silent, and what re-admits an out
-// member: an out member that delivers any frame again is back in (one taken
-// out by a send error must first also carry a probe without error, so that a
-// member that receives but cannot send does not flap).
+// it); Poll consumes probes and never delivers them. Probes keep an idle but
+// healthy member from looking silent, and carry the prober's report of which
+// members it hears the probed rank on: silence is seen by the receiver, but
+// only the peer can tell the sender its frames are not arriving, so a member
+// a peer reports deaf is taken out too, and a link that fails in one
+// direction is out at both ends within Silence plus a probe interval.
+//
+// An out member comes back in when it has delivered a frame within Silence
+// and no peer reports it deaf (a member taken out by a device error must
+// also have carried a probe without error since, so that a member that
+// receives but cannot send does not flap). After a link heals that takes two
+// probe rounds: one to be heard, one to say so.
 //
 // # Reintegration: what this is and is not yet
 //
@@ -49,12 +56,15 @@
 // them, and because a member's failure here is a link failure: the process
 // and its TPT (one per rank, resolving keys for every member) lived on.
 // What is not done: a member whose device was restarted (a new incarnation
-// of the member with its own state) must run hal.Reintegration per member
-// before it carries traffic; the per-peer view (a member that fails toward
-// one peer is taken out toward all); lapi redriving, on the survivors, the
-// unacknowledged frames of a member taken out (today lapi's ordinary
-// retransmission timeout recovers them, which costs an RTO); and the
-// weighting of members by measured rate (today: by ErrNoResource back-off).
+// of the member with its own state, a new address) must run
+// hal.Reintegration per member, BOOTING / ACK per peer on that member,
+// before it carries traffic, and the stripe has no way yet to swap a member
+// device; the per-peer view (a member that fails toward one peer is taken
+// out toward all); lapi redriving, on the survivors, the unacknowledged
+// frames of a member taken out (today lapi's ordinary retransmission
+// timeout recovers them, which costs an RTO); and the weighting of members
+// by measured rate (today: by ErrNoResource back-off, which under a flood
+// gives each member a share close to its queue's).
 //
 // # Caps
 //

@@ -360,3 +360,38 @@ func TestLossyMemberRetransmit(t *testing.T) {
 		}
 	}
 }
+
+// Under a flood, a member whose queue fills up sooner backs off and
+// carries fewer frames than a roomier one, and no frame is lost.
+func TestBackoffWeighting(t *testing.T) {
+	small, err := simnet.New(2, faults.Spec{}, simnet.WithLimits(4, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := simnet.New(2, faults.Spec{}, simnet.WithLimits(64, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fabric{nets: []*simnet.Network{small, large}}
+	s := f.stripes(t, Options{Probe: -1})
+	const frames = 5000
+	got := 0
+	for id := uint64(1); id <= frames; id++ {
+		hdr, payload := msg(0, 1, id, 100)
+		for !sendOK(t, s[0], hdr, payload) {
+			f.step()
+			got += len(pollIDs(t, s[1]))
+		}
+	}
+	for f.step() {
+	}
+	got += len(pollIDs(t, s[1]))
+	a, b := s[0].Member(0), s[0].Member(1)
+	t.Logf("%v\n%v", a, b)
+	if got != frames {
+		t.Errorf("delivered %d of %d frames", got, frames)
+	}
+	if a.NoResource == 0 || a.FramesSent*2 > b.FramesSent {
+		t.Errorf("the member with 4 frames in flight carried %d frames, the one with 64 %d: want under half as many", a.FramesSent, b.FramesSent)
+	}
+}
