@@ -19,18 +19,18 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	}
 	d.now = d.opts.Now()
 	d.userFn = fn
-	total, failed := 0, 0
+	failed, lastFailed := 0, -1
 	var lastErr error
 	for _, m := range d.members {
 		d.cur = m
-		n, err := m.dev.Poll(d.onFrame)
-		total += n
-		if err != nil {
+		if _, err := m.dev.Poll(d.onFrame); err != nil {
 			if d.closed.Load() {
-				return total, errClosed
+				d.cur, d.userFn = nil, nil
+				return int(d.delivered()), errClosed
 			}
-			failed++
-			lastErr = fmt.Errorf("stripe: member %d: %w", m.idx, err)
+			// A dead member fails every Poll: no error is built here,
+			// only if every member failed.
+			failed, lastFailed, lastErr = failed+1, m.idx, err
 			d.takeOut(m, ReasonPollError, err)
 		}
 	}
@@ -38,11 +38,12 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	d.checkSilence(d.now)
 	d.probe(d.now)
 	d.refresh()
+	// The count is of data frames delivered: the members counted probes too.
+	n := int(d.delivered())
 	if failed == len(d.members) {
-		return 0, fmt.Errorf("stripe: every member's Poll failed: %w", lastErr)
+		return n, fmt.Errorf("stripe: every member's Poll failed (member %d: %w)", lastFailed, lastErr)
 	}
-	// The count is of data frames delivered: members counted probes too.
-	return int(d.delivered()), nil
+	return n, nil
 }
 
 // delivered returns and resets the data frames delivered by this Poll.

@@ -220,3 +220,24 @@ func pollIDs(t *testing.T, s *Device) []uint64 {
 	}
 	return ids
 }
+
+// Sending and polling allocate nothing in the steady state (probes, which
+// are rare, do).
+func TestAllocs(t *testing.T) {
+	f := newFabric(t, 2, make([]faults.Spec, 2))
+	s := f.stripes(t, Options{Probe: -1})
+	hdr, payload := msg(0, 1, 1, 300)
+	fn := func(*hal.Header, []byte) {}
+	step := func() {
+		s[0].Send(hdr, payload)
+		s[0].Flush()
+		f.advance(100 * time.Microsecond)
+		s[1].Poll(fn)
+	}
+	for range 1000 {
+		step()
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Errorf("%v allocations per frame, want 0", a)
+	}
+}
