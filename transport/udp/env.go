@@ -19,10 +19,9 @@ const GSOEnvVar = "WEFT_GSO"
 //   - WEFT_GSO: GSO on (the default: Options.GSO is set whatever the
 //     caller passed) or off ("0"/"off"). At an Ethernet MTU it is what
 //     lets a stream of full frames cross the kernel's network stack once
-//     per 64 KiB instead of once per frame: 1 MiB MPI messages between two
-//     network-namespace hosts at MTU 1500 went from ~250 MB/s to several
-//     GB/s (bench/results/udp-mtu1500.md). A kernel or route that cannot
-//     segment is detected at the first send and the device falls back.
+//     per 64 KiB instead of once per frame (bench/results/udp-mtu1500.md
+//     has the figures). A kernel or route that cannot segment is detected
+//     at the first send and the device falls back.
 //   - WEFT_FAULTS: the device is wrapped with fault injection
 //     (internal/faults), which also makes it report itself unreliable
 //     whatever the rates.
