@@ -349,6 +349,10 @@ func (c *Comm) abort(k uint32, msg string) {
 	w.lc.Lock()
 	c.aborted(k, msg)
 	w.lc.Unlock()
+	// A wait of this rank's on the call may be asleep in the device (the
+	// abort came from a goroutine of its own, comparing signatures): no
+	// frame will wake it, so this does.
+	w.lc.Wake()
 }
 
 // aborted records call k's abort and fails this rank's operations of it
