@@ -69,7 +69,6 @@ type collState struct {
 	npending atomic.Int32     // len(pending), read without mu on each call
 	aborts   map[uint32]error // aborted calls, by number (mu)
 	naborts  atomic.Int32     // len(aborts), read without mu on each call
-	lastAb   atomic.Uint32    // the last call aborted, for waits' conditions
 	shOff    atomic.Bool      // a call was aborted: the shared block's rounds may be out of step
 	asked    atomic.Uint32    // the last call whose signature went out
 	blocked  atomic.Uint32    // the call a wait of which is blocked now; 0: none
@@ -203,12 +202,12 @@ func (c *Comm) abortedLocked(ctx uint32) error {
 }
 
 // abortedNow reports, for a wait's condition, the abort of the running
-// call.
+// call (one atomic load until any call was aborted). It looks the call up
+// rather than comparing it with the last abort heard: aborts of different
+// calls come from different goroutines of a member and can arrive in
+// either order.
 func (s *collState) abortedNow() error {
-	if k := s.seq.Load(); s.lastAb.Load() == k && k != 0 {
-		return s.abortOf(k)
-	}
-	return nil
+	return s.abortOf(s.seq.Load())
 }
 
 // sig returns this rank's signature of call k, if it is still kept.
@@ -377,7 +376,6 @@ func (c *Comm) aborted(k uint32, msg string) {
 	}
 	s.aborts[k] = err
 	s.naborts.Store(int32(len(s.aborts)))
-	s.lastAb.Store(k)
 	// Ranks that disagreed may have taken the shared block in different
 	// calls, leaving its rounds out of step: from now on this rank's
 	// collectives go by messages, whose tags name the call.
