@@ -21,12 +21,7 @@ import (
 func traceTo(t *testing.T, l trace.Level) *bytes.Buffer {
 	t.Helper()
 	var buf bytes.Buffer
-	prevW := trace.SetWriter(&buf)
-	prevL := trace.SetLevel(l)
-	t.Cleanup(func() {
-		trace.SetWriter(prevW)
-		trace.SetLevel(prevL)
-	})
+	t.Cleanup(trace.Redirect(&buf, l))
 	return &buf
 }
 

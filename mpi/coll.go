@@ -130,6 +130,7 @@ func (c *Comm) bcastScatterAllgather(b []byte, root int) error {
 	return nil
 }
 
+// crecvStatus is crecv that also returns the bytes received.
 func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
 	r, err := c.irecv(b, 1, src, c.ctag(tag), c.ctx|1)
 	if err != nil {

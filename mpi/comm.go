@@ -165,12 +165,8 @@ func (c *Comm) csend(b []byte, dest, tag int) error { return c.send(b, dest, c.c
 // crecv receives exactly len(b) bytes from src: a collective's ranks
 // that disagree on the length fail with ErrArg.
 func (c *Comm) crecv(b []byte, src, tag int) error {
-	r, err := c.irecv(b, 1, src, c.ctag(tag), c.ctx|1)
-	if err != nil {
-		return err
-	}
-	st, err := r.waitRecycle()
-	return c.exact(st, err, src, len(b))
+	_, err := c.crecvStatus(b, src, tag)
+	return err
 }
 
 // csendrecv exchanges with two peers at once, receiving exactly len(rb)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,9 +102,9 @@ func (o Options) check() error {
 		return fmt.Errorf("mpi: Options.%s %#v: want %s: %w", field, v, form, ErrArg)
 	}
 	switch {
-	case !oneOf(o.Transport, "", "auto", "shm", "udp", "verbs"):
+	case !slices.Contains([]string{"", "auto", "shm", "udp", "verbs"}, o.Transport):
 		return bad("Transport", o.Transport, transportForm)
-	case !oneOf(o.Sysmon, "", "batch", "normal"):
+	case !slices.Contains([]string{"", "batch", "normal"}, o.Sysmon):
 		return bad("Sysmon", o.Sysmon, sysmonForm)
 	case o.NodeCPUs < 0:
 		return bad("NodeCPUs", o.NodeCPUs, "0 or more")
@@ -113,15 +114,6 @@ func (o Options) check() error {
 		return bad("Eager", o.Eager, "0 or more bytes")
 	}
 	return nil
-}
-
-func oneOf(v string, set ...string) bool {
-	for _, s := range set {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // envVar is one environment variable OptionsFromEnv reads: set stores a
@@ -136,7 +128,7 @@ type envVar struct {
 var envVars = []envVar{
 	{"WEFT_TRANSPORT", transportForm, func(o *Options, v string) bool {
 		o.Transport = v
-		return oneOf(v, "auto", "shm", "udp", "verbs")
+		return slices.Contains([]string{"auto", "shm", "udp", "verbs"}, v)
 	}},
 	{"WEFT_BIND", "a local address", func(o *Options, v string) bool {
 		o.Bind = v
@@ -175,11 +167,11 @@ var envVars = []envVar{
 	{"WEFT_ACCUMULATE", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Accumulate })},
 	{"WEFT_SHMCOLL", shmcollForm, func(o *Options, v string) bool {
 		o.NoShmColl = v == "off"
-		return oneOf(v, "on", "off")
+		return slices.Contains([]string{"on", "off"}, v)
 	}},
 	{"WEFT_SYSMON", sysmonForm, func(o *Options, v string) bool {
 		o.Sysmon = v
-		return oneOf(v, "batch", "normal")
+		return slices.Contains([]string{"batch", "normal"}, v)
 	}},
 }
 

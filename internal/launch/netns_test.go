@@ -133,16 +133,7 @@ func TestMultiHostNetnsEnvAndInterrupt(t *testing.T) {
 		}
 	}
 
-	code, stderr := interruptJob(t, 2, 1, "-n", "2", "-H", "host1,host2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
-	if code != 128+2 || !strings.Contains(stderr, "killed by signal 2 there") {
-		t.Errorf("Ctrl-C: status %d, want 130 with the ranks killed by SIGINT; stderr:\n%s", code, stderr)
-	}
-	assertNoRankLeft(t)
-	code, stderr = interruptJob(t, 2, 2, "-n", "2", "-H", "host1,host2", "--rsh", rsh, "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
-	if code != 128+2 {
-		t.Errorf("second Ctrl-C: status %d, want 130; stderr:\n%s", code, stderr)
-	}
-	assertNoRankLeft(t)
+	interruptRemote(t, "host1,host2", rsh, "killed by signal 2 there")
 }
 
 // TestMultiHostNetnsBuiltProgram: a package directory run across the hosts

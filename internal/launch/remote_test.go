@@ -185,12 +185,21 @@ func TestGorunRemoteEnv(t *testing.T) {
 func TestGorunRemoteInterrupt(t *testing.T) {
 	rsh := fakeRsh(t)
 	// Remote ranks only: a local rank's death would stop them with SIGTERM.
-	code, stderr := interruptJob(t, 2, 1, "-n", "2", "-H", "127.0.0.2:2", "--rsh", rsh, bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
-	if code != 128+2 {
-		t.Errorf("status %d, want 130; stderr:\n%s", code, stderr)
+	interruptRemote(t, "127.0.0.2:2", rsh, "")
+}
+
+// interruptRemote runs 2 hanging ranks on hosts through rsh and checks
+// that one Ctrl-C stops them, that a second stops ranks that ignore the
+// first, each time with status 130 and no rank left behind, and that the
+// first job's report says want (if not empty).
+func interruptRemote(t *testing.T, hosts, rsh, want string) {
+	t.Helper()
+	code, stderr := interruptJob(t, 2, 1, "-n", "2", "-H", hosts, "--rsh", rsh, bins.pmiprog, "-fail-rank", "-2", "-fail", "hang")
+	if code != 128+2 || !strings.Contains(stderr, want) {
+		t.Errorf("Ctrl-C: status %d, want 130 saying %q; stderr:\n%s", code, want, stderr)
 	}
 	assertNoRankLeft(t)
-	code, stderr = interruptJob(t, 2, 2, "-n", "2", "-H", "127.0.0.2:2", "--rsh", rsh, "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
+	code, stderr = interruptJob(t, 2, 2, "-n", "2", "-H", hosts, "--rsh", rsh, "--trace", "1", bins.pmiprog, "-ignore-int", "-fail-rank", "-2", "-fail", "hang")
 	if code != 128+2 {
 		t.Errorf("second Ctrl-C: status %d, want 130; stderr:\n%s", code, stderr)
 	}

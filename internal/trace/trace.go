@@ -127,6 +127,17 @@ func SetWriter(w io.Writer) io.Writer {
 	return prev
 }
 
+// Redirect sends trace output to w at level l, and returns what puts the
+// previous writer and level back (a test's cleanup, typically). Both are
+// process-wide: code that redirects must not run beside other tracing.
+func Redirect(w io.Writer, l Level) (restore func()) {
+	prevW, prevL := SetWriter(w), SetLevel(l)
+	return func() {
+		SetWriter(prevW)
+		SetLevel(prevL)
+	}
+}
+
 // SetRank makes every later line start with "weft[rank] ". A negative rank
 // (not yet known) gives "weft[?] ".
 func SetRank(rank int) {

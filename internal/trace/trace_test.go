@@ -18,11 +18,9 @@ import (
 func capture(t testing.TB, l Level) *bytes.Buffer {
 	t.Helper()
 	var buf bytes.Buffer
-	prevW := SetWriter(&buf)
-	prevL := SetLevel(l)
+	restore := Redirect(&buf, l)
 	t.Cleanup(func() {
-		SetWriter(prevW)
-		SetLevel(prevL)
+		restore()
 		SetRank(-1)
 	})
 	return &buf

@@ -13,7 +13,7 @@ import (
 func TestTraceDrop(t *testing.T) {
 	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
 		var buf bytes.Buffer
-		prevW, prevL := trace.SetWriter(&buf), trace.SetLevel(l)
+		restore := trace.Redirect(&buf, l)
 		devs := openAll(t, 2)
 		payload := []byte("corrupted on the way")
 		hdr := header(0, 1, len(payload))
@@ -24,8 +24,7 @@ func TestTraceDrop(t *testing.T) {
 		}
 		devs[0].Flush()
 		n, err := devs[1].Poll(func(*hal.Header, []byte) {})
-		trace.SetWriter(prevW)
-		trace.SetLevel(prevL)
+		restore()
 		if n != 0 || err != nil {
 			t.Fatalf("level %d: corrupted frame delivered (%d, %v)", l, n, err)
 		}

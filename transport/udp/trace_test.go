@@ -13,7 +13,7 @@ import (
 func TestTraceDrop(t *testing.T) {
 	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
 		var buf bytes.Buffer
-		prevW, prevL := trace.SetWriter(&buf), trace.SetLevel(l)
+		restore := trace.Redirect(&buf, l)
 		d := openRank(t, 1, 2, Options{})
 		raw := rawSender(t, d)
 		f := newFrame(0, 1, []byte("crc"))
@@ -26,8 +26,7 @@ func TestTraceDrop(t *testing.T) {
 		// Loopback keeps one socket's datagrams in order: once the last
 		// is delivered, the corrupted one has been judged.
 		recvN(t, d, 1)
-		trace.SetWriter(prevW)
-		trace.SetLevel(prevL)
+		restore()
 		want := "weft[?] udp 1: drop data frame of 35 bytes (header says from rank 0): hal: bad frame: crc\n"
 		if l < trace.Hot {
 			want = ""
