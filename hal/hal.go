@@ -133,3 +133,18 @@ type ShortSender interface {
 type SendPreparer interface {
 	PrepareSend(dst Rank)
 }
+
+// Router is a device made of several that reaches each peer through one
+// of them (package route: shared memory toward the ranks of this node,
+// the network toward the others). Its Caps are what holds toward every
+// peer, the weakest of its members'; toward one peer, what holds is the
+// Caps of the member Route names, and the router's optional interfaces
+// (ShortSender, SendPreparer, CrossMemory, SharedMemory) apply toward a
+// peer only when that member implements them. The upper layer asks once,
+// when it opens, and keeps per-peer state: a reliable member needs no
+// sequence numbers, an unreliable one does.
+type Router interface {
+	// Route is the member that carries frames to and from peer; nil for
+	// a rank out of range.
+	Route(peer Rank) Device
+}

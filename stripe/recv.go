@@ -81,49 +81,21 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 
 // Wait blocks until a member may deliver a frame, ctx is done (ctx.Err()),
 // or the stripe is closed (hal.ErrClosed). It waits on every member at
-// once, one goroutine each for the length of the call, and returns as soon
-// as one member's Wait returns nil. A member whose Wait fails (a dead
-// device) is left out of this call; when every member fails, so does Wait.
+// once (hal.WaitAny) and returns as soon as one member's Wait returns nil.
+// A member whose Wait fails (a dead device) is left out of this call;
+// when every member fails, so does Wait.
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	res := make(chan error, len(d.members))
-	for _, m := range d.members {
-		go func() { res <- m.dev.Wait(wctx) }()
-	}
-	pending := len(d.members)
-	// Every goroutine is waited for before Wait returns: they end as soon
-	// as wctx is cancelled, and none is left behind to race with Close.
-	defer func() {
-		cancel()
-		for ; pending > 0; pending-- {
-			<-res
-		}
-	}()
-	var lastErr error
-	for pending > 0 {
-		select {
-		case err := <-res:
-			pending--
-			switch {
-			case err == nil:
-				return nil
-			case d.closed.Load():
-				return errClosed
-			case ctx.Err() != nil:
-				return ctx.Err()
-			}
-			lastErr = err
-		case <-d.done:
-			return errClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if d.closed.Load() {
+	err := hal.WaitAny(ctx, d.devs...)
+	switch {
+	case err == nil:
+		return nil
+	case d.closed.Load():
 		return errClosed
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return fmt.Errorf("stripe: every member's Wait failed: %w", lastErr)
+	return fmt.Errorf("stripe: every member's Wait failed: %w", err)
 }

@@ -97,12 +97,12 @@ func (o Options) withDefaults() (Options, error) {
 // Caps, Addr, Counters and Members are safe everywhere.
 type Device struct {
 	members []*member
+	devs    []hal.Device // the members' devices, for hal.WaitAny
 	opts    Options
 	caps    hal.Caps
 	addr    string
 
 	closed atomic.Bool
-	done   chan struct{} // closed by Close, to wake a Wait
 
 	// The rest is progress-lock state (Send, Flush, Poll).
 	next      int    // the member the next frame tries first
@@ -151,7 +151,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 	if len(members) > maxMembers {
 		return nil, fmt.Errorf("stripe: %d member devices, at most %d", len(members), maxMembers)
 	}
-	d := &Device{opts: opts, done: make(chan struct{}), in: len(members)}
+	d := &Device{opts: opts, in: len(members)}
 	d.onFrame = d.frame
 	addrs := make([]string, len(members))
 	now := opts.Now()
@@ -179,6 +179,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 		m := &member{idx: i, dev: dev, caps: c, lastRecv: now, window: now}
 		m.in.Store(true)
 		d.members = append(d.members, m)
+		d.devs = append(d.devs, dev)
 	}
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
@@ -272,7 +273,6 @@ func (d *Device) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed
 	}
-	close(d.done)
 	var errs []error
 	for i, m := range d.members {
 		if err := m.dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
