@@ -87,10 +87,12 @@ var layers = []rule{
 
 	{"lazyreg/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	{"stripe/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
+	// route, like stripe, is a device made of devices: beside it.
+	{"route/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	{"lapi/...", []string{"std", "stripe", "hal/...", "lazyreg", "!internal/launch", "internal/..."}},
 	// mpi opens the devices (mpi.Run uses transport/inproc; Init picks shm,
 	// udp or verbs), so it may import transports, which sit beside hal.
-	{"mpi/...", []string{"std", "lapi", "stripe", "hal/...", "lazyreg",
+	{"mpi/...", []string{"std", "lapi", "stripe", "route", "hal/...", "lazyreg",
 		"transport/...", "!internal/launch", "internal/..."}},
 
 	// Programs.
