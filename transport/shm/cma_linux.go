@@ -205,10 +205,11 @@ func (d *Device) cmaPeer(peer hal.Rank) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
 	}
-	if int(peer) >= len(d.peers) {
-		return 0, fmt.Errorf("shm: cross-memory attach to rank %d of %d: %w", peer, len(d.peers), hal.ErrUnknownPeer)
+	s := d.slotOf(peer)
+	if s < 0 {
+		return 0, d.notMember("cross-memory attach to", peer)
 	}
-	p := &d.peers[peer]
+	p := &d.peers[s]
 	pid := int(p.connPid.Load())
 	switch {
 	case pid == 0:

@@ -19,14 +19,21 @@ import (
 
 // Device is one rank's shared-memory device. Besides hal.Device it
 // implements hal.CrossMemory and hal.SharedMemory.
+//
+// Its methods speak the job's ranks; inside, the segment's slots (see
+// Options.Ranks) index the rings and rank blocks.
 type Device struct {
 	seg    *segment
 	g      geometry
 	opts   Options
 	jobKey uint64
-	rank   hal.Rank
+	rank   hal.Rank // this rank, in the job
+	slot   int      // this rank's slot in the segment
 	addr   string
 	caps   hal.Caps
+	// slots is the slot of each job rank, -1 for a rank that does not
+	// share the segment: one load on the way to a ring.
+	slots []int32
 
 	closed atomic.Bool
 	// life is held for reading by Wait and by the wake-up of a cancelled
@@ -35,10 +42,10 @@ type Device struct {
 	life     sync.RWMutex
 	counters hal.Counters
 
-	out   []ring // by destination rank: this rank produces
-	in    []ring // by source rank: this rank consumes
-	peers []peer // by rank
-	me    *peer  // &peers[rank]
+	out   []ring // by destination slot: this rank produces
+	in    []ring // by source slot: this rank consumes
+	peers []peer // by slot
+	me    *peer  // &peers[slot]
 
 	// Poll's state, kept here so that a Poll allocates nothing.
 	rr  int // the source Poll starts from, rotating for fairness
@@ -60,8 +67,8 @@ type Device struct {
 	blockHook func()
 }
 
-// peer holds the words of a rank's block in the segment and what Connect
-// learnt about it.
+// peer holds the words of a slot's block in the segment and what Connect
+// learnt about its rank.
 type peer struct {
 	state, pid        *uint32 // line A of its block
 	probeAddr, probeV *uint64
@@ -86,38 +93,51 @@ func cacheLine() int {
 	return 64
 }
 
-// Open attaches rank cfg.Rank of a job of cfg.Size ranks on this node to
-// the job's segment, creating it if this rank comes first. Every rank of
-// the node opens with the same cfg.JobKey, cfg.Size, cfg.Index and geometry
-// Options; frames sent to a rank before it opens wait in its rings.
+// Open attaches rank cfg.Rank of a job of cfg.Size ranks to the segment
+// it shares with opts.Ranks (every rank of the job when nil), creating it
+// if this rank comes first. Every member opens with the same cfg.JobKey,
+// cfg.Size, cfg.Index, Options.Ranks and geometry Options; frames sent to
+// a rank before it opens wait in its rings.
 func Open(cfg hal.Config, opts Options) (*Device, error) {
-	if cfg.Size < 1 || cfg.Size > MaxRanks {
-		return nil, fmt.Errorf("shm: open: job size %d outside 1..%d", cfg.Size, MaxRanks)
-	}
-	if int(cfg.Rank) >= cfg.Size {
-		return nil, fmt.Errorf("shm: open: rank %d of %d: %w", cfg.Rank, cfg.Size, hal.ErrUnknownPeer)
-	}
-	line := cacheLine()
-	o, err := opts.withDefaults(cfg.Size, line)
+	ranks, slot, err := opts.members(cfg.Size, cfg.Rank)
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{opts: o, jobKey: cfg.JobKey, rank: cfg.Rank,
-		caps: hal.Caps{MTU: o.MTU, Reliable: true, Ordered: true}}
-	if d.g, err = newGeometry(cfg.Size, line, o); err != nil {
+	line := cacheLine()
+	o, err := opts.withDefaults(len(ranks), line)
+	if err != nil {
 		return nil, err
 	}
-	d.seg, err = openSegment(o.Dir, SegmentName(cfg.JobKey, cfg.Index), &d.g, cfg.JobKey, o.AttachTimeout)
+	if o.Ranks != nil {
+		o.Ranks = ranks // a copy: the caller may reuse its slice
+	}
+	d := &Device{opts: o, jobKey: cfg.JobKey, rank: cfg.Rank, slot: slot,
+		caps: hal.Caps{MTU: o.MTU, Reliable: true, Ordered: true}}
+	d.slots = make([]int32, cfg.Size)
+	for r := range d.slots {
+		d.slots[r] = -1
+	}
+	for s, r := range ranks {
+		d.slots[r] = int32(s)
+	}
+	if d.g, err = newGeometry(ranks, cfg.Size, line, o); err != nil {
+		return nil, err
+	}
+	name := SegmentName(cfg.JobKey, cfg.Index)
+	if o.Ranks != nil {
+		name = NodeSegmentName(cfg.JobKey, cfg.Index, ranks[0])
+	}
+	d.seg, err = openSegment(o.Dir, name, &d.g, cfg.JobKey, o.AttachTimeout)
 	if err != nil {
 		return nil, err
 	}
 	d.cma.init(o.NoCMA, rand.Uint64()|1)
-	if err := d.seg.attach(int(cfg.Rank), os.Getpid(), d.cma.probeAddr(), *d.cma.probe); err != nil {
+	if err := d.seg.attach(slot, os.Getpid(), d.cma.probeAddr(), *d.cma.probe); err != nil {
 		d.seg.unmap()
 		return nil, err
 	}
 	if err := d.attachRings(); err != nil {
-		_ = d.seg.detach(int(cfg.Rank))
+		_ = d.seg.detach(slot)
 		return nil, err
 	}
 	d.addr = fmt.Sprintf("shm:%s:%d:%d", d.seg.name, cfg.Rank, os.Getpid())
@@ -126,17 +146,17 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		if d.seg.creator {
 			how = "created"
 		}
-		trace.Printf(trace.Setup, "shm: rank %d/%d %s %s (%d KiB, %d cells of %d B and %d KiB of data per ring, %d-byte lines), CMA %v",
-			cfg.Rank, cfg.Size, how, d.seg.path, d.g.total>>10, d.g.cells, d.g.cellSize, d.g.ringBytes>>10, d.g.line, d.cma.ok.Load())
+		trace.Printf(trace.Setup, "shm: rank %d/%d (slot %d of %d) %s %s (%d KiB, %d cells of %d B and %d KiB of data per ring, %d-byte lines), CMA %v",
+			cfg.Rank, cfg.Size, slot, len(ranks), how, d.seg.path, d.g.total>>10, d.g.cells, d.g.cellSize, d.g.ringBytes>>10, d.g.line, d.cma.ok.Load())
 	}
 	d.cma.report(-1)
 	return d, nil
 }
 
 // attachRings makes and checks the views of every ring this rank uses, and
-// of every rank's block.
+// of every slot's block.
 func (d *Device) attachRings() error {
-	g, mem, me := &d.g, d.seg.mem, int(d.rank)
+	g, mem, me := &d.g, d.seg.mem, d.slot
 	d.out, d.in, d.peers = make([]ring, g.size), make([]ring, g.size), make([]peer, g.size)
 	for p := range g.size {
 		d.out[p] = newRing(mem, g, me, p)
@@ -157,13 +177,20 @@ func (d *Device) attachRings() error {
 	return nil
 }
 
-// OpenLocal opens every rank of a job in this process, each device mapping
-// the segment on its own as a separate process would: for tests and
-// benchmarks. On error it closes what it opened.
+// OpenLocal opens every rank of a job of size ranks in this process, or
+// only opts.Ranks when set, each device mapping the segment on its own as a
+// separate process would: for tests and benchmarks. The devices come in
+// slot order (rank order). On error it closes what it opened.
 func OpenLocal(jobKey uint64, size int, opts Options) ([]*Device, error) {
-	devs := make([]*Device, 0, max(size, 0))
-	for r := range size {
-		d, err := Open(hal.Config{JobKey: jobKey, Rank: hal.Rank(r), Size: size}, opts)
+	ranks := opts.Ranks
+	if ranks == nil {
+		for r := range size {
+			ranks = append(ranks, hal.Rank(r))
+		}
+	}
+	devs := make([]*Device, 0, len(ranks))
+	for _, r := range ranks {
+		d, err := Open(hal.Config{JobKey: jobKey, Rank: r, Size: size}, opts)
 		if err != nil {
 			for _, d := range devs {
 				_ = d.Close()
@@ -179,13 +206,16 @@ func OpenLocal(jobKey uint64, size int, opts Options) ([]*Device, error) {
 // (large transfers go by cross-memory attach, see hal.CrossMemory).
 func (d *Device) Caps() hal.Caps { return d.caps }
 
-// Addr is "shm:<segment name>:<rank>:<pid>": the segment tells a peer
-// whether it shares this node and job, the pid is for cross-memory attach.
+// Addr is "shm:<segment name>:<rank>:<pid>", rank being this rank in the
+// job: the segment tells a peer whether it shares this segment (node and
+// job), the pid is for cross-memory attach.
 func (d *Device) Addr() string { return d.addr }
 
-// SharedBlock returns the segment's shared block (Options.SharedBytes per
-// rank), or nil when the options asked for none. It stays mapped until
-// Close: using it after Close faults.
+// SharedBlock returns the segment's shared block, or nil when the options
+// asked for none: Options.SharedBytes per member, so that len(Ranks)
+// divides its length. Shares are by slot: share i is rank Ranks[i]'s
+// (rank i's when Ranks is nil). It stays mapped until Close: using it
+// after Close faults.
 func (d *Device) SharedBlock() []byte {
 	g := &d.g
 	if g.sharedBytes == 0 {
@@ -201,15 +231,18 @@ func (d *Device) Options() Options { return d.opts }
 // Send by up to 64 frames: Flush and Poll bring them up to date.
 func (d *Device) Counters() *hal.Counters { return &d.counters }
 
-// Connect checks that addr is peer's address in this job's segment and
-// records its pid; when cross-memory attach is possible it probes the peer
-// once, so that a refusal shows at setup rather than in the first RDMA.
+// Connect checks that addr is peer's address in this segment and records
+// its pid; when cross-memory attach is possible it probes the peer once,
+// so that a refusal shows at setup rather than in the first RDMA. Frames
+// need no Connect; ReadFrom and WriteTo do. A peer that does not share the
+// segment returns hal.ErrUnknownPeer.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if d.closed.Load() {
 		return errClosed
 	}
-	if int(peer) >= d.g.size {
-		return fmt.Errorf("shm: connect to rank %d of %d: %w", peer, d.g.size, hal.ErrUnknownPeer)
+	s := d.slotOf(peer)
+	if s < 0 {
+		return d.notMember("connect to", peer)
 	}
 	name, rank, pid, err := parseAddr(addr)
 	if err != nil {
@@ -219,10 +252,29 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 		return fmt.Errorf("shm: connect to rank %d: address %q is rank %d of segment %s, not of this node's %s: %w",
 			peer, addr, rank, name, d.seg.name, hal.ErrUnknownPeer)
 	}
-	p := &d.peers[peer]
+	p := &d.peers[s]
 	p.connPid.Store(int64(pid))
 	d.probe(peer, p)
 	return nil
+}
+
+// slotOf is job rank r's slot in the segment, -1 when r does not share
+// it.
+func (d *Device) slotOf(r hal.Rank) int {
+	if uint(r) < uint(len(d.slots)) {
+		return int(d.slots[r])
+	}
+	return -1
+}
+
+// notMember is the error of a call toward job rank r, which does not share
+// the segment; op says what the call was.
+func (d *Device) notMember(op string, r hal.Rank) error {
+	if int(r) >= len(d.slots) {
+		return fmt.Errorf("shm: %s rank %d: the job has %d ranks: %w", op, r, len(d.slots), hal.ErrUnknownPeer)
+	}
+	return fmt.Errorf("shm: %s rank %d: it is not one of the %d ranks of segment %s: %w",
+		op, r, len(d.peers), d.seg.name, hal.ErrUnknownPeer)
 }
 
 // parseAddr splits "shm:<segment>:<rank>:<pid>".
@@ -302,23 +354,25 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 // runs stuck near 180 ns came as often either way (5 of 18, 6 of 19), so
 // the hint neither causes that mode nor cures it. Given much earlier
 // (when a message arrives, 40-odd ns before the reply), dst polls the
-// line back first and it cost 14 ns. A no-op for a rank out of range or
-// after Close.
+// line back first and it cost 14 ns. A no-op for a rank that does not
+// share the segment, or after Close.
 func (d *Device) PrepareSend(dst hal.Rank) {
-	if d.closed.Load() || int(dst) >= len(d.out) {
+	s := d.slotOf(dst)
+	if d.closed.Load() || s < 0 {
 		return
 	}
-	r := &d.out[dst]
+	r := &d.out[s]
 	prefetchWrite(&r.cell(r.pos)[offCellStamp])
 }
 
-// outRing returns the ring toward dst and dst's rank block, once the ring
-// has passed its checks and dst is known not to have closed.
+// outRing returns the ring toward job rank dst and dst's slot's block,
+// once the ring has passed its checks and dst is known not to have closed.
 func (d *Device) outRing(dst uint32) (*ring, *peer, error) {
-	if dst >= uint32(len(d.out)) {
-		return nil, nil, fmt.Errorf("shm: send to rank %d of %d: %w", dst, len(d.out), hal.ErrUnknownPeer)
+	s := d.slotOf(hal.Rank(dst))
+	if s < 0 {
+		return nil, nil, d.notMember("send to", hal.Rank(dst))
 	}
-	r, p := &d.out[dst], &d.peers[dst]
+	r, p := &d.out[s], &d.peers[s]
 	if dst == uint32(d.rank) && !d.selfSent.Load() {
 		d.selfSent.Store(true) // before the frame's stamp: a Wait that sees the frame sees this
 	}
@@ -422,7 +476,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.uncountedIn != 0 {
 		d.countIn()
 	}
-	size, me := len(d.in), int(d.rank)
+	size, me := len(d.in), d.slot
 	first := d.rr
 	if d.rr++; d.rr == size {
 		d.rr = 0
@@ -488,7 +542,7 @@ func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered 
 			// stores (no store-to-load forwarding).
 			h := &d.hdr
 			*h = hal.Header{}
-			h.Type, h.Len, h.JobKey, h.Src, h.Dst = t, uint16(len(frame)), d.jobKey, hal.Rank(r.src), d.rank
+			h.Type, h.Len, h.JobKey, h.Src, h.Dst = t, uint16(len(frame)), d.jobKey, r.from, d.rank
 		} else if ok = d.accept(frame); ok {
 			payload = frame[hal.HeaderLen:]
 		}
@@ -518,7 +572,7 @@ func (d *Device) accept(frame []byte) bool {
 	case d.hdr.JobKey != d.jobKey:
 		d.counters.Drop(hal.DropJobKey)
 		return false
-	case d.hdr.Dst != d.rank || int(d.hdr.Src) >= len(d.in):
+	case d.hdr.Dst != d.rank || d.slotOf(d.hdr.Src) < 0:
 		d.counters.Drop(hal.DropPeer)
 		return false
 	}
@@ -538,7 +592,7 @@ func (d *Device) Close() error {
 	d.countIn()
 	d.life.Lock()
 	defer d.life.Unlock()
-	err := d.seg.detach(int(d.rank))
+	err := d.seg.detach(d.slot)
 	trace.Printf(trace.Setup, "shm: rank %d closed (%v)", d.rank, &d.counters)
 	return err
 }

@@ -6,8 +6,8 @@
 //
 // # Segment
 //
-// Every rank of the node calls Open with the same job key, size and
-// geometry Options. They share one file, /dev/shm/weft-<job key as 16 hex
+// Every rank of the node calls Open with the same job key, size, Ranks
+// (see below) and geometry Options. They share one file, /dev/shm/weft-<job key as 16 hex
 // digits>-shm<device index>, mode 0600 (gorun removes /dev/shm/weft-<key>-*
 // when a job dies, so the prefix must stay). Whoever wins an O_CREAT|O_EXCL
 // open creates it: it reserves the whole size with fallocate (so that a full
@@ -18,8 +18,9 @@
 //
 // The name is unlinked as soon as it is no longer needed, by the protocol:
 //
-//   - the rank whose attach brings the number of attached ranks to the job
-//     size unlinks it (everyone has it mapped; nobody else will look for it);
+//   - the rank whose attach brings the number of attached ranks to the
+//     number of members unlinks it (everyone has it mapped; nobody else
+//     will look for it);
 //   - otherwise the last Close unlinks it (a job that ended before all its
 //     ranks came);
 //   - a rank that finds the segment already abandoned (unlinked because
@@ -31,9 +32,28 @@
 // gorun's cleanup. Restarting a rank (Open again for a rank that was
 // attached) is not supported: its Open fails.
 //
+// # Some ranks of a job
+//
+// A job that spans hosts opens shared memory toward the ranks of its own
+// host only, and reaches the others through another device, a router
+// choosing between them. Options.Ranks lists the job ranks that share the
+// segment, ascending: slot i of the segment (its rank block, its rings,
+// its share of the shared block) belongs to rank Ranks[i], and the segment
+// is sized for len(Ranks) ranks. The device speaks job ranks everywhere
+// (frame headers, Send's destination, Connect, ReadFrom, WriteTo, errors
+// and traces), looking a rank's slot up in a table of one word per job
+// rank; a rank outside Ranks is hal.ErrUnknownPeer. The segment's name is
+// then weft-<key>-shm<index>-r<Ranks[0]>: the hosts of a job have no rank
+// in common, so two hosts on one /dev/shm (network namespaces of one
+// machine) never share a segment, and the members of one host, which all
+// give the same Ranks, all find theirs. The creator writes the job's size
+// and each slot's rank into the segment, and a member that disagrees fails
+// its Open with ErrMismatch. Nil Ranks is every rank of the job, 0..Size-1,
+// under the name without a suffix: all members give Ranks, or none does.
+//
 // # Rings
 //
-// For every ordered pair of ranks (src, dst), itself included, the segment
+// For every ordered pair of members (src, dst), itself included, the segment
 // holds a single-producer, single-consumer ring: a header (a start marker
 // with the ring's geometry, the consumer's head, an end marker, each on its
 // own cache line and 128-byte line pair; the line size comes from cpuid),
@@ -101,7 +121,8 @@
 //
 // Device implements hal.CrossMemory: ReadFrom and WriteTo copy between this
 // process and a peer's address space with process_vm_readv/writev, using
-// the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>").
+// the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>",
+// the rank being the job's).
 // Open finds out whether the kernel allows it (Yama ptrace_scope, seccomp),
 // Connect probes each peer, and CMA reports the result; a refusal is traced
 // once at level 2. The device checks nothing about the remote addresses: the
@@ -111,8 +132,10 @@
 // # Shared block
 //
 // Device implements hal.SharedMemory: the segment holds a block of
-// Options.SharedBytes per rank (64 KiB by default) that the device never
-// touches, for the layers above to lay out as they like. mpi runs its small
+// Options.SharedBytes per member (64 KiB by default) that the device never
+// touches, for the layers above to lay out as they like; its length is a
+// multiple of the number of members, and share i is slot i's, rank
+// Ranks[i]'s, not rank i's of the job. mpi runs its small
 // collectives through it (mpi/shmcoll.go): each rank writes its part and a
 // round number, the others read them, and no frame moves unless a waiting
 // rank is about to sleep.
@@ -120,8 +143,9 @@
 // # Testing in one process
 //
 // Each Open maps the segment on its own, as a separate process would, so
-// OpenLocal opens all ranks of a job in one process, for tests and
-// benchmarks; the package's tests also run two real processes.
+// OpenLocal opens all ranks of a job (or of a segment, Options.Ranks) in
+// one process, for tests and benchmarks; the package's tests also run two
+// real processes.
 //
 // # Imports
 //

@@ -19,11 +19,23 @@ func newJobKey() uint64 { return rand.Uint64() }
 func openLocal(t testing.TB, size int, opts Options) ([]*Device, uint64) {
 	t.Helper()
 	key := newJobKey()
+	return openMembers(t, key, size, opts), key
+}
+
+// openMembers is openLocal for a job with this key, whose ranks might not
+// all share the segment (opts.Ranks): it opens the segment's members, in
+// slot order.
+func openMembers(t testing.TB, key uint64, size int, opts Options) []*Device {
+	t.Helper()
 	devs, err := OpenLocal(key, size, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(devs[0].Options().Dir, SegmentName(key, 0))
+	name := SegmentName(key, 0)
+	if opts.Ranks != nil {
+		name = NodeSegmentName(key, 0, opts.Ranks[0])
+	}
+	path := filepath.Join(devs[0].Options().Dir, name)
 	t.Cleanup(func() {
 		for _, d := range devs {
 			if err := d.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
@@ -42,7 +54,7 @@ func openLocal(t testing.TB, size int, opts Options) ([]*Device, uint64) {
 			}
 		}
 	}
-	return devs, key
+	return devs
 }
 
 // header encodes a data frame header from src to dst with a payload (upper

@@ -14,20 +14,24 @@ import (
 // between cores that only one of them writes.
 //
 //	segment header, line 0 (written once by the creator):
-//	  0 magic u64   8 version u32   12 line u32   16 size u32   20 cellSize u32
+//	  0 magic u64   8 version u32   12 line u32   16 size u32 (slots)   20 cellSize u32
 //	 24 cells u32  28 mtu u32      32 ringBytes u64  40 ringStride u64
 //	 48 total u64  56 jobKey u64
 //	segment header, line 1 (changed at attach and close):
 //	  0 ready u32 (readyMagic once initialised; a futex word)
 //	  4 life u32 (open count, and lifeUnlinked)   8 attached u32   12 creator pid u32
 //	segment header, line 2: end marker u64  8 shared block bytes u64
-//	rank blocks from 3*line, two lines per rank:
+//	  16 job size u32
+//	rank blocks from 3*line, two lines per slot (size is the number of
+//	slots, the members of the segment; slot i is job rank ranks[i]):
 //	  line A (read-mostly): 0 state u32  4 pid u32  8 probe address u64  16 probe value u64
+//	                        24 job rank u32 (written by the creator)
 //	  line B (wake line):   0 wake sequence u32 (futex)  4 sleepers u32
 //	shared block from sharedOff (page-aligned), sharedBytes long: the
 //	  hal.SharedMemory block, never read or written by the device
-//	rings from ringsOff (page-aligned), ring (src, dst) at
-//	ringsOff + (src*size+dst)*ringStride, a header of ringHdrLines lines:
+//	rings from ringsOff (page-aligned), ring (src, dst) between slots src
+//	and dst at ringsOff + (src*size+dst)*ringStride, a header of
+//	ringHdrLines lines:
 //	  line 0: start marker u64, src u32, dst u32, cells u32, cellSize u32, ringBytes u64
 //	  line 2: consumer's head: cell position u64, data position u64
 //	  line 4: end marker u64
@@ -47,7 +51,7 @@ import (
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
 	segEnd     uint64 = 0x444e455354464557 // "WEFTSEND"
-	segVersion        = 3                  // 2: cells a line apart; 3: the shared block
+	segVersion        = 4                  // 2: cells a line apart; 3: the shared block; 4: slots' job ranks
 	readyMagic uint32 = 0x59444552         // "REDY"
 	ringStart  uint64 = 0x474e495254464557 // "WEFTRING"
 	ringEnd    uint64 = 0x21444e45474e4952 // "RINGEND!"
@@ -74,12 +78,14 @@ const (
 	// On line 2 (add 2*line).
 	offSegEnd      = 0
 	offSharedBytes = 8
+	offJobSize     = 16
 
 	// Rank block fields: line A, then line B (add line).
 	offState     = 0
 	offPid       = 4
 	offProbeAddr = 8
 	offProbeVal  = 16
+	offRank      = 24
 	offWakeSeq   = 0
 	offSleepers  = 4
 
@@ -115,9 +121,11 @@ const (
 // low bits count the ranks that have it open.
 const lifeUnlinked = 1 << 31
 
-// geometry is the layout of one job's segment, the same for every rank.
+// geometry is the layout of one segment, the same for every member.
 type geometry struct {
-	size, line          int
+	size, line          int // size: the slots, len(ranks)
+	ranks               []hal.Rank
+	jobSize             int
 	cells, cellSize     int
 	cellStride          int // from one cell to the next (see newGeometry)
 	mtu, ringBytes      int
@@ -130,10 +138,13 @@ type geometry struct {
 	maxFrame, inlineMax int
 }
 
-// newGeometry lays out a segment for size ranks with opts (defaults
-// filled) and cache lines of line bytes.
-func newGeometry(size, line int, o Options) (geometry, error) {
-	g := geometry{size: size, line: line, cells: o.Cells, cellSize: o.CellSize, mtu: o.MTU, ringBytes: o.RingBytes}
+// newGeometry lays out a segment for ranks, the job ranks of its slots
+// among jobSize, with opts (defaults filled) and cache lines of line
+// bytes.
+func newGeometry(ranks []hal.Rank, jobSize, line int, o Options) (geometry, error) {
+	size := len(ranks)
+	g := geometry{size: size, ranks: ranks, jobSize: jobSize, line: line,
+		cells: o.Cells, cellSize: o.CellSize, mtu: o.MTU, ringBytes: o.RingBytes}
 	g.rankOff = 3 * line
 	g.sharedOff = roundUp(g.rankOff+size*2*line, pageSize)
 	g.sharedBytes = size * o.SharedBytes
@@ -160,20 +171,29 @@ func newGeometry(size, line int, o Options) (geometry, error) {
 	return g, nil
 }
 
-// ringOff is the offset of ring (src, dst).
+// ringOff is the offset of ring (src, dst), between slots.
 func (g *geometry) ringOff(src, dst int) int {
 	return g.ringsOff + (src*g.size+dst)*g.ringStride
 }
 
 // SegmentName is the file name, in Options.Dir, of the segment of the job
-// with this key for device index index. It starts with the prefix gorun
-// removes when a job dies: weft-<key as 16 lower-case hex digits>-.
+// with this key for device index index, shared by all the job's ranks
+// (Options.Ranks nil). It starts with the prefix gorun removes when a job
+// dies: weft-<key as 16 lower-case hex digits>-.
 func SegmentName(jobKey uint64, index uint8) string {
 	return fmt.Sprintf("weft-%016x-shm%d", jobKey, index)
 }
 
-// rankBlock is the offset of rank r's block (line A; line B follows).
-func (g *geometry) rankBlock(r int) int { return g.rankOff + r*2*g.line }
+// NodeSegmentName is the file name, in Options.Dir, of the segment that
+// only some ranks of the job share (Options.Ranks), first being the lowest
+// of them: SegmentName followed by -r<first>. Two hosts of one job never
+// share a segment, even with one /dev/shm, since no rank is on both.
+func NodeSegmentName(jobKey uint64, index uint8, first hal.Rank) string {
+	return fmt.Sprintf("%s-r%d", SegmentName(jobKey, index), first)
+}
+
+// rankBlock is the offset of slot s's block (line A; line B follows).
+func (g *geometry) rankBlock(s int) int { return g.rankOff + s*2*g.line }
 
 // pairMarker makes a ring's marker specific to its pair, so that a ring
 // header found at the wrong place fails its check too.

@@ -2,16 +2,28 @@ package shm
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
 )
 
 // Options tune a Device. The zero value gives the defaults below. Every
-// rank of a job must use the same Dir, MTU, Cells, CellSize and RingBytes:
-// they fix the segment's layout, and Open fails with ErrMismatch when a
-// rank's differ from the creator's.
+// member of a segment must use the same Dir, MTU, Cells, CellSize,
+// RingBytes, SharedBytes and Ranks: they fix the segment's name and
+// layout, and Open fails with ErrMismatch when a rank's differ from the
+// creator's.
 type Options struct {
+	// Ranks are the job's ranks that share this segment, ascending, this
+	// rank among them: slot i of the segment belongs to rank Ranks[i]. Nil
+	// means every rank of the job, 0..Size-1. A job that spans hosts gives
+	// each host's ranks theirs, and reaches the others by another device:
+	// the segment is then sized for len(Ranks) ranks, and its name
+	// includes Ranks[0] (see NodeSegmentName), so that two hosts sharing
+	// one /dev/shm never share a segment. Everything the device exposes
+	// (headers, Send's destination, Connect, ReadFrom, WriteTo, errors)
+	// speaks job ranks; a rank outside Ranks is hal.ErrUnknownPeer.
+	Ranks []hal.Rank
 	// Dir is the directory of the segment file. Empty means DefaultDir,
 	// where gorun cleans up after a dead job.
 	Dir string
@@ -39,9 +51,11 @@ type Options struct {
 	// AttachTimeout bounds how long Open waits for another rank to finish
 	// creating the segment. 0 means DefaultAttachTimeout.
 	AttachTimeout time.Duration
-	// SharedBytes is the size of each rank's share of the block the
+	// SharedBytes is the size of each slot's share of the block the
 	// device offers as hal.SharedMemory (mpi's shared-memory
-	// collectives). 0 means DefaultSharedBytes; negative, no block.
+	// collectives): the block holds one share per member of the segment,
+	// in slot order (share i is rank Ranks[i]'s, not rank i's). 0 means
+	// DefaultSharedBytes; negative, no block.
 	SharedBytes int
 	// NoCMA turns cross-memory attach off: CMA reports false, and Open does
 	// not relax the process's ptrace policy for its peers.
@@ -59,8 +73,13 @@ const (
 	// for mpi's shared-memory collectives on a few communicators.
 	DefaultSharedBytes = 64 << 10
 
-	// MaxRanks bounds a job's size: the segment holds size² rings.
+	// MaxRanks bounds the ranks sharing a segment (a job's size, or
+	// len(Options.Ranks)): the segment holds size² rings.
 	MaxRanks = 256
+	// maxJobRanks bounds the size of a job whose segment holds only some of
+	// its ranks (Options.Ranks): the device keeps a 4-byte slot per job
+	// rank.
+	maxJobRanks = 1 << 20
 	// maxCells bounds Cells (positions are compared in 64 bits, so this is
 	// only about memory).
 	maxCells = 1 << 20
@@ -175,6 +194,49 @@ func (o Options) withDefaults(size, line int) (Options, error) {
 		o.AttachTimeout = DefaultAttachTimeout
 	}
 	return o, nil
+}
+
+// members checks Ranks against the job (size ranks, this one rank) and
+// returns the ranks of the segment's slots, ascending (0..size-1 when
+// Ranks is nil, a copy of Ranks otherwise), and this rank's slot.
+func (o Options) members(size int, rank hal.Rank) ([]hal.Rank, int, error) {
+	if o.Ranks == nil {
+		if size < 1 || size > MaxRanks {
+			return nil, 0, fmt.Errorf("shm: open: job size %d outside 1..%d", size, MaxRanks)
+		}
+		if int(rank) >= size {
+			return nil, 0, fmt.Errorf("shm: open: rank %d of %d: %w", rank, size, hal.ErrUnknownPeer)
+		}
+		all := make([]hal.Rank, size)
+		for i := range all {
+			all[i] = hal.Rank(i)
+		}
+		return all, int(rank), nil
+	}
+	if size < 1 || size > maxJobRanks {
+		return nil, 0, fmt.Errorf("shm: open: job size %d outside 1..%d", size, maxJobRanks)
+	}
+	if int(rank) >= size {
+		return nil, 0, fmt.Errorf("shm: open: rank %d of %d: %w", rank, size, hal.ErrUnknownPeer)
+	}
+	if n := len(o.Ranks); n < 1 || n > MaxRanks {
+		return nil, 0, fmt.Errorf("shm: open: Options.Ranks has %d ranks: want 1..%d", n, MaxRanks)
+	}
+	slot := -1
+	for i, r := range o.Ranks {
+		switch {
+		case int(r) >= size:
+			return nil, 0, fmt.Errorf("shm: open: Options.Ranks holds rank %d, outside the job's 0..%d", r, size-1)
+		case i > 0 && r <= o.Ranks[i-1]:
+			return nil, 0, fmt.Errorf("shm: open: Options.Ranks is not ascending and unique: rank %d follows %d", r, o.Ranks[i-1])
+		case r == rank:
+			slot = i
+		}
+	}
+	if slot < 0 {
+		return nil, 0, fmt.Errorf("shm: open: rank %d is not in Options.Ranks %v: %w", rank, o.Ranks, hal.ErrUnknownPeer)
+	}
+	return slices.Clone(o.Ranks), slot, nil
 }
 
 func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }

@@ -1,8 +1,12 @@
 package shm
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/weft-hpc/weft/hal"
 )
 
 // TestDefaultCellSize: small jobs get cells that hold messages of up to
@@ -46,6 +50,49 @@ func TestSharedBytes(t *testing.T) {
 	for _, bad := range []int{4, 12, maxSharedBytes + 8} {
 		if _, err := (Options{SharedBytes: bad}).withDefaults(4, 64); err == nil || !strings.Contains(err.Error(), "shared block") {
 			t.Errorf("SharedBytes %d: %v, want an error naming the shared block", bad, err)
+		}
+	}
+}
+
+// TestMembers: Ranks nil is the whole job; given, it must be ascending,
+// unique, within the job and hold this rank, and the device gets a copy.
+func TestMembers(t *testing.T) {
+	ranks, slot, err := Options{}.members(3, 2)
+	if err != nil || !slices.Equal(ranks, []hal.Rank{0, 1, 2}) || slot != 2 {
+		t.Errorf("nil Ranks, rank 2 of 3: %v slot %d, %v; want [0 1 2] slot 2", ranks, slot, err)
+	}
+	given := []hal.Rank{1, 4, 6}
+	ranks, slot, err = Options{Ranks: given}.members(MaxRanks+10, 4)
+	if err != nil || !slices.Equal(ranks, given) || slot != 1 {
+		t.Errorf("Ranks %v, rank 4: %v slot %d, %v; want slot 1", given, ranks, slot, err)
+	}
+	if given[0] = 9; ranks[0] != 1 {
+		t.Errorf("members shares the caller's slice")
+	}
+	many := make([]hal.Rank, MaxRanks+1)
+	for i := range many {
+		many[i] = hal.Rank(i)
+	}
+	for _, c := range []struct {
+		ranks []hal.Rank
+		size  int
+		rank  hal.Rank
+		want  string
+	}{
+		{[]hal.Rank{}, 5, 0, "has 0 ranks"},
+		{[]hal.Rank{0, 2, 1}, 5, 0, "not ascending"},
+		{[]hal.Rank{0, 2, 2}, 5, 0, "not ascending"},
+		{[]hal.Rank{0, 2, 5}, 5, 0, "rank 5, outside the job's 0..4"},
+		{[]hal.Rank{1, 3}, 5, 2, "rank 2 is not in Options.Ranks"},
+		{[]hal.Rank{1, 3}, 5, 7, "rank 7 of 5"},
+		{many, MaxRanks + 1, 0, fmt.Sprintf("has %d ranks", MaxRanks+1)},
+		{[]hal.Rank{0}, maxJobRanks + 1, 0, "job size"},
+		{nil, MaxRanks + 1, 0, "job size"},
+		{nil, 0, 0, "job size"},
+	} {
+		_, _, err := Options{Ranks: c.ranks}.members(c.size, c.rank)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Ranks %v, rank %d of %d: %v, want an error saying %q", c.ranks, c.rank, c.size, err, c.want)
 		}
 	}
 }

@@ -8,14 +8,15 @@ import (
 )
 
 // ring is one side's view of the single-producer, single-consumer ring of
-// an ordered pair of ranks (see layout.go). The device keeps one per
+// an ordered pair of slots (see layout.go). The device keeps one per
 // destination, as producer, and one per source, as consumer; the fields
 // after the views are that role's private state, which only the owning
 // device's Send or Poll touch.
 type ring struct {
-	src, dst int
-	cells    []byte // cells × cellStride
-	data     []byte // the data area
+	src, dst int      // slots in the segment
+	from, to hal.Rank // their job ranks, for headers and messages
+	cells    []byte   // cells × cellStride
+	data     []byte   // the data area
 
 	start, end             *uint64 // markers
 	wantStart, wantEnd     uint64
@@ -40,13 +41,14 @@ type ring struct {
 	err error // set once the ring failed a check; it is not used again
 }
 
-// newRing makes the view of ring (src, dst) in mem.
+// newRing makes the view of ring (src, dst), between slots, in mem.
 func newRing(mem []byte, g *geometry, src, dst int) ring {
 	off := g.ringOff(src, dst)
 	b := mem[off : off+g.ringStride]
 	l := g.line
 	return ring{
 		src: src, dst: dst,
+		from: g.ranks[src], to: g.ranks[dst],
 		cells:      b[ringHdrLines*l : ringHdrLines*l+g.cells*g.cellStride],
 		data:       b[g.dataOff : g.dataOff+g.ringBytes],
 		start:      word64(b, offRingStart),
@@ -161,7 +163,7 @@ func (r *ring) checkFailed() error {
 
 // corrupt retires the ring with an error saying what failed.
 func (r *ring) corrupt(what string) error {
-	r.err = fmt.Errorf("shm: ring %d→%d: %s: %w", r.src, r.dst, what, ErrCorrupt)
+	r.err = fmt.Errorf("shm: ring %d→%d: %s: %w", r.from, r.to, what, ErrCorrupt)
 	return r.err
 }
 

@@ -124,7 +124,7 @@ func joinSegment(fd int, name, path string, g *geometry, jobKey uint64, deadline
 			return nil, errGone
 		}
 		if st.Size != 0 {
-			return nil, fmt.Errorf("shm: %s has %d bytes, this rank expects %d: the ranks were opened with different sizes or Options: %w",
+			return nil, fmt.Errorf("shm: %s has %d bytes, this rank expects %d: the ranks were opened with different sizes, Ranks or Options: %w",
 				path, st.Size, g.total, ErrMismatch)
 		}
 		if time.Now().After(deadline) && !creating(fd) {
@@ -184,6 +184,10 @@ func (s *segment) init(jobKey uint64) {
 	*word32(b, g.line+offCreator) = uint32(os.Getpid())
 	*word64(b, 2*g.line+offSegEnd) = segEnd
 	*word64(b, 2*g.line+offSharedBytes) = uint64(g.sharedBytes)
+	*word32(b, 2*g.line+offJobSize) = uint32(g.jobSize)
+	for i, r := range g.ranks {
+		*word32(b, g.rankBlock(i)+offRank) = uint32(r)
+	}
 	for src := range g.size {
 		for dst := range g.size {
 			initRing(b, g, src, dst)
@@ -237,7 +241,8 @@ func (s *segment) check(jobKey uint64) error {
 		{"version", uint64(*word32(b, offVersion)), segVersion},
 		{"job key", *word64(b, offJobKey), jobKey},
 		{"cache line", uint64(*word32(b, offLine)), uint64(g.line)},
-		{"size", uint64(*word32(b, offSize)), uint64(g.size)},
+		{"job size", uint64(*word32(b, 2*g.line+offJobSize)), uint64(g.jobSize)},
+		{"number of member ranks", uint64(*word32(b, offSize)), uint64(g.size)},
 		{"cell size", uint64(*word32(b, offCellSize)), uint64(g.cellSize)},
 		{"cells", uint64(*word32(b, offCells)), uint64(g.cells)},
 		{"MTU", uint64(*word32(b, offMTU)), uint64(g.mtu)},
@@ -251,11 +256,17 @@ func (s *segment) check(jobKey uint64) error {
 				s.path, f.name, f.got, f.want, ErrMismatch)
 		}
 	}
+	for i, r := range g.ranks {
+		if got := *word32(b, g.rankBlock(i)+offRank); got != uint32(r) {
+			return fmt.Errorf("shm: %s was made with rank %d in slot %d, this rank has rank %d there: the ranks disagree on Options.Ranks: %w",
+				s.path, got, i, r, ErrMismatch)
+		}
+	}
 	return nil
 }
 
-// attach claims rank r in the segment, publishing the pid and CMA probe
-// that peers check, and unlinks the name once every rank has attached.
+// attach claims slot r in the segment, publishing the pid and CMA probe
+// that peers check, and unlinks the name once every member has attached.
 func (s *segment) attach(r, pid int, probeAddr uintptr, probeVal uint64) error {
 	// Count ourselves in, unless the segment was abandoned: its name is
 	// gone, nobody else will ever find it.
@@ -263,7 +274,7 @@ func (s *segment) attach(r, pid int, probeAddr uintptr, probeVal uint64) error {
 		v := atomic.LoadUint32(s.life)
 		if v&lifeUnlinked != 0 {
 			return fmt.Errorf("shm: %s was abandoned: the ranks that had it open closed it before rank %d came: %w",
-				s.path, r, ErrMismatch)
+				s.path, s.g.ranks[r], ErrMismatch)
 		}
 		if atomic.CompareAndSwapUint32(s.life, v, v+1) {
 			break
@@ -273,7 +284,7 @@ func (s *segment) attach(r, pid int, probeAddr uintptr, probeVal uint64) error {
 	if !atomic.CompareAndSwapUint32(word32(s.mem, blk+offState), stateFree, stateAttached) {
 		s.leave()
 		return fmt.Errorf("shm: rank %d is already attached to %s: two processes opened the same rank, or it restarted (not supported): %w",
-			r, s.path, ErrMismatch)
+			s.g.ranks[r], s.path, ErrMismatch)
 	}
 	atomic.StoreUint32(word32(s.mem, blk+offPid), uint32(pid))
 	atomic.StoreUint64(word64(s.mem, blk+offProbeAddr), uint64(probeAddr))
@@ -286,7 +297,7 @@ func (s *segment) attach(r, pid int, probeAddr uintptr, probeVal uint64) error {
 	return nil
 }
 
-// detach marks rank r closed, drops this rank's reference (unlinking the
+// detach marks slot r closed, drops this rank's reference (unlinking the
 // name if it was the last) and unmaps the segment.
 func (s *segment) detach(r int) error {
 	atomic.StoreUint32(word32(s.mem, s.g.rankBlock(r)+offState), stateClosed)

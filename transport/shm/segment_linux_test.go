@@ -178,7 +178,7 @@ func TestAttachTimeout(t *testing.T) {
 
 	os.Remove(path)
 	o, _ := opts.withDefaults(2, cacheLine())
-	g, _ := newGeometry(2, cacheLine(), o)
+	g, _ := newGeometry([]hal.Rank{0, 1}, 2, cacheLine(), o)
 	create(g.total) // ... or before initialising it
 	_, err = openRank(t, key, 1, 2, opts)
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -218,7 +218,7 @@ func TestAttachWaitsForLiveCreator(t *testing.T) {
 	case <-time.After(5 * opts.AttachTimeout):
 	}
 	o, _ := opts.withDefaults(2, cacheLine())
-	g, _ := newGeometry(2, cacheLine(), o)
+	g, _ := newGeometry([]hal.Rank{0, 1}, 2, cacheLine(), o)
 	s, err := createSegment(fd, name, path, &g, key) // sizes, initialises, unlocks
 	if err != nil {
 		t.Fatal(err)
