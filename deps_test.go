@@ -89,7 +89,7 @@ var layers = []rule{
 	{"stripe/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	// route, like stripe, is a device made of devices: beside it.
 	{"route/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
-	{"lapi/...", []string{"std", "stripe", "hal/...", "lazyreg", "!internal/launch", "internal/..."}},
+	{"lapi/...", []string{"std", "stripe", "route", "hal/...", "lazyreg", "!internal/launch", "internal/..."}},
 	// mpi opens the devices (mpi.Run uses transport/inproc; Init picks shm,
 	// udp or verbs), so it may import transports, which sit beside hal.
 	{"mpi/...", []string{"std", "lapi", "stripe", "route", "hal/...", "lazyreg",

@@ -34,6 +34,7 @@ import (
 type cmaState struct {
 	shared   hal.SharedAddressSpace // nil: peers are not in this process
 	dev      hal.CrossMemory        // nil: not available
+	to       []bool                 // per peer, over a route: dev reaches it; nil: every peer
 	replicas []hal.Replica          // per peer (c.mu)
 	mu       sync.Mutex             // guards out: the TPT's watcher runs in any goroutine
 	out      []hal.TPTEntry         // changes the watcher saw, not yet in log
@@ -78,6 +79,13 @@ func (c *Context) initCMA() {
 	}
 	if c.cfg.SingleCopyThreshold == 0 {
 		c.cfg.SingleCopyThreshold = cmaSingleCopy
+	}
+	if r, ok := c.dev.(hal.Router); ok {
+		c.cm.to = make([]bool, c.cfg.Size)
+		for p := range c.cm.to {
+			m, ok := r.Route(hal.Rank(p)).(hal.CrossMemory)
+			c.cm.to[p] = ok && m.CMA()
+		}
 	}
 	c.cm.dev = cm
 	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
@@ -135,7 +143,8 @@ func (c *Context) pushTPT(peer hal.Rank) bool {
 // tptBehind reports whether peer has TPT changes of this rank still to be
 // sent (c.mu held).
 func (c *Context) tptBehind(peer hal.Rank) bool {
-	return c.cm.dev != nil && (c.cm.pending.Load() || c.cm.sentTo[peer] < c.cm.logBase+uint64(len(c.cm.log)))
+	return c.cm.dev != nil && (c.cm.to == nil || c.cm.to[peer]) &&
+		(c.cm.pending.Load() || c.cm.sentTo[peer] < c.cm.logBase+uint64(len(c.cm.log)))
 }
 
 // catchUpTPT sends every peer that lags its changes once the log has
@@ -159,7 +168,7 @@ func (c *Context) catchUpTPT() {
 func (c *Context) trimTPTLog() {
 	low := c.cm.logBase + uint64(len(c.cm.log))
 	for p, s := range c.cm.sentTo {
-		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low {
+		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low && (c.cm.to == nil || c.cm.to[p]) {
 			low = s
 		}
 	}
@@ -190,7 +199,7 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 		l := hal.EncodeTPTUpdate(b[hal.HeaderLen:], es[:n])
 		h := hal.Header{Type: hal.FrameTPTUpdate, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(l)}
 		hal.EncodeHeader(b, &h)
-		if !c.reliable {
+		if !c.reliableTo(peer) {
 			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:hal.HeaderLen+l])
 		}
 		err := c.dev.Send(b[:hal.HeaderLen], b[hal.HeaderLen:hal.HeaderLen+l])
@@ -212,7 +221,7 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 
 // onTPTUpdate applies a peer's TPT changes to its replica (c.mu held).
 func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
-	if c.cm.dev == nil {
+	if c.cm.dev == nil || c.cm.to != nil && !c.cm.to[src] {
 		c.stats.BadPackets++
 		return
 	}
@@ -231,7 +240,8 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
 func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
-	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold {
+	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold ||
+		c.cm.to != nil && !c.cm.to[tgt] {
 		return false, nil
 	}
 	acc := hal.AccessRead

@@ -18,9 +18,18 @@ type Context struct {
 	cfg      Config
 	timing   linkTiming
 	dev      hal.Device
-	mtu      int
-	reliable bool
+	mtu      int  // the smallest toward any peer
+	reliable bool // toward every peer
 	rank     hal.Rank
+	// Over a hal.Router whose members differ, per peer: the peer's
+	// member is reliable, its MTU, and it sends short frames. Nil
+	// otherwise: then reliable, mtu and short hold toward every peer.
+	relTo   []bool
+	mtuTo   []int
+	shortTo []bool
+	// rdvReliable: AMRendezvous took its default over a route, and
+	// applies toward its reliable members only.
+	rdvReliable bool
 
 	mu        sync.Mutex // the progress lock: guards everything below
 	closed    bool
@@ -111,10 +120,13 @@ func Open(cfg Config) (*Context, error) {
 	}
 	cfg.setDefaults()
 	caps := cfg.Device.Caps()
+	relTo, mtuTo, shortTo := peerCaps(cfg.Device, cfg.Size)
+	rdvReliable := false
 	if cfg.AMRendezvous == 0 {
 		cfg.AMRendezvous = -1
-		if caps.Reliable {
+		if caps.Reliable || relTo != nil {
 			cfg.AMRendezvous = 256 << 10
+			rdvReliable = !caps.Reliable // over a route: toward its reliable members only
 		}
 	}
 	if cfg.AMRendezvous >= 0 && cfg.CopyThreshold >= cfg.AMRendezvous {
@@ -126,22 +138,26 @@ func Open(cfg Config) (*Context, error) {
 		return nil, fmt.Errorf("lapi: open: device MTU %d too small (need %d)", caps.MTU, pktHdrLen+64)
 	}
 	c := &Context{
-		cfg:      cfg,
-		dev:      cfg.Device,
-		mtu:      caps.MTU,
-		reliable: caps.Reliable,
-		rank:     cfg.Rank,
-		queues:   make([]sendQueue, cfg.Size),
-		isActive: make([]bool, cfg.Size),
-		acks:     make([][]byte, cfg.Size),
-		nextMsg:  make([]uint32, cfg.Size),
-		peerErr:  make([]error, cfg.Size),
-		reasm:    make(map[reasmKey]*inMsg),
-		handlers: make([]handlerEntry, firstUserHandler),
-		counters: []*Counter{nil}, // ID 0 means "no counter"
-		wake:     make(chan struct{}),
-		tpt:      hal.NewTPT(),
-		now:      time.Now,
+		cfg:         cfg,
+		dev:         cfg.Device,
+		mtu:         caps.MTU,
+		reliable:    caps.Reliable,
+		relTo:       relTo,
+		mtuTo:       mtuTo,
+		shortTo:     shortTo,
+		rdvReliable: rdvReliable,
+		rank:        cfg.Rank,
+		queues:      make([]sendQueue, cfg.Size),
+		isActive:    make([]bool, cfg.Size),
+		acks:        make([][]byte, cfg.Size),
+		nextMsg:     make([]uint32, cfg.Size),
+		peerErr:     make([]error, cfg.Size),
+		reasm:       make(map[reasmKey]*inMsg),
+		handlers:    make([]handlerEntry, firstUserHandler),
+		counters:    []*Counter{nil}, // ID 0 means "no counter"
+		wake:        make(chan struct{}),
+		tpt:         hal.NewTPT(),
+		now:         time.Now,
 		timing: linkTiming{
 			initRTO: cfg.InitRTO, minRTO: cfg.MinRTO, maxRTO: cfg.MaxRTO,
 			ackDelay: cfg.AckDelay, ackEvery: cfg.AckEvery,
@@ -157,7 +173,7 @@ func Open(cfg Config) (*Context, error) {
 		}
 		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 	}
-	if s, ok := cfg.Device.(hal.ShortSender); ok && c.reliable {
+	if s, ok := cfg.Device.(hal.ShortSender); ok && (c.reliable || shortTo != nil) && s.ShortMax() > 0 {
 		c.short, c.shortMax = s, s.ShortMax()
 	}
 	c.prep, _ = cfg.Device.(hal.SendPreparer)
@@ -193,6 +209,48 @@ func Open(cfg Config) (*Context, error) {
 	return c, nil
 }
 
+// peerCaps reads, from a hal.Router whose members differ in reliability,
+// MTU or short frames, what holds toward each peer; nil from any other
+// device, whose Caps hold toward every peer.
+func peerCaps(dev hal.Device, size int) (relTo []bool, mtuTo []int, shortTo []bool) {
+	r, ok := dev.(hal.Router)
+	if !ok {
+		return nil, nil, nil
+	}
+	relTo, mtuTo, shortTo = make([]bool, size), make([]int, size), make([]bool, size)
+	differ := false
+	for p := range size {
+		m := r.Route(hal.Rank(p))
+		if m == nil {
+			continue // refused at the first send: out of the route's job
+		}
+		caps := m.Caps()
+		relTo[p], mtuTo[p] = caps.Reliable, caps.MTU
+		if s, ok := m.(hal.ShortSender); ok && caps.Reliable && s.ShortMax() > 0 {
+			shortTo[p] = true
+		}
+		differ = differ || relTo[p] != relTo[0] || mtuTo[p] != mtuTo[0] || shortTo[p] != shortTo[0]
+	}
+	if !differ {
+		return nil, nil, nil
+	}
+	return relTo, mtuTo, shortTo
+}
+
+// reliableTo reports whether the device toward peer is reliable: lapi's
+// sequence numbers and acknowledgements are off toward it.
+func (c *Context) reliableTo(peer hal.Rank) bool {
+	return c.reliable || c.relTo != nil && int(peer) < len(c.relTo) && c.relTo[peer]
+}
+
+// mtuOf is the MTU toward peer.
+func (c *Context) mtuOf(peer hal.Rank) int {
+	if c.mtuTo != nil && int(peer) < len(c.mtuTo) {
+		return c.mtuTo[peer]
+	}
+	return c.mtu
+}
+
 // Rank is this context's rank; Size the number of ranks.
 func (c *Context) Rank() hal.Rank { return c.rank }
 
@@ -206,8 +264,8 @@ func (c *Context) Device() hal.Device { return c.dev }
 // remote Put, Get and Rmw may reach.
 func (c *Context) TPT() *hal.TPT { return c.tpt }
 
-// Reliable reports whether the device is reliable, so that lapi's sequence
-// and acknowledgement machinery is off.
+// Reliable reports whether the device is reliable toward every peer, so
+// that lapi's sequence and acknowledgement machinery is off.
 func (c *Context) Reliable() bool { return c.reliable }
 
 // RegisterHandler adds an active-message handler and returns its ID. Every

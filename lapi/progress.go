@@ -36,8 +36,9 @@ func (c *Context) pollLocked() int {
 func (c *Context) afterPoll(n int) bool {
 	if !c.reliable {
 		c.tick(c.pollNow)
-	} else if len(c.flushed) > 0 {
-		c.flushLocked()
+	}
+	if len(c.flushed) > 0 {
+		c.flushLocked() // packets sent toward reliable peers
 	}
 	if c.reint != nil && !c.reintIdle {
 		if c.reliable {
@@ -399,7 +400,7 @@ func (c *Context) sendsQueuedLocked() bool {
 			return true
 		}
 	}
-	return len(c.flushed) > 0 && c.reliable || c.rdmaPending()
+	return len(c.flushed) > 0 || c.rdmaPending()
 }
 
 // block waits for something to happen: a frame, another goroutine's

@@ -253,7 +253,7 @@ func (c *Context) start(op *rdmaOp) {
 		c.rd.ops = append(c.rd.ops, nil)
 	}
 	c.rd.ops[rc.ID] = op
-	if !c.reliable {
+	if !c.reliableTo(peer) {
 		op.lastGood = c.now()
 		link := c.links[peer].rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
 		op.rto = max(2*link, c.rd.rtt[peer].rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO))
@@ -301,7 +301,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				c.served(o.s)
 				goto next
 			}
-			if !c.reliable {
+			if !c.reliableTo(o.s.Peer) {
 				hal.Seal(hdr, data)
 			}
 			err = c.dev.Send(hdr, data)
@@ -315,7 +315,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				continue
 			}
 			if err != nil {
-				if c.reliable || fatalSendErr(err) {
+				if c.reliableTo(o.s.Peer) || fatalSendErr(err) {
 					r.popStream()
 					c.failPeer(o.s.Peer, err.Error())
 					goto next
@@ -333,8 +333,10 @@ func (c *Context) pushRDMA(now time.Time) {
 		r.popStream()
 		if op := o.op; op != nil {
 			op.queued, op.sentAll = false, true
-			op.sentAt, op.deadline = now, now.Add(op.rto)
-			c.armTimer(op.deadline)
+			if op.rto > 0 { // an unreliable device toward the peer: a timer redrives
+				op.sentAt, op.deadline = now, now.Add(op.rto)
+				c.armTimer(op.deadline)
+			}
 		} else {
 			c.served(o.s)
 		}
@@ -421,7 +423,7 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 	hal.EncodeHeader(b, &fh)
 	hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
 	b = b[:hal.HeaderLen+hal.RDMAHdrLen]
-	if !c.reliable {
+	if !c.reliableTo(peer) {
 		hal.Seal(b, nil)
 	}
 	switch err := c.dev.Send(b, nil); {
@@ -433,7 +435,7 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 		}
 	case errors.Is(err, hal.ErrNoResource):
 		return false
-	case c.reliable || fatalSendErr(err):
+	case c.reliableTo(peer) || fatalSendErr(err):
 		c.failPeer(peer, err.Error())
 	default:
 		c.stats.SendErrors++ // a loss: the origin's redrive covers it
@@ -577,7 +579,7 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 		if op.t == hal.FrameRDMAReadReq {
 			c.rd.eng.EndRead(g.peer, rc)
 		}
-		if err == nil && op.drives == 0 && !c.reliable && !op.sentAt.IsZero() {
+		if err == nil && op.drives == 0 && op.rto > 0 && !op.sentAt.IsZero() {
 			// Karn's rule: only a first drive's completion times it.
 			c.rd.rtt[g.peer].sample(c.now().Sub(op.sentAt))
 		}
@@ -683,7 +685,7 @@ func (c *Context) rdmaTick(now time.Time) {
 		return
 	}
 	for _, op := range c.rd.ops {
-		if op == nil || !op.sentAll {
+		if op == nil || !op.sentAll || op.rto == 0 { // (rto 0: a reliable device toward the peer)
 			continue
 		}
 		if now.Before(op.deadline) {

@@ -35,7 +35,7 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	if trace.On(trace.HotDetail) {
 		c.traceRecv(h, payload)
 	}
-	if h.Type == hal.FrameData && len(payload) >= tinyHdrLen && payload[0] == kindAMTiny && c.reliable {
+	if h.Type == hal.FrameData && len(payload) >= tinyHdrLen && payload[0] == kindAMTiny && c.reliableTo(h.Src) {
 		c.onTiny(h, payload)
 		return
 	}
@@ -74,7 +74,7 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	if !c.admit(h.Src, ph.dstEp) {
 		return
 	}
-	if !c.reliable {
+	if !c.reliableTo(h.Src) {
 		if ph.flags&flagSeq == 0 {
 			c.stats.BadPackets++
 			if trace.On(trace.Hot) {

@@ -36,7 +36,7 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 		h := hal.Header{Type: m.Type, JobKey: c.cfg.JobKey, Src: c.rank, Dst: m.Peer, Len: hal.ReintPayloadLen}
 		hal.EncodeHeader(b, &h)
 		hal.EncodeReint(b[hal.HeaderLen:], m)
-		if !c.reliable {
+		if !c.reliableTo(m.Peer) {
 			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:])
 		}
 		// A lost protocol frame is resent by the protocol's own timer.

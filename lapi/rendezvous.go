@@ -27,7 +27,7 @@ const (
 // useRendezvous reports whether an active message goes by rendezvous.
 func (c *Context) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
 	return tgt != c.rank && int(tgt) < c.cfg.Size && c.cfg.AMRendezvous >= 0 &&
-		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen
+		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen && (!c.rdvReliable || c.relTo[tgt])
 }
 
 // amRendezvousLocked is AmsendLocked for a large message. The

@@ -82,7 +82,8 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 		return c.peerErr[tgt]
 	}
 	direct := true // may go to the device at once, ahead of the queue
-	if c.short != nil && tgt != c.rank && o.Target == 0 && o.Completion == nil && c.queues[tgt].head == nil {
+	if c.short != nil && tgt != c.rank && o.Target == 0 && o.Completion == nil && c.queues[tgt].head == nil &&
+		(c.shortTo == nil || c.shortTo[tgt]) {
 		sent, err := c.sendTiny(tgt, h, uhdr, data)
 		if sent {
 			c.originDone(o)
@@ -113,9 +114,10 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 		c.progressed()
 		return nil
 	}
-	hl := c.pktHdrLen()
-	room := c.mtu - hl - len(uhdr)
-	if direct && c.reliable && len(data) <= room && c.queues[tgt].head == nil {
+	rel := c.reliableTo(tgt)
+	hl := c.pktHdrLen(rel)
+	room := c.mtuOf(tgt) - hl - len(uhdr)
+	if direct && rel && len(data) <= room && c.queues[tgt].head == nil {
 		if sent, err := c.sendDirect(tgt, &ph, uhdr, data); sent {
 			c.originDone(o)
 			return err
@@ -127,7 +129,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 		m = c.getMsg()
 		m.org, m.notify = o.Origin, o.Notify
 	}
-	if !c.reliable {
+	if !rel {
 		ph.flags = flagSeq
 	}
 	for off := 0; ; {
@@ -159,7 +161,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 	}
 	c.activate(tgt)
 	var now time.Time
-	if !c.reliable {
+	if !rel {
 		now = c.now() // only the reliability protocol keeps time
 	}
 	return c.pushLocked(tgt, now)
@@ -178,7 +180,7 @@ func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent b
 	n := tinyHdrLen + len(uhdr)
 	// (tptBehind first: it inlines, and pushTPT, which does not, cost a
 	// call and 26 instructions on every send with nothing to push.)
-	if n+len(data) > c.shortMax || len(uhdr)+len(data) > c.mtu-c.pktHdrLen() || len(uhdr) > 0xff ||
+	if n+len(data) > c.shortMax || len(uhdr)+len(data) > c.mtuOf(tgt)-shortHdrLen || len(uhdr) > 0xff ||
 		c.tptBehind(tgt) && !c.pushTPT(tgt) {
 		return false, nil
 	}
@@ -238,8 +240,9 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 // acknowledgement fields), else the tiny one when ph allows it, else the
 // short one.
 func (c *Context) frameHeader(b []byte, tgt hal.Rank, ph *pktHdr, uhdr []byte, n int) []byte {
-	tiny := c.reliable && ph.tiny(n)
-	hl := c.pktHdrLen()
+	rel := c.reliableTo(tgt)
+	tiny := rel && ph.tiny(n)
+	hl := c.pktHdrLen(rel)
 	if tiny {
 		hl = tinyHdrLen
 	}
@@ -249,7 +252,7 @@ func (c *Context) frameHeader(b []byte, tgt hal.Rank, ph *pktHdr, uhdr []byte, n
 	switch {
 	case tiny:
 		ph.encodeTiny(b[hal.HeaderLen:])
-	case c.reliable:
+	case rel:
 		ph.encodeShort(b[hal.HeaderLen:])
 	default:
 		ph.encode(b[hal.HeaderLen:])
@@ -258,10 +261,11 @@ func (c *Context) frameHeader(b []byte, tgt hal.Rank, ph *pktHdr, uhdr []byte, n
 	return b
 }
 
-// pktHdrLen is the length of the packet headers this context sends: the
-// short layout on a reliable device (the tiny one is shorter still).
-func (c *Context) pktHdrLen() int {
-	if c.reliable {
+// pktHdrLen is the length of the packet headers this context sends to a
+// peer: the short layout over a reliable device (rel; the tiny one is
+// shorter still).
+func (c *Context) pktHdrLen(rel bool) int {
+	if rel {
 		return shortHdrLen
 	}
 	return pktHdrLen
@@ -281,10 +285,11 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 		return nil // TPT changes go first; progress retries
 	}
 	q := &c.queues[peer]
+	rel := c.reliableTo(peer)
 	var err error
 	for q.head != nil {
 		p := q.head
-		if !c.reliable {
+		if !rel {
 			l := &c.links[peer]
 			if !l.canSend(c.cfg.Window) {
 				break
@@ -293,21 +298,21 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 			putSeq(p.buf[hal.HeaderLen:], p.seq)
 		}
 		if err = c.transmit(p); err != nil {
-			if !c.reliable && !errors.Is(err, hal.ErrNoResource) && !fatalSendErr(err) {
+			if !rel && !errors.Is(err, hal.ErrNoResource) && !fatalSendErr(err) {
 				// An unreliable device's refusal (a route gone, a
 				// link down) is a loss like any other: the packet
 				// stays in flight and its timer resends it.
 				c.stats.SendErrors++
 				err = nil
 			} else {
-				if !c.reliable {
+				if !rel {
 					c.links[peer].unassign(p)
 				}
 				break
 			}
 		}
 		q.pop()
-		if c.reliable {
+		if rel {
 			c.flushed = append(c.flushed, p)
 		} else if c.blocking {
 			// The goroutine blocked in Wait set its deadline before this
@@ -316,7 +321,7 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 		}
 	}
 	ferr := c.flushLocked()
-	if ferr != nil && !c.reliable && !fatalSendErr(ferr) {
+	if ferr != nil && !rel && !fatalSendErr(ferr) {
 		c.stats.SendErrors++
 		ferr = nil
 	}
@@ -337,7 +342,7 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 // and CRC when the device is unreliable. A full device queue is flushed once
 // and retried.
 func (c *Context) transmit(p *outPkt) error {
-	if !c.reliable {
+	if !c.reliableTo(p.peer) {
 		l := &c.links[p.peer]
 		credit, cum, sack := l.ackFields(c.cfg.Window)
 		putAck(p.buf[hal.HeaderLen:], credit, cum, sack)

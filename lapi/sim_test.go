@@ -23,7 +23,27 @@ var hostile = faults.Spec{Loss: 0.2, Reorder: 0.1, Dup: 0.05, Corrupt: 0.01, Del
 type simJob struct {
 	t    *testing.T
 	net  *simnet.Network
+	node *simnet.Network // a mixed job's lossless network within nodes (mixed_test.go); nil
 	ctxs []*Context
+}
+
+// nextEvent is the earliest delivery on the job's networks.
+func (j *simJob) nextEvent() (time.Time, bool) {
+	next, ok := j.net.NextEvent()
+	if j.node != nil {
+		if t, ok2 := j.node.NextEvent(); ok2 && (!ok || t.Before(next)) {
+			next, ok = t, true
+		}
+	}
+	return next, ok
+}
+
+// advance moves every network's clock by d: they stay equal.
+func (j *simJob) advance(d time.Duration) {
+	j.net.Advance(d)
+	if j.node != nil {
+		j.node.Advance(d)
+	}
 }
 
 func newSimJob(t *testing.T, n int, spec faults.Spec, opts ...simnet.Option) *simJob {
@@ -71,7 +91,7 @@ func (j *simJob) run(limit time.Duration, step func(), done func() bool) {
 			return
 		}
 		now := j.net.Now()
-		next, ok := j.net.NextEvent()
+		next, ok := j.nextEvent()
 		for _, c := range j.ctxs {
 			c.mu.Lock()
 			if t := c.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
@@ -85,7 +105,7 @@ func (j *simJob) run(limit time.Duration, step func(), done func() bool) {
 		if now.Sub(start) > limit {
 			j.t.Fatalf("not done after %v of virtual time", limit)
 		}
-		j.net.Advance(next.Sub(now))
+		j.advance(next.Sub(now))
 	}
 }
 
@@ -128,7 +148,7 @@ func (j *simJob) step() {
 	for _, c := range j.ctxs {
 		c.Progress()
 	}
-	next, ok := j.net.NextEvent()
+	next, ok := j.nextEvent()
 	for _, c := range j.ctxs {
 		c.mu.Lock()
 		if t := c.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
@@ -137,7 +157,7 @@ func (j *simJob) step() {
 		c.mu.Unlock()
 	}
 	if ok {
-		j.net.Advance(next.Sub(j.net.Now()))
+		j.advance(next.Sub(j.net.Now()))
 	}
 }
 
@@ -204,7 +224,12 @@ func (k *checker) OnComplete(src hal.Rank, cookie any) {
 // reproducibility checks.
 func amStorm(t *testing.T, seed uint64, n, msgs, maxSize int, spec faults.Spec) string {
 	spec.Seed = seed
-	j := newSimJob(t, n, spec, simnet.WithMTU(16<<10))
+	return amStormOn(t, newSimJob(t, n, spec, simnet.WithMTU(16<<10)), seed, msgs, maxSize, spec)
+}
+
+// amStormOn is amStorm on the job j, whose network j.net injects spec.
+func amStormOn(t *testing.T, j *simJob, seed uint64, msgs, maxSize int, spec faults.Spec) string {
+	n := len(j.ctxs)
 	defer j.close()
 	checkers := make([]*checker, n)
 	origin := make([]*Counter, n)

@@ -72,7 +72,7 @@ func (c *Context) traceRecv(h *hal.Header, payload []byte) {
 	var ph pktHdr
 	var rh hal.RDMAHdr
 	switch {
-	case h.Type == hal.FrameData && !c.reliable && decodeOK(payload, &ph):
+	case h.Type == hal.FrameData && !c.reliableTo(h.Src) && decodeOK(payload, &ph):
 		trace.Printf(trace.HotDetail, "lapi %d: recv %v from rank %d: %d bytes, seq %d kind %d, ack cum %d",
 			c.rank, h.Type, h.Src, len(payload), ph.seq, ph.kind, ph.ackCum)
 	case hal.IsRDMAFrame(h.Type) && hal.DecodeRDMA(h.Type, payload, &rh) == nil:
