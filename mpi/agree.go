@@ -70,11 +70,17 @@ type collState struct {
 	aborts   map[uint32]error // aborted calls, by number (mu)
 	naborts  atomic.Int32     // len(aborts), read without mu on each call
 	shOff    atomic.Bool      // a call was aborted: the shared block's rounds may be out of step
-	asked    atomic.Uint32    // the last call whose signature went out
-	blocked  atomic.Uint32    // the call a wait of which is blocked now; 0: none
-	since    atomic.Int64     // when that wait blocked (sinceStart)
-	armed    atomic.Bool      // timer is running
-	timer    *time.Timer      // fires agreeAfter after a wait first blocks
+	// callShOff is shOff as the running call began (begin), which its
+	// signature carries: a call whose steps decide one by one whether
+	// to go through the block (a hierarchical one, hier.go) decides as
+	// its signature says, whenever an abort of an earlier call comes.
+	// Only the caller's goroutine reads or writes it.
+	callShOff bool
+	asked     atomic.Uint32 // the last call whose signature went out
+	blocked   atomic.Uint32 // the call a wait of which is blocked now; 0: none
+	since     atomic.Int64  // when that wait blocked (sinceStart)
+	armed     atomic.Bool   // timer is running
+	timer     *time.Timer   // fires agreeAfter after a wait first blocks
 }
 
 // seqMask keeps a call's number within a tag's bits above the kind's.
@@ -134,9 +140,10 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	if c.w.closed.Load() {
 		return ErrFinalized
 	}
-	s := &c.coll
+	s := c.coll
 	k := s.seq.Load() + 1
-	w0, w1 := packSig(k, kind, op, root, n, s.shOff.Load())
+	s.callShOff = s.shOff.Load()
+	w0, w1 := packSig(k, kind, op, root, n, s.callShOff)
 	slot := &s.ring[k%sigRing]
 	slot[0].Store(0)
 	slot[1].Store(w1)
@@ -238,7 +245,7 @@ func (c *Comm) compare(chk sigCheck) error {
 // rank has now begun, and returns the abort of the running call if one
 // of them caused it (an earlier call's is that call's business).
 func (c *Comm) comparePending() error {
-	s := &c.coll
+	s := c.coll
 	now := s.seq.Load()
 	s.mu.Lock()
 	var due []sigCheck
@@ -268,7 +275,7 @@ func (c *Comm) comparePending() error {
 // stream of short blocked waits costs an atomic store each, not a timer's
 // reset, and asks at most once per agreeAfter.
 func (c *Comm) watch() {
-	s := &c.coll
+	s := c.coll
 	if c.size == 1 {
 		return
 	}
@@ -288,7 +295,7 @@ func (c *Comm) unwatch() { c.coll.blocked.Store(0) }
 // tick is the timer: a wait blocked for agreeAfter asks about its call;
 // one blocked for less has the timer run again when it will have been.
 func (c *Comm) tick() {
-	s := &c.coll
+	s := c.coll
 	s.armed.Store(false) // then look: a watch after this arms anew
 	k := s.blocked.Load()
 	if k == 0 || k != s.seq.Load() {
@@ -307,7 +314,7 @@ func (c *Comm) tick() {
 // compares every member's with its own, or from member 0 to every other
 // (so that p blocked ranks cost O(p) messages, not p²).
 func (c *Comm) ask(k uint32) {
-	s := &c.coll
+	s := c.coll
 	w0, w1, ok := s.sig(k)
 	if !ok || s.asked.Swap(k) == k {
 		return
@@ -357,7 +364,7 @@ func (c *Comm) abort(k uint32, msg string) {
 // aborted records call k's abort and fails this rank's operations of it
 // (lapi's lock held, which the matcher's queues are under).
 func (c *Comm) aborted(k uint32, msg string) {
-	s := &c.coll
+	s := c.coll
 	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, ErrArg)
 	s.mu.Lock()
 	if s.aborts == nil {
@@ -381,8 +388,12 @@ func (c *Comm) aborted(k uint32, msg string) {
 	// collectives go by messages, whose tags name the call.
 	s.shOff.Store(true)
 	s.mu.Unlock()
-	w, ctx := c.w, c.ctx|1
-	ours := func(r *request) bool { return r.ctx == ctx && uint32(r.tag>>8) == k&seqMask }
+	// The call's steps: on c's collective context, or on one of its
+	// sub-communicators', which share c's collState (hier.go).
+	w := c.w
+	ours := func(r *request) bool {
+		return r.ctx&1 != 0 && r.comm != nil && r.comm.coll == s && uint32(r.tag>>8) == k&seqMask
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var failed []*request
@@ -427,7 +438,7 @@ func (h agreeHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	}
 	chk := sigCheck{from: int(le.Uint32(uhdr[4:])), w0: le.Uint64(uhdr[8:]), w1: le.Uint64(uhdr[16:])}
 	chk.seq = uint32(chk.w0 >> 32)
-	s := &c.coll
+	s := c.coll
 	// Compared here if this rank has begun the call; else kept for begin.
 	// The store and the second look pair with begin's store of seq and
 	// its look at npending, so that one of the two always compares.

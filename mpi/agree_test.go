@@ -70,9 +70,15 @@ func TestCollectiveMismatch(t *testing.T) {
 
 func checkMismatch(t *testing.T, ranks int, kind string, pair [2]int) {
 	t.Helper()
+	checkMismatchOn(t, Run, ranks, kind, pair)
+}
+
+// checkMismatchOn is checkMismatch with the ranks started by run.
+func checkMismatchOn(t *testing.T, run func(int, func(*Comm) error) error, ranks int, kind string, pair [2]int) {
+	t.Helper()
 	errs := make([]error, ranks)
 	after := make([]error, ranks)
-	err := Run(ranks, func(c *Comm) error {
+	err := run(ranks, func(c *Comm) error {
 		n := pair[0]
 		if c.Rank() == ranks-1 {
 			n = pair[1]

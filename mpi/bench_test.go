@@ -205,7 +205,7 @@ func shmWorlds(tb testing.TB, n int) []*World {
 // test ends: for tests that drive ranks from one goroutine.
 func inprocWorlds(tb testing.TB, n int) []*World {
 	tb.Helper()
-	worlds, err := openInproc(n, envOptions(tb))
+	worlds, err := openInproc(n, envOptions(tb), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -41,6 +41,9 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.size == 1 {
 		return nil
 	}
+	if c.hier != nil {
+		return c.hier.bcast(b, root)
+	}
 	if c.shared(len(b)) {
 		return c.sh.bcast(b, root)
 	}
@@ -165,6 +168,9 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 // reduce is a binomial-tree reduction toward root (the ops are
 // commutative, so any tree shape gives the same result up to rounding).
 func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
+	if c.hier != nil && red.commutative() {
+		return c.hier.reduce(send, recv, red, root)
+	}
 	if c.shared(len(send)) {
 		return c.sh.reduce(send, recv, red, root)
 	}
@@ -214,6 +220,9 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 	if c.size == 1 {
 		copy(b, send)
 		return nil
+	}
+	if c.hier != nil && red.commutative() {
+		return c.hier.allreduce(send, b, es, red)
 	}
 	count := len(b) / es
 	switch {

@@ -17,6 +17,9 @@ func Gather[T Elem](c *Comm, send, recv []T, root int) error {
 }
 
 func (c *Comm) gather(send, recv []byte, root int) error {
+	if c.hier != nil {
+		return c.hier.gather(send, recv, root)
+	}
 	if c.shared(len(send)) {
 		return c.sh.gather(send, recv, root)
 	}
@@ -54,6 +57,9 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
 }
 
 func (c *Comm) scatter(send, recv []byte, root int) error {
+	if c.hier != nil {
+		return c.hier.scatter(send, recv, root)
+	}
 	if c.shared(c.size * len(recv)) {
 		return c.sh.scatter(send, recv, root)
 	}
@@ -92,6 +98,9 @@ func (c *Comm) allgather(send, recv []byte) error {
 	if p == 1 {
 		copy(recv, send)
 		return nil
+	}
+	if c.hier != nil {
+		return c.hier.allgather(send, recv)
 	}
 	if c.shared(n) {
 		return c.sh.allgather(send, recv)

@@ -28,8 +28,12 @@ type Comm struct {
 	// (shmcoll.go); nil: through messages.
 	sh *shComm
 	// coll numbers the collectives and keeps their signatures, so that
-	// ranks that disagree about one are told (agree.go).
-	coll collState
+	// ranks that disagree about one are told (agree.go). A hierarchical
+	// collective's sub-communicators share their parent's (hier.go).
+	coll *collState
+	// hier runs the collectives node by node when the members span
+	// nodes (hier.go); nil: flat, as on one node.
+	hier *hierarchy
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.
@@ -51,10 +55,13 @@ func (c *Comm) scratch(n int) []byte {
 }
 
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
-	c := &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group}
-	c.sh = newShComm(c)
+	c := &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group, coll: new(collState)}
+	c.sh = newShComm(c, int(ctx/2))
 	c.coll.timer = time.AfterFunc(time.Hour, c.tick)
 	c.coll.timer.Stop()
+	if w.nodes != nil {
+		c.hier = newHierarchy(c)
+	}
 	w.commsMu.Lock()
 	w.comms[ctx] = c
 	w.commsMu.Unlock()
@@ -197,6 +204,9 @@ func (c *Comm) Barrier() error {
 
 // barrier is Barrier's algorithm, also a step of other collectives.
 func (c *Comm) barrier() error {
+	if c.hier != nil {
+		return c.hier.barrier()
+	}
 	if c.shared(0) {
 		return c.sh.barrier()
 	}

@@ -19,6 +19,18 @@ type reducer struct {
 
 func (r reducer) reduce(dst, src []byte) { lapi.Reduce(dst, src, r.op, r.t) }
 
+// commutative reports whether the reduction may combine the members'
+// parts in any order, as a hierarchical one does (hier.go): the
+// predefined ops may, up to rounding. An op that may not must be applied
+// in rank order, by the flat algorithms.
+func (r reducer) commutative() bool {
+	switch r.op {
+	case lapi.AccSum, lapi.AccProd, lapi.AccMax, lapi.AccMin:
+		return true
+	}
+	return false
+}
+
 // elemTypes are lapi's element types by Go kind: T's underlying kind picks
 // the loop, so named types (type Celsius float64) reduce like their base.
 var elemTypes = [...]lapi.ElemType{

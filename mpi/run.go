@@ -38,6 +38,15 @@ func Run(n int, fn func(c *Comm) error) error {
 // the Go runtime's threads are left as they are. A field out of its range
 // fails with an error wrapping ErrArg that names it.
 func RunWith(n int, opts Options, fn func(c *Comm) error) error {
+	return runNodes(n, opts, nil, fn)
+}
+
+// runNodes is RunWith with the ranks pretending to run on nodes (nodes[r]
+// is rank r's, named by its lowest rank; nil: one node), so that the
+// node-aware collectives (hier.go) run over the in-process device. Its
+// one shared block is every rank's, indexed by world rank as on one node,
+// and a rank's communicators use it only with the ranks of its node.
+func runNodes(n int, opts Options, nodes []int, fn func(c *Comm) error) error {
 	if n < 1 {
 		return fmt.Errorf("mpi: run %d ranks: %w", n, ErrArg)
 	}
@@ -47,7 +56,7 @@ func RunWith(n int, opts Options, fn func(c *Comm) error) error {
 	if err := batchSysmon(opts.Sysmon, "normal"); err != nil {
 		return fmt.Errorf("mpi: run: %w", err)
 	}
-	worlds, err := openInproc(n, opts)
+	worlds, err := openInproc(n, opts, nodes)
 	if err != nil {
 		return err
 	}
@@ -94,8 +103,8 @@ func RunWith(n int, opts Options, fn func(c *Comm) error) error {
 }
 
 // openInproc makes n worlds joined by one in-process fabric, configured
-// by opts.
-func openInproc(n int, opts Options) ([]*World, error) {
+// by opts, on nodes as runNodes says.
+func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 	var kb [8]byte
 	_, _ = crand.Read(kb[:])
 	key := binary.LittleEndian.Uint64(kb[:])
@@ -115,7 +124,17 @@ func openInproc(n int, opts Options) ([]*World, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}
-		w, err := newWorld(lc, opts)
+		l := layout{nodes: nodes}
+		if nodes != nil {
+			l.slots, l.nslots = make([]int, n), n
+			for q := range n {
+				l.slots[q] = -1
+				if nodes[q] == nodes[r] {
+					l.slots[q] = q
+				}
+			}
+		}
+		w, err := newWorldLayout(lc, opts, l)
 		if err != nil {
 			lc.Close()
 			for _, o := range worlds[:r] {

@@ -31,10 +31,12 @@ import (
 // that stamps a slot sends a nudge, an empty message, to every member
 // whose sleep word is set.
 //
-// The block, per communicator area (context id / 2, the world's is 0):
+// The block, per communicator area (context id / 2, the world's is 0), and
+// share (the world rank, or when the job spans nodes and the block is the
+// node's, the rank's place among the node's ranks, size of them):
 //
-//	sleep words: a u32 per area and world rank, at 4*(area*size + rank)
-//	members' parts, at partsOff + (area*size + rank)*shPart (partsOff:
+//	sleep words: a u32 per area and share, at 4*(area*size + share)
+//	members' parts, at partsOff + (area*size + share)*shPart (partsOff:
 //	the sleep words rounded up to 128 bytes):
 //	  slot 0, slot 1, shSlotStride apart: stamp u32, length u32, data
 //
@@ -53,7 +55,9 @@ import (
 //
 // Context ids are never reused by a rank, and two communicators with the
 // same id have no member in common, so a member's part of an area belongs
-// to one communicator for the life of the job.
+// to one communicator for the life of the job. (A communicator that spans
+// nodes has no shared collectives; its area goes to its node's part,
+// hier.go, whose members are some of its own.)
 const (
 	// shSlot is the most data a slot holds: larger collectives use
 	// messages.
@@ -71,21 +75,26 @@ const (
 	shMaxAreas = 64
 )
 
-// shBlock is a world's view of the device's shared block.
+// shBlock is a world's view of the device's shared block. On one node
+// every world rank has a share of it, its world rank's; when the job spans
+// nodes the block is the node's, and its shares are the node's ranks'
+// (slot).
 type shBlock struct {
 	mem      []byte
-	size     int // world ranks
+	size     int   // shares: world ranks, or the node's ranks
+	slots    []int // share by world rank, -1 off this node; nil: the world rank
 	areas    int
 	partsOff int
 }
 
-// newShBlock lays out mem for a world of size ranks, or returns nil when
-// it has no room for one area or off is set (Options.NoShmColl).
-func newShBlock(mem []byte, size int, off bool) (*shBlock, error) {
+// newShBlock lays out mem for size shares, slots giving each world rank's
+// (nil: its rank), or returns nil when it has no room for one area or off
+// is set (Options.NoShmColl).
+func newShBlock(mem []byte, size int, slots []int, off bool) (*shBlock, error) {
 	if off || len(mem) == 0 || size < 2 || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
 		return nil, nil
 	}
-	b := &shBlock{mem: mem, size: size}
+	b := &shBlock{mem: mem, size: size, slots: slots}
 	for a := min(shMaxAreas, len(mem)/(size*shPart)); a > 0; a-- {
 		off := (a*size*4 + 127) &^ 127
 		if off+a*size*shPart <= len(mem) {
@@ -97,6 +106,15 @@ func newShBlock(mem []byte, size int, off bool) (*shBlock, error) {
 		return nil, nil
 	}
 	return b, nil
+}
+
+// slot is world rank wr's share of the block, or -1 when it has none (it
+// runs on another node).
+func (b *shBlock) slot(wr int) int {
+	if b.slots == nil {
+		return wr
+	}
+	return b.slots[wr]
 }
 
 func (b *shBlock) word(off int) *atomic.Uint32 {
@@ -130,22 +148,31 @@ type shComm struct {
 	report   request         // what the wait is for, for Waiting and timeouts
 }
 
-// newShComm sets c up for shared-memory collectives, or leaves it (nil)
-// when the world has no block, c has too few or too many members, or
-// its context id has no area.
-func newShComm(c *Comm) *shComm {
+// newShComm sets c up for shared-memory collectives in area of the block,
+// or leaves it (nil) when the world has no block, c has too few or too
+// many members or a member on another node, or area is not in the block.
+// A communicator's area is its context id / 2; a node's part of a
+// communicator that spans nodes takes its parent's (hier.go).
+func newShComm(c *Comm, area int) *shComm {
 	b := c.w.sh
 	n := len(c.group)
-	area := int(c.ctx / 2)
 	if b == nil || n < 2 || n > shMembers || area >= b.areas {
 		return nil
+	}
+	if b.slots != nil {
+		for _, wr := range c.group {
+			if b.slots[wr] < 0 {
+				return nil
+			}
+		}
 	}
 	s := &shComm{c: c, me: c.rank, from: -1,
 		stamp: make([][2]*atomic.Uint32, n), data: make([][2][]byte, n), size: make([][2]*uint32, n),
 		sleep: make([]*atomic.Uint32, n)}
 	for m, wr := range c.group {
-		s.sleep[m] = b.word(4 * (area*b.size + wr))
-		part := b.partsOff + (area*b.size+wr)*shPart
+		i := b.slot(wr)
+		s.sleep[m] = b.word(4 * (area*b.size + i))
+		part := b.partsOff + (area*b.size+i)*shPart
 		for j := range 2 {
 			off := part + j*shSlotStride
 			s.stamp[m][j] = b.word(off)
@@ -162,8 +189,8 @@ func newShComm(c *Comm) *shComm {
 func after(a, b uint32) bool { return int32(a-b) >= 0 }
 
 // shared reports whether a collective moving n bytes per member goes
-// through the block.
-func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot && !c.coll.shOff.Load() }
+// through the block: not after an abort the running call began after.
+func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot && !c.coll.callShOff }
 
 // publish begins the next round with this member's part of it: data
 // copied into the round's slot, its length, then the stamp.

@@ -33,6 +33,8 @@ type World struct {
 	hNudge             lapi.HandlerID // wakes a rank blocked in a shared-memory collective (shmcoll.go)
 	hAgree, hAbort     lapi.HandlerID // collectives' signatures and aborts (agree.go)
 	sh                 *shBlock       // the device's shared block; nil: collectives use messages
+	nodes              []int          // node of each world rank (its lowest world rank); nil: one node
+	hierCalls          atomic.Int64   // collectives run node by node (hier.go), for tests
 	eagerLimit         int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
@@ -47,8 +49,63 @@ type World struct {
 }
 
 // newWorld sets MPI up over an open lapi context, with opts' thresholds.
-// Every rank registers the same handlers in the same order.
+// nodes[r] is the node of world rank r, named by the lowest world rank on
+// it; nil means every rank is on this node. When the job spans nodes, the
+// device's shared block (hal.SharedMemory) is the node's: its shares
+// belong to the node's ranks in ascending world-rank order. Every rank
+// registers the same handlers in the same order.
 func newWorld(lc *lapi.Context, opts Options) (*World, error) {
+	return newWorldLayout(lc, opts, layout{})
+}
+
+// layout is where a world's ranks run: their nodes, and the share of
+// the device's shared block each rank of this node writes.
+type layout struct {
+	nodes []int // node by world rank; nil: one node
+	// slots is the share of the block by world rank, -1 for a rank off
+	// this node, and nslots how many shares the block is cut into. nil:
+	// from nodes (the node's ranks in order; every rank when nodes is
+	// nil). mpi.Run's test hook sets them: its block is one for all.
+	slots  []int
+	nslots int
+}
+
+// check validates l for a world of size ranks and fills in the slots.
+// A layout with every rank on one node becomes the empty one: today's
+// path, exactly.
+func (l layout) check(rank, size int) (layout, error) {
+	if l.nodes == nil {
+		return layout{}, nil
+	}
+	if len(l.nodes) != size {
+		return layout{}, fmt.Errorf("mpi: %d node ids for %d ranks: %w", len(l.nodes), size, ErrArg)
+	}
+	one := true
+	for r, n := range l.nodes {
+		if n < 0 || n > r || l.nodes[n] != n {
+			return layout{}, fmt.Errorf("mpi: rank %d on node %d: a node is named by its lowest rank: %w", r, n, ErrArg)
+		}
+		one = one && n == 0
+	}
+	if one {
+		return layout{}, nil
+	}
+	if l.slots != nil {
+		return l, nil
+	}
+	l.slots = make([]int, size)
+	for r, n := range l.nodes {
+		l.slots[r] = -1
+		if n == l.nodes[rank] {
+			l.slots[r] = l.nslots
+			l.nslots++
+		}
+	}
+	return l, nil
+}
+
+// newWorldLayout is newWorld with ranks placed by l.
+func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w := &World{
 		lc:            lc,
 		rank:          int(lc.Rank()),
@@ -60,6 +117,11 @@ func newWorld(lc *lapi.Context, opts Options) (*World, error) {
 		accumulateMin: accumulateLarge,
 		directMin:     directLarge,
 	}
+	l, err := l.check(w.rank, w.size)
+	if err != nil {
+		return nil, err
+	}
+	w.nodes = l.nodes
 	if sc := lc.SingleCopy(); sc > 0 {
 		// Split where each part is one copy: two cores copying at once.
 		w.splitMin = max(2*sc, splitNode)
@@ -90,7 +152,11 @@ func newWorld(lc *lapi.Context, opts Options) (*World, error) {
 	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
 	if sm, ok := lc.Device().(hal.SharedMemory); ok {
-		b, err := newShBlock(sm.SharedBlock(), w.size, opts.NoShmColl)
+		nslots := w.size
+		if l.slots != nil {
+			nslots = l.nslots
+		}
+		b, err := newShBlock(sm.SharedBlock(), nslots, l.slots, opts.NoShmColl)
 		if err != nil {
 			return nil, err
 		}
