@@ -19,7 +19,7 @@ import (
 
 // bins are the programs TestMain builds once: gorun itself (for tests that
 // signal it or run it elsewhere) and pmiprog, the test rank.
-var bins struct{ dir, gorun, pmiprog, pi, collcheck, mismatch, deadlock string }
+var bins struct{ dir, gorun, pmiprog, pi, collcheck, mismatch, deadlock, pairping string }
 
 // jobWait bounds every job a test runs: a hang fails with a cause.
 const jobWait = 60 * time.Second
@@ -37,9 +37,10 @@ func TestMain(m *testing.M) {
 	bins.collcheck = filepath.Join(dir, "collcheck")
 	bins.mismatch = filepath.Join(dir, "mismatch")
 	bins.deadlock = filepath.Join(dir, "deadlock")
+	bins.pairping = filepath.Join(dir, "pairping")
 	for out, pkg := range map[string]string{bins.gorun: "../../cmd/gorun", bins.pmiprog: "./testdata/pmiprog",
 		bins.pi: "../../examples/pi", bins.collcheck: "./testdata/collcheck", bins.mismatch: "./testdata/mismatch",
-		bins.deadlock: "./testdata/deadlock"} {
+		bins.deadlock: "./testdata/deadlock", bins.pairping: "./testdata/pairping"} {
 		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, b)
 			os.RemoveAll(dir)

@@ -1,0 +1,139 @@
+package launch
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// deviceLine is what a rank's route says of each member at trace level 2
+// when it finalizes (mpi's traceDevices).
+var deviceLine = regexp.MustCompile(`mpi: rank (\d+) device (\w+) toward ranks \[([\d ]*)\]: sent=(\d+)/`)
+
+// devicesUsed parses the device lines of a job's trace: per rank, per
+// device scheme, the ranks it reaches and the frames it sent.
+func devicesUsed(stderr string) map[int]map[string]struct {
+	peers string
+	sent  int
+} {
+	out := map[int]map[string]struct {
+		peers string
+		sent  int
+	}{}
+	for _, m := range deviceLine.FindAllStringSubmatch(stderr, -1) {
+		r, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[4])
+		if out[r] == nil {
+			out[r] = map[string]struct {
+				peers string
+				sent  int
+			}{}
+		}
+		out[r][m[2]] = struct {
+			peers string
+			sent  int
+		}{m[3], n}
+	}
+	return out
+}
+
+// nftLoss makes each namespace host drop pct % of the packets arriving on
+// eth0 and duplicate dup % of those leaving it (nftables numgen: this
+// kernel has no netem), until the test ends. It returns a function that
+// counts the packets dropped and duplicated so far.
+func nftLoss(t *testing.T, pct, dup int) func() (dropped, duplicated int) {
+	t.Helper()
+	for i, host := range []string{"host1", "host2"} {
+		peer := fmt.Sprintf("10.98.0.%d", 2-i)
+		rules := fmt.Sprintf(`table ip weft_route_test {
+	chain in { type filter hook input priority 0; iifname "eth0" udp dport != 22 numgen random mod 100 < %d counter drop; }
+	chain out { type filter hook output priority 0; oifname "eth0" udp sport != 22 numgen random mod 100 < %d counter dup to %s device "eth0"; }
+}`, pct, dup, peer)
+		cmd := exec.Command("ip", "netns", "exec", host, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("nftables in %s: %v\n%s (install nftables)", host, err, out)
+		}
+		t.Cleanup(func() {
+			exec.Command("ip", "netns", "exec", host, "nft", "delete", "table", "ip", "weft_route_test").Run()
+		})
+	}
+	packets := regexp.MustCompile(`counter packets (\d+)`)
+	return func() (dropped, duplicated int) {
+		for _, host := range []string{"host1", "host2"} {
+			out, err := exec.Command("ip", "netns", "exec", host, "nft", "list", "table", "ip", "weft_route_test").Output()
+			if err != nil {
+				t.Fatalf("nft list in %s: %v", host, err)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if m := packets.FindStringSubmatch(line); m != nil {
+					n, _ := strconv.Atoi(m[1])
+					if strings.Contains(line, "drop") {
+						dropped += n
+					} else {
+						duplicated += n
+					}
+				}
+			}
+		}
+		return dropped, duplicated
+	}
+}
+
+// TestMultiHostNetnsRoute: 4 ranks on two namespace hosts, two per host,
+// with the default transport: each rank reaches its host's other rank
+// through shared memory and the other host's through UDP. Every
+// collective and point-to-point size class gives exact results, also
+// under nftables loss and duplication on the network and under
+// WEFT_FAULTS; a ping-pong between the two ranks of host1 goes through
+// shared memory, as the devices' counters show.
+func TestMultiHostNetnsRoute(t *testing.T) {
+	rsh := netnsHosts(t)
+	hosts := []string{"-n", "4", "-H", "host1:2,host2:2", "--rsh", rsh}
+
+	r := command(t, "", nil, bins.gorun, append(hosts, "--trace", "2", "-x", "WEFT_TIMEOUT=60s",
+		bins.pairping, "-n", "3000")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "pairping ok: 3000 round trips between ranks 0 and 1") {
+		t.Fatalf("pairping: status %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	used := devicesUsed(r.stderr)
+	for rank, want := range []struct{ shm, udp string }{{"1", "2 3"}, {"0", "2 3"}, {"3", "0 1"}, {"2", "0 1"}} {
+		d := used[rank]
+		if d["shm"].peers != want.shm || d["udp"].peers != want.udp {
+			t.Errorf("rank %d reaches %v, want shm toward [%s] and udp toward [%s]", rank, d, want.shm, want.udp)
+		}
+	}
+	// 3000 round trips: at least 3000 frames each way between ranks 0
+	// and 1, by shared memory; UDP carried only the barrier, the
+	// bootstrap and reintegration toward host2.
+	for _, rank := range []int{0, 1} {
+		if d := used[rank]; d["shm"].sent < 3000 || d["udp"].sent > 300 {
+			t.Errorf("rank %d sent %d frames by shm and %d by udp: want ≥ 3000 and ≤ 300", rank, d["shm"].sent, d["udp"].sent)
+		}
+	}
+
+	run := func(name string, env ...string) {
+		t.Helper()
+		args := append([]string{}, hosts...)
+		for _, e := range append(env, "WEFT_TIMEOUT=120s") {
+			args = append(args, "-x", e)
+		}
+		r := command(t, "", nil, bins.gorun, append(args, bins.collcheck, "-rounds", "40", "-p2p", "1", "-large", "4")...)
+		if r.code != 0 || !strings.Contains(r.stdout, "collcheck ok: 40 rounds on 4 ranks") {
+			t.Errorf("%s: status %d\n%s\n%s", name, r.code, r.stdout, r.stderr)
+		}
+	}
+	run("lossless")
+	run("WEFT_FAULTS", "WEFT_FAULTS=loss=0.05,reorder=0.05,dup=0.02,corrupt=0.005,seed=3")
+	counts := nftLoss(t, 3, 1)
+	run("nftables 3% loss, 1% duplication")
+	if d, u := counts(); d == 0 || u == 0 {
+		t.Errorf("nftables dropped %d and duplicated %d packets: no fault injected", d, u)
+	} else {
+		t.Logf("nftables dropped %d and duplicated %d packets", d, u)
+	}
+	assertNoRankLeft(t)
+}
