@@ -60,7 +60,7 @@ func newMixedJob(t *testing.T, n int, spec faults.Spec) *simJob {
 				via[p] = 1
 			}
 		}
-		d, err := route.New([]hal.Device{nodeDevice{node.Device(hal.Rank(r))}, lossy.Device(hal.Rank(r))}, via)
+		d, err := route.New([]hal.Device{nodeDevice{node.Device(hal.Rank(r))}, lossy.Device(hal.Rank(r))}, via, route.Options{PollAll: true})
 		if err != nil {
 			t.Fatal(err)
 		}

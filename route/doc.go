@@ -19,9 +19,12 @@
 // same scheme (udp, shm: no two members of a route share one); the other
 // members are not told of the peer.
 //
-// Wait waits on every member at once (hal.WaitAny): the first member, the
-// one the caller's goroutine waits in, should be the one whose frames
-// matter soonest (shared memory).
+// Wait waits on the first member in the caller's goroutine and on the
+// others through a watcher goroutine each, which also takes over from
+// Poll a member that has been silent for a while, so that its polling
+// cost (a system call for UDP) is not paid on every pass (watch.go). The
+// first member should be the one whose frames matter soonest and cost
+// least to poll: shared memory.
 //
 // The package may import hal and the standard library only.
 package route

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
@@ -58,6 +59,20 @@ type Device struct {
 	counters hal.Counters
 	misroute atomic.Uint64 // frames dropped for arriving through the wrong member
 	closed   atomic.Bool
+
+	watches    []*watch // by member: its watcher; nil for the first (watch.go)
+	stopCtx    context.Context
+	stop       context.CancelFunc // ends the watchers, at Close
+	waitMu     sync.Mutex
+	cancelWait context.CancelFunc // the Wait in progress, for ring
+}
+
+// Options tune a route. The zero value is the default.
+type Options struct {
+	// PollAll polls every member on every pass, with no watcher
+	// (watch.go): for simulated networks driven in virtual time, where
+	// a watcher goroutine's view of readiness would race the driver.
+	PollAll bool
 }
 
 // New makes a route over members: via[r] is the index in members of the
@@ -65,7 +80,7 @@ type Device struct {
 // own entry names the member its frames to itself go through). Every
 // member must be used by some rank, and no member's address may contain
 // Sep. The route owns the members from now on and closes them in Close.
-func New(members []hal.Device, via []int) (*Device, error) {
+func New(members []hal.Device, via []int, opts Options) (*Device, error) {
 	switch {
 	case len(members) == 0:
 		return nil, errors.New("route: new: no member")
@@ -126,6 +141,9 @@ func New(members []hal.Device, via []int) (*Device, error) {
 	d.caps.Broadcast = false // a broadcast on one member reaches only its peers
 	d.addr = Scheme + strings.Join(addrs, Sep)
 	d.onFrame = d.checkSource
+	if !opts.PollAll {
+		d.startWatchers()
+	}
 	return d, nil
 }
 
@@ -252,7 +270,13 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	var first error
 	for m, dev := range d.members {
 		d.member = m
-		n, err := dev.Poll(d.onFrame)
+		var n int
+		var err error
+		if d.watches == nil || m == 0 {
+			n, err = dev.Poll(d.onFrame)
+		} else {
+			n, err = d.pollWatched(m) // watch.go
+		}
 		total += n
 		if err != nil && first == nil {
 			first = err
@@ -275,10 +299,10 @@ func (d *Device) checkSource(h *hal.Header, payload []byte) {
 	d.deliver(h, payload)
 }
 
-// Wait waits on every member at once (hal.WaitAny), the first in the
-// calling goroutine. It returns at once when the counters changed since
-// they were last folded in: a caller waiting for a drop to be counted
-// looks again.
+// Wait waits on the first member in the calling goroutine and on the
+// others through their watchers (watch.go). It returns at once when the
+// counters changed since they were last folded in: a caller waiting for
+// a drop to be counted looks again.
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed
@@ -286,7 +310,12 @@ func (d *Device) Wait(ctx context.Context) error {
 	if d.fold() {
 		return nil
 	}
-	err := hal.WaitAny(ctx, d.members...)
+	var err error
+	if d.watches == nil {
+		err = hal.WaitAny(ctx, d.members...)
+	} else {
+		err = d.waitWatched(ctx)
+	}
 	if err != nil && d.closed.Load() {
 		return errClosed
 	}
@@ -346,6 +375,9 @@ func (d *Device) fold() bool {
 func (d *Device) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed
+	}
+	if d.stop != nil {
+		d.stop()
 	}
 	var errs []error
 	for i, m := range d.members {

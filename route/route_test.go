@@ -3,6 +3,7 @@ package route_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ const jobKey = 0x5eed_2026_1127
 // node(r): an in-process device (reliable) toward the ranks of its node,
 // a UDP device on loopback (unreliable) toward the others, each member
 // only where some rank needs it.
-func job(t testing.TB, size int, node func(int) int) []*route.Device {
+func job(t testing.TB, size int, node func(int) int, opts ...route.Options) []*route.Device {
 	t.Helper()
 	fab := inproc.NewFabric(size, jobKey)
 	devs := make([]*route.Device, size)
@@ -56,7 +57,11 @@ func job(t testing.TB, size int, node func(int) int) []*route.Device {
 			}
 			via[p] = remote
 		}
-		d, err := route.New(members, via)
+		var o route.Options
+		if len(opts) > 0 {
+			o = opts[0]
+		}
+		d, err := route.New(members, via, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,22 +72,50 @@ func job(t testing.TB, size int, node func(int) int) []*route.Device {
 }
 
 // TestConformance runs the device suite over routes whose peers are all
-// on this rank's node, all elsewhere, and (the three-rank cases) both.
+// on this rank's node, all elsewhere, and (the three-rank cases) both,
+// with watchers and polling every member on every pass.
 func TestConformance(t *testing.T) {
 	for name, node := range map[string]func(int) int{
 		"local":  func(int) int { return 0 },
 		"remote": func(r int) int { return r },
 		"mixed":  func(r int) int { return r / 2 },
 	} {
-		t.Run(name, func(t *testing.T) {
-			haltest.Run(t, func(t *testing.T, size int) haltest.Net {
-				n := haltest.Net{JobKey: jobKey}
-				for _, d := range job(t, size, node) {
-					n.Devs = append(n.Devs, d)
-				}
-				return n
+		for _, o := range []route.Options{{}, {PollAll: true}} {
+			t.Run(fmt.Sprintf("%s/pollall=%v", name, o.PollAll), func(t *testing.T) {
+				haltest.Run(t, func(t *testing.T, size int) haltest.Net {
+					n := haltest.Net{JobKey: jobKey}
+					for _, d := range job(t, size, node, o) {
+						n.Devs = append(n.Devs, d)
+					}
+					return n
+				})
 			})
-		})
+		}
+	}
+}
+
+// TestSilentMemberWakes: a network member silent long enough to be
+// parked (polled rarely, its watcher waiting on it) still delivers a
+// frame that comes later, to a rank polling and to one blocked in Wait.
+func TestSilentMemberWakes(t *testing.T) {
+	devs := job(t, 4, func(r int) int { return r / 2 })
+	connectAll(t, devs)
+	for round := range 3 {
+		// Rank 0 polls a silent network for over 2 ms: its UDP member
+		// is parked by then.
+		for start := time.Now(); time.Since(start) < 2*time.Millisecond; {
+			if _, err := devs[0].Poll(func(*hal.Header, []byte) { t.Fatal("a frame out of nowhere") }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msg := fmt.Sprint("late ", round)
+		if err := devs[2].Send(frame(2, 0, msg)); err != nil {
+			t.Fatal(err)
+		}
+		devs[2].Flush()
+		if got := recvAll(t, devs[0], 1); !got["2:"+msg] {
+			t.Fatalf("round %d: got %v", round, got)
+		}
 	}
 }
 
@@ -221,11 +254,11 @@ func TestNewRefuses(t *testing.T) {
 		{[]hal.Device{d0}, []int{0, 1}, "routed to member 1 of 1"},
 		{[]hal.Device{d0, d1}, []int{0, 0}, "member 1 reaches no rank"},
 	} {
-		if _, err := route.New(c.members, c.via); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := route.New(c.members, c.via, route.Options{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%d members, %v): %v, want %q", len(c.members), c.via, err, c.want)
 		}
 	}
-	r, err := route.New([]hal.Device{d0}, []int{0, 0})
+	r, err := route.New([]hal.Device{d0}, []int{0, 0}, route.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
