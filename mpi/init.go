@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -17,6 +18,7 @@ import (
 	"github.com/weft-hpc/weft/internal/sysmon"
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/route"
 	"github.com/weft-hpc/weft/transport/shm"
 	"github.com/weft-hpc/weft/transport/udp"
 )
@@ -79,7 +81,10 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.Put(addrKey(rank), dev.Addr()); err != nil {
+	// Each rank publishes its node (the lowest rank there, which every
+	// rank of the node knows from the launcher) with its address: the
+	// collectives go by node (hier.go).
+	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+";"+dev.Addr()); err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: publish address: %w", err)
 	}
@@ -87,10 +92,14 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: fence: %w", err)
 	}
+	nodes := make([]int, size)
 	for r := 0; r < size; r++ {
-		a, err := cl.Get(addrKey(r))
+		v, err := cl.Get(addrKey(r))
 		if err == nil {
-			err = dev.Connect(hal.Rank(r), a)
+			nodes[r], v, err = parseAddr(v, size)
+		}
+		if err == nil {
+			err = dev.Connect(hal.Rank(r), v)
 		}
 		if err != nil {
 			dev.Close()
@@ -118,7 +127,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	}
 	// Handlers first: waiting makes progress, and a fast peer's first
 	// messages may already be here.
-	w, err := newWorld(lc, opts)
+	w, err := newWorldLayout(lc, opts, layout{nodes: nodes})
 	if err != nil {
 		lc.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
@@ -132,6 +141,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
+		func() error { traceDevices(rank, size, dev); return nil },
 		lc.Close,
 		cl.Finalize)
 	trace.Printf(2, "init: rank %d of %d via %s, device %s", rank, size, cl.Kind(), dev.Addr())
@@ -157,18 +167,66 @@ func waitJoined(lc *lapi.Context, timeout time.Duration) error {
 	return nil
 }
 
+// traceDevices says, at trace level 2, what each of the rank's devices
+// carried: over a route, which ranks each member reaches and its
+// counters, so that a job can show which way its pairs went.
+func traceDevices(rank, size int, dev hal.Device) {
+	if !trace.On(trace.Setup) {
+		return
+	}
+	r, ok := dev.(*route.Device)
+	if !ok {
+		trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, dev.Addr(), dev.Counters())
+		return
+	}
+	for _, m := range r.Members() {
+		var peers []int
+		for p := range size {
+			if r.Route(hal.Rank(p)) == m && p != rank {
+				peers = append(peers, p)
+			}
+		}
+		scheme, _, _ := strings.Cut(m.Addr(), ":")
+		trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, scheme, peers, m.Counters())
+	}
+}
+
+// nodeOf is this rank's node as the job's ranks name it: the lowest rank
+// on it.
+func nodeOf(cl pmi.Client) int {
+	if l := cl.Info().LocalRanks; len(l) > 0 {
+		return l[0]
+	}
+	return cl.Rank() // a launcher that does not say: a node of its own
+}
+
+// parseAddr splits a rank's published "node;address".
+func parseAddr(v string, size int) (node int, addr string, err error) {
+	n, addr, ok := strings.Cut(v, ";")
+	node, err = strconv.Atoi(n)
+	if !ok || err != nil || node < 0 || node >= size {
+		return 0, "", fmt.Errorf("published %q, want node;address", v)
+	}
+	return node, addr, nil
+}
+
 // openDevice opens the device opts.Transport names. auto picks shared
-// memory when every rank is on this node and UDP otherwise (a job that
-// spans hosts runs over UDP everywhere until devices can be mixed). The
-// errors name WEFT_TRANSPORT, where users set it.
+// memory when every rank is on this node, UDP when no other rank is, and
+// otherwise both under a route: shared memory toward the ranks of this
+// node, UDP toward the others. The errors name WEFT_TRANSPORT, where
+// users set it.
 func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
 	t := opts.Transport
-	oneNode := cl.Info().LocalRanks != nil && len(cl.Info().LocalRanks) == cfg.Size
+	local := cl.Info().LocalRanks
+	oneNode := local != nil && len(local) == cfg.Size
 	switch t {
 	case "", "auto":
-		if oneNode && cfg.Size > 1 {
+		switch {
+		case oneNode && cfg.Size > 1:
 			t = "shm"
-		} else {
+		case len(local) > 1:
+			return openRoute(cl, cfg, opts)
+		default:
 			t = "udp"
 		}
 	case "shm":
@@ -182,16 +240,59 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, shm, udp or verbs", t)
 	}
 	if t == "shm" {
-		var o shm.Options
-		if oversubscribed(cl, opts.NodeCPUs) {
-			o.Spin = -1
-		}
-		dev, err := shm.Open(cfg, o)
-		if err != nil {
-			return nil, fmt.Errorf("mpi: init: open shared-memory device: %w", err)
-		}
-		return wrapFaults(dev)
+		return openShm(cl, cfg, opts, nil)
 	}
+	return openUDP(cl, cfg, opts)
+}
+
+// openShm opens the shared-memory device toward ranks (nil: every rank).
+func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []hal.Rank) (hal.Device, error) {
+	o := shm.Options{Ranks: ranks}
+	if oversubscribed(cl, opts.NodeCPUs) {
+		o.Spin = -1
+	}
+	dev, err := shm.Open(cfg, o)
+	if err != nil {
+		return nil, fmt.Errorf("mpi: init: open shared-memory device: %w", err)
+	}
+	return wrapFaults(dev)
+}
+
+// openRoute opens shared memory toward the ranks of this node and UDP
+// toward the others, under one route (package route).
+func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
+	local := cl.Info().LocalRanks
+	ranks := make([]hal.Rank, len(local))
+	via := make([]int, cfg.Size)
+	for i := range via {
+		via[i] = 1
+	}
+	for i, r := range local {
+		if r < 0 || r >= cfg.Size {
+			return nil, fmt.Errorf("mpi: init: the launcher puts rank %d on this node, of a job of %d", r, cfg.Size)
+		}
+		ranks[i], via[r] = hal.Rank(r), 0
+	}
+	sm, err := openShm(cl, cfg, opts, ranks)
+	if err != nil {
+		return nil, err
+	}
+	net, err := openUDP(cl, cfg, opts)
+	if err != nil {
+		sm.Close()
+		return nil, err
+	}
+	dev, err := route.New([]hal.Device{sm, net}, via, route.Options{})
+	if err != nil {
+		sm.Close()
+		net.Close()
+		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	return dev, nil
+}
+
+// openUDP opens the UDP device on the address ranks on other hosts reach.
+func openUDP(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
 	bind, err := bindAddr(cl, opts.Bind)
 	if err != nil {
 		return nil, err
