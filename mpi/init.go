@@ -84,7 +84,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// Each rank publishes its node (the lowest rank there, which every
 	// rank of the node knows from the launcher) with its address: the
 	// collectives go by node (hier.go).
-	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+";"+dev.Addr()); err != nil {
+	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+"@"+dev.Addr()); err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: publish address: %w", err)
 	}
@@ -200,12 +200,13 @@ func nodeOf(cl pmi.Client) int {
 	return cl.Rank() // a launcher that does not say: a node of its own
 }
 
-// parseAddr splits a rank's published "node;address".
+// parseAddr splits a rank's published "node@address" (not ';', which
+// PMI-2 servers drop from values).
 func parseAddr(v string, size int) (node int, addr string, err error) {
-	n, addr, ok := strings.Cut(v, ";")
+	n, addr, ok := strings.Cut(v, "@")
 	node, err = strconv.Atoi(n)
 	if !ok || err != nil || node < 0 || node >= size {
-		return 0, "", fmt.Errorf("published %q, want node;address", v)
+		return 0, "", fmt.Errorf("published %q, want node@address", v)
 	}
 	return node, addr, nil
 }

@@ -115,6 +115,24 @@ func TestMultiHostNetnsRoute(t *testing.T) {
 		}
 	}
 
+	// The same under MPICH's Hydra, which says which ranks share a host
+	// through PMI_process_mapping; it needs the UTS host name set to
+	// reach its own server from host1 (shared/launchers/README.md).
+	if hydra, err := exec.LookPath("mpiexec.hydra"); err == nil {
+		r := command(t, "", nil, "ip", "netns", "exec", "host1", "unshare", "--uts", "sh", "-c",
+			"hostname host1; exec "+hydra+" -launcher ssh -launcher-exec "+rsh+
+				" -hosts host1:2,host2:2 -n 4 -genv WEFT_TRACE 2 -genv WEFT_TIMEOUT 60s "+bins.pairping+" -n 2000")
+		if r.code != 0 || !strings.Contains(r.stdout, "pairping ok: 2000") {
+			t.Fatalf("pairping under Hydra: status %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+		used := devicesUsed(r.stdout + r.stderr)
+		if d := used[0]; d["shm"].peers != "1" || d["udp"].peers != "2 3" || d["shm"].sent < 2000 || d["udp"].sent > 300 {
+			t.Errorf("under Hydra rank 0 used %v, want ≥ 2000 frames by shm toward [1], ≤ 300 by udp toward [2 3]", d)
+		}
+	} else {
+		t.Log("mpiexec.hydra not installed (apt-get install mpich): the Hydra case is not run")
+	}
+
 	run := func(name string, env ...string) {
 		t.Helper()
 		args := append([]string{}, hosts...)
