@@ -1,6 +1,8 @@
 package lapi
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,8 +42,9 @@ func (d nodeDevice) Send(hdr, payload []byte) error {
 // newMixedJob is a job of n ranks on nodes of two ranks (rank r on node
 // r/2), each rank's device a route: a lossless reliable network with a
 // large MTU toward its node's rank, and a network injecting spec with a
-// 1,400-byte MTU toward the others, both on one virtual clock.
-func newMixedJob(t *testing.T, n int, spec faults.Spec) *simJob {
+// 1,400-byte MTU toward the others, both on one virtual clock. mod, if
+// not nil, changes each rank's Config.
+func newMixedJob(t *testing.T, n int, spec faults.Spec, mod ...func(*Config)) *simJob {
 	t.Helper()
 	lossy, err := simnet.New(n, spec, simnet.WithMTU(1400))
 	if err != nil {
@@ -51,37 +54,46 @@ func newMixedJob(t *testing.T, n int, spec faults.Spec) *simJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &simJob{t: t, net: lossy, node: node}
-	devs := make([]*route.Device, n)
+	j := &simJob{t: t, net: lossy, node: node, ctxs: make([]*Context, n)}
 	for r := range n {
-		via := make([]int, n)
-		for p := range via {
-			if p/2 != r/2 {
-				via[p] = 1
-			}
-		}
-		d, err := route.New([]hal.Device{nodeDevice{node.Device(hal.Rank(r))}, lossy.Device(hal.Rank(r))}, via, route.Options{PollAll: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs[r] = d
-	}
-	for r, d := range devs {
-		for p, pd := range devs {
-			if p != r {
-				if err := d.Connect(hal.Rank(p), pd.Addr()); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		c, err := Open(Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: simnet.DefaultJobKey,
-			Clock: lossy.Now, PeerTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.ctxs = append(j.ctxs, c)
+		j.ctxs[r] = j.openMixed(r, node.Device(hal.Rank(r)), lossy.Device(hal.Rank(r)), mod...)
 	}
 	return j
+}
+
+// openMixed opens rank r of a mixed job over its node device and its
+// lossy one, connected to the other ranks' current devices.
+func (j *simJob) openMixed(r int, node, lossy hal.Device, mod ...func(*Config)) *Context {
+	j.t.Helper()
+	n := len(j.ctxs)
+	via := make([]int, n)
+	for p := range via {
+		if p/2 != r/2 {
+			via[p] = 1
+		}
+	}
+	d, err := route.New([]hal.Device{nodeDevice{node}, lossy}, via, route.Options{PollAll: true})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	for p := range n {
+		if p != r {
+			a := route.Scheme + nodeDevice{j.node.Device(hal.Rank(p))}.Addr() + route.Sep + j.net.Device(hal.Rank(p)).Addr()
+			if err := d.Connect(hal.Rank(p), a); err != nil {
+				j.t.Fatal(err)
+			}
+		}
+	}
+	cfg := Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: simnet.DefaultJobKey,
+		Clock: j.net.Now, PeerTimeout: time.Minute}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	c, err := Open(cfg)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	return c
 }
 
 // TestMixedRoute: over routes that reach a node's other rank through a
@@ -117,6 +129,88 @@ func TestMixedRoute(t *testing.T) {
 				}
 				if l := &c.links[(r+2)%4]; l.nextSeq == 0 {
 					t.Errorf("rank %d sent rank %d no numbered packet", r, (r+2)%4)
+				}
+			}
+		})
+	}
+}
+
+// TestMixedRestart: over mixed routes, rank 1 restarts (new process: new
+// devices on both networks, new TPT keys, new memory). Its node-mate, rank
+// 0, reaches it through the reliable device and rank 2 through the lossy
+// one: from both, writes with the earlier life's key fail with a clear
+// error and never land, and once rank 1 is re-admitted writes with its new
+// keys succeed, on both devices.
+func TestMixedRestart(t *testing.T) {
+	for _, size := range []int{64, 256 << 10} {
+		t.Run(fmt.Sprintf("%dB", size), func(t *testing.T) {
+			spec := faults.Spec{Loss: 0.1, Reorder: 0.1, Dup: 0.05, Delay: 50 * time.Microsecond, Seed: 5}
+			epoch := uint64(1)
+			reint := func(c *Config) { c.Reintegrate, c.Epoch = true, epoch; epoch++ }
+			j := newMixedJob(t, 4, spec, reint)
+			defer j.close()
+			j.run(time.Second, nil, func() bool { return j.ctxs[0].RDMAReady(1) && j.ctxs[2].RDMAReady(1) })
+			old := make([]byte, size)
+			oldPVO, _ := j.ctxs[1].TPT().Register(old, hal.AccessWrite)
+			for _, from := range []int{0, 2} {
+				k := j.ctxs[from].NewCounter()
+				j.ctxs[from].Put(1, oldPVO, bytes.Repeat([]byte{byte(from + 1)}, size), SendOpts{Completion: k})
+				j.run(time.Second, nil, func() bool { return settled(k, 1) })
+				if k.err != nil || old[0] != byte(from+1) {
+					t.Fatalf("put from rank %d before the restart: %v", from, k.err)
+				}
+			}
+
+			j.ctxs[1].Close()
+			nodeDev, err := j.node.Restart(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lossyDev, err := j.net.Restart(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			epoch = 99
+			j.ctxs[1] = j.openMixed(1, nodeDev, lossyDev, reint)
+			fresh := make([]byte, size)
+			newPVO, _ := j.ctxs[1].TPT().Register(fresh, hal.AccessWrite)
+
+			for _, from := range []int{0, 2} {
+				keyFails, tries := 0, 0
+				for i := 0; keyFails < 2; i++ {
+					tries = i + 1
+					if i > 2000 {
+						t.Fatalf("rank %d: no key-check failure after %d stale writes", from, i)
+					}
+					k := j.ctxs[from].NewCounter()
+					err := j.ctxs[from].Put(1, oldPVO, bytes.Repeat([]byte{0xbb}, size), SendOpts{Completion: k})
+					if errors.Is(err, ErrNotReady) {
+						j.step()
+						continue
+					} else if err != nil {
+						t.Fatalf("rank %d: put during the restart: %v", from, err)
+					}
+					j.run(time.Second, nil, func() bool { return settled(k, 1) })
+					switch {
+					case k.err == nil:
+						t.Fatalf("rank %d: a write with a stale key succeeded", from)
+					case errors.Is(k.err, ErrProtection) && strings.Contains(k.err.Error(), "key check failed"):
+						keyFails++
+					case !errors.Is(k.err, ErrPeerRestarted):
+						t.Fatalf("rank %d: stale write failed with %v", from, k.err)
+					}
+				}
+				if !bytes.Equal(fresh, make([]byte, size)) {
+					t.Fatalf("a stale write from rank %d landed in the new life's memory", from)
+				}
+				t.Logf("rank %d: %d stale writes, %d refused by the key check", from, tries, keyFails)
+			}
+			for _, from := range []int{0, 2} {
+				k := j.ctxs[from].NewCounter()
+				j.ctxs[from].Put(1, newPVO, bytes.Repeat([]byte{byte(10 + from)}, size), SendOpts{Completion: k})
+				j.run(time.Second, nil, func() bool { return settled(k, 1) })
+				if k.err != nil || !bytes.Equal(fresh, bytes.Repeat([]byte{byte(10 + from)}, size)) {
+					t.Fatalf("put from rank %d with the new keys: %v", from, k.err)
 				}
 			}
 		})
