@@ -43,8 +43,11 @@ func Init() (*World, error) {
 // tuning variables; the environment still carries the job (the process
 // manager's variables), WEFT_TRACE, WEFT_PROFILE and WEFT_FAULTS.
 // opts.Transport picks the device: auto (the default) uses shared memory
-// when every rank is on this node and kernel UDP sockets otherwise; shm
-// and udp force one; verbs is not available in this build yet and fails
+// when every rank is on this node, kernel UDP sockets when no other rank
+// is, and otherwise both under a route (package route): shared memory
+// toward this node's ranks, UDP toward the others; shm and udp force one
+// (shm only when every rank is here); verbs is not available in this
+// build yet and fails
 // with an error that says so. A field out of its range fails with an
 // error wrapping ErrArg that names it.
 func InitWith(opts Options) (*World, error) {
