@@ -36,6 +36,9 @@ type options struct {
 	// blocks, for latency, is how many round trips each per-block figure
 	// covers (0: none; see count.blocks).
 	blocks int
+	// partner, for the point-to-point benchmarks, is the rank that plays
+	// rank 1's part opposite rank 0 (-pair 0,N; 0: the default, rank 1).
+	partner int
 }
 
 const usageText = `usage: bench BENCHMARK [flags]      (start it with gorun: gorun -n 2 ./bench latency)
@@ -47,6 +50,7 @@ Benchmarks, measured as the OSU micro-benchmarks measure them:
   latency    ping-pong between ranks 0 and 1, half the round trip (us)
   bw         rank 0 streams windows of 64 Isends to rank 1, which acks each window (MB/s, MB = 1e6 B)
   bibw       ranks 0 and 1 both post 64 Irecvs and 64 Isends per window (MB/s, both directions)
+             (these three: -pair 0,N puts rank N in rank 1's place; the other ranks idle)
   allreduce  float32 sum over all ranks (us per call: avg, min, max over ranks)
   bcast      bytes from rank 0 to all ranks (us per call)
   barrier    (us per call)
@@ -73,8 +77,21 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 	fs.StringVar(&o.label, "label", "weft", "series name in the CSV and the plot")
 	fs.IntVar(&o.decimals, "decimals", precision, "decimals of the printed values (OSU prints 2)")
 	fs.IntVar(&o.blocks, "blocks", 0, "latency: also print the latency of every `N` round trips, on a '#' line after each size's row (to see the levels a run moves between)")
+	pairS := fs.String("pair", "0,1", "latency, bw, bibw: the two ranks that talk, `0,N` (rank 0 times and prints; the others idle)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	pairSet := false
+	fs.Visit(func(f *flag.Flag) { pairSet = pairSet || f.Name == "pair" })
+	if pairSet {
+		if b.kind != kindLatency && b.kind != kindBandwidth {
+			return nil, fmt.Errorf("%w: -pair: point-to-point benchmarks only (latency, bw, bibw); bench %s runs over every rank", errUsage, name)
+		}
+		p, err := parsePair(*pairS)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -pair: %v", errUsage, err)
+		}
+		o.partner = p
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: bench %s: unexpected argument %q", errUsage, name, fs.Arg(0))
@@ -117,6 +134,27 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		}
 	}
 	return o, nil
+}
+
+// parsePair reads -pair's "0,N" and returns N. The first rank must be 0:
+// it is the one that times and prints the table.
+func parsePair(s string) (int, error) {
+	a, b, ok := strings.Cut(s, ",")
+	bad := func(why string) error { return fmt.Errorf("%q: %s; want 0,N with N > 0, e.g. 0,2", s, why) }
+	if !ok {
+		return 0, bad("not two ranks")
+	}
+	first, err1 := strconv.Atoi(strings.TrimSpace(a))
+	second, err2 := strconv.Atoi(strings.TrimSpace(b))
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, bad("not two rank numbers")
+	case first != 0:
+		return 0, bad("the first rank must be 0 (rank 0 times and prints)")
+	case second <= 0:
+		return 0, bad("the second rank must be above 0")
+	}
+	return second, nil
 }
 
 // checkDecimals refuses a -decimals out of 0..maxDecimals.

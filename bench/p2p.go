@@ -7,8 +7,9 @@ import (
 	"github.com/weft-hpc/weft/mpi"
 )
 
-// Point-to-point benchmarks run between ranks 0 and 1; the other ranks
-// only join the barrier between sizes. Rank 0 times, as OSU's does.
+// Point-to-point benchmarks run between ranks 0 and 1 (or rank 0 and the
+// partner -pair names: count.role); the other ranks only join the barrier
+// between sizes. Rank 0 times, as OSU's does.
 
 // window is OSU's bandwidth window: messages in flight before the
 // receiver acknowledges.
@@ -20,18 +21,17 @@ const (
 	tagLatency = 1
 	tagBW      = 100
 	tagAck     = 101
-	tagBiBW0   = 10 // rank 1 to rank 0
-	tagBiBW1   = 11 // rank 0 to rank 1
+	tagBiBW0   = 10 // rank 1 (the partner) to rank 0
+	tagBiBW1   = 11 // rank 0 to rank 1 (the partner)
 )
 
 // latency is osu_latency: blocking ping-pong, reported as half the round
 // trip in microseconds.
 func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
-	me := c.Rank()
-	if me > 1 {
+	me, peer := n.role(c.Rank())
+	if me < 0 {
 		return row{}, nil
 	}
-	peer := 1 - me
 	s, r := buf.send[:size], buf.recv[:size]
 	var start time.Time
 	var blocks []float64 // rank 0 with -blocks: us one way per block
@@ -75,8 +75,8 @@ func latency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 // them with 64 Irecvs and answers each window with a 4-byte ack. MB/s with
 // MB = 1e6 bytes.
 func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
-	me := c.Rank()
-	if me > 1 {
+	me, peer := n.role(c.Rank())
+	if me < 0 {
 		return row{}, nil
 	}
 	s, r := buf.send[:size], buf.recv[:size]
@@ -88,17 +88,17 @@ func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 			start = time.Now()
 		}
 		if me == 0 {
-			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IsendInto(q, c, s, 1, tagBW) }); err != nil {
+			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IsendInto(q, c, s, peer, tagBW) }); err != nil {
 				return row{}, err
 			}
-			if _, err := mpi.Recv(c, ack, 1, tagAck); err != nil {
+			if _, err := mpi.Recv(c, ack, peer, tagAck); err != nil {
 				return row{}, err
 			}
 		} else {
-			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IrecvInto(q, c, r, 0, tagBW) }); err != nil {
+			if err := reqs.postAndWait(func(q *mpi.Request) error { return mpi.IrecvInto(q, c, r, peer, tagBW) }); err != nil {
 				return row{}, err
 			}
-			if err := mpi.Send(c, ack, 0, tagAck); err != nil {
+			if err := mpi.Send(c, ack, peer, tagAck); err != nil {
 				return row{}, err
 			}
 		}
@@ -109,11 +109,10 @@ func bandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 // bibandwidth is osu_bibw: both ranks post 64 Irecvs and 64 Isends per
 // window and wait for all of them; bytes moved in both directions count.
 func bibandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
-	me := c.Rank()
-	if me > 1 {
+	me, peer := n.role(c.Rank())
+	if me < 0 {
 		return row{}, nil
 	}
-	peer := 1 - me
 	inTag, outTag := tagBiBW0, tagBiBW1
 	if me == 1 {
 		inTag, outTag = outTag, inTag

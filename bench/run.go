@@ -23,6 +23,25 @@ type count struct {
 	iters  int // timed
 	warmup int // run first and not timed, so that connections, registration caches and page faults settle
 	blocks int // latency: time every blocks timed iterations too (0: only the whole)
+	// partner: point-to-point, the rank opposite rank 0 (0: rank 1).
+	partner int
+}
+
+// role is a rank's part in a point-to-point benchmark between rank 0 and
+// n's partner: 0 for rank 0 (it times), 1 for the partner, -1 for the
+// ranks that only join the barriers. peer is the rank opposite.
+func (n count) role(me int) (role, peer int) {
+	partner := n.partner
+	if partner == 0 {
+		partner = 1
+	}
+	switch me {
+	case 0:
+		return 0, partner
+	case partner:
+		return 1, 0
+	}
+	return -1, -1
 }
 
 // benchmark is one subcommand: what it measures and how often.
@@ -164,6 +183,7 @@ func (o *options) countFor(size int) count {
 		n.warmup = o.warmup
 	}
 	n.blocks = o.blocks
+	n.partner = o.partner
 	return n
 }
 
@@ -175,6 +195,9 @@ func measure(c *mpi.Comm, o *options, out io.Writer, pr *progress) (*table, erro
 	b := o.bench
 	if c.Size() < b.minRanks {
 		return nil, fmt.Errorf("%s needs at least %d ranks, this job has %d (start it with gorun -n %d)", b.name, b.minRanks, c.Size(), b.minRanks)
+	}
+	if o.partner >= c.Size() {
+		return nil, fmt.Errorf("%s -pair 0,%d: this job has %d ranks (start it with gorun -n %d or more)", b.name, o.partner, c.Size(), o.partner+1)
 	}
 	list := b.sizesFor(o.min, o.max)
 	if len(list) == 0 {

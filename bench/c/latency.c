@@ -1,18 +1,21 @@
 /*
- * latency.c: osu_latency's method. Ranks 0 and 1 ping-pong blocking
- * messages; the figure is half the round trip in microseconds, averaged
- * over the timed iterations (warm-up skipped). Other ranks idle. With
+ * latency.c: osu_latency's method. Ranks 0 and 1 (or 0 and N with
+ * -pair 0,N) ping-pong blocking messages; the figure is half the round
+ * trip in microseconds, averaged over the timed iterations (warm-up
+ * skipped). Other ranks idle. With
  * -blocks N, as weft's bench latency, rank 0 also prints the figure of
  * every N round trips on a '#' line after each size's row.
  */
 #define OSU_BLOCKS
+#define OSU_PAIR
 #include "osu.h"
 
 int main(int argc, char **argv)
 {
 	struct osu_opts o;
-	int iters, warmup;
+	int iters, warmup, peer;
 	int rank = osu_init(&argc, &argv, &o, 0, 4L << 20, 2);
+	int role = osu_role(&o, rank, &peer);
 	char *s = osu_alloc(o.max, 'a'), *r = osu_alloc(o.max, 'b');
 	if (rank == 0)
 		osu_p2p_header("MPI Latency Test", "Latency (us)");
@@ -26,15 +29,15 @@ int main(int argc, char **argv)
 			MPI_Abort(MPI_COMM_WORLD, 1);
 		}
 		MPI_Barrier(MPI_COMM_WORLD);
-		for (int i = 0; i < warmup + iters && rank < 2; i++) {
+		for (int i = 0; i < warmup + iters && role >= 0; i++) {
 			if (i == warmup)
 				block_start = start = MPI_Wtime();
-			if (rank == 0) {
-				MPI_Send(s, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-				MPI_Recv(r, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (role == 0) {
+				MPI_Send(s, (int)size, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+				MPI_Recv(r, (int)size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 			} else {
-				MPI_Recv(r, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-				MPI_Send(s, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+				MPI_Recv(r, (int)size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				MPI_Send(s, (int)size, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
 			}
 			if (blocks && i + 1 > warmup && (i + 1 - warmup) % o.blocks == 0) {
 				double t = MPI_Wtime();

@@ -5,7 +5,7 @@
  *
  *   - the command line of weft's bench: -min SIZE -max SIZE -iters N
  *     -warmup N -decimals N, sizes with K/M/G suffixes (and latency's
- *     -blocks N);
+ *     -blocks N, latency's and bw's -pair 0,N);
  *   - the iteration schedule, which must stay equal to bench/run.go's
  *     (latencySchedule, bandwidthSchedule, collectiveSchedule);
  *   - OSU's output layout (osu_util.h: FIELD_WIDTH 18, FLOAT_PRECISION 2;
@@ -36,6 +36,15 @@
 #define OSU_BLOCKS_USAGE ""
 #endif
 
+/* A program that defines OSU_PAIR (latency.c, bw.c: point-to-point) takes
+ * -pair 0,N as well: rank N plays rank 1's part opposite rank 0, and the
+ * other ranks idle, as bench's -pair. */
+#ifdef OSU_PAIR
+#define OSU_PAIR_USAGE " [-pair 0,N]"
+#else
+#define OSU_PAIR_USAGE ""
+#endif
+
 /* osu_decimals is what the values are printed with (-decimals). */
 static int osu_decimals = FLOAT_PRECISION;
 
@@ -47,7 +56,32 @@ struct osu_opts {
 	int warmup; /* -1: the schedule's */
 	int bi;     /* bw.c: -bi measures bi-directional bandwidth */
 	int blocks; /* -blocks N (OSU_BLOCKS): time every N iterations too (0: no) */
+	int partner; /* -pair 0,N (OSU_PAIR): the rank opposite rank 0 (default 1) */
 };
+
+/* osu_parse_pair reads "0,N" with N > 0 and returns N, or -1. */
+static inline int osu_parse_pair(const char *s)
+{
+	char *end;
+	long n;
+	if (s[0] != '0' || s[1] != ',' || !isdigit((unsigned char)s[2]))
+		return -1;
+	n = strtol(s + 2, &end, 10);
+	return *end == '\0' && n > 0 && n < (1L << 30) ? (int)n : -1;
+}
+
+/* osu_role is a rank's part in a point-to-point test: 0 for rank 0 (it
+ * times), 1 for the partner, -1 for the ranks that idle; *peer is the rank
+ * opposite. */
+static inline int osu_role(const struct osu_opts *o, int rank, int *peer)
+{
+	if (rank == 0) {
+		*peer = o->partner;
+		return 0;
+	}
+	*peer = 0;
+	return rank == o->partner ? 1 : -1;
+}
 
 /* osu_parse_size reads 512, 64K, 4M, 1G (binary, case-insensitive, an
  * optional B or iB after the suffix). Returns -1 for anything else. */
@@ -84,6 +118,7 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 	o->warmup = -1;
 	o->bi = 0;
 	o->blocks = 0;
+	o->partner = 1;
 	osu_decimals = FLOAT_PRECISION;
 	for (int i = 1; i < argc; i++) {
 		const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -107,6 +142,10 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 		else if (strcmp(f, "-blocks") == 0 && (o->blocks = atoi(v)) >= 0 && isdigit((unsigned char)*v))
 			i++;
 #endif
+#ifdef OSU_PAIR
+		else if (strcmp(f, "-pair") == 0 && (o->partner = osu_parse_pair(v)) > 0)
+			i++;
+#endif
 		else if (strcmp(f, "-decimals") == 0 && isdigit((unsigned char)*v) &&
 		         (osu_decimals = atoi(v)) <= OSU_MAX_DECIMALS)
 			i++;
@@ -117,9 +156,9 @@ static inline int osu_parse(int argc, char **argv, struct osu_opts *o, long defm
 		return 0;
 bad:
 	if (rank == 0)
-		fprintf(stderr, "%s: bad command line; usage: %s [-min SIZE] [-max SIZE] [-iters N] [-warmup N] [-decimals N]%s\n"
+		fprintf(stderr, "%s: bad command line; usage: %s [-min SIZE] [-max SIZE] [-iters N] [-warmup N] [-decimals N]%s%s\n"
 		        "  (sizes like 512, 64K, 4M; -min <= -max; -decimals 0 to %d)\n",
-		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : OSU_BLOCKS_USAGE, OSU_MAX_DECIMALS);
+		        argv[0], argv[0], strstr(argv[0], "bw") ? " [-bi]" : OSU_BLOCKS_USAGE, OSU_PAIR_USAGE, OSU_MAX_DECIMALS);
 	return -1;
 }
 
@@ -207,6 +246,11 @@ static inline int osu_init(int *argc, char ***argv, struct osu_opts *o, long def
 	if (!bad && size < min_ranks) {
 		if (rank == 0)
 			fprintf(stderr, "%s: needs at least %d ranks, this job has %d\n", (*argv)[0], min_ranks, size);
+		bad = 1;
+	}
+	if (!bad && o->partner >= size) {
+		if (rank == 0)
+			fprintf(stderr, "%s: -pair 0,%d: this job has %d ranks\n", (*argv)[0], o->partner, size);
 		bad = 1;
 	}
 	if (bad) {
