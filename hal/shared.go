@@ -16,6 +16,10 @@ type SharedMemory interface {
 	// same bytes at every rank (at different addresses in different
 	// processes), zero when the job's first rank opened the device and
 	// aligned to 8 bytes; nil when the device has none. Its length is a
-	// multiple of the job's size: each rank may be given an equal share.
+	// multiple of the number of ranks that map it (the job's size, or
+	// for a device that serves some ranks of the job, as the shm device
+	// of a job across hosts does, theirs): each may be given an equal
+	// share. A route (hal.Router) offers its member's block, which only
+	// the peers that member reaches share.
 	SharedBlock() []byte
 }
