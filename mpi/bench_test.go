@@ -87,10 +87,57 @@ func BenchmarkAllreduceLarge(b *testing.B) {
 	}
 }
 
+// BenchmarkHier times collectives on 4 goroutine ranks pretending to run
+// on two nodes of two ({0,0,2,2}), node-aware (hier.go) and flat (the
+// message algorithms over the whole communicator, as before), and on one
+// node (the shared block, as before, for reference).
+func BenchmarkHier(b *testing.B) {
+	colls := []struct {
+		name  string
+		bytes int
+		op    func(c *Comm, v []float64) error
+	}{
+		{"Barrier", 0, func(c *Comm, _ []float64) error { return c.Barrier() }},
+		{"Allreduce", 8, func(c *Comm, v []float64) error { return Allreduce(c, v, v, Sum) }},
+		{"Allreduce", 2 << 10, func(c *Comm, v []float64) error { return Allreduce(c, v, v, Sum) }},
+		{"Allreduce", 1 << 20, func(c *Comm, v []float64) error { return Allreduce(c, v, v, Sum) }},
+		{"Bcast", 8, func(c *Comm, v []float64) error { return Bcast(c, v, 1) }},
+		{"Bcast", 1 << 20, func(c *Comm, v []float64) error { return Bcast(c, v, 1) }},
+		{"Allgather", 8, func(c *Comm, v []float64) error { return Allgather(c, v[:len(v)/4], v) }},
+	}
+	for _, cl := range colls {
+		for _, mode := range []string{"hier", "flat", "onenode"} {
+			b.Run(fmt.Sprintf("%s/%dB/%s", cl.name, cl.bytes, mode), func(b *testing.B) {
+				nodes := []int{0, 0, 2, 2}
+				if mode == "onenode" {
+					nodes = nil
+				}
+				v := make([][]float64, 4)
+				benchNodes(b, 4, nodes, func(c *Comm) error {
+					if mode == "flat" {
+						c.hier = nil
+					}
+					v[c.Rank()] = make([]float64, max(4, cl.bytes/8))
+					return nil
+				}, func(c *Comm) error { return cl.op(c, v[c.Rank()]) })
+			})
+		}
+	}
+}
+
 // benchRanks runs setup, then b.N times op, on n goroutine ranks; rank 0
 // keeps the time, from a barrier after setup.
 func benchRanks(b *testing.B, n int, setup, op func(c *Comm) error) {
-	err := Run(n, func(c *Comm) error {
+	benchNodes(b, n, nil, setup, op)
+}
+
+// benchNodes is benchRanks on ranks pretending to be on nodes (runNodes).
+func benchNodes(b *testing.B, n int, nodes []int, setup, op func(c *Comm) error) {
+	opts, err := OptionsFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = runNodes(n, opts, nodes, func(c *Comm) error {
 		if err := setup(c); err != nil {
 			return err
 		}
@@ -180,7 +227,7 @@ func shmWorlds(tb testing.TB, n int) []*World {
 			tb.Fatal(err)
 		}
 		lcs[r] = lc
-		if worlds[r], err = newWorld(lc, envOptions(tb)); err != nil {
+		if worlds[r], err = newWorld(lc, envOptions(tb), nil); err != nil {
 			tb.Fatal(err)
 		}
 	}

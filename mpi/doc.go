@@ -55,6 +55,11 @@
 // packet as it lands (lapi.Accumulate), so the reduction overlaps the
 // transfer.
 //
+// When a job spans nodes, a communicator whose members do and that has
+// several on some node runs Barrier, Bcast, Reduce, Allreduce, Allgather,
+// Gather and Scatter node by node (hier.go): within each node (its shared
+// block), between one leader per node (messages), within each node again.
+//
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
 // longer fails with ErrTimeout and says what it was waiting for.

@@ -15,10 +15,14 @@ package mpi
 //	           broadcasts on its node, which so needs no second step
 //	Reduce     each node reduces to its leader, the leaders to the root's
 //	           node's, which sends the result on to a root that is not it
-//	Allreduce  each node reduces to its leader, the leaders allreduce,
-//	           each node's leader broadcasts: every rank has its leader's
-//	           bits, and the leaders agree bit for bit (coll.go's
-//	           algorithms do: each pair reduces the same two operands)
+//	Allreduce  each node reduces to its leader (large ones whose reads
+//	           are one copy: allreduces by direct reads, direct.go), the
+//	           leaders allreduce, each node's leader broadcasts: every
+//	           rank has its leader's bits, and the leaders agree bit for
+//	           bit (coll.go's algorithms do: each pair reduces the same
+//	           two operands). 1 MiB on {0,0,2,2}: 255 µs, against 585 by
+//	           reducing to the leader and 162 flat (the pretend nodes'
+//	           "network" is shared memory: a real one favours this more)
 //	Allgather  each node gathers to its leader, the leaders allgather the
 //	           nodes' blocks, each node's leader broadcasts them all
 //	Gather     as Allgather, to the root's node's leader only, which sends
@@ -206,7 +210,13 @@ func (h *hierarchy) reduce(send, recv []byte, red reducer, root int) (err error)
 // same length; they may be the same buffer) of elements of es bytes.
 func (h *hierarchy) allreduce(send, recv []byte, es int, red reducer) (err error) {
 	defer h.done(&err)
-	if err := h.node.reduce(send, recv, red, 0); err != nil {
+	if h.node.direct(len(recv), es) {
+		// Every member has the node's result in recv then.
+		err = h.node.allreduce(send, recv, es, red)
+	} else {
+		err = h.node.reduce(send, recv, red, 0)
+	}
+	if err != nil {
 		return err
 	}
 	if h.leaders != nil {

@@ -76,7 +76,7 @@ func TestHeldRendezvousReleasedByWholeMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { lc.Close() })
-		if worlds[r], err = newWorld(lc, envOptions(t)); err != nil {
+		if worlds[r], err = newWorld(lc, envOptions(t), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

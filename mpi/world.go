@@ -54,8 +54,8 @@ type World struct {
 // device's shared block (hal.SharedMemory) is the node's: its shares
 // belong to the node's ranks in ascending world-rank order. Every rank
 // registers the same handlers in the same order.
-func newWorld(lc *lapi.Context, opts Options) (*World, error) {
-	return newWorldLayout(lc, opts, layout{})
+func newWorld(lc *lapi.Context, opts Options, nodes []int) (*World, error) {
+	return newWorldLayout(lc, opts, layout{nodes: nodes})
 }
 
 // layout is where a world's ranks run: their nodes, and the share of
