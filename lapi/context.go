@@ -68,6 +68,7 @@ type Context struct {
 	done      []completion // completions waiting to run outside the lock
 	spare     []completion // runCompletions' other queue, nil while it runs one
 	pollNow   time.Time
+	stale     bool // over a route: this pass has not read the clock into pollNow (progress.go)
 	releaseFn func(*outPkt)
 	rtxFn     func(*outPkt, time.Duration)
 

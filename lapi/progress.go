@@ -23,7 +23,14 @@ func (c *Context) progressLocked() bool {
 // returns how many frames it took.
 func (c *Context) pollLocked() int {
 	if !c.reliable {
-		c.pollNow = c.now()
+		// Over a route with no protocol state toward its unreliable
+		// peers, the pass keeps no time: the clock costs as much as a
+		// shared-memory message. A frame from such a peer reads it
+		// (clock).
+		c.stale = c.relTo != nil && !c.keepsTime()
+		if !c.stale {
+			c.pollNow = c.now()
+		}
 	}
 	n, err := c.dev.Poll(c.onFrameFn)
 	if err != nil && !c.closed {
@@ -34,7 +41,7 @@ func (c *Context) pollLocked() int {
 
 // afterPoll is the rest of a pass after a poll that took n frames.
 func (c *Context) afterPoll(n int) bool {
-	if !c.reliable {
+	if !c.reliable && !c.stale {
 		c.tick(c.pollNow)
 	}
 	if len(c.flushed) > 0 {
@@ -53,7 +60,7 @@ func (c *Context) afterPoll(n int) bool {
 			c.pushLocked(p, c.pollNow)
 		}
 	}
-	if !c.reliable {
+	if !c.reliable && !c.stale {
 		c.rdmaTick(c.pollNow)
 	}
 	if c.rdmaPending() {
@@ -64,6 +71,22 @@ func (c *Context) afterPoll(n int) bool {
 		c.progressed()
 	}
 	return did
+}
+
+// keepsTime reports whether a pass must read the clock (c.mu held): some
+// peer has packets queued or in flight, an acknowledgement or timer is
+// due, RDMA is under way, or reintegration has a timer running.
+func (c *Context) keepsTime() bool {
+	return len(c.active) > 0 || !c.nextTick.IsZero() || c.rd.groups > 0 || c.rdmaPending() ||
+		c.reint != nil && !c.reintIdle
+}
+
+// clock makes c.pollNow current in a pass that began without reading it
+// (stale): a frame from an unreliable peer came.
+func (c *Context) clock() {
+	if c.stale {
+		c.pollNow, c.stale = c.now(), false
+	}
 }
 
 // progressed marks that a pass delivered something: another goroutine's
@@ -79,7 +102,7 @@ func (c *Context) progressed() {
 // a reliable device with nothing to flush, no reintegration timer, no
 // RDMA, no completion, no send queued and no TPT change to take in.
 func (c *Context) quiet() bool {
-	if !c.reliable || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.sendsQueuedLocked() {
+	if !c.reliable && !c.stale || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.sendsQueuedLocked() {
 		return false
 	}
 	// No TPT changes to take in, nor a log long enough for catchUpTPT.

@@ -75,6 +75,7 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	if !c.reliableTo(h.Src) {
+		c.clock()
 		if ph.flags&flagSeq == 0 {
 			c.stats.BadPackets++
 			if trace.On(trace.Hot) {

@@ -246,7 +246,7 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 	if t == "shm" {
 		return openShm(cl, cfg, opts, nil)
 	}
-	return openUDP(cl, cfg, opts)
+	return openUDP(cl, cfg, opts, udp.Options{})
 }
 
 // openShm opens the shared-memory device toward ranks (nil: every rank).
@@ -281,7 +281,10 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 	if err != nil {
 		return nil, err
 	}
-	net, err := openUDP(cl, cfg, opts)
+	// Under a route the UDP device is waited on by the route's watcher
+	// only: its Wait blocks at once, leaving the spinning to lapi's
+	// waiter, which polls both devices.
+	net, err := openUDP(cl, cfg, opts, udp.Options{Spin: -1})
 	if err != nil {
 		sm.Close()
 		return nil, err
@@ -296,12 +299,13 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 }
 
 // openUDP opens the UDP device on the address ranks on other hosts reach.
-func openUDP(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
+func openUDP(cl pmi.Client, cfg hal.Config, opts Options, o udp.Options) (hal.Device, error) {
 	bind, err := bindAddr(cl, opts.Bind)
 	if err != nil {
 		return nil, err
 	}
-	dev, err := udp.OpenFromEnv(cfg, udp.Options{Bind: bind})
+	o.Bind = bind
+	dev, err := udp.OpenFromEnv(cfg, o)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: open udp device on %s: %w", bind, err)
 	}

@@ -283,7 +283,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 	}
 	d.deliver = nil
-	if d.polls++; d.polls&15 == 0 {
+	if d.polls++; d.polls&255 == 0 {
 		d.fold()
 	}
 	return total, first
@@ -323,8 +323,8 @@ func (d *Device) Wait(ctx context.Context) error {
 }
 
 // Counters are the sums of the members' counters, folded in at this call,
-// every 16th Poll and before Wait blocks (summing them at every Poll would
-// cost every frame a few dozen atomic loads); frames dropped for coming
+// every 256th Poll and before Wait blocks (summing them costs a few dozen
+// atomic loads, as much as a shared-memory message); frames dropped for coming
 // through the wrong member count as hal.DropPeer. Members' own counters:
 // Members.
 func (d *Device) Counters() *hal.Counters {

@@ -55,7 +55,7 @@ func (d *Device) startWatchers() {
 
 // armWatcher has w's watcher wait on its member, unless it does already.
 func (w *watch) armWatcher() {
-	if w.armed.CompareAndSwap(false, true) {
+	if !w.armed.Load() && w.armed.CompareAndSwap(false, true) {
 		w.arm <- struct{}{}
 	}
 }
