@@ -1,5 +1,7 @@
 package mpi
 
+import "errors"
+
 // Hierarchical (node-aware) collectives, as Open MPI's han and MPICH's
 // node-aware collectives run them. When a communicator's members span
 // nodes and some node has more than one of them, the collectives run in
@@ -133,10 +135,15 @@ func (h *hierarchy) leads(m int) bool { return h.local[m] == 0 }
 
 // done ends a hierarchical call: it is counted, and if it failed, the
 // scratch buffers are dropped, which a receive or read left pending may
-// still write.
+// still write. A call that failed because a member on another node
+// aborted it (a step that failed after a member left it) reports the
+// abort, the cause.
 func (h *hierarchy) done(err *error) {
 	h.c.w.hierCalls.Add(1)
 	if *err != nil {
+		if a := h.c.coll.abortedNow(); a != nil && !errors.Is(*err, ErrArg) {
+			*err = a
+		}
 		h.c.tmp, h.node.tmp = nil, nil
 		if h.leaders != nil {
 			h.leaders.tmp = nil
