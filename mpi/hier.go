@@ -37,6 +37,11 @@ import "errors"
 // the flat algorithm. Nodes of different sizes are padded to the largest
 // in the leaders' exchanges of blocks.
 //
+// Without a node layout (nodes nil, or every rank on one node) nothing of
+// this runs: a collective costs one nil check more (8-byte Allreduce, 2
+// ranks: 107-112 ns against 107-146 before; 4 on 2 cores: 5.9-6.1 µs
+// both).
+//
 // The node's part and the leaders are internal communicators, never handed
 // to a user. Their context ids are derived from the parent's, so that no
 // agreement is needed: the parent's id ctx (even, below 1<<30; a
