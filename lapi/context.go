@@ -468,3 +468,12 @@ func (c *Context) SingleCopy() int {
 	}
 	return c.cfg.SingleCopyThreshold
 }
+
+// SingleCopyTo is SingleCopy toward peer: 0 when single-copy transfers
+// do not reach it (over a route, a rank of another node).
+func (c *Context) SingleCopyTo(peer hal.Rank) int {
+	if c.cm.to != nil && (int(peer) >= len(c.cm.to) || !c.cm.to[peer]) {
+		return 0
+	}
+	return c.SingleCopy()
+}

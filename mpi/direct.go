@@ -37,7 +37,21 @@ const directLarge = 128 << 10
 // 340-515 / 474-555 (one 1,203) against 235-299 / 489-494 / 609-686.
 func (c *Comm) direct(n, es int) bool {
 	w := c.w
-	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0
+	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0 && !c.spansFar()
+}
+
+// spansFar reports whether a member of c is a rank no single-copy read
+// reaches (World.far).
+func (c *Comm) spansFar() bool {
+	if c.w.far == nil {
+		return false
+	}
+	for _, wr := range c.group {
+		if c.w.far[wr] {
+			return true
+		}
+	}
+	return false
 }
 
 // directCounter is the communicator's counter for the reads of direct

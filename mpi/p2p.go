@@ -82,7 +82,7 @@ func IrecvInto[T Elem](q *Request, c *Comm, buf []T, source, tag int) error {
 // startSend starts a nonblocking send of b on the communicator's context.
 // It returns no operation when lapi copied b: the send is then complete.
 func (c *Comm) startSend(b []byte, dest, tag int) (*request, error) {
-	if c.w.copies(len(b)) {
+	if c.copies(len(b), dest) {
 		return nil, c.sendCopied(b, dest, tag, c.ctx)
 	}
 	return c.isend(b, dest, tag, c.ctx)
@@ -97,7 +97,7 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, re
 // sendrecv is Sendrecv on context ctx, the receive buffer holding
 // elements of elem bytes.
 func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, recvTag int, ctx uint32) (Status, error) {
-	if c.w.copies(len(sb)) {
+	if c.copies(len(sb), dest) {
 		// An eager send completes at once: it goes first, so that the
 		// peer's wait ends sooner; posting the receive overlaps its
 		// flight. The peer's message may then come unexpected, which
@@ -187,7 +187,7 @@ func (c *Comm) checkDest(dest, tag int) error {
 // has it, so it needs no request and no wait: the blocking send of a small
 // message is one call into lapi.
 func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
-	if c.w.copies(len(b)) {
+	if c.copies(len(b), dest) {
 		return c.sendCopied(b, dest, tag, ctx)
 	}
 	r, err := c.isend(b, dest, tag, ctx)
@@ -232,9 +232,20 @@ func (w *World) nextSeqLocked(wd int) uint32 {
 	return s
 }
 
-// copies reports whether a send of n bytes is eager and copied by lapi,
-// and so complete as soon as lapi has it.
-func (w *World) copies(n int) bool { return n <= w.eagerLimit && n <= w.lc.CopyThreshold() }
+// copies reports whether a send of n bytes to member dest is eager and
+// copied by lapi, and so complete as soon as lapi has it.
+func (c *Comm) copies(n, dest int) bool { return n <= c.eagerTo(dest) && n <= c.w.lc.CopyThreshold() }
+
+// eagerTo is the eager limit toward member dest: over a route, a rank of
+// another node is reached by no single-copy read, so rendezvous does not
+// start where single copies pay (World.far).
+func (c *Comm) eagerTo(dest int) int {
+	w := c.w
+	if w.far != nil && dest >= 0 && dest < len(c.group) && w.far[c.group[dest]] {
+		return w.eagerFar
+	}
+	return w.eagerLimit
+}
 
 // isend starts a send on context ctx (the communicator's, or its
 // collective context).
@@ -249,7 +260,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	wd := c.group[dest]
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
-	if len(b) <= w.eagerLimit {
+	if len(b) <= c.eagerTo(dest) {
 		var o lapi.SendOpts
 		copied := len(b) <= w.lc.CopyThreshold()
 		if !copied {

@@ -50,7 +50,11 @@ type splitState struct {
 // splits reports whether a rendezvous receive of n bytes from world rank
 // from is split between the two ends.
 func (w *World) splits(n, from int) bool {
-	return w.splitMin > 0 && n >= max(w.splitMin, 16<<10) && from != w.rank
+	least := w.splitMin
+	if w.far != nil && w.far[from] {
+		least = w.splitFar
+	}
+	return least > 0 && n >= max(least, 16<<10) && from != w.rank
 }
 
 // startSplit starts a split rendezvous receive of n bytes (w.mu not

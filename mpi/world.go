@@ -36,6 +36,12 @@ type World struct {
 	nodes              []int          // node of each world rank (its lowest world rank); nil: one node
 	hierCalls          atomic.Int64   // collectives run node by node (hier.go), for tests
 	eagerLimit         int
+	// far, over a route, marks the world ranks no single-copy read
+	// reaches (another node's), nil when there are none or single copies
+	// reach none: toward them eager messages and whole rendezvous go up
+	// to eagerFar and splitFar, the thresholds without single copies.
+	far                []bool
+	eagerFar, splitFar int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
@@ -138,6 +144,18 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	}
 	if opts.Eager > 0 {
 		w.eagerLimit = opts.Eager
+	}
+	if lc.SingleCopy() > 0 {
+		for r := range w.size {
+			if r != w.rank && lc.SingleCopyTo(hal.Rank(r)) == 0 {
+				if w.far == nil {
+					w.far = make([]bool, w.size)
+					w.eagerFar = orDefault(opts.Eager, 64<<10)
+					w.splitFar = orDefault(opts.Split, splitDefault)
+				}
+				w.far[r] = true
+			}
+		}
 	}
 	w.timeout = opts.Timeout
 	w.m.init(w.size)
