@@ -18,8 +18,10 @@ import (
 // docs/tuning.md says what each is for.
 type Options struct {
 	// Transport picks the device Init opens (WEFT_TRANSPORT): "auto" or
-	// "" uses shared memory when every rank is on this node and kernel
-	// UDP sockets otherwise; "shm" and "udp" force one; "verbs" fails,
+	// "" uses shared memory when every rank is on this node, kernel UDP
+	// sockets when no other rank is, and otherwise both under a route
+	// (shared memory toward this node's ranks, UDP toward the others);
+	// "shm" and "udp" force one; "verbs" fails,
 	// as this build has no verbs device yet. Run ignores it: its ranks
 	// share the in-process device.
 	Transport string
