@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/route"
+	"github.com/weft-hpc/weft/stripe"
 	"github.com/weft-hpc/weft/transport/shm"
 	"github.com/weft-hpc/weft/transport/udp"
 )
@@ -47,9 +49,9 @@ func Init() (*World, error) {
 // is, and otherwise both under a route (package route): shared memory
 // toward this node's ranks, UDP toward the others; shm and udp force one
 // (shm only when every rank is here); verbs is not available in this
-// build yet and fails
-// with an error that says so. A field out of its range fails with an
-// error wrapping ErrArg that names it.
+// build yet and fails with an error that says so. With two or more
+// opts.NICs the UDP device is a stripe of one per NIC (openNet). A field
+// out of its range fails with an error wrapping ErrArg that names it.
 func InitWith(opts Options) (*World, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
@@ -172,7 +174,8 @@ func waitJoined(lc *lapi.Context, timeout time.Duration) error {
 
 // traceDevices says, at trace level 2, what each of the rank's devices
 // carried: over a route, which ranks each member reaches and its
-// counters, so that a job can show which way its pairs went.
+// counters, so that a job can show which way its pairs went; over a
+// stripe (alone or a route's member), each NIC's share and state too.
 func traceDevices(rank, size int, dev hal.Device) {
 	if !trace.On(trace.Setup) {
 		return
@@ -180,6 +183,7 @@ func traceDevices(rank, size int, dev hal.Device) {
 	r, ok := dev.(*route.Device)
 	if !ok {
 		trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, dev.Addr(), dev.Counters())
+		traceStripe(rank, dev)
 		return
 	}
 	for _, m := range r.Members() {
@@ -191,6 +195,19 @@ func traceDevices(rank, size int, dev hal.Device) {
 		}
 		scheme, _, _ := strings.Cut(m.Addr(), ":")
 		trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, scheme, peers, m.Counters())
+		traceStripe(rank, m)
+	}
+}
+
+// traceStripe says, if dev is a stripe, what each member carried and
+// whether it is in: "mpi: rank R stripe member I ADDR in: sent=...".
+func traceStripe(rank int, dev hal.Device) {
+	st, ok := dev.(*stripe.Device)
+	if !ok {
+		return
+	}
+	for _, m := range st.Members() {
+		trace.Printf(trace.Setup, "mpi: rank %d stripe %v", rank, m)
 	}
 }
 
@@ -246,7 +263,7 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 	if t == "shm" {
 		return openShm(cl, cfg, opts, nil)
 	}
-	return openUDP(cl, cfg, opts, udp.Options{})
+	return openNet(cl, cfg, opts, udp.Options{})
 }
 
 // openShm opens the shared-memory device toward ranks (nil: every rank).
@@ -281,10 +298,10 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 	if err != nil {
 		return nil, err
 	}
-	// Under a route the UDP device is waited on by the route's watcher
-	// only: its Wait blocks at once, leaving the spinning to lapi's
-	// waiter, which polls both devices.
-	net, err := openUDP(cl, cfg, opts, udp.Options{Spin: -1})
+	// Under a route the UDP device (or each NIC's, under a stripe) is
+	// waited on by the route's watcher only: its Wait blocks at once,
+	// leaving the spinning to lapi's waiter, which polls both devices.
+	net, err := openNet(cl, cfg, opts, udp.Options{Spin: -1})
 	if err != nil {
 		sm.Close()
 		return nil, err
@@ -298,18 +315,91 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 	return dev, nil
 }
 
-// openUDP opens the UDP device on the address ranks on other hosts reach.
-func openUDP(cl pmi.Client, cfg hal.Config, opts Options, o udp.Options) (hal.Device, error) {
-	bind, err := bindAddr(cl, opts.Bind)
-	if err != nil {
-		return nil, err
+// openNet opens the network device: one UDP device on the address ranks on
+// other hosts reach (openUDP), or, with two or more Options.NICs, one per
+// NIC striped into one device (package stripe) whose address is the
+// members' joined, so that a peer's member i reaches this rank's member i.
+func openNet(cl pmi.Client, cfg hal.Config, opts Options, o udp.Options) (hal.Device, error) {
+	switch len(opts.NICs) {
+	case 0:
+		bind, err := bindAddr(cl, opts.Bind)
+		if err != nil {
+			return nil, err
+		}
+		return openUDP(cfg, o, bind, "")
+	case 1:
+		bind, err := nicAddr(opts.NICs[0])
+		if err != nil {
+			return nil, err
+		}
+		return openUDP(cfg, o, bind, opts.NICs[0])
 	}
+	devs := make([]hal.Device, 0, len(opts.NICs))
+	closeAll := func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}
+	for i, nic := range opts.NICs {
+		bind, err := nicAddr(nic)
+		if err == nil {
+			c := cfg
+			c.Index = uint8(i)
+			var dev hal.Device
+			if dev, err = openUDP(c, o, bind, nic); err == nil {
+				devs = append(devs, dev)
+			}
+		}
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	st, err := stripe.New(devs, stripe.Options{Rank: cfg.Rank, JobKey: cfg.JobKey})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("mpi: init: stripe over NICs %s: %w", strings.Join(opts.NICs, ","), err)
+	}
+	return st, nil
+}
+
+// openUDP opens a UDP device bound to bind; nic is the Options.NICs entry
+// that named it, if any, for the error.
+func openUDP(cfg hal.Config, o udp.Options, bind, nic string) (hal.Device, error) {
 	o.Bind = bind
 	dev, err := udp.OpenFromEnv(cfg, o)
-	if err != nil {
+	switch {
+	case err != nil && nic != "" && nic != bind:
+		return nil, fmt.Errorf("mpi: init: open udp device on NIC %s (%s): %w", nic, bind, err)
+	case err != nil:
 		return nil, fmt.Errorf("mpi: init: open udp device on %s: %w", bind, err)
 	}
 	return dev, nil
+}
+
+// nicAddr is the address a UDP device binds for an Options.NICs entry: the
+// entry itself if it is an IP address, else the first IPv4 address of the
+// interface of that name on this host. The errors name the NIC and
+// WEFT_NICS, where users set it.
+func nicAddr(nic string) (string, error) {
+	if a, err := netip.ParseAddr(nic); err == nil {
+		return a.String(), nil
+	}
+	host, _ := os.Hostname()
+	ifi, err := net.InterfaceByName(nic)
+	if err != nil {
+		return "", fmt.Errorf("mpi: init: NIC %q (WEFT_NICS): no interface of that name on host %s: %w", nic, host, err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("mpi: init: NIC %q (WEFT_NICS) on host %s: its addresses: %w", nic, host, err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.To4().String(), nil
+		}
+	}
+	return "", fmt.Errorf("mpi: init: NIC %q (WEFT_NICS) on host %s has no IPv4 address", nic, host)
 }
 
 // wrapFaults applies WEFT_FAULTS to a device, as inproc and udp do for

@@ -31,6 +31,18 @@ type Options struct {
 	// host's name resolves to. Init only.
 	Bind string
 
+	// NICs are the network interfaces the UDP device stripes over
+	// (WEFT_NICS, which gorun --nics sets): interface names, each
+	// resolved on the rank's host to that interface's IPv4 address, or
+	// local addresses. With two or more, Init opens one UDP device per NIC
+	// and joins them in a stripe (package stripe), which it uses wherever
+	// it would have used the single UDP device: alone, or toward the other
+	// hosts under a route. One NIC is the single device bound there.
+	// Empty (the default) is one NIC, chosen as Bind says; setting both
+	// Bind and NICs is an error. A NIC that does not exist, or has no IPv4
+	// address, fails Init with an error naming it. Init only.
+	NICs []string
+
 	// NodeCPUs is how many CPUs this node's ranks share (WEFT_NODE_CPUS,
 	// which gorun sets when it binds ranks to cores); 0 means the CPUs
 	// this process may run on. More ranks than that on the node makes
@@ -114,8 +126,34 @@ func (o Options) check() error {
 		return bad("Timeout", o.Timeout, "0 or more")
 	case o.Eager < 0:
 		return bad("Eager", o.Eager, "0 or more bytes")
+	case len(o.NICs) > 0 && o.Bind != "":
+		return fmt.Errorf("mpi: Options.Bind %q and Options.NICs %q: set one (WEFT_BIND or WEFT_NICS): %w", o.Bind, o.NICs, ErrArg)
+	}
+	if !validNICs(o.NICs) {
+		return bad("NICs", o.NICs, nicsForm)
 	}
 	return nil
+}
+
+// nicsForm is what Options.NICs and WEFT_NICS accept; maxNICs is
+// stripe's bound on its members.
+const (
+	nicsForm = "at most 16 distinct interface names or addresses, joined by ','"
+	maxNICs  = 16
+)
+
+// validNICs reports whether nics is a list Init can stripe over: at most
+// maxNICs, none empty, repeated or holding a space or ','.
+func validNICs(nics []string) bool {
+	if len(nics) > maxNICs {
+		return false
+	}
+	for i, n := range nics {
+		if n == "" || strings.ContainsAny(n, " \t\n,") || slices.Contains(nics[:i], n) {
+			return false
+		}
+	}
+	return true
 }
 
 // envVar is one environment variable OptionsFromEnv reads: set stores a
@@ -135,6 +173,13 @@ var envVars = []envVar{
 	{"WEFT_BIND", "a local address", func(o *Options, v string) bool {
 		o.Bind = v
 		return true
+	}},
+	{"WEFT_NICS", nicsForm, func(o *Options, v string) bool {
+		o.NICs = strings.Split(v, ",")
+		for i := range o.NICs {
+			o.NICs[i] = strings.TrimSpace(o.NICs[i])
+		}
+		return validNICs(o.NICs)
 	}},
 	{"WEFT_NODE_CPUS", "a positive number of CPUs", func(o *Options, v string) bool {
 		n, err := strconv.Atoi(v)

@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,7 @@ func clearEnv(t *testing.T) {
 // table.
 func TestOptionsFromEnv(t *testing.T) {
 	clearEnv(t)
-	if o, err := OptionsFromEnv(); err != nil || o != (Options{}) {
+	if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, Options{}) {
 		t.Fatalf("empty environment: %+v, %v; want the zero Options", o, err)
 	}
 	cases := []struct {
@@ -46,6 +47,9 @@ func TestOptionsFromEnv(t *testing.T) {
 	}{
 		{"WEFT_TRANSPORT", []string{"shm", "auto"}, []Options{{Transport: "shm"}, {Transport: "auto"}}, []string{"tcp", "SHM"}},
 		{"WEFT_BIND", []string{"10.0.0.2"}, []Options{{Bind: "10.0.0.2"}}, nil},
+		{"WEFT_NICS", []string{"eth0,eth1", "10.0.0.2", " eth0 , 10.0.1.2"},
+			[]Options{{NICs: []string{"eth0", "eth1"}}, {NICs: []string{"10.0.0.2"}}, {NICs: []string{"eth0", "10.0.1.2"}}},
+			[]string{"eth0,", "eth0,eth0", ",eth1", "eth0 eth1", manyNICs(17)}},
 		{"WEFT_NODE_CPUS", []string{"4"}, []Options{{NodeCPUs: 4}}, []string{"junk", "0", "-2", "4cpus"}},
 		{"WEFT_YIELD", []string{"2ms", "0"}, []Options{{Yield: 2 * time.Millisecond}, {Yield: -1}}, []string{"soon", "-1ms", "5"}},
 		{"WEFT_TIMEOUT", []string{"30s", "0"}, []Options{{Timeout: 30 * time.Second}, {}}, []string{"later", "-1s"}},
@@ -62,7 +66,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		seen[c.name] = true
 		for i, v := range c.good {
 			t.Setenv(c.name, v)
-			if o, err := OptionsFromEnv(); err != nil || o != c.want[i] {
+			if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, c.want[i]) {
 				t.Errorf("%s=%s: %+v, %v; want %+v", c.name, v, o, err, c.want[i])
 			}
 		}
@@ -100,6 +104,15 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 }
 
+// manyNICs is a WEFT_NICS value of n distinct names.
+func manyNICs(n int) string {
+	nics := make([]string, n)
+	for i := range nics {
+		nics[i] = fmt.Sprintf("eth%d", i)
+	}
+	return strings.Join(nics, ",")
+}
+
 // TestOptionsCheck: RunWith refuses a field out of its range, naming it.
 func TestOptionsCheck(t *testing.T) {
 	for _, c := range []struct {
@@ -111,6 +124,9 @@ func TestOptionsCheck(t *testing.T) {
 		{Options{NodeCPUs: -1}, "NodeCPUs"},
 		{Options{Timeout: -time.Second}, "Timeout"},
 		{Options{Eager: -1}, "Eager"},
+		{Options{NICs: []string{"eth0", ""}}, "NICs"},
+		{Options{NICs: []string{"eth0", "eth0"}}, "NICs"},
+		{Options{NICs: []string{"eth0"}, Bind: "10.0.0.1"}, "NICs"},
 	} {
 		err := RunWith(2, c.o, func(*Comm) error { return nil })
 		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "Options."+c.field) {
