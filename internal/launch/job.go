@@ -248,8 +248,13 @@ func (j *job) startRanks(ports map[string]string) {
 			"PMI_RANK=" + strconv.Itoa(id), "PMI_SIZE=" + strconv.Itoa(j.opts.N),
 			"MPI_LOCALRANKID=" + strconv.Itoa(localID[id]), "MPI_LOCALNRANKS=" + strconv.Itoa(localN[id]),
 		}
+		var nics []string
+		if l := j.opts.nicsFor(r.host.Name); l != "" {
+			nics = []string{"WEFT_NICS=" + l}
+		}
 		var err error
 		if r.host.Local {
+			vars = append(vars, nics...)
 			if cpus != nil {
 				r.cpus = cpus[localID[id]]
 				vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
@@ -257,7 +262,7 @@ func (j *job) startRanks(ports map[string]string) {
 			err = j.startLocal(r, append(append([]string(nil), base...), vars...))
 		} else {
 			// Hydra's PMI_PORT mode: no PMI_RANK/PMI_SIZE, the server tells.
-			err = j.startRemote(r, append(append([]string(nil), remoteBase...), vars[2:]...), ports[r.host.Name])
+			err = j.startRemote(r, append(append(append([]string(nil), remoteBase...), vars[2:]...), nics...), ports[r.host.Name])
 		}
 		if err != nil {
 			j.fail(id, fmt.Sprintf("could not be started on %s: %v", r.host.Name, err), exitFailure)

@@ -26,21 +26,23 @@ var (
 
 // Options is a parsed gorun command line.
 type Options struct {
-	N             int           // ranks
-	Hosts         []Host        // -H and --hostfile; empty: this host only
-	Rsh           []string      // command that reaches a host, split on spaces
-	Oversubscribe bool          // allow more ranks than slots
-	Transport     string        // WEFT_TRANSPORT for every rank: auto, shm or udp
-	transportFrom string        // where Transport came from, for messages
-	TagOutput     bool          // prefix lines with [rank]
-	Timeout       time.Duration // 0: none
-	Trace         int           // -1: not set
-	Profile       string        // "", cpu, mem, block, mutex
-	BindTo        string        // auto, core, none: see bind.go
-	Env           []string      // -x NAME=VALUE, in order
-	Wrap          bool          // --wrap: run a foreign launcher with a rendezvous
-	Program       string        // package directory or binary (or launcher with --wrap)
-	Args          []string      // program arguments
+	N             int               // ranks
+	Hosts         []Host            // -H and --hostfile; empty: this host only
+	Rsh           []string          // command that reaches a host, split on spaces
+	Oversubscribe bool              // allow more ranks than slots
+	Transport     string            // WEFT_TRANSPORT for every rank: auto, shm or udp
+	NICs          string            // --nics LIST: WEFT_NICS for the ranks of every host ("": not set)
+	HostNICs      map[string]string // --nics HOST=LIST: WEFT_NICS for HOST's ranks, over NICs
+	transportFrom string            // where Transport came from, for messages
+	TagOutput     bool              // prefix lines with [rank]
+	Timeout       time.Duration     // 0: none
+	Trace         int               // -1: not set
+	Profile       string            // "", cpu, mem, block, mutex
+	BindTo        string            // auto, core, none: see bind.go
+	Env           []string          // -x NAME=VALUE, in order
+	Wrap          bool              // --wrap: run a foreign launcher with a rendezvous
+	Program       string            // package directory or binary (or launcher with --wrap)
+	Args          []string          // program arguments
 
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is stopped.
@@ -63,7 +65,10 @@ var notYet = map[string]string{
 
 // hiddenFlags are accepted only to be refused with why (see ParseArgs):
 // they name features that do not exist yet, so the help does not list them.
-var hiddenFlags = map[string]bool{"nics": true}
+var hiddenFlags = map[string]bool{}
+
+// maxNICs is how many NICs a rank may stripe over (package stripe's bound).
+const maxNICs = 16
 
 var profiles = []string{"cpu", "mem", "block", "mutex"}
 
@@ -100,9 +105,8 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &Options{Trace: -1, KillGrace: 2 * time.Second}
-	var hostList, xs stringList
-	var hostfile, rsh, trace, nics string
-	var nicsGiven bool
+	var hostList, xs, nics stringList
+	var hostfile, rsh, trace string
 	fs.IntVar(&o.N, "n", 1, "number of ranks")
 	fs.IntVar(&o.N, "np", 1, "same as -n")
 	fs.Var(&hostList, "H", "hosts as host[:slots],... (repeatable); ranks go to hosts by slot")
@@ -110,7 +114,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&rsh, "rsh", "", "command that reaches a host (default: ssh -x -o BatchMode=yes -o ConnectTimeout=10)")
 	fs.BoolVar(&o.Oversubscribe, "oversubscribe", false, "allow more ranks than slots")
 	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp (auto: shm within one host, udp across hosts; when not given, WEFT_TRANSPORT if set)")
-	fs.StringVar(&nics, "nics", "", "refused: striping across NICs does not exist yet")
+	fs.Var(&nics, "nics", "NICs each rank stripes its network traffic over (WEFT_NICS): a,b for every host, or HOST=a,b for one host's ranks (repeatable); interface names, resolved on each rank's host, or addresses (default: one NIC, the address the host's name resolves to)")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix each output line with [rank]")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long (exit status 124), first reporting per rank the MPI call it is blocked in (operation, peer, tag, communicator; asked with SIGWINCH, answers awaited 2s), or that it is in none or did not answer, and its PMI state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
@@ -147,10 +151,6 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 
 	if o.N < 1 {
 		return nil, fmt.Errorf("%w: -n %d: need at least one rank", ErrUsage, o.N)
-	}
-	fs.Visit(func(f *flag.Flag) { nicsGiven = nicsGiven || f.Name == "nics" })
-	if nicsGiven {
-		return nil, fmt.Errorf("%w: --nics %q: striping across several NICs does not exist yet; each rank uses the NIC routed towards its peers (drop --nics)", ErrUsage, nics)
 	}
 	if !slices.Contains(bindings, o.BindTo) {
 		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(bindings, ", "))
@@ -199,7 +199,80 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		}
 		o.Hosts = append(o.Hosts, hs...)
 	}
+	if err := o.parseNICs(nics); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// parseNICs takes the --nics values: one LIST for every host, and
+// HOST=LIST for the ranks of HOST, a host of -H or --hostfile. A LIST is
+// at most maxNICs distinct interface names or addresses joined by ','; the
+// ranks resolve names on their own host (mpi.Options.NICs), so one list
+// of names serves hosts whose addresses differ. -x WEFT_NICS beside
+// --nics is refused: one of them would be ignored.
+func (o *Options) parseNICs(values []string) error {
+	if len(values) == 0 {
+		return nil
+	}
+	for _, kv := range o.Env {
+		if strings.HasPrefix(kv, "WEFT_NICS=") {
+			return fmt.Errorf("%w: --nics and -x WEFT_NICS both given: use one", ErrUsage)
+		}
+	}
+	for _, v := range values {
+		host, list, perHost := strings.Cut(v, "=")
+		if !perHost {
+			host, list = "", v
+		}
+		if err := checkNICList(list); err != nil {
+			return fmt.Errorf("%w: --nics %q: %v", ErrUsage, v, err)
+		}
+		switch {
+		case !perHost && o.NICs != "":
+			return fmt.Errorf("%w: --nics %q and --nics %q: one list for every host; HOST=LIST for one host's", ErrUsage, o.NICs, v)
+		case !perHost:
+			o.NICs = list
+			continue
+		case !slices.ContainsFunc(o.Hosts, func(h Host) bool { return h.Name == host }):
+			return fmt.Errorf("%w: --nics %q: %q is not a host of -H or --hostfile", ErrUsage, v, host)
+		case o.HostNICs[host] != "":
+			return fmt.Errorf("%w: --nics %q: host %s's NICs already given (%s)", ErrUsage, v, host, o.HostNICs[host])
+		}
+		if o.HostNICs == nil {
+			o.HostNICs = map[string]string{}
+		}
+		o.HostNICs[host] = list
+	}
+	return nil
+}
+
+// checkNICList checks one --nics LIST.
+func checkNICList(list string) error {
+	nics := strings.Split(list, ",")
+	if len(nics) > maxNICs {
+		return fmt.Errorf("%d NICs, at most %d", len(nics), maxNICs)
+	}
+	for i, n := range nics {
+		switch {
+		case n == "":
+			return errors.New("want interface names or addresses joined by ',', without empty ones")
+		case strings.ContainsAny(n, " \t\n=;'\"$`\\"):
+			return fmt.Errorf("%q is not an interface name or address", n)
+		case slices.Contains(nics[:i], n):
+			return fmt.Errorf("%s given twice", n)
+		}
+	}
+	return nil
+}
+
+// nicsFor is WEFT_NICS for the ranks of host: its own list, else the one
+// for every host, else "" (the ranks' default, one NIC).
+func (o *Options) nicsFor(host string) string {
+	if l, ok := o.HostNICs[host]; ok {
+		return l
+	}
+	return o.NICs
 }
 
 // resolveTransport decides the ranks' WEFT_TRANSPORT as they will see it:

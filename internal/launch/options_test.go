@@ -62,8 +62,14 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--transport", "verbs", "p"}, "verbs device does not exist yet; use auto, shm, udp"},
 		{[]string{"--transport", "inproc-test", "p"}, "mpi.Run"},
 		{[]string{"-x", "WEFT_TRANSPORT=verbs", "p"}, "-x WEFT_TRANSPORT \"verbs\": the verbs device does not exist yet"},
-		{[]string{"--nics", "eth0,eth1", "p"}, "--nics \"eth0,eth1\": striping across several NICs does not exist yet"},
-		{[]string{"--nics", "", "p"}, "striping"},
+		{[]string{"--nics", "", "p"}, "without empty ones"},
+		{[]string{"--nics", "eth0,,eth1", "p"}, "without empty ones"},
+		{[]string{"--nics", "eth0,eth0", "p"}, "eth0 given twice"},
+		{[]string{"--nics", "eth0;reboot", "p"}, "not an interface name or address"},
+		{[]string{"--nics", "eth0", "--nics", "eth1", "p"}, "one list for every host"},
+		{[]string{"-H", "a", "--nics", "b=eth0", "p"}, `"b" is not a host of -H or --hostfile`},
+		{[]string{"-H", "a", "--nics", "a=eth0", "--nics", "a=eth1", "p"}, "host a's NICs already given"},
+		{[]string{"--nics", "eth0", "-x", "WEFT_NICS=eth1", "p"}, "--nics and -x WEFT_NICS both given"},
 		{[]string{"--profile", "heap", "p"}, "cpu, mem, block, mutex"},
 		{[]string{"--bind-to", "socket", "p"}, "auto, core, none"},
 		{[]string{"--trace", "12", "p"}, "0-9"},
@@ -178,12 +184,12 @@ func TestHelpListsOnlyWhatExists(t *testing.T) {
 	if _, err := ParseArgs([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, absent := range []string{"-nics", "verbs", "inproc-test", "stripe"} {
+	for _, absent := range []string{"verbs", "inproc-test"} {
 		if strings.Contains(help.String(), absent) {
 			t.Errorf("help mentions %q:\n%s", absent, help.String())
 		}
 	}
-	for _, present := range []string{"-transport", "auto | shm | udp", "copied to each remote host", "same path on every", "WEFT_*"} {
+	for _, present := range []string{"-transport", "auto | shm | udp", "-nics", "default: one NIC", "copied to each remote host", "same path on every", "WEFT_*"} {
 		if !strings.Contains(help.String(), present) {
 			t.Errorf("help does not say %q:\n%s", present, help.String())
 		}
