@@ -83,8 +83,11 @@
 // than internal/launch (deps_test.go). Its tests use internal/simnet,
 // internal/faults, transport/inproc and hal/haltest as fixtures.
 //
-// Not done yet: gorun --nics and one address per member through PMI (the
-// stripe's Addr is already the members' addresses joined), the wiring in
-// mpi, lapi's redrive on a member's failure, key migration beyond the
-// rank-wide TPT, and the tbf benchmark of issue 28.
+// # Use
+//
+// mpi.Init stripes one UDP device per NIC of Options.NICs (WEFT_NICS,
+// gorun --nics) and publishes the stripe's Addr, one address per member,
+// through PMI; bench/results/stripe-2nic.md measures it across two hosts.
+// Not done yet: lapi's redrive on a member's failure, key migration beyond
+// the rank-wide TPT, and per-member reintegration (above).
 package stripe
