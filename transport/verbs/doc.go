@@ -1,0 +1,85 @@
+// Package verbs is weft's device over rdma-core (libibverbs): frames travel
+// as unreliable datagrams (a UD queue pair), so LAPI's reliability runs
+// above it as it does over transport/udp, but sends and receives go
+// through the adapter's queues instead of the kernel's network stack. On a
+// host without an RDMA NIC, soft-RoCE (the rdma_rxe module) gives a device
+// over any Ethernet interface; the tests run on it inside a VM.
+//
+// # Building
+//
+// The device uses cgo and exists only in binaries built with the build tag
+// verbs on Linux, with libibverbs' headers installed (Debian/Ubuntu:
+// apt-get install libibverbs-dev):
+//
+//	go build -tags verbs ./...
+//
+// Without the tag (or without cgo) the package still compiles: Open then
+// returns ErrNotBuilt, and Built is false.
+//
+// # The device
+//
+// Open picks a device and port (Options.Device and Options.Port, by default
+// the first active port found) and a source GID (Options.GIDIndex, by
+// default the port's RoCE v2 GID holding an IPv4 address), and makes a
+// protection domain, a UD queue pair, a send and a receive completion
+// queue, and a completion channel on the receive queue. Its send and
+// receive rings are anonymous memory mappings registered once
+// (ibv_reg_mr) for the device's lifetime; they are outside the Go heap, so
+// no runtime.Pinner is involved and registration never pins a page that
+// holds Go objects.
+//
+// Caps: unreliable, unordered; MTU the port's active MTU (1024 on rxe over
+// a 1500-byte Ethernet MTU, 4096 over jumbo frames) less hal.HeaderLen.
+// Receive buffers are 40 bytes longer: the adapter writes the Global Route
+// Header in front of every datagram. Addr is an Address: GID, queue pair
+// number, queue key (derived from the job key, so the adapter discards
+// datagrams of other jobs) and LID. Connect makes an address handle.
+//
+// Send copies the frame into the next registered send slot and queues it;
+// Flush posts the queued frames, up to 32 per ibv_post_send, asking for a
+// completion every 32nd and at the end. A slot comes back when its
+// completion (or a later one) is reaped, which Send and Flush do without
+// blocking; with every slot queued or in flight Send returns
+// hal.ErrNoResource. Poll drains the receive completion queue, checks
+// every frame (hal.Check with the CRC required, job key, destination
+// rank), counts what it drops in hal.Counters, delivers the rest, and
+// posts the buffers again after each batch. Wait arms the receive queue's
+// notification and sleeps in ppoll on the completion channel and an
+// eventfd that Close and context cancellation write.
+//
+// A frame that arrives when no receive buffer is posted is dropped by the
+// adapter, and the adapter does not count it for this queue pair, so such
+// drops are missing from hal.Counters (Options.RecvRing sets the number of
+// buffers).
+//
+// # Errors
+//
+// The failures a user meets when setting up RDMA come with the fix:
+// no device in the kernel (how to add a soft-RoCE device with `rdma link
+// add`), device files missing or not accessible (the file, its mode, and
+// the group or udev rule that opens it), a port that is not ACTIVE (the
+// port, its state and its network interface), and RLIMIT_MEMLOCK too low
+// for the rings (`ulimit -l` and the bytes needed).
+//
+// # Testing
+//
+// vmtest.sh builds the test binary with -tags verbs and runs it inside
+// the soft-RoCE VM of ../shared/rxe-vm/rxe-run (two devices, rxe0 and
+// rxe1, on a veth pair): the hal/haltest conformance suite with every rank
+// on rxe0, again across rxe0 and rxe1, and the error cases. TestVM runs
+// the script from a plain `go test` when it can (root, qemu, libibverbs-dev
+// and the script present) and skips saying what is missing otherwise.
+//
+// # Not yet
+//
+// This is the first cut, packet mode only. Missing: RC queue pairs for
+// hardware RDMA Write and Read on registered memory (hal's software RDMA
+// engine runs over the datagrams meanwhile, so Caps.NativeRDMA is false);
+// registration of user buffers through lazyreg (the registration cache)
+// with runtime.Pinner; busy-polling in Wait before blocking; publishing
+// the address through PMI and `gorun --transport verbs` (mpi does not open
+// this device yet); counting adapter drops (the port's hw_counters).
+//
+// The package imports hal, golang.org/x/sys/unix and, with the tag,
+// libibverbs through cgo; nothing else in weft uses cgo.
+package verbs

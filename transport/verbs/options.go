@@ -1,0 +1,74 @@
+package verbs
+
+import (
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Options tune a Device. The zero value opens the first RDMA device with an
+// active port, on its RoCE v2 IPv4 GID, with the ring sizes below.
+type Options struct {
+	// Device is the RDMA device's name as ibv_devices lists it ("rxe0",
+	// "mlx5_0"). Empty means the first device that has an active port.
+	Device string
+	// Port is the port number on Device, from 1. 0 means the device's
+	// first active port.
+	Port int
+	// GIDIndex is the index in the port's GID table of the GID frames are
+	// sent from. 0 scans the table: on a RoCE port the first RoCE v2 GID
+	// holding an IPv4 address (an IPv4-mapped IPv6 address), which routes
+	// over IP like UDP and needs no lossless Ethernet; on an InfiniBand
+	// port index 0. Index 0 cannot be chosen explicitly on a RoCE port: it
+	// is the link-local GID, which the scan never picks.
+	GIDIndex int
+	// MTU lowers the largest frame payload (hal.Caps.MTU) below what the
+	// port's active MTU allows (its active MTU less hal.HeaderLen). 0 takes
+	// the port's.
+	MTU int
+	// SendRing is how many frames may be queued or in flight from this
+	// device at once; Send returns hal.ErrNoResource beyond. 0 means
+	// DefaultSendRing.
+	SendRing int
+	// RecvRing is how many receive buffers are posted. A frame arriving when
+	// all are full is dropped by the adapter (unreliable datagrams) and is
+	// not counted here. 0 means DefaultRecvRing; at most MaxRing (the
+	// receive completion queue must hold one entry per buffer, and adapters
+	// cap its size: rxe at 32767).
+	RecvRing int
+
+	// skipMemlockCheck skips the RLIMIT_MEMLOCK check before registration,
+	// so a test can see how a failing ibv_reg_mr is reported.
+	skipMemlockCheck bool
+}
+
+// Defaults used for zero Options fields.
+const (
+	DefaultSendRing = 256
+	DefaultRecvRing = 1024
+	// MaxRing bounds SendRing and RecvRing.
+	MaxRing = 32767
+)
+
+// withDefaults fills zero fields and rejects impossible values.
+func (o Options) withDefaults() (Options, error) {
+	if o.Port < 0 || o.Port > 255 {
+		return o, fmt.Errorf("verbs: Port %d outside 1..255 (0 picks the first active port)", o.Port)
+	}
+	if o.GIDIndex < 0 {
+		return o, fmt.Errorf("verbs: GIDIndex %d is negative (0 scans for the RoCE v2 IPv4 GID)", o.GIDIndex)
+	}
+	if o.MTU < 0 || o.MTU > hal.MaxPayload {
+		return o, fmt.Errorf("verbs: MTU %d outside 0..%d", o.MTU, hal.MaxPayload)
+	}
+	if o.SendRing == 0 {
+		o.SendRing = DefaultSendRing
+	}
+	if o.RecvRing == 0 {
+		o.RecvRing = DefaultRecvRing
+	}
+	if o.SendRing < 1 || o.SendRing > MaxRing || o.RecvRing < 1 || o.RecvRing > MaxRing {
+		return o, fmt.Errorf("verbs: SendRing %d and RecvRing %d must be in 1..%d", o.SendRing, o.RecvRing, MaxRing)
+	}
+	return o, nil
+}

@@ -1,0 +1,128 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include <infiniband/verbs.h>
+typedef struct { uint32_t slot; uint32_t len; int32_t status; uint32_t pad; } weft_rx;
+int weft_poll_rx(struct ibv_cq *cq, weft_rx *out, int n);
+int weft_get_event(struct ibv_comp_channel *ch);
+int weft_req_notify(struct ibv_cq *cq);
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxBlock bounds one ppoll. Wake-ups come from the completion channel and
+// the eventfd (Close, context cancellation), so this is only a safety net.
+const maxBlock = time.Second
+
+// Wait returns when Poll has frames to deliver (nil; it may also return nil
+// early), when ctx is done (ctx.Err()), or when the device is closed
+// (hal.ErrClosed), including by a Close from another goroutine.
+//
+// It arms the receive CQ's notification (ibv_req_notify_cq), then looks at
+// the CQ once more, since a completion that came before the arming raises
+// no event; what it finds there it keeps for the next Poll. Otherwise it
+// blocks in ppoll on the completion channel and an eventfd, which Close and
+// ctx's cancellation write. It never busy-polls: on this first cut an idle
+// rank costs no CPU, and a ping-pong pays a wake-up per message.
+func (d *Device) Wait(ctx context.Context) error {
+	if !d.life.enter() {
+		return errClosed
+	}
+	defer d.life.leave()
+	if !d.rxMu.TryLock() {
+		return nil // another goroutine is polling: it delivers what came
+	}
+	got, err := d.peek()
+	d.rxMu.Unlock()
+	if got || err != nil {
+		return err
+	}
+	return d.block(ctx)
+}
+
+// peek arms the CQ if needed and reports whether completions are waiting
+// for Poll, taking them from the CQ into rx. Called with rxMu held.
+func (d *Device) peek() (bool, error) {
+	rx := &d.rx
+	if rx.next < rx.n {
+		return true, nil
+	}
+	if !d.armed.Load() {
+		if rc := C.weft_req_notify(d.rcq); rc != 0 {
+			return false, fmt.Errorf("verbs: %s: ibv_req_notify_cq: %v", d.devName, syscall.Errno(rc))
+		}
+		d.armed.Store(true)
+	}
+	if err := d.postRecv(); err != nil {
+		return false, err
+	}
+	got := C.weft_poll_rx(d.rcq, &rx.cqe[0], C.int(min(batch, d.opts.RecvRing)))
+	if got < 0 {
+		return false, fmt.Errorf("verbs: %s: ibv_poll_cq (receive): %v", d.devName, syscall.Errno(-got))
+	}
+	rx.next, rx.n = 0, int(got)
+	return got > 0, nil
+}
+
+// block sleeps in ppoll until the completion channel has an event or the
+// eventfd is written.
+func (d *Device) block(ctx context.Context) error {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, d.wakeFromOutside)
+		defer stop()
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	for {
+		if d.life.closed.Load() {
+			return errClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		timeout := maxBlock
+		if hasDeadline {
+			timeout = max(0, min(timeout, time.Until(deadline)))
+		}
+		fds := d.rx.pollfds // a copy: Waits may run side by side
+		ts := unix.NsecToTimespec(int64(timeout))
+		_, err := unix.Ppoll(fds[:], &ts, nil)
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("verbs: ppoll: %w", err)
+		}
+		if fds[1].Revents != 0 {
+			var b [8]byte
+			_, _ = unix.Read(d.efd, b[:]) // reset the eventfd
+		}
+		if fds[0].Revents != 0 {
+			switch rc := C.weft_get_event(d.ch); {
+			case rc > 0:
+				d.armed.Store(false)
+				return nil
+			case rc < 0:
+				return fmt.Errorf("verbs: %s: ibv_get_cq_event: %v", d.devName, syscall.Errno(-rc))
+			}
+			// Another Wait took the event: Poll may have something.
+			return nil
+		}
+	}
+}
+
+// wakeFromOutside wakes a blocked Wait from another goroutine (context
+// cancellation). It does nothing once the device is closed: Close wakes
+// sleepers itself, and the eventfd may already be gone.
+func (d *Device) wakeFromOutside() {
+	if d.life.enter() {
+		d.wake()
+		d.life.leave()
+	}
+}
