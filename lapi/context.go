@@ -68,7 +68,9 @@ type Context struct {
 	done      []completion // completions waiting to run outside the lock
 	spare     []completion // runCompletions' other queue, nil while it runs one
 	pollNow   time.Time
-	stale     bool // over a route: this pass has not read the clock into pollNow (progress.go)
+	stale     bool        // over a route: this pass has not read the clock into pollNow (progress.go)
+	triggers  []*trigger  // operations armed on counters (trigger.go)
+	trigDue   atomic.Bool // a counter with triggers was incremented
 	releaseFn func(*outPkt)
 	rtxFn     func(*outPkt, time.Duration)
 
@@ -339,8 +341,10 @@ func (c *Context) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.dropTriggers(ErrClosed)
 	c.wakeLocked()
 	c.mu.Unlock()
+	c.runCompletions() // the dropped triggers' completers hear it
 	if c.stopBg != nil {
 		close(c.stopBg)
 		<-c.bgDone
@@ -391,10 +395,11 @@ func (c *Context) drain() {
 
 // Counter is a LAPI counter: operations increment it, Wait consumes it.
 type Counter struct {
-	c   *Context
-	id  uint32
-	v   atomic.Int64
-	err error // guarded by c.mu: set when an operation on it failed
+	c     *Context
+	id    uint32
+	v     atomic.Int64
+	armed atomic.Int32 // operations armed on it (trigger.go)
+	err   error        // guarded by c.mu: set when an operation on it failed
 }
 
 // NewCounter makes a counter of this context. Its ID may be handed to peers
@@ -429,7 +434,12 @@ func (k *Counter) Wait(ctx context.Context, val int64) error {
 	return nil
 }
 
-func (k *Counter) incr() { k.v.Add(1) }
+func (k *Counter) incr() {
+	k.v.Add(1)
+	if k.armed.Load() != 0 {
+		k.c.trigDue.Store(true) // the next pass fires what is due (trigger.go)
+	}
+}
 
 func (k *Counter) fail(err error) {
 	if k != nil && k.err == nil {

@@ -66,6 +66,9 @@ func (c *Context) afterPoll(n int) bool {
 	if c.rdmaPending() {
 		c.pushRDMA(c.pollNow)
 	}
+	if c.trigDue.Load() {
+		c.fireTriggers()
+	}
 	did := n > 0 || len(c.done) > 0
 	if did {
 		c.progressed()
@@ -102,7 +105,7 @@ func (c *Context) progressed() {
 // a reliable device with nothing to flush, no reintegration timer, no
 // RDMA, no completion, no send queued and no TPT change to take in.
 func (c *Context) quiet() bool {
-	if !c.reliable && !c.stale || len(c.done) > 0 || c.reint != nil && !c.reintIdle || c.sendsQueuedLocked() {
+	if !c.reliable && !c.stale || len(c.done) > 0 || c.trigDue.Load() || c.reint != nil && !c.reintIdle || c.sendsQueuedLocked() {
 		return false
 	}
 	// No TPT changes to take in, nor a log long enough for catchUpTPT.

@@ -226,6 +226,9 @@ func (c *Context) runCompletions() bool {
 	var batch []completion
 	for {
 		c.mu.Lock()
+		if c.trigDue.Load() {
+			c.fireTriggers() // a completion of the last batch reached one
+		}
 		if batch != nil && c.spare == nil {
 			c.spare = batch[:0]
 		}
