@@ -269,14 +269,7 @@ func (d *Device) openContext() error {
 		}
 		ctx, err := C.ibv_open_device(dev)
 		if ctx == nil {
-			path := devDir + "/" + C.GoString(&dev.dev_name[0])
-			if err == nil {
-				err = syscall.EIO
-			}
-			if isPermission(err) {
-				return permissionError(name, path, err)
-			}
-			return fmt.Errorf("verbs: cannot open %s for device %s: %w", path, name, err)
+			return openError(name, devDir+"/"+C.GoString(&dev.dev_name[0]), err)
 		}
 		port, state, err := firstActivePort(ctx, name, d.opts.Port)
 		if err != nil {
@@ -302,7 +295,27 @@ func (d *Device) openContext() error {
 		return portError(names[0], 1, stateOf(states[0]), netdevOf(sysClassDir, names[0]))
 	}
 	return fmt.Errorf("%w: no device has an active port (%v): bring up the network interface under one "+
-		"(`ip link set IFACE up`), or choose one with Options.Device", ErrNoDevice, states)
+		"(`ip link set IFACE up`), or choose one with Options.Device", ErrPortNotActive, states)
+}
+
+// openError explains a failed ibv_open_device. libibverbs falls back to
+// other ways of reaching the device when open(2) fails, and reports the
+// last failure, so the file is opened here again to see why.
+func openError(name, path string, err error) error {
+	fd, oerr := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if oerr == nil {
+		unix.Close(fd)
+	}
+	switch {
+	case isPermission(oerr):
+		return permissionError(name, path, oerr)
+	case errors.Is(oerr, syscall.ENOENT):
+		return missingFileError(name, path)
+	}
+	if err == nil {
+		err = syscall.EIO
+	}
+	return fmt.Errorf("verbs: cannot open device %s (%s): %w", name, path, err)
 }
 
 // stateOf takes the state back out of "dev port 1 is STATE".

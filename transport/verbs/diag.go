@@ -20,6 +20,10 @@ import (
 // says which and how to fix it.
 var ErrNoDevice = errors.New("verbs: no RDMA device")
 
+// ErrPortNotActive: the chosen port is not ACTIVE (its link is down, or an
+// InfiniBand subnet manager has not configured it yet).
+var ErrPortNotActive = errors.New("verbs: port not active")
+
 // ErrNotBuilt: this binary was built without the verbs device (Open's
 // error then; errors.Is(err, errors.ErrUnsupported) holds too).
 var ErrNotBuilt = fmt.Errorf("verbs: this build has no verbs device: build with -tags verbs and libibverbs-dev (cgo, Linux): %w", errors.ErrUnsupported)
@@ -32,7 +36,8 @@ const (
 
 // rxeHint is how to make an RDMA device on a host without one.
 const rxeHint = "on a host without an RDMA NIC, add a soft-RoCE device over an Ethernet interface: " +
-	"`modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE` (rdma is in iproute2), then check with `ibv_devices`"
+	"`modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE` (rdma is in iproute2), then check with `ibv_devices`; " +
+	"if modprobe finds no rdma_rxe, this kernel was built without RDMA (CONFIG_RDMA_RXE): use another kernel or a VM"
 
 // noDeviceError explains an empty device list from libibverbs, looking at
 // what the kernel shows in sysDir (/sys/class/infiniband) and devDir
@@ -55,6 +60,14 @@ func noDeviceError(sysDir, devDir string) error {
 	}
 }
 
+// missingFileError explains a device the kernel has whose device file is
+// missing (a container without it, or a /dev without udev).
+func missingFileError(dev, path string) error {
+	return fmt.Errorf("verbs: cannot open %s for device %s: the file does not exist: in a container, pass it in "+
+		"(docker run --device %s); otherwise create it (udev does, from the ib_uverbs module's "+
+		"/sys/class/infiniband_verbs/*/dev numbers)", path, dev, path)
+}
+
 // permissionError explains a device file this process may not open.
 func permissionError(dev, path string, err error) error {
 	fix := "make it accessible: add your user to the group that owns it (`sudo usermod -aG GROUP $USER`, then log in again), " +
@@ -66,7 +79,7 @@ func permissionError(dev, path string, err error) error {
 	fix = strings.Replace(fix, "GROUP", g, 1)
 	mode := ""
 	if fi, serr := os.Stat(path); serr == nil {
-		mode = fmt.Sprintf(" (mode %v)", fi.Mode().Perm())
+		mode = fmt.Sprintf(" (mode %04o)", fi.Mode().Perm())
 	}
 	return fmt.Errorf("verbs: cannot open %s%s for device %s: %v: %s", path, mode, dev, err, fix)
 }
@@ -90,7 +103,7 @@ func portError(dev string, port int, state string, netdev string) error {
 		fix = fmt.Sprintf("bring up its network interface (`ip link set %s up`) and check that it has a carrier (`ip link show %s`)", netdev, netdev)
 	}
 	return fmt.Errorf("%w: %s port %d is %s, not ACTIVE: %s; `rdma link show %s/%d` shows its state",
-		ErrNoDevice, dev, port, state, fix, dev, port)
+		ErrPortNotActive, dev, port, strings.ToUpper(state), fix, dev, port)
 }
 
 // netdevOf names the Ethernet interface under a RoCE device: rxe says it in
