@@ -31,48 +31,49 @@ type Context struct {
 	// applies toward its reliable members only.
 	rdvReliable bool
 
-	mu        sync.Mutex // the progress lock: guards everything below
-	closed    bool
-	links     []link      // per peer; nil on a reliable device
-	queues    []sendQueue // per peer: packets waiting for window or device
-	active    []hal.Rank  // peers with queued or unacknowledged packets
-	isActive  []bool
-	flushed   []*outPkt // sent on a reliable device, released at Flush
-	acks      [][]byte  // per peer acknowledgement-only packet buffers
-	nextMsg   []uint32
-	peerErr   []error
-	reasm     map[reasmKey]*inMsg
-	handlers  []handlerEntry
-	counters  []*Counter
-	freePkt   *outPkt
-	freeMsg   *outMsg
-	nextTick  time.Time // earliest retransmission or delayed-ack deadline
-	onFail    []func(hal.Rank, error)
-	tpt       *hal.TPT
-	gets      getTable
-	stats     Stats
-	failures  atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
-	reint     *hal.Reintegration
-	awaiting  []map[*Counter]int // per peer: completions it still owes us
-	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
-	reintIdle bool             // the protocol has settled: no timer to run until a frame of it comes
-	direct    [pktBufLen]byte  // sendDirect's frame header
-	short     hal.ShortSender  // the device, if it sends short frames
-	shortMax  int              // and the most bytes one carries
-	prep      hal.SendPreparer // the device, if it takes hints of sends to come
-	xchg      xchgState
-	rd        rdmaState
-	cm        cmaState
-	fenceMark []uint32 // per peer: nextMsg after the last fence probe
-	fenceCntr *Counter
-	done      []completion // completions waiting to run outside the lock
-	spare     []completion // runCompletions' other queue, nil while it runs one
-	pollNow   time.Time
-	stale     bool        // over a route: this pass has not read the clock into pollNow (progress.go)
-	triggers  []*trigger  // operations armed on counters (trigger.go)
-	trigDue   atomic.Bool // a counter with triggers was incremented
-	releaseFn func(*outPkt)
-	rtxFn     func(*outPkt, time.Duration)
+	mu         sync.Mutex // the progress lock: guards everything below
+	closed     bool
+	links      []link      // per peer; nil on a reliable device
+	queues     []sendQueue // per peer: packets waiting for window or device
+	active     []hal.Rank  // peers with queued or unacknowledged packets
+	isActive   []bool
+	flushed    []*outPkt // sent on a reliable device, released at Flush
+	acks       [][]byte  // per peer acknowledgement-only packet buffers
+	nextMsg    []uint32
+	peerErr    []error
+	reasm      map[reasmKey]*inMsg
+	handlers   []handlerEntry
+	counters   []*Counter
+	freePkt    *outPkt
+	freeMsg    *outMsg
+	nextTick   time.Time // earliest retransmission or delayed-ack deadline
+	onFail     []func(hal.Rank, error)
+	tpt        *hal.TPT
+	gets       getTable
+	stats      Stats
+	failures   atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
+	reint      *hal.Reintegration
+	awaiting   []map[*Counter]int // per peer: completions it still owes us
+	reintBuf   [hal.HeaderLen + hal.ReintPayloadLen]byte
+	reintIdle  bool             // the protocol has settled: no timer to run until a frame of it comes
+	direct     [pktBufLen]byte  // sendDirect's frame header
+	short      hal.ShortSender  // the device, if it sends short frames
+	shortMax   int              // and the most bytes one carries
+	prep       hal.SendPreparer // the device, if it takes hints of sends to come
+	xchg       xchgState
+	rd         rdmaState
+	cm         cmaState
+	fenceMark  []uint32 // per peer: nextMsg after the last fence probe
+	fenceCntr  *Counter
+	done       []completion // completions waiting to run outside the lock
+	spare      []completion // runCompletions' other queue, nil while it runs one
+	pollNow    time.Time
+	stale      bool        // over a route: this pass has not read the clock into pollNow (progress.go)
+	triggers   []*trigger  // operations armed on counters (trigger.go)
+	spareCntrs []*Counter  // lapi's own counters, free for another transfer (thirdparty.go)
+	trigDue    atomic.Bool // a counter with triggers was incremented
+	releaseFn  func(*outPkt)
+	rtxFn      func(*outPkt, time.Duration)
 
 	// Waiting: one goroutine at a time blocks in the device's Wait; others
 	// sleep on wake, which is closed whenever progress is made.
@@ -444,6 +445,9 @@ func (k *Counter) incr() {
 func (k *Counter) fail(err error) {
 	if k != nil && k.err == nil {
 		k.err = err
+		if k.armed.Load() != 0 {
+			k.c.trigDue.Store(true) // what is armed on it fails (trigger.go)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	hFence                       // fence probe
 	hRTS                         // a large active message's header: read its data
 	hRvFin                       // the target has taken a large message's data
+	hThird                       // a third-party transfer for this rank to carry out
 )
 
 // RmwOp is a read-modify-write operation on an 8-byte, 8-aligned int64.
@@ -52,6 +53,9 @@ func faultCode(err error) uint8 {
 
 // faultErr is the origin-side error for a fault code from peer.
 func faultErr(peer hal.Rank, code uint8) error {
+	if code == codeFailed {
+		return fmt.Errorf("lapi: transfer carried out by rank %d failed there: %w", peer, ErrThirdParty)
+	}
 	check := "unknown"
 	if int(code) < len(faultChecks) {
 		check = faultChecks[code]
@@ -69,6 +73,7 @@ func (c *Context) installInternalHandlers() {
 	c.handlers[hFence] = newHandlerEntry(nopHandler{})
 	c.handlers[hRTS] = newHandlerEntry(rtsHandler{c})
 	c.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
+	c.handlers[hThird] = newHandlerEntry(thirdHandler{c})
 	c.xchg.c = c
 }
 

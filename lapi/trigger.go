@@ -26,6 +26,7 @@ type trigger struct {
 	c    *Context
 	k    *Counter
 	at   int64
+	fn   func(err error) // lapi's own use: run this instead of a Put or Get (thirdparty.go)
 	get  bool
 	tgt  hal.Rank
 	pvo  hal.PVO
@@ -38,7 +39,8 @@ type trigger struct {
 var ErrTrigger = errors.New("lapi: bad trigger")
 
 // PutWhen arms a Put (see Put) that starts once when, a counter of this
-// context, has reached at; if it has already, the Put starts now. The
+// context, has reached at; if it has already, the Put starts now; if an
+// operation counted on when fails first, the Put fails with its error. The
 // counter's value is read, not consumed. The Put's own outcome is told as
 // a Put's is: o.Origin, o.Completion, o.Notify (a failure to start, too:
 // a peer failed meanwhile, RDMA off). src must stay untouched until the
@@ -88,7 +90,7 @@ func (c *Context) fireTriggers() {
 	c.trigDue.Store(false)
 	keep := c.triggers[:0]
 	for _, t := range c.triggers {
-		if t.k.v.Load() < t.at {
+		if t.k.v.Load() < t.at && t.k.err == nil {
 			keep = append(keep, t)
 			continue
 		}
@@ -103,6 +105,11 @@ func (c *Context) fireTriggers() {
 func (c *Context) dropTriggers(err error) {
 	for _, t := range c.triggers {
 		t.k.armed.Add(-1)
+		if t.fn != nil {
+			t.k.fail(err)
+			c.done = append(c.done, completion{notify: t})
+			continue
+		}
 		t.fail(err)
 	}
 	clear(c.triggers)
@@ -110,8 +117,22 @@ func (c *Context) dropTriggers(err error) {
 }
 
 // Complete starts the armed operation: the completion runner calls it,
-// outside the progress lock, once the trigger fired.
+// outside the progress lock, once the trigger fired. A trigger whose
+// counter failed (an operation counted on it failed) does not start it:
+// the operation fails with that error.
 func (t *trigger) Complete(err error) {
+	if t.fn != nil {
+		t.c.mu.Lock()
+		kerr := t.k.err
+		t.c.mu.Unlock()
+		t.fn(kerr)
+		return
+	}
+	if err == nil {
+		t.c.mu.Lock()
+		err = t.k.err
+		t.c.mu.Unlock()
+	}
 	if err == nil {
 		if t.get {
 			err = t.c.Get(t.tgt, t.pvo, t.buf, t.opts)
