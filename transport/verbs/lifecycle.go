@@ -5,9 +5,10 @@ package verbs
 import "sync/atomic"
 
 // lifecycle lets Close run while another goroutine is inside a device call
-// (typically Wait, blocked in ppoll) without freeing a verbs object or file descriptor under
-// it: a closed fd number can be reused at once by an unrelated open, and a
-// late system call would then act on the wrong file.
+// (typically Wait, blocked in ppoll) without freeing a verbs object or a
+// file descriptor under it: a closed fd number can be reused at once by an
+// unrelated open, and a late call would then act on the wrong object. (The
+// same scheme as transport/udp's.)
 //
 // Every call that uses the descriptors brackets itself with enter/leave, a
 // pair of atomic adds; calls nest (a Poll callback may Send). Close marks
