@@ -31,12 +31,13 @@ import (
 // frames travel on an unreliable device and a rank waits for RDMA toward
 // every peer before it starts.
 type Reintegration struct {
-	self    Rank
-	size    int
-	cfg     ReintConfig
-	epoch   uint64
-	joining bool
-	ready   bool
+	self     Rank
+	size     int
+	cfg      ReintConfig
+	epoch    uint64
+	joining  bool
+	ready    bool
+	refusing bool // answer BOOTING with BOOT_NACK (Refuse)
 
 	answered []bool     // this incarnation's BOOTING answered by peer
 	tries    []int      // BOOTINGs sent to peer in this incarnation
@@ -95,6 +96,11 @@ const (
 	ActReady
 	// ActGaveUp: Peer never answered; it was counted as NACKed.
 	ActGaveUp
+	// ActRefused: Peer answered this incarnation's BOOTING with BOOT_NACK:
+	// its device is going away (Refuse). It counts as answered, RDMA
+	// toward it stays off, and the driver treats it as failed until it
+	// reintegrates itself.
+	ActRefused
 )
 
 // ReintPayloadLen is the size of a reintegration frame's payload: the
@@ -143,6 +149,11 @@ func (r *Reintegration) Start(now time.Time) ([]ReintMsg, []ReintAction) {
 	return r.out, r.acts
 }
 
+// Refuse makes this device answer every BOOTING from now on with BOOT_NACK:
+// it is shutting down, and a peer that joins now must not count on it (the
+// seed's hardware NACK from a device that is not operational).
+func (r *Reintegration) Refuse() { r.refusing = true }
+
 // Ready reports whether RDMA is enabled on this device.
 func (r *Reintegration) Ready() bool { return r.ready }
 
@@ -173,6 +184,10 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 	ep, ask := binary.LittleEndian.Uint64(payload), payload[8]&1 != 0
 	switch t {
 	case FrameBooting:
+		if r.refusing {
+			r.out = append(r.out, ReintMsg{FrameBootNack, from, ep, false})
+			break
+		}
 		// The peer (re)starts: whatever we knew of it is stale. A BOOTING
 		// repeated because our answer was lost is only answered again:
 		// clearing twice would wipe what the new life already set up.
@@ -185,9 +200,14 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		if r.joining && !r.answered[from] {
 			r.answered[from] = true // crossing BOOTINGs answer each other
 		}
-	case FrameBootAck, FrameBootNack:
+	case FrameBootAck:
 		if r.joining && ep == r.epoch {
 			r.answered[from] = true
+		}
+	case FrameBootNack:
+		if r.joining && ep == r.epoch && !r.answered[from] {
+			r.answered[from] = true
+			r.acts = append(r.acts, ReintAction{ActRefused, from})
 		}
 	case FrameRDMAReady:
 		if r.peerEp[from] == 0 {

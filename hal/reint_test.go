@@ -254,3 +254,48 @@ func TestReintOwedReady(t *testing.T) {
 		t.Fatalf("on becoming ready: actions %+v, frames %+v: want hal.ActReady and an RDMA_READY to rank 0", acts, out)
 	}
 }
+
+// TestReintNack: a device that is shutting down (Refuse) answers BOOTING
+// with BOOT_NACK carrying the joiner's incarnation; the joiner counts it
+// as answered, reports ActRefused once, becomes ready when the others
+// answer, and does not allow RDMA toward the refusing peer. A NACK of an
+// earlier incarnation is ignored.
+func TestReintNack(t *testing.T) {
+	now := time.Unix(0, 0)
+	pay := func(ep uint64) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep})
+		return b
+	}
+	going := hal.NewReintegration(0, 3, 5, hal.ReintConfig{})
+	going.Start(now)
+	going.Refuse()
+	out, acts := going.Handle(1, hal.FrameBooting, pay(11), now)
+	if len(out) != 1 || out[0].Type != hal.FrameBootNack || out[0].Peer != 1 || out[0].Epoch != 11 || len(acts) != 0 {
+		t.Fatalf("a refusing device answered BOOTING with %+v and did %+v; want one BOOT_NACK to rank 1 of epoch 11", out, acts)
+	}
+
+	joiner := hal.NewReintegration(1, 3, 11, hal.ReintConfig{})
+	joiner.Start(now)
+	if _, acts := joiner.Handle(0, hal.FrameBootNack, pay(10), now); len(acts) != 0 {
+		t.Errorf("a NACK of another incarnation acted: %+v", acts)
+	}
+	_, acts = joiner.Handle(0, hal.FrameBootNack, pay(11), now)
+	if len(acts) != 1 || acts[0].Kind != hal.ActRefused || acts[0].Peer != 0 {
+		t.Fatalf("NACK from rank 0: actions %+v, want ActRefused for rank 0", acts)
+	}
+	if _, acts := joiner.Handle(0, hal.FrameBootNack, pay(11), now); len(acts) != 0 {
+		t.Errorf("a repeated NACK acted again: %+v", acts)
+	}
+	_, acts = joiner.Handle(2, hal.FrameBootAck, pay(11), now)
+	ready := false
+	for _, a := range acts {
+		ready = ready || a.Kind == hal.ActReady
+	}
+	if !ready || !joiner.Ready() {
+		t.Fatalf("all peers answered (one NACK, one ACK) but not ready: %+v", acts)
+	}
+	if joiner.RDMATo(0) {
+		t.Error("RDMA allowed toward the peer that refused the join")
+	}
+}

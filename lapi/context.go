@@ -329,6 +329,9 @@ func (c *Context) Stats() Stats {
 func (c *Context) Close() error {
 	c.mu.Lock()
 	done, drain := c.closed, !c.reliable && c.cfg.Clock == nil
+	if c.reint != nil {
+		c.reint.Refuse() // a peer joining now is told this rank is going (BOOT_NACK)
+	}
 	c.mu.Unlock()
 	if done {
 		return nil

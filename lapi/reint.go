@@ -29,6 +29,9 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 			c.wakeLocked()      // waiters for RDMAReady
 		case hal.ActReady:
 			c.wakeLocked()
+		case hal.ActRefused:
+			c.failPeer(a.Peer, "it refused this rank's join (BOOT_NACK): its device is shutting down")
+			c.wakeLocked()
 		}
 	}
 	for _, m := range msgs {
@@ -92,9 +95,14 @@ func (c *Context) rdmaCheck(peer hal.Rank) error {
 	return fmt.Errorf("lapi: RDMA to rank %d: %w", peer, ErrNotReady)
 }
 
-// WaitRDMAReady makes progress until RDMA toward peer is enabled.
+// WaitRDMAReady makes progress until RDMA toward peer is enabled. It fails
+// with the peer's error when the peer failed, or refused this rank's join
+// (BOOT_NACK: it is shutting down).
 func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
 	return c.Wait(ctx, func() (bool, error) {
+		if int(peer) < len(c.peerErr) && c.peerErr[peer] != nil {
+			return false, c.peerErr[peer] // failed, or refused this rank's join
+		}
 		return c.rdmaCheck(peer) == nil, nil
 	})
 }

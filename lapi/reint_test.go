@@ -2,6 +2,7 @@ package lapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -138,5 +139,38 @@ func TestRestartStaleWrites(t *testing.T) {
 			}
 			t.Logf("network: %d dropped, %d duplicated", net.Stats().Dropped.Load(), net.Stats().Duplicated.Load())
 		})
+	}
+}
+
+// TestRestartRefused: rank 1 is shutting down (its Close began: it answers
+// BOOTING with BOOT_NACK) when rank 2 restarts: rank 2's wait for RDMA
+// toward rank 1 fails at once, naming the NACK, instead of waiting, and
+// rank 2 still joins rank 0.
+func TestRestartRefused(t *testing.T) {
+	net, err := simnet.New(3, faults.Spec{Loss: 0.1, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &simJob{t: t, net: net, ctxs: make([]*Context, 3)}
+	defer j.close()
+	for r := range j.ctxs {
+		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
+	}
+	j.run(time.Second, nil, func() bool { return j.ctxs[2].RDMAReady(1) && j.ctxs[2].RDMAReady(0) })
+	c1 := j.ctxs[1]
+	c1.mu.Lock()
+	c1.reint.Refuse() // what Close does first
+	c1.mu.Unlock()
+	j.ctxs[2].Close()
+	dev, err := net.Restart(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.ctxs[2] = openReint(t, j, 2, dev, 99)
+	c2 := j.ctxs[2]
+	j.run(time.Second, nil, func() bool { return c2.PeerErr(1) != nil && c2.RDMAReady(0) })
+	err = c2.WaitRDMAReady(context.Background(), 1)
+	if !errors.Is(err, ErrPeerFailed) || !strings.Contains(err.Error(), "BOOT_NACK") {
+		t.Fatalf("waiting for RDMA toward the refusing rank: %v, want ErrPeerFailed naming BOOT_NACK", err)
 	}
 }
