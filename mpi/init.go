@@ -23,6 +23,7 @@ import (
 	"github.com/weft-hpc/weft/stripe"
 	"github.com/weft-hpc/weft/transport/shm"
 	"github.com/weft-hpc/weft/transport/udp"
+	"github.com/weft-hpc/weft/transport/verbs"
 )
 
 // Init bootstraps this process into its job from the environment: gorun or
@@ -48,8 +49,9 @@ func Init() (*World, error) {
 // when every rank is on this node, kernel UDP sockets when no other rank
 // is, and otherwise both under a route (package route): shared memory
 // toward this node's ranks, UDP toward the others; shm and udp force one
-// (shm only when every rank is here); verbs is not available in this
-// build yet and fails with an error that says so. With two or more
+// (shm only when every rank is here); verbs puts every rank on an RDMA
+// device (openVerbs), and in a binary built without -tags verbs fails
+// with an error that says how to build it. With two or more
 // opts.NICs the UDP device is a stripe of one per NIC (openNet). A field
 // out of its range fails with an error wrapping ErrArg that names it.
 func InitWith(opts Options) (*World, error) {
@@ -256,7 +258,7 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 		}
 	case "udp":
 	case "verbs":
-		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=verbs: this build has no verbs device yet; use auto, shm or udp")
+		return openVerbs(cl, cfg, opts)
 	default:
 		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=%q: want auto, shm, udp or verbs", t)
 	}
@@ -277,6 +279,41 @@ func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []hal.Rank) (hal
 		return nil, fmt.Errorf("mpi: init: open shared-memory device: %w", err)
 	}
 	return wrapFaults(dev)
+}
+
+// openVerbs opens the RDMA device (package transport/verbs) for every
+// peer, this node's ranks too (the adapter loops their frames back): the
+// device in Options.VerbsDevices at this rank's place on the node, or the
+// first with an active port. The errors name WEFT_TRANSPORT and, for a
+// device that cannot be opened, the device and what to do (verbs' own
+// errors: a missing device, a port down, the device file, the memlock
+// limit); a binary built without -tags verbs says how to build it.
+func openVerbs(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
+	o := verbs.Options{Port: opts.VerbsPort, GIDIndex: opts.VerbsGID}
+	if n := len(opts.VerbsDevices); n > 0 {
+		o.Device = opts.VerbsDevices[localIndex(cl)%n]
+	}
+	dev, err := verbs.Open(cfg, o)
+	if err != nil {
+		on := ""
+		if o.Device != "" {
+			on = " " + o.Device + " (WEFT_VERBS_DEVICE)"
+		}
+		return nil, fmt.Errorf("mpi: init: WEFT_TRANSPORT=verbs: open RDMA device%s: %w", on, err)
+	}
+	trace.Printf(trace.Setup, "mpi: rank %d verbs device %s port %d GID index %d MTU %d", cfg.Rank, dev.Name(), dev.Port(), dev.GIDIndex(), dev.Caps().MTU)
+	return wrapFaults(dev)
+}
+
+// localIndex is this rank's place among the ranks of its node (its rank
+// when the launcher does not say).
+func localIndex(cl pmi.Client) int {
+	for i, r := range cl.Info().LocalRanks {
+		if r == cl.Rank() {
+			return i
+		}
+	}
+	return cl.Rank()
 }
 
 // openRoute opens shared memory toward the ranks of this node and UDP

@@ -21,9 +21,10 @@ type Options struct {
 	// "" uses shared memory when every rank is on this node, kernel UDP
 	// sockets when no other rank is, and otherwise both under a route
 	// (shared memory toward this node's ranks, UDP toward the others);
-	// "shm" and "udp" force one; "verbs" fails,
-	// as this build has no verbs device yet. Run ignores it: its ranks
-	// share the in-process device.
+	// "shm" and "udp" force one; "verbs" puts every rank on an RDMA
+	// device (package transport/verbs, in binaries built with -tags
+	// verbs; without the tag Init fails saying so). auto never picks
+	// verbs. Run ignores it: its ranks share the in-process device.
 	Transport string
 
 	// Bind is the local address of the UDP device (WEFT_BIND); "" means
@@ -42,6 +43,23 @@ type Options struct {
 	// Bind and NICs is an error. A NIC that does not exist, or has no IPv4
 	// address, fails Init with an error naming it. Init only.
 	NICs []string
+
+	// VerbsDevices are the RDMA devices the verbs device may open
+	// (WEFT_VERBS_DEVICE, names as ibv_devices lists them, joined by
+	// ','): with one, every rank opens it; with several, this node's
+	// ranks take them in turn by their place on the node (the node's
+	// i-th rank opens device i mod len). Empty means the first device
+	// with an active port. Init with Transport verbs only.
+	VerbsDevices []string
+
+	// VerbsPort is the port on the RDMA device, from 1
+	// (WEFT_VERBS_PORT); 0 means the device's first active port.
+	VerbsPort int
+
+	// VerbsGID is the index of the source GID in the port's GID table
+	// (WEFT_VERBS_GID, 1-255); 0 means the port's RoCE v2 GID holding
+	// an IPv4 address (on InfiniBand, index 0).
+	VerbsGID int
 
 	// NodeCPUs is how many CPUs this node's ranks share (WEFT_NODE_CPUS,
 	// which gorun sets when it binds ranks to cores); 0 means the CPUs
@@ -126,13 +144,38 @@ func (o Options) check() error {
 		return bad("Timeout", o.Timeout, "0 or more")
 	case o.Eager < 0:
 		return bad("Eager", o.Eager, "0 or more bytes")
+	case o.VerbsPort < 0 || o.VerbsPort > 255:
+		return bad("VerbsPort", o.VerbsPort, verbsPortForm)
+	case o.VerbsGID < 0 || o.VerbsGID > 255:
+		return bad("VerbsGID", o.VerbsGID, verbsGIDForm)
 	case len(o.NICs) > 0 && o.Bind != "":
 		return fmt.Errorf("mpi: Options.Bind %q and Options.NICs %q: set one (WEFT_BIND or WEFT_NICS): %w", o.Bind, o.NICs, ErrArg)
 	}
 	if !validNICs(o.NICs) {
 		return bad("NICs", o.NICs, nicsForm)
 	}
+	if !validVerbsDevices(o.VerbsDevices) {
+		return bad("VerbsDevices", o.VerbsDevices, verbsDevicesForm)
+	}
 	return nil
+}
+
+// The forms of the verbs device's variables.
+const (
+	verbsDevicesForm = "RDMA device names (as ibv_devices lists them), distinct, joined by ','"
+	verbsPortForm    = "a port number 1-255 (0: the first active port)"
+	verbsGIDForm     = "a GID table index 1-255 (unset: the RoCE v2 IPv4 GID)"
+)
+
+// validVerbsDevices reports whether devs are device names Init can take:
+// none empty, repeated or holding a space, ',' or '/'.
+func validVerbsDevices(devs []string) bool {
+	for i, d := range devs {
+		if d == "" || strings.ContainsAny(d, " \t\n,/") || slices.Contains(devs[:i], d) {
+			return false
+		}
+	}
+	return true
 }
 
 // nicsForm is what Options.NICs and WEFT_NICS accept; maxNICs is
@@ -180,6 +223,23 @@ var envVars = []envVar{
 			o.NICs[i] = strings.TrimSpace(o.NICs[i])
 		}
 		return validNICs(o.NICs)
+	}},
+	{"WEFT_VERBS_DEVICE", verbsDevicesForm, func(o *Options, v string) bool {
+		o.VerbsDevices = strings.Split(v, ",")
+		for i := range o.VerbsDevices {
+			o.VerbsDevices[i] = strings.TrimSpace(o.VerbsDevices[i])
+		}
+		return validVerbsDevices(o.VerbsDevices)
+	}},
+	{"WEFT_VERBS_PORT", "a port number 1-255", func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.VerbsPort = n
+		return err == nil && n >= 1 && n <= 255
+	}},
+	{"WEFT_VERBS_GID", "a GID table index 1-255", func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.VerbsGID = n
+		return err == nil && n >= 1 && n <= 255
 	}},
 	{"WEFT_NODE_CPUS", "a positive number of CPUs", func(o *Options, v string) bool {
 		n, err := strconv.Atoi(v)

@@ -50,6 +50,10 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_NICS", []string{"eth0,eth1", "10.0.0.2", " eth0 , 10.0.1.2"},
 			[]Options{{NICs: []string{"eth0", "eth1"}}, {NICs: []string{"10.0.0.2"}}, {NICs: []string{"eth0", "10.0.1.2"}}},
 			[]string{"eth0,", "eth0,eth0", ",eth1", "eth0 eth1", manyNICs(17)}},
+		{"WEFT_VERBS_DEVICE", []string{"rxe0", "rxe0, mlx5_1"}, []Options{{VerbsDevices: []string{"rxe0"}}, {VerbsDevices: []string{"rxe0", "mlx5_1"}}},
+			[]string{"rxe0,", "rxe0,rxe0", "rxe 0", "../uverbs0"}},
+		{"WEFT_VERBS_PORT", []string{"1", "2"}, []Options{{VerbsPort: 1}, {VerbsPort: 2}}, []string{"0", "256", "-1", "one"}},
+		{"WEFT_VERBS_GID", []string{"1", "3"}, []Options{{VerbsGID: 1}, {VerbsGID: 3}}, []string{"0", "256", "-3", "v2"}},
 		{"WEFT_NODE_CPUS", []string{"4"}, []Options{{NodeCPUs: 4}}, []string{"junk", "0", "-2", "4cpus"}},
 		{"WEFT_YIELD", []string{"2ms", "0"}, []Options{{Yield: 2 * time.Millisecond}, {Yield: -1}}, []string{"soon", "-1ms", "5"}},
 		{"WEFT_TIMEOUT", []string{"30s", "0"}, []Options{{Timeout: 30 * time.Second}, {}}, []string{"later", "-1s"}},
@@ -127,6 +131,10 @@ func TestOptionsCheck(t *testing.T) {
 		{Options{NICs: []string{"eth0", ""}}, "NICs"},
 		{Options{NICs: []string{"eth0", "eth0"}}, "NICs"},
 		{Options{NICs: []string{"eth0"}, Bind: "10.0.0.1"}, "NICs"},
+		{Options{VerbsDevices: []string{"rxe0", "rxe0"}}, "VerbsDevices"},
+		{Options{VerbsDevices: []string{""}}, "VerbsDevices"},
+		{Options{VerbsPort: 256}, "VerbsPort"},
+		{Options{VerbsGID: -1}, "VerbsGID"},
 	} {
 		err := RunWith(2, c.o, func(*Comm) error { return nil })
 		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "Options."+c.field) {

@@ -13,3 +13,12 @@ type Device struct{ hal.Device }
 
 // Open reports ErrNotBuilt (errors.Is(err, errors.ErrUnsupported) holds).
 func Open(hal.Config, Options) (*Device, error) { return nil, ErrNotBuilt }
+
+// Name is the RDMA device in use; there is none in this build.
+func (d *Device) Name() string { return "" }
+
+// Port is the port in use; there is none in this build.
+func (d *Device) Port() int { return 0 }
+
+// GIDIndex is the source GID's index; there is none in this build.
+func (d *Device) GIDIndex() int { return 0 }
