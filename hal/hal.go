@@ -148,3 +148,13 @@ type Router interface {
 	// a rank out of range.
 	Route(peer Rank) Device
 }
+
+// Failover is implemented by a device made of several members to the same
+// peers (a stripe) that takes a failing member out: Outages counts the
+// members it has taken out so far. Frames sent on a member shortly before
+// it was taken out are likely lost; the layer above, seeing the count
+// change, resends at once what it has in flight rather than wait for its
+// retransmission timers, whose back-off grew while the member failed.
+type Failover interface {
+	Outages() uint64
+}

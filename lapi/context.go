@@ -60,6 +60,8 @@ type Context struct {
 	short      hal.ShortSender  // the device, if it sends short frames
 	shortMax   int              // and the most bytes one carries
 	prep       hal.SendPreparer // the device, if it takes hints of sends to come
+	failover   hal.Failover     // the device, if it takes members out (a stripe)
+	outages    uint64           // failover's count when last seen (c.mu)
 	xchg       xchgState
 	rd         rdmaState
 	cm         cmaState
@@ -181,6 +183,7 @@ func Open(cfg Config) (*Context, error) {
 		c.short, c.shortMax = s, s.ShortMax()
 	}
 	c.prep, _ = cfg.Device.(hal.SendPreparer)
+	c.failover, _ = cfg.Device.(hal.Failover)
 	c.initRDMA()
 	c.initCMA()
 	c.onFrameFn = c.onFrame

@@ -213,6 +213,7 @@ type Stats struct {
 	AcksSent                 uint64 // acknowledgement-only packets
 	BadPackets               uint64 // malformed lapi packets
 	Stale                    uint64 // addressed to an earlier life of this rank
+	FailoverResends          uint64 // times the device took a member out and what was in flight went again
 	SendErrors               uint64 // device refusals taken as losses
 	MessagesSent, MessagesIn uint64
 }

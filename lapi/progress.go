@@ -114,6 +114,12 @@ func (c *Context) quiet() bool {
 
 // tick runs retransmission timers and sends owed acknowledgements.
 func (c *Context) tick(now time.Time) {
+	if c.failover != nil {
+		if n := c.failover.Outages(); n != c.outages {
+			c.outages = n
+			c.resendInFlight(now)
+		}
+	}
 	c.nextTick = time.Time{}
 	keep := c.active[:0]
 	for _, peer := range c.active {
@@ -145,6 +151,32 @@ func (c *Context) tick(now time.Time) {
 	}
 	c.active = keep
 	c.flushLocked()
+}
+
+// resendInFlight sends again, at once, every packet in flight toward
+// every peer and redrives every RDMA transfer under way (c.mu held): the
+// device took a member out (hal.Failover), and what went on it is lost.
+// The timers' back-off, grown while the member failed, starts afresh.
+func (c *Context) resendInFlight(now time.Time) {
+	c.stats.FailoverResends++
+	for _, peer := range c.active {
+		if c.reliableTo(peer) || c.peerErr[peer] != nil {
+			continue
+		}
+		l := &c.links[peer]
+		l.backoff = 0
+		for s := l.una; s != l.nextSeq; s++ {
+			if p := l.inflight[s%sackBits]; p != nil {
+				p.sentAt, p.fastRtx = now, false
+				c.retransmit(p, 0)
+			}
+		}
+	}
+	for _, op := range c.rd.ops {
+		if op != nil && op.sentAll && op.rto > 0 {
+			op.deadline = now // rdmaTick, later in this pass, redrives it
+		}
+	}
 }
 
 // retransmit sends p again; rto is the timeout now in force, 0 for a

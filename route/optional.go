@@ -79,6 +79,18 @@ func (d *Device) WriteTo(peer hal.Rank, addr uintptr, src []byte) error {
 // does.
 func (d *Device) SharedBlock() []byte { return d.block }
 
+// Outages sums the members' hal.Failover counts: a stripe member that
+// takes one of its NICs out.
+func (d *Device) Outages() uint64 {
+	var n uint64
+	for _, m := range d.members {
+		if f, ok := m.(hal.Failover); ok {
+			n += f.Outages()
+		}
+	}
+	return n
+}
+
 // Interfaces the route offers whatever its members: each applies toward
 // the peers whose member implements it.
 var (
@@ -87,4 +99,5 @@ var (
 	_ hal.SendPreparer = (*Device)(nil)
 	_ hal.CrossMemory  = (*Device)(nil)
 	_ hal.SharedMemory = (*Device)(nil)
+	_ hal.Failover     = (*Device)(nil)
 )

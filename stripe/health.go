@@ -32,7 +32,12 @@ func (d *Device) takeOut(m *member, reason OutReason, err error) {
 	m.reason.Store(uint32(reason))
 	m.stats.outs.Add(1)
 	d.in--
+	d.outages.Add(1)
 }
+
+// Outages counts the members taken out so far (hal.Failover): the layer
+// above resends what it has in flight when it changes.
+func (d *Device) Outages() uint64 { return d.outages.Load() }
 
 // heard records that m delivered a frame from src at now, and re-admits m
 // if it may come back.

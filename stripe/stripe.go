@@ -97,7 +97,8 @@ func (o Options) withDefaults() (Options, error) {
 // Caps, Addr, Counters and Members are safe everywhere.
 type Device struct {
 	members []*member
-	devs    []hal.Device // the members' devices, for hal.WaitAny
+	devs    []hal.Device  // the members' devices, for hal.WaitAny
+	outages atomic.Uint64 // members taken out so far (hal.Failover)
 	opts    Options
 	caps    hal.Caps
 	addr    string
