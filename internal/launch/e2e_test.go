@@ -391,3 +391,35 @@ func TestGorunRemovesSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestGorunVerbsBuild: with --transport verbs gorun builds a package
+// directory with -tags verbs and cgo on (a file constrained by `verbs &&
+// cgo` is compiled in, even when gorun's environment has CGO_ENABLED=0);
+// and a binary built without the tag fails at every rank saying how to
+// build it.
+func TestGorunVerbsBuild(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module tagged\n\ngo 1.26\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nvar tags = \"none\"\n\nfunc main() { println(tags) }\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "verbs.go"), []byte("//go:build verbs && cgo\n\npackage main\n\nfunc init() { tags = \"verbs,cgo\" }\n"), 0o644)
+	t.Setenv("CGO_ENABLED", "0")
+	for _, tc := range []struct {
+		tags []string
+		want string
+	}{{nil, "none"}, {[]string{"verbs"}, "verbs,cgo"}} {
+		p, err := ResolveProgram(context.Background(), dir, tc.tags...)
+		if err != nil {
+			t.Fatalf("ResolveProgram tags %v: %v", tc.tags, err)
+		}
+		out, err := exec.Command(p.Path).CombinedOutput()
+		p.Remove()
+		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
+			t.Errorf("built with tags %v: %q, %v; want %q", tc.tags, got, err, tc.want)
+		}
+	}
+
+	r := gorun(t, "-n", "2", "--transport", "verbs", bins.pi, "-n", "1000")
+	if r.code == 0 || !strings.Contains(r.stderr, "WEFT_TRANSPORT=verbs") || !strings.Contains(r.stderr, "build with -tags verbs and libibverbs-dev") {
+		t.Errorf("gorun --transport verbs with a binary built without the tag: status %d, stderr:\n%s", r.code, r.stderr)
+	}
+}

@@ -46,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return exitFailure
 	}
-	prog, err := ResolveProgram(context.Background(), opts.Program)
+	prog, err := ResolveProgram(context.Background(), opts.Program, opts.buildTags()...)
 	if err != nil {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return exitFailure

@@ -30,7 +30,7 @@ type Options struct {
 	Hosts         []Host            // -H and --hostfile; empty: this host only
 	Rsh           []string          // command that reaches a host, split on spaces
 	Oversubscribe bool              // allow more ranks than slots
-	Transport     string            // WEFT_TRANSPORT for every rank: auto, shm or udp
+	Transport     string            // WEFT_TRANSPORT for every rank: auto, shm, udp or verbs
 	NICs          string            // --nics LIST: WEFT_NICS for the ranks of every host ("": not set)
 	HostNICs      map[string]string // --nics HOST=LIST: WEFT_NICS for HOST's ranks, over NICs
 	transportFrom string            // where Transport came from, for messages
@@ -55,11 +55,10 @@ type Options struct {
 var defaultRsh = []string{"ssh", "-x", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"}
 
 // transports are the devices a gorun job can run on (WEFT_TRANSPORT).
-var transports = []string{"auto", "shm", "udp"}
+var transports = []string{"auto", "shm", "udp", "verbs"}
 
 // notYet says why a device name the design promises cannot be used yet.
 var notYet = map[string]string{
-	"verbs":       "the verbs device does not exist yet",
 	"inproc-test": "the in-process device runs ranks as goroutines of one test program (mpi.Run), not as processes gorun starts",
 }
 
@@ -113,7 +112,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&hostfile, "hostfile", "", "file with one host[:slots] (or 'host slots=N') per line")
 	fs.StringVar(&rsh, "rsh", "", "command that reaches a host (default: ssh -x -o BatchMode=yes -o ConnectTimeout=10)")
 	fs.BoolVar(&o.Oversubscribe, "oversubscribe", false, "allow more ranks than slots")
-	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp (auto: shm within one host, udp across hosts; when not given, WEFT_TRANSPORT if set)")
+	fs.StringVar(&o.Transport, "transport", "auto", "auto | shm | udp | verbs (auto: shm within one host, udp across hosts; verbs: RDMA for every rank, in programs built with -tags verbs, which gorun adds when it builds a package directory; when not given, WEFT_TRANSPORT if set)")
 	fs.Var(&nics, "nics", "NICs each rank stripes its network traffic over (WEFT_NICS): a,b for every host, or HOST=a,b for one host's ranks (repeatable); interface names, resolved on each rank's host, or addresses (default: one NIC, the address the host's name resolves to)")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix each output line with [rank]")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long (exit status 124), first reporting per rank the MPI call it is blocked in (operation, peer, tag, communicator; asked with SIGWINCH, answers awaited 2s), or that it is in none or did not answer, and its PMI state")
@@ -273,6 +272,15 @@ func (o *Options) nicsFor(host string) string {
 		return l
 	}
 	return o.NICs
+}
+
+// buildTags are the build tags a program built from a package directory
+// needs for the ranks' device: verbs for the verbs device.
+func (o *Options) buildTags() []string {
+	if o.Transport == "verbs" {
+		return []string{"verbs"}
+	}
+	return nil
 }
 
 // resolveTransport decides the ranks' WEFT_TRANSPORT as they will see it:

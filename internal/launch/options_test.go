@@ -57,11 +57,10 @@ func TestParseArgsErrors(t *testing.T) {
 		{nil, "no program"},
 		{[]string{"-n", "0", "p"}, "at least one rank"},
 		{[]string{"-n", "x", "p"}, "invalid value"},
-		{[]string{"--transport", "carrier-pigeon", "p"}, "auto, shm, udp"},
+		{[]string{"--transport", "carrier-pigeon", "p"}, "auto, shm, udp, verbs"},
 		// Features that do not exist yet are refused, saying so.
-		{[]string{"--transport", "verbs", "p"}, "verbs device does not exist yet; use auto, shm, udp"},
 		{[]string{"--transport", "inproc-test", "p"}, "mpi.Run"},
-		{[]string{"-x", "WEFT_TRANSPORT=verbs", "p"}, "-x WEFT_TRANSPORT \"verbs\": the verbs device does not exist yet"},
+		{[]string{"-x", "WEFT_TRANSPORT=inproc-test", "p"}, "-x WEFT_TRANSPORT \"inproc-test\": the in-process device runs ranks as goroutines"},
 		{[]string{"--nics", "", "p"}, "without empty ones"},
 		{[]string{"--nics", "eth0,,eth1", "p"}, "without empty ones"},
 		{[]string{"--nics", "eth0,eth0", "p"}, "eth0 given twice"},
@@ -164,6 +163,8 @@ func TestTransportSources(t *testing.T) {
 		{"udp", []string{"p"}, "udp"},
 		{"udp", []string{"--transport", "shm", "p"}, "shm"},
 		{"udp", []string{"--transport", "shm", "-x", "WEFT_TRANSPORT=auto", "p"}, "auto"},
+		{"", []string{"--transport", "verbs", "p"}, "verbs"},
+		{"verbs", []string{"p"}, "verbs"},
 	} {
 		t.Setenv("WEFT_TRANSPORT", tc.env)
 		o, err := ParseArgs(tc.args, io.Discard)
@@ -171,9 +172,9 @@ func TestTransportSources(t *testing.T) {
 			t.Errorf("WEFT_TRANSPORT=%q gorun %q: transport %q, %v; want %q", tc.env, tc.args, o.Transport, err, tc.want)
 		}
 	}
-	t.Setenv("WEFT_TRANSPORT", "verbs")
-	if _, err := ParseArgs([]string{"p"}, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "WEFT_TRANSPORT (gorun's environment) \"verbs\"") {
-		t.Errorf("WEFT_TRANSPORT=verbs in gorun's environment: %v", err)
+	t.Setenv("WEFT_TRANSPORT", "tcp")
+	if _, err := ParseArgs([]string{"p"}, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "WEFT_TRANSPORT (gorun's environment) \"tcp\"") {
+		t.Errorf("WEFT_TRANSPORT=tcp in gorun's environment: %v", err)
 	}
 }
 
@@ -184,12 +185,12 @@ func TestHelpListsOnlyWhatExists(t *testing.T) {
 	if _, err := ParseArgs([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, absent := range []string{"verbs", "inproc-test"} {
+	for _, absent := range []string{"inproc-test"} {
 		if strings.Contains(help.String(), absent) {
 			t.Errorf("help mentions %q:\n%s", absent, help.String())
 		}
 	}
-	for _, present := range []string{"-transport", "auto | shm | udp", "-nics", "default: one NIC", "copied to each remote host", "same path on every", "WEFT_*"} {
+	for _, present := range []string{"-transport", "auto | shm | udp | verbs", "-tags verbs", "-nics", "default: one NIC", "copied to each remote host", "same path on every", "WEFT_*"} {
 		if !strings.Contains(help.String(), present) {
 			t.Errorf("help does not say %q:\n%s", present, help.String())
 		}

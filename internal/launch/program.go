@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -27,9 +28,10 @@ func (p *Program) Remove() {
 
 // ResolveProgram finds the executable for arg: a Go package directory is
 // built once with `go build -o` into a temporary directory (with the
-// compiler's output in the error if it fails); a file must be executable; a
-// bare name is looked up in PATH, as a shell would.
-func ResolveProgram(ctx context.Context, arg string) (*Program, error) {
+// compiler's output in the error if it fails), with the build tags given
+// (and cgo on when there are any: the verbs device needs it); a file must
+// be executable; a bare name is looked up in PATH, as a shell would.
+func ResolveProgram(ctx context.Context, arg string, tags ...string) (*Program, error) {
 	st, err := os.Stat(arg)
 	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(arg, filepath.Separator) {
 		if path, lerr := exec.LookPath(arg); lerr == nil {
@@ -44,7 +46,7 @@ func ResolveProgram(ctx context.Context, arg string) (*Program, error) {
 		return nil, fmt.Errorf("%w: %q: %v", ErrProgram, arg, err)
 	}
 	if st.IsDir() {
-		return build(ctx, arg, abs)
+		return build(ctx, arg, abs, tags)
 	}
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 		return nil, fmt.Errorf("%w: %s is not an executable file (mode %v)", ErrProgram, arg, st.Mode())
@@ -52,8 +54,8 @@ func ResolveProgram(ctx context.Context, arg string) (*Program, error) {
 	return &Program{Path: abs}, nil
 }
 
-// build runs go build on the package in dir.
-func build(ctx context.Context, dir, abs string) (*Program, error) {
+// build runs go build on the package in dir, with tags.
+func build(ctx context.Context, dir, abs string, tags []string) (*Program, error) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is a package directory but the go command is not in PATH to build it", ErrProgram, dir)
@@ -65,13 +67,28 @@ func build(ctx context.Context, dir, abs string) (*Program, error) {
 	out := filepath.Join(tmp, filepath.Base(abs))
 	// Build from the package directory itself so that its module applies
 	// whatever directory gorun runs in.
-	cmd := exec.CommandContext(ctx, gocmd, "build", "-o", out, ".")
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, gocmd, append(args, ".")...)
 	cmd.Dir = abs
+	if len(tags) > 0 {
+		// Without cgo -tags verbs would build the device's stub.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
 		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("%w: building %s failed (%v):\n%s", ErrProgram, dir, err, strings.TrimRight(output.String(), "\n"))
+		how := "building " + dir
+		if len(tags) > 0 {
+			how += " with -tags " + strings.Join(tags, ",")
+		}
+		if slices.Contains(tags, "verbs") {
+			how += " (the verbs device needs cgo: gcc and libibverbs' headers, apt-get install libibverbs-dev)"
+		}
+		return nil, fmt.Errorf("%w: %s failed (%v):\n%s", ErrProgram, how, err, strings.TrimRight(output.String(), "\n"))
 	}
 	return &Program{Path: out, Built: true}, nil
 }
