@@ -70,15 +70,30 @@
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
 // and the script present) and skips saying what is missing otherwise.
 //
+// mpitest.sh runs MPI jobs over the device in the same VM, in one boot:
+// gorun (static) and the ranks (collcheck and examples/pi, built with the
+// tag) go in through the shared directory, and `gorun --transport verbs`
+// starts 2 ranks on rxe0 and 3 ranks across rxe0 and rxe1
+// (WEFT_VERBS_DEVICE=rxe0,rxe1); each job must print its exact result and
+// every rank's device must report, at trace level 2, frames sent and
+// received. TestVMMPI runs it as TestVM runs vmtest.sh.
+//
+// # In MPI jobs
+//
+// mpi.Init opens this device for every rank when WEFT_TRANSPORT is verbs
+// (gorun --transport verbs), choosing the device, port and GID from
+// WEFT_VERBS_DEVICE, WEFT_VERBS_PORT and WEFT_VERBS_GID (docs/tuning.md),
+// and publishes Addr through the process manager as it does other
+// devices' addresses. auto does not pick it.
+//
 // # Not yet
 //
 // This is the first cut, packet mode only. Missing: RC queue pairs for
 // hardware RDMA Write and Read on registered memory (hal's software RDMA
 // engine runs over the datagrams meanwhile, so Caps.NativeRDMA is false);
 // registration of user buffers through lazyreg (the registration cache)
-// with runtime.Pinner; busy-polling in Wait before blocking; publishing
-// the address through PMI and `gorun --transport verbs` (mpi does not open
-// this device yet); counting adapter drops (the port's hw_counters).
+// with runtime.Pinner; busy-polling in Wait before blocking; auto picking
+// this device; counting adapter drops (the port's hw_counters).
 //
 // The package imports hal, golang.org/x/sys/unix and, with the tag,
 // libibverbs through cgo; nothing else in weft uses cgo.
