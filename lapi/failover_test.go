@@ -121,3 +121,63 @@ func TestFailoverResend(t *testing.T) {
 		t.Errorf("stall %v with the resend: want within the stripe's 20 ms detection and a round trip", with)
 	}
 }
+
+// TestRDMAWindow: toward a peer over a lossy device, a chunk's first
+// redrive halves the bytes RDMA may have in flight there (never below one
+// chunk), and chunks completed at their first drive open it again up to
+// RDMAWindow; toward a reliable device nothing changes it.
+func TestRDMAWindow(t *testing.T) {
+	spec := hostile
+	spec.Seed = 4
+	j := newSimJob(t, 2, spec, simnet.WithMTU(16<<10))
+	defer j.close()
+	c0, c1 := j.ctxs[0], j.ctxs[1]
+	dst := make([]byte, 4<<20)
+	pvo, _ := c1.TPT().Register(dst, hal.AccessWrite)
+	put := func() {
+		k := c0.NewCounter()
+		if err := c0.Put(1, pvo, pattern[:len(dst)/2], SendOpts{Completion: k}); err != nil {
+			t.Fatal(err)
+		}
+		j.run(time.Minute, nil, func() bool { return settled(k, 1) })
+		if k.err != nil {
+			t.Fatal(k.err)
+		}
+	}
+	full := c0.cfg.RDMAWindow
+	for range 4 {
+		put()
+	}
+	cuts := c0.RDMAStats().WindowCuts
+	c0.mu.Lock()
+	w := c0.rd.cwnd[1]
+	c0.mu.Unlock()
+	if cuts == 0 || w >= full || w < rdmaChunk {
+		t.Fatalf("after lossy puts: %d cuts, window %d of %d: want cuts and a window in [%d, %d)", cuts, w, full, rdmaChunk, full)
+	}
+	t.Logf("after 4 lossy 2 MiB puts: %d window cuts, window %d KiB", cuts, w>>10)
+
+	// Growth: a window's worth of clean chunk completions opens it by
+	// about a chunk; enough of them bring it back to RDMAWindow, and
+	// shrinking never goes below a chunk.
+	c0.mu.Lock()
+	defer c0.mu.Unlock()
+	c0.rd.cwnd[1] = 2 * rdmaChunk
+	c0.grow(1, rdmaChunk)
+	c0.grow(1, rdmaChunk)
+	if got := c0.rd.cwnd[1]; got <= 2*rdmaChunk || got > 3*rdmaChunk {
+		t.Errorf("two clean chunks on a window of two: %d, want within (2, 3] chunks", got)
+	}
+	for range 1000 {
+		c0.grow(1, rdmaChunk)
+	}
+	if got := c0.rd.cwnd[1]; got != full {
+		t.Errorf("after 1000 clean chunks: window %d, want RDMAWindow %d", got, full)
+	}
+	for range 20 {
+		c0.shrink(1)
+	}
+	if got := c0.rd.cwnd[1]; got != rdmaChunk {
+		t.Errorf("after 20 losses: window %d, want one chunk %d", got, rdmaChunk)
+	}
+}

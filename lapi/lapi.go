@@ -74,7 +74,9 @@ type Config struct {
 	// origin hears nothing while a chunk streams, so this is what keeps it
 	// from running ahead of a slower receiver (an overflowing socket buffer
 	// costs a redrive, and on any device frames queued far ahead fall out
-	// of the caches).
+	// of the caches). Over an unreliable device it is the most a
+	// congestion window allows: halved by a loss, reopened by clean
+	// completions (rdma.go).
 	MaxRCxt, RDMAWindow int
 	// Reintegrate runs hal's reintegration protocol on the device: at Open
 	// the context announces itself (BOOTING) and Put, Get and Rmw stay off

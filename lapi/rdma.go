@@ -76,6 +76,7 @@ type rdmaState struct {
 	waiting    []*rdmaOp // chunks waiting for an rCxt or for room toward their peer
 	spare      []*rdmaOp // launchWaiting's other buffer
 	out        []int     // per peer: bytes of chunks launched and not completed
+	cwnd       []int     // per peer over an unreliable device: the congestion window, bytes (roomFor)
 	nwait      []int     // per peer: chunks waiting (they go first, in order)
 	blocked    []bool    // launchWaiting's scratch
 	groups     int       // transfers not yet completed
@@ -106,6 +107,7 @@ type servKey struct {
 type RDMAStats struct {
 	Writes, Reads, Accumulates uint64 // transfers originated
 	Redrives                   uint64 // drives after the first
+	WindowCuts                 uint64 // congestion window halvings (a chunk's first redrive)
 	StaleCompletions           uint64 // completions of an earlier drive, ignored
 	Faults                     uint64 // accesses refused (here, or by a replica)
 	CMAWrites, CMAReads        uint64 // Puts and Gets done by one copy: cross-memory attach, or in-process
@@ -124,6 +126,10 @@ func (c *Context) initRDMA() {
 	r.serving = make(map[servKey]*hal.RDMAStream)
 	r.rtt = make([]rttEstimator, c.cfg.Size)
 	r.out = make([]int, c.cfg.Size)
+	r.cwnd = make([]int, c.cfg.Size)
+	for p := range r.cwnd {
+		r.cwnd[p] = c.cfg.RDMAWindow
+	}
 	r.nwait = make([]int, c.cfg.Size)
 	r.blocked = make([]bool, c.cfg.Size)
 	r.seg = (c.mtu - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63
@@ -583,6 +589,9 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 			// Karn's rule: only a first drive's completion times it.
 			c.rd.rtt[g.peer].sample(c.now().Sub(op.sentAt))
 		}
+		if err == nil && op.drives == 0 && op.rto > 0 {
+			c.grow(g.peer, int(op.h.Total))
+		}
 		c.rd.ops[rc.ID] = nil
 		c.rd.pool.Free(rc)
 		c.rd.out[g.peer] -= int(op.h.Total)
@@ -606,7 +615,34 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 // Puts over inproc: 6.7 GB/s without the window, 8.8 with it).
 func (c *Context) roomFor(op *rdmaOp) bool {
 	out := c.rd.out[op.g.peer]
-	return out == 0 || out+int(op.h.Total) <= c.cfg.RDMAWindow
+	return out == 0 || out+int(op.h.Total) <= c.rd.cwnd[op.g.peer]
+}
+
+// Congestion control of RDMA toward a peer over an unreliable device,
+// additive increase and multiplicative decrease on the bytes in flight,
+// as TCP's: the origin hears nothing while a chunk streams, so a window
+// of RDMAWindow bytes sent back to back overruns any queue smaller than
+// it on the way (a rate-limited link's: tbf at 200 Mbit/s with 1.25 MB
+// of queue dropped more packets than it passed), and every loss costs a
+// redrive after a timeout. A redrive halves the window, down to one
+// chunk; a chunk completed at its first drive grows it by a chunk's worth
+// over a window's worth of completions, up to RDMAWindow. A reliable
+// device loses nothing: the window stays RDMAWindow.
+
+// grow opens peer's window after a chunk of n bytes completed at its
+// first drive (c.mu held).
+func (c *Context) grow(peer hal.Rank, n int) {
+	w := &c.rd.cwnd[peer]
+	if *w < c.cfg.RDMAWindow {
+		*w = min(*w+max(n*n / *w, 1), c.cfg.RDMAWindow)
+	}
+}
+
+// shrink halves peer's window after a loss (a redrive; c.mu held).
+func (c *Context) shrink(peer hal.Rank) {
+	w := &c.rd.cwnd[peer]
+	*w = max(*w/2, rdmaChunk)
+	c.rd.stats.WindowCuts++
 }
 
 func (c *Context) wait(op *rdmaOp) {
@@ -713,6 +749,9 @@ func (c *Context) rdmaTick(now time.Time) {
 // redrive sends a transfer again under a new tid, with a doubled timeout.
 func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	tid := op.rc.Redrive()
+	if op.drives == 0 {
+		c.shrink(op.g.peer) // once per chunk: its later drives are the same loss
+	}
 	op.drives++
 	c.rd.stats.Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
