@@ -69,9 +69,6 @@ var layers = []rule{
 	{"internal/sysmon", []string{"std", "golang.org/x/sys/unix"}},
 	// vec's kernels need to know whether the processor has them.
 	{"internal/vec", []string{"std", "github.com/klauspost/cpuid/v2"}},
-	// netbench runs one side of a measurement between two hosts (network
-	// namespaces): a program over lapi and the UDP device it measures.
-	{"internal/netbench", []string{"std", "hal/...", "lapi", "transport/udp", "internal/faults"}},
 	// Internal helpers not listed above (stats, resource tracker): leaves.
 	{"internal/...", []string{"std", "internal/trace"}},
 
@@ -97,6 +94,9 @@ var layers = []rule{
 
 	// Programs.
 	{"cmd/gorun/...", []string{"std", "internal/launch"}},
+	// netbench runs one side of a measurement between two hosts (network
+	// namespaces): a program over lapi and the UDP device it measures.
+	{"cmd/netbench", []string{"std", "hal/...", "lapi", "transport/udp", "internal/faults"}},
 	// bench linestate pins its two threads to CPUs (x/sys/unix).
 	{"bench/...", []string{"std", "mpi", "gonum.org/v1/plot/...", "golang.org/x/sys/unix"}},
 	{"examples/...", []string{"std", "mpi"}},

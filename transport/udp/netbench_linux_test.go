@@ -18,7 +18,7 @@ import (
 )
 
 // The namespace tests run each side in its own process, inside its own
-// namespace, as two ranks on two hosts would: internal/netbench, built once
+// namespace, as two ranks on two hosts would: cmd/netbench, built once
 // per test binary, is that process (it is also the tool for measuring by
 // hand). A test package cannot re-execute itself into another namespace
 // with lapi on top, since the device's own tests may not import lapi.
@@ -30,7 +30,7 @@ var netbenchBuild struct {
 	skip, err error
 }
 
-// netbenchPath builds internal/netbench (once) and returns the binary. It
+// netbenchPath builds cmd/netbench (once) and returns the binary. It
 // skips the test if the go command is not there to build it.
 func netbenchPath(t testing.TB) string {
 	t.Helper()
@@ -40,7 +40,7 @@ func netbenchPath(t testing.TB) string {
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 			if _, serr := os.Stat(goTool); serr != nil {
-				b.skip = fmt.Errorf("needs the go command to build internal/netbench: %w", err)
+				b.skip = fmt.Errorf("needs the go command to build cmd/netbench: %w", err)
 				return
 			}
 		}
@@ -51,14 +51,14 @@ func netbenchPath(t testing.TB) string {
 		b.path = filepath.Join(b.dir, "netbench")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool, "build", "-o", b.path, "github.com/weft-hpc/weft/internal/netbench")
+		cmd := exec.CommandContext(ctx, goTool, "build", "-o", b.path, "github.com/weft-hpc/weft/cmd/netbench")
 		// In the module, wherever the test binary runs from.
 		if _, src, _, ok := runtime.Caller(0); ok {
 			cmd.Dir = filepath.Dir(src)
 		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			b.err = fmt.Errorf("go build internal/netbench: %w\n%s", err, out)
+			b.err = fmt.Errorf("go build cmd/netbench: %w\n%s", err, out)
 		}
 	})
 	if b.skip != nil {
@@ -70,7 +70,7 @@ func netbenchPath(t testing.TB) string {
 	return b.path
 }
 
-// benchResult is netbench's result line (internal/netbench's Result).
+// benchResult is netbench's result line (cmd/netbench's Result).
 type benchResult struct {
 	Role        string    `json:"role"`
 	MTU         int       `json:"mtu"`
