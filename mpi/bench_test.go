@@ -65,6 +65,23 @@ func BenchmarkAllreduce8B(b *testing.B) {
 	}
 }
 
+// BenchmarkBcast8B times an 8-byte Bcast from root 1 (from 0 on 2 ranks)
+// on n goroutine ranks, by messages and through the shared block.
+func BenchmarkBcast8B(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, shm := range []string{"on", "off"} {
+			b.Run(fmt.Sprintf("n=%d/shm=%s", n, shm), func(b *testing.B) {
+				b.Setenv("WEFT_SHMCOLL", shm)
+				v := make([][]float64, n)
+				benchRanks(b, n, func(c *Comm) error {
+					v[c.Rank()] = []float64{1}
+					return nil
+				}, func(c *Comm) error { return Bcast(c, v[c.Rank()], 1%n) })
+			})
+		}
+	}
+}
+
 // BenchmarkAllreduceLarge times a 16 MiB float64 Allreduce on n goroutine
 // ranks, reduced by half-RDMA accumulate and by the two-sided ring
 // (receive a block, then reduce it).

@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"context"
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -19,7 +21,9 @@ import (
 // device, calls fn on each with its world communicator, and returns the
 // first error any rank returned (a panic becomes an error naming the rank).
 // When a rank fails, the others' pending calls toward it fail with
-// ErrPeerFailed instead of hanging. With WEFT_FAULTS set, the device drops,
+// ErrPeerFailed instead of hanging. A rank whose fn has returned goes on
+// making progress until every rank's has, so that what it sent still
+// arrives. With WEFT_FAULTS set, the device drops,
 // reorders, duplicates and corrupts frames and lapi's reliability repairs
 // it: results must not change. Run is RunWith the Options of the
 // environment (OptionsFromEnv): a variable not of its form fails Run with
@@ -77,21 +81,31 @@ func runNodes(n int, opts Options, nodes []int, fn func(c *Comm) error) error {
 			}
 		}
 	}
+	// A rank whose fn has returned keeps making progress until every
+	// rank's has: a small send is complete once lapi has copied it, but
+	// lapi may only have queued it (the device toward a slower rank was
+	// full), and only this rank's progress hands it on. A rank that
+	// stopped there, the root of a loop of Bcasts or a leaf of a loop of
+	// Reduces, left the others waiting for ever for its last messages.
+	// Once every fn has returned, no rank waits for anything.
+	all, allDone := context.WithCancel(context.Background())
+	defer allDone()
+	var running atomic.Int32
+	running.Store(int32(n))
 	wg.Add(n)
 	for r := range n {
 		go func() {
 			defer wg.Done()
-			var err error
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("mpi: rank %d panicked: %v\n%s", r, p, debug.Stack())
-				}
-				if err != nil {
-					fail(r, err)
-				}
-			}()
-			if err = fn(worlds[r].comm); err != nil && !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
-				err = fmt.Errorf("rank %d: %w", r, err)
+			err := runRank(r, worlds[r].comm, fn)
+			if err != nil {
+				fail(r, err)
+			}
+			if running.Add(-1) == 0 {
+				allDone()
+			}
+			if err == nil {
+				// Ends when all is done (or the context is closed).
+				_ = worlds[r].lc.Wait(all, func() (bool, error) { return false, nil })
 			}
 		}()
 	}
@@ -100,6 +114,20 @@ func runNodes(n int, opts Options, nodes []int, fn func(c *Comm) error) error {
 		w.lc.Close()
 	}
 	return first
+}
+
+// runRank calls fn as rank r: a panic becomes an error naming the rank,
+// as does an error that does not name it already.
+func runRank(r int, c *Comm, fn func(c *Comm) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("mpi: rank %d panicked: %v\n%s", r, p, debug.Stack())
+		}
+	}()
+	if err = fn(c); err != nil && !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+		err = fmt.Errorf("rank %d: %w", r, err)
+	}
+	return err
 }
 
 // openInproc makes n worlds joined by one in-process fabric, configured
