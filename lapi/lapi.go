@@ -50,14 +50,11 @@ type Config struct {
 	// space on inproc); negative: never. Below it, and on other devices,
 	// RDMAThreshold decides. The default is 16 KiB in a shared address
 	// space, where one copy is a plain copy, and 64 KiB through
-	// cross-memory attach: measured on shm here, a 16-32 KiB MPI message
-	// copied through the rings and out again beats one cross-memory read
-	// and its system call (16 KiB 1.1-1.8 against 4.0-4.7 µs, 32 KiB 2.0-2.4
-	// against 5.1-5.3). A 64 KiB one does too while the two cores share a
-	// fast cache path (5.6-6.0 against 7.2-7.5), but the copies cross
-	// between the cores line by line, and when that path is slow (this
-	// VM's cores sometimes take 250 ns instead of 60 for a line) it took
-	// 28-29 µs against about 8 by one read.
+	// cross-memory attach: below it a message copied through the rings and
+	// out again beats one cross-memory read and its system call; at 64 KiB
+	// the copies, which cross between the cores line by line, lose badly
+	// whenever the cores' shared cache path is slow (figures in
+	// bench/results/history.md).
 	SingleCopyThreshold int
 	// AMRendezvous: active messages with at least this much data to
 	// another rank go by rendezvous (negative: never): the header goes

@@ -322,9 +322,8 @@ func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err er
 		}
 		if done && err == nil {
 			// What this goroutine waits for came, and the rest of the
-			// pass has nothing to do: it returns at once. An 8-byte
-			// ping-pong's reply then leaves 4-7 ns sooner (of 125-135,
-			// alternated with the full pass in one run). The poll
+			// pass has nothing to do: it returns at once, and an
+			// 8-byte ping-pong's reply leaves a few ns sooner. The poll
 			// itself stays whole: polling one frame first saved the
 			// ping-pong another nanosecond but cost a stream of 8-byte
 			// messages 12-15% (each frame then took a wait of its own).
@@ -519,8 +518,8 @@ func (c *Context) block(ctx context.Context, gen uint64) {
 //
 // A hook in a context value, as net/http/httptrace passes its hooks:
 // the wait loop, which every message's latency goes through, stays as it
-// is (with arm as an argument, the 8-byte ping-pong took 0.137-0.142 µs
-// instead of 0.132-0.134), and only the blocking path looks for it.
+// is (an argument cost the 8-byte ping-pong 4%), and only the blocking
+// path looks for it.
 func WithArm(ctx context.Context, arm func() (armedNow bool)) context.Context {
 	return context.WithValue(ctx, armKey{}, arm)
 }

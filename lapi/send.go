@@ -171,7 +171,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 // nothing queued ahead of it toward tgt and no target or completion
 // counter: the device implies the frame header, only the tiny packet
 // header goes, built straight from the arguments (no packet header to fill
-// and read back: 3-4 ns of an 8-byte ping-pong's 125-135 here), and
+// and read back, 3% of an 8-byte ping-pong), and
 // the frame is published on return. sent is false when the message must
 // go the general way: too long for a short frame or for one packet of the
 // MTU, or TPT updates still to push (err nil), or the device full (err

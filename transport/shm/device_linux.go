@@ -345,17 +345,10 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 // reading while it waits; the publication's first store would otherwise
 // wait there for dst's copy to be invalidated. Given by lapi under its
 // lock just before a send, the invalidation overlaps the building of the
-// message. An 8-byte ping-pong, alternated with no hint every 20,000
-// round trips in one run, took 112-116 ns one way against 127-128 (and
-// 120-123 against 136-140 in another run); in runs at about 180 ns it
-// went from 10 ns less (164-171 against 174-183) to 6 ns more (medians
-// 184 against 177). Whole runs alternated with and without it, in the
-// VM's 50-60 ns line state: run medians 121-126 against 133-138, and the
-// runs stuck near 180 ns came as often either way (5 of 18, 6 of 19), so
-// the hint neither causes that mode nor cures it. Given much earlier
-// (when a message arrives, 40-odd ns before the reply), dst polls the
-// line back first and it cost 14 ns. A no-op for a rank that does not
-// share the segment, or after Close.
+// message (a tenth of an 8-byte ping-pong's time here; the A/B runs are in
+// bench/results/history.md). Given much earlier, when a message arrives,
+// dst polls the line back first and the hint costs instead. A no-op for a
+// rank that does not share the segment, or after Close.
 func (d *Device) PrepareSend(dst hal.Rank) {
 	s := d.slotOf(dst)
 	if d.closed.Load() || s < 0 {

@@ -154,11 +154,8 @@ func newGeometry(ranks []hal.Rank, jobSize, line int, o Options) (geometry, erro
 	// its 64), so the consumer's next stamp and the producer's next cell
 	// have left it by the time they are used, and each message pays for
 	// that on both sides. One line more moves each stamp to the next set.
-	// With 64 cells a ring's stamps then stay in L1: two processes
-	// bouncing a stamp through such cells took 61-62 ns one way, against
-	// 75 ns with 256 cells 2 KiB apart (72 with 64, 71-72 with 256 cells
-	// a line apart), and the 8-byte MPI latency went from 0.170-0.180 µs
-	// to 0.158-0.167 (fewer cells alone: 0.168-0.190).
+	// With 64 cells a ring's stamps then stay in L1 (figures in
+	// bench/results/history.md).
 	g.cellStride = g.cellSize + line
 	g.dataOff = roundUp(ringHdrLines*line+g.cells*g.cellStride, pageSize)
 	g.ringStride = g.dataOff + g.ringBytes

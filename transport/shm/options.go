@@ -107,10 +107,8 @@ const (
 // cells, a quarter more at 256-byte cells), and never below 128 bytes. A
 // message that fits in a cell comes in lines next to the stamp the
 // receiver polls, which it can fetch at once; one in the data area costs a
-// second, dependent miss. Measured with 2 ranks: 1 KiB messages take
-// 0.21-0.22 µs inline in 2 KiB cells and 0.39-0.41 through the data area
-// (1 KiB cells), 256 bytes 0.21-0.24 inline and 0.29-0.35 through the data
-// area (128-byte cells); 8 bytes the same either way.
+// second, dependent miss (about twice the latency of a 1 KiB message:
+// bench/results/history.md).
 func DefaultCellSize(size, cells int) int {
 	n := 2048
 	for n > 128 && size*size*cells*n > cellBudget {

@@ -242,11 +242,8 @@ func (r *ring) warm(n int) {
 // once the consumer has given them back (the head is read again if need
 // be: the frame just sent is out, so that costs its receiver nothing).
 // Without it each such frame's copy fetched every line from the cache of
-// the consumer, which read it a lap of the area before: a ping-pong took
-// 2.2 µs one way at 32 KiB (over cells, warmed), 5.3-5.6 at 40,000 bytes
-// and 7.5-7.7 at 56 KiB (in the data area); warmed, 2.6 and 3.4-4.2. In
-// the VM's slow line state (about 250 ns a line) 40,000 bytes took 21-24
-// µs, warmed 7.1-8.7 (bench latency -min N -max N, old and new alternated).
+// the consumer, which read it a lap of the area before (up to half a
+// large ping-pong's time: bench/results/history.md).
 func (r *ring) warmData(n int) {
 	span := uint64(frameSpan(n, r.line))
 	start, err := r.dataStart(span)

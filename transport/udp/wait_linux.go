@@ -54,9 +54,8 @@ const spinAlone = 20 * time.Microsecond
 //
 // Past spinAlone the peer is probably not running, maybe waiting for this
 // very CPU (more ranks than cores, or other jobs), so each round also calls
-// sched_yield: spinning on would delay the answer it waits for. Measured on
-// the 2-vCPU development VM under other load, this took ping-pong from
-// ~60-170 µs one-way to ~6-30 µs, and cost nothing when quiet.
+// sched_yield: spinning on would delay the answer it waits for (a tenth of
+// the latency under other load, nothing when quiet: bench/results/history.md).
 func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
 	start := time.Now()
 	deadline, yieldAfter := start.Add(d.opts.Spin), start.Add(spinAlone)
