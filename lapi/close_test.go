@@ -2,11 +2,15 @@ package lapi
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
+	"github.com/weft-hpc/weft/transport/shm"
 )
 
 // TestCloseAfterBarrierUnderLoss: two ranks end with a barrier (an
@@ -53,5 +57,72 @@ func TestCloseAfterBarrierUnderLoss(t *testing.T) {
 				t.Fatalf("round %d: rank %d: %v", round, r, err)
 			}
 		}
+	}
+}
+
+// refusingDevice refuses its first refuse data frames, as a full ring
+// toward a slow peer would (hal.ErrNoResource), so that lapi queues them.
+// Embedding hides the device's short frames: every message takes Send.
+type refusingDevice struct {
+	hal.Device
+	refuse, refused int
+}
+
+func (d *refusingDevice) Send(hdr, payload []byte) error {
+	if len(hdr) > 3 && hal.FrameType(hdr[3]) == hal.FrameData && d.refused < d.refuse {
+		d.refused++
+		return hal.ErrNoResource
+	}
+	return d.Device.Send(hdr, payload)
+}
+
+// countHandler counts the messages delivered to it.
+type countHandler struct{ n atomic.Int32 }
+
+func (h *countHandler) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (h *countHandler) OnComplete(hal.Rank, any)                     { h.n.Add(1) }
+
+// TestCloseFlushesQueued: over a reliable device, messages lapi queued
+// because the device was full still go when the rank closes right after
+// sending them (a rank's last barrier message at Finalize): Close sends
+// them before it lets go of the device, and the peer gets every one.
+func TestCloseFlushesQueued(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("shm needs Linux")
+	}
+	const key, msgs = 0xc105e, 40
+	devs, err := shm.OpenLocal(key, 2, shm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &refusingDevice{Device: devs[0], refuse: 1000} // more than the sends try: all stay queued
+	var ctxs [2]*Context
+	for r, d := range []hal.Device{full, devs[1]} {
+		for q, e := range devs {
+			if err := d.Connect(hal.Rank(q), e.Addr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ctxs[r], err = Open(Config{Device: d, Rank: hal.Rank(r), Size: 2, JobKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &countHandler{}
+	ctxs[0].RegisterHandler(&countHandler{})
+	h := ctxs[1].RegisterHandler(got)
+	stop := serving(ctxs[1])
+	for i := range msgs {
+		if err := ctxs[0].Amsend(1, h, nil, []byte{byte(i)}, SendOpts{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctxs[0].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = ctxs[1].Wait(ctx, func() (bool, error) { return got.n.Load() == msgs, nil })
+	stop()
+	ctxs[1].Close()
+	if err != nil || got.n.Load() != msgs {
+		t.Fatalf("the peer got %d of %d messages the closing rank had queued (%v)", got.n.Load(), msgs, err)
 	}
 }

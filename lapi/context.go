@@ -332,6 +332,7 @@ func (c *Context) Stats() Stats {
 func (c *Context) Close() error {
 	c.mu.Lock()
 	done, drain := c.closed, !c.reliable && c.cfg.Clock == nil
+	flush := c.reliable && c.cfg.Clock == nil && c.sendsQueuedLocked()
 	if c.reint != nil {
 		c.reint.Refuse() // a peer joining now is told this rank is going (BOOT_NACK)
 	}
@@ -341,6 +342,9 @@ func (c *Context) Close() error {
 	}
 	if drain {
 		c.drain()
+	}
+	if flush {
+		c.flushQueued()
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -361,6 +365,17 @@ func (c *Context) Close() error {
 
 // closeDrainMax bounds how long Close drains and lingers.
 const closeDrainMax = 2 * time.Second
+
+// flushQueued is drain for a reliable device: packets queued because the
+// device was full (a ring toward a slow peer) still go, so that a rank
+// leaving right after a barrier does not drop the barrier's last message
+// and leave its peer waiting for ever. Bounded by closeDrainMax: a peer
+// that has stopped polling does not hold Close.
+func (c *Context) flushQueued() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeDrainMax)
+	defer cancel()
+	c.Wait(ctx, func() (bool, error) { return !c.sendsQueuedLocked(), nil })
+}
 
 // drain runs before Close lets go of an unreliable device, so that a rank
 // leaving right after a barrier does not take with it what a peer still
