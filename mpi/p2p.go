@@ -140,7 +140,7 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 	probe := &request{w: w, comm: c, recv: true, ctx: c.ctx, src: source, tag: tag, op: "Probe"}
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
-	w.waiting.Store(probe)
+	w.waiting.Store(probe.note())
 	err := w.lc.Wait(ctx, func() (bool, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()

@@ -211,7 +211,27 @@ func (r *request) finish(st Status, err error) {
 }
 
 // describe says what the request waits for, in the world's ranks.
-func (r *request) describe() string {
+func (r *request) describe() string { return r.note().describe() }
+
+// waitNote is what a blocked call waits for, copied from its request when
+// it blocks: a report reads it from another goroutine, while the request
+// itself may already be recycled and reused (World.waiting).
+type waitNote struct {
+	op       string
+	src, tag int
+	ctx      uint32
+	recv     bool
+	comm     *Comm
+}
+
+// note copies what describe needs of r.
+func (r *request) note() *waitNote {
+	return &waitNote{op: r.op, src: r.src, tag: r.tag, ctx: r.ctx, recv: r.recv, comm: r.comm}
+}
+
+// describe says what the request waits for: "Recv from rank 1, tag 7,
+// communicator 0".
+func (r *waitNote) describe() string {
 	peer := func(p int) string {
 		if p == AnySource {
 			return "any source"

@@ -319,7 +319,7 @@ func (s *shComm) cond() (bool, error) {
 func (s *shComm) reportWait() {
 	s.report.src = s.waitedFor() // s.next: only this goroutine moves it
 	s.reported = true
-	s.c.w.waiting.Store(&s.report)
+	s.c.w.waiting.Store(s.report.note())
 	s.c.watch()
 }
 

@@ -47,10 +47,10 @@ type World struct {
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
 	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
 	timeout            time.Duration
-	waiting            atomic.Pointer[request] // what a blocked call waits for, for reports
-	spare              *request                // a recycled request, under lapi's lock (request.go)
-	deferred           []*request              // rendezvous reads to start outside lapi's lock
-	freeArr            *arrival                // recycled arrivals (w.mu)
+	waiting            atomic.Pointer[waitNote] // what a blocked call waits for, for reports
+	spare              *request                 // a recycled request, under lapi's lock (request.go)
+	deferred           []*request               // rendezvous reads to start outside lapi's lock
+	freeArr            *arrival                 // recycled arrivals (w.mu)
 	onClose            []func() error
 }
 
@@ -273,7 +273,7 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 		}
 		return false, nil
 	}, func() {
-		w.waiting.Store(r)
+		w.waiting.Store(r.note())
 		reported = true
 		if coll != nil {
 			coll.watch() // are the ranks in the same call?
