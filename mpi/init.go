@@ -290,6 +290,9 @@ func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []hal.Rank) (hal
 // limit); a binary built without -tags verbs says how to build it.
 func openVerbs(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
 	o := verbs.Options{Port: opts.VerbsPort, GIDIndex: opts.VerbsGID}
+	if oversubscribed(cl, opts.NodeCPUs) {
+		o.Spin = -1 // as on shm: spinning delays the rank that would answer
+	}
 	if n := len(opts.VerbsDevices); n > 0 {
 		o.Device = opts.VerbsDevices[localIndex(cl)%n]
 	}

@@ -43,7 +43,8 @@
 // hal.ErrNoResource. Poll drains the receive completion queue, checks
 // every frame (hal.Check with the CRC required, job key, destination
 // rank), counts what it drops in hal.Counters, delivers the rest, and
-// posts the buffers again after each batch. Wait arms the receive queue's
+// posts the buffers again after each batch. Wait polls the receive
+// completion queue for Options.Spin (default 50 µs), then arms its
 // notification and sleeps in ppoll on the completion channel and an
 // eventfd that Close and context cancellation write.
 //
@@ -92,7 +93,7 @@
 // hardware RDMA Write and Read on registered memory (hal's software RDMA
 // engine runs over the datagrams meanwhile, so Caps.NativeRDMA is false);
 // registration of user buffers through lazyreg (the registration cache)
-// with runtime.Pinner; busy-polling in Wait before blocking; auto picking
+// with runtime.Pinner; auto picking
 // this device; counting adapter drops (the port's hw_counters).
 //
 // The package imports hal, golang.org/x/sys/unix and, with the tag,

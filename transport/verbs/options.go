@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -36,6 +37,12 @@ type Options struct {
 	// receive completion queue must hold one entry per buffer, and adapters
 	// cap its size: rxe at 32767).
 	RecvRing int
+	// Spin is how long Wait polls the receive completion queue before it
+	// arms the queue's notification and blocks: a blocked thread costs a
+	// wake-up (tens of microseconds, more on a VM) per message of a
+	// ping-pong. 0 means DefaultSpin; negative blocks at once (mpi sets
+	// it for more ranks than cores, where spinning delays the peer).
+	Spin time.Duration
 
 	// skipMemlockCheck skips the RLIMIT_MEMLOCK check before registration,
 	// so a test can see how a failing ibv_reg_mr is reported.
@@ -46,6 +53,9 @@ type Options struct {
 const (
 	DefaultSendRing = 256
 	DefaultRecvRing = 1024
+	// DefaultSpin is short: lapi, the device's user, has spun for 50 µs
+	// polling the device before it calls Wait.
+	DefaultSpin = 50 * time.Microsecond
 	// MaxRing bounds SendRing and RecvRing.
 	MaxRing = 32767
 )
@@ -60,6 +70,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MTU < 0 || o.MTU > hal.MaxPayload {
 		return o, fmt.Errorf("verbs: MTU %d outside 0..%d", o.MTU, hal.MaxPayload)
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
 	}
 	if o.SendRing == 0 {
 		o.SendRing = DefaultSendRing

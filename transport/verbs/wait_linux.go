@@ -28,17 +28,22 @@ const maxBlock = time.Second
 // early), when ctx is done (ctx.Err()), or when the device is closed
 // (hal.ErrClosed), including by a Close from another goroutine.
 //
-// It arms the receive CQ's notification (ibv_req_notify_cq), then looks at
-// the CQ once more, since a completion that came before the arming raises
-// no event; what it finds there it keeps for the next Poll. Otherwise it
-// blocks in ppoll on the completion channel and an eventfd, which Close and
-// ctx's cancellation write. It never busy-polls: on this first cut an idle
-// rank costs no CPU, and a ping-pong pays a wake-up per message.
+// It first polls the receive CQ for Options.Spin, keeping what it finds
+// for the next Poll. Then it arms the CQ's notification
+// (ibv_req_notify_cq) and looks at the CQ once more, since a completion
+// that came before the arming raises no event. Otherwise it blocks in
+// ppoll on the completion channel and an eventfd, which Close and ctx's
+// cancellation write, so an idle rank costs no CPU.
 func (d *Device) Wait(ctx context.Context) error {
 	if !d.life.enter() {
 		return errClosed
 	}
 	defer d.life.leave()
+	if d.opts.Spin > 0 {
+		if got, err := d.spin(ctx); got || err != nil {
+			return err
+		}
+	}
 	if !d.rxMu.TryLock() {
 		return nil // another goroutine is polling: it delivers what came
 	}
@@ -50,11 +55,50 @@ func (d *Device) Wait(ctx context.Context) error {
 	return d.block(ctx)
 }
 
+// spinAlone is how long spin polls without yielding: an answer from a
+// running peer comes within a few microseconds.
+const spinAlone = 20 * time.Microsecond
+
+// spin polls the receive CQ for Options.Spin. It reports true when
+// completions wait for Poll (or another goroutine is polling), or an error
+// for a closed device or a done context. Past spinAlone each round also
+// calls sched_yield, as transport/udp's spin does: the peer may be
+// waiting for this very CPU.
+func (d *Device) spin(ctx context.Context) (bool, error) {
+	start := time.Now()
+	deadline, yieldAfter := start.Add(d.opts.Spin), start.Add(spinAlone)
+	done := ctx.Done()
+	for {
+		if !d.rxMu.TryLock() {
+			return true, nil
+		}
+		got, err := d.take()
+		d.rxMu.Unlock()
+		if got || err != nil {
+			return got, err
+		}
+		if d.life.closed.Load() {
+			return false, errClosed
+		}
+		select {
+		case <-done:
+			return false, ctx.Err()
+		default:
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return false, nil
+		}
+		if now.After(yieldAfter) {
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	}
+}
+
 // peek arms the CQ if needed and reports whether completions are waiting
-// for Poll, taking them from the CQ into rx. Called with rxMu held.
+// for Poll (take). Called with rxMu held.
 func (d *Device) peek() (bool, error) {
-	rx := &d.rx
-	if rx.next < rx.n {
+	if d.rx.next < d.rx.n {
 		return true, nil
 	}
 	if !d.armed.Load() {
@@ -62,6 +106,16 @@ func (d *Device) peek() (bool, error) {
 			return false, fmt.Errorf("verbs: %s: ibv_req_notify_cq: %v", d.devName, syscall.Errno(rc))
 		}
 		d.armed.Store(true)
+	}
+	return d.take()
+}
+
+// take reports whether completions are waiting for Poll, taking them from
+// the CQ into rx when rx holds none. Called with rxMu held.
+func (d *Device) take() (bool, error) {
+	rx := &d.rx
+	if rx.next < rx.n {
+		return true, nil
 	}
 	if err := d.postRecv(); err != nil {
 		return false, err
