@@ -16,7 +16,13 @@
 # opened the verbs device it was given and, at Finalize, that the device
 # sent and received frames; the 3-rank jobs must move packets over veth0.
 #
-# Usage: transport/verbs/mpitest.sh
+# Usage: transport/verbs/mpitest.sh [--bench]
+#   --bench         after the checks, measure (bench/results/verbs-rxe.md):
+#                   bench latency (8 B) and bench bw (1 MiB) over verbs,
+#                   and perftest's ib_send_lat and ib_write_bw on the same
+#                   devices, on rxe0 alone and rxe0<->rxe1, interleaved
+#                   over MPITEST_ROUNDS rounds (default 1;
+#                   one round adds ~5 min to the VM run under TCG)
 #   RXE_RUN         path of rxe-run (default: ../shared/rxe-vm/rxe-run from
 #                   the repository root)
 #   VMTEST_TIMEOUT  seconds before the VM is stopped (default 600)
@@ -30,6 +36,8 @@ if [ "${1:-}" = --guest ]; then
 else
 	guest=0
 fi
+bench=0
+[ "${1:-}" = --bench ] && bench=1
 
 # --- inside the VM ---------------------------------------------------------
 if [ $guest = 1 ]; then
@@ -89,6 +97,36 @@ if [ $guest = 1 ]; then
 	echo "mpitest: veth0 sent $((v1 - v0)) packets during the 3-rank jobs"
 	[ $((v1 - v0)) -ge 100 ] || fail "the 3-rank jobs sent $((v1 - v0)) packets over veth0: rxe0<->rxe1 not used"
 	grep -h -e "^collcheck ok" -e "^pi ≈" ./*.out
+
+	# perf SERVER_DEV CLIENT_DEV CMD ARGS...: a perftest pair, server first
+	# (its TCP side channel goes over lo); prints the client's table.
+	perf() {
+		local sdev=$1 cdev=$2 cmd=$3
+		shift 3
+		local sgid cgid
+		sgid=$(eval echo "\$${sdev^^}_GID_INDEX")
+		cgid=$(eval echo "\$${cdev^^}_GID_INDEX")
+		"$cmd" -d "$sdev" -x "$sgid" "$@" >perf-server.out 2>&1 &
+		local spid=$!
+		sleep 2
+		echo "# $cmd -d $sdev -x $sgid $* & $cmd -d $cdev -x $cgid $* 127.0.0.1"
+		"$cmd" -d "$cdev" -x "$cgid" "$@" 127.0.0.1 2>&1 | grep -E '^ *[0-9]+ +[0-9]+ ' || echo "($cmd failed)"
+		wait $spid || true
+	}
+	if [ $bench = 1 ] && [ $failed = 0 ]; then
+		for ((round = 1; round <= ${MPITEST_ROUNDS:-1}; round++)); do
+			for devs in rxe0 rxe0,rxe1; do
+				cdev=${devs#*,}
+				echo "## round $round, $devs"
+				echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench latency -min 8 -max 8 -iters 3000"
+				./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench latency -min 8 -max 8 -iters 3000 2>&1 | grep -E '^[0-9]' || fail "bench latency"
+				perf rxe0 "$cdev" ib_send_lat -s 8 -n 3000
+				echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M"
+				./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M 2>&1 | grep -E '^[0-9]' || fail "bench bw"
+				perf rxe0 "$cdev" ib_write_bw -s 1048576 -n 200
+			done
+		done
+	fi
 	[ $failed = 0 ] && echo "mpitest: all jobs passed"
 	exit $failed
 fi
@@ -112,12 +150,15 @@ t0=$SECONDS
 	CGO_ENABLED=0 go build -o "$work/gorun" ./cmd/gorun
 	CGO_ENABLED=1 go build -tags verbs -o "$work/collcheck" ./internal/launch/testdata/collcheck
 	CGO_ENABLED=1 go build -tags verbs -o "$work/pi" ./examples/pi
+	if [ $bench = 1 ]; then
+		CGO_ENABLED=1 go build -tags verbs -o "$work/bench" ./bench
+	fi
 )
 cp "$here/mpitest.sh" "$work/"
 built=$((SECONDS - t0))
 
 cd "$work"
 status=0
-"$rxe_run" --timeout "${VMTEST_TIMEOUT:-600}" --dir "$work" -- bash "$work/mpitest.sh" --guest || status=$?
+"$rxe_run" --timeout "${VMTEST_TIMEOUT:-600}" --dir "$work" -e MPITEST_ROUNDS="${MPITEST_ROUNDS:-1}" -- bash "$work/mpitest.sh" --guest "$@" || status=$?
 echo "mpitest.sh: build ${built}s, VM run $((SECONDS - t0 - built))s, exit status $status" >&2
 exit $status
