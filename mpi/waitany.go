@@ -1,0 +1,96 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+)
+
+// pending reports whether q names an operation that has not completed
+// (false for nil, and for a request a Wait or Test has settled).
+func (q *Request) pending() bool {
+	return q != nil && q.op != nil && !q.op.done.Load()
+}
+
+// WaitAny blocks until one of reqs completes and returns its index, status
+// and error (MPI_Waitany). A request that has completed already counts
+// (it reports its result again, as to Wait), so a program that waits for
+// every request in turn sets reqs[index] to nil after each. nil requests
+// are skipped; when every request is nil WaitAny returns index -1 at once,
+// as MPI_Waitany returns MPI_UNDEFINED. The requests must be of one rank.
+func WaitAny(reqs ...*Request) (index int, st Status, err error) {
+	ready := func() int {
+		for i, q := range reqs {
+			if q != nil && !q.pending() {
+				return i
+			}
+		}
+		return -1
+	}
+	var w *World
+	first := -1 // the first pending request, for reports
+	for i, q := range reqs {
+		if !q.pending() {
+			continue
+		}
+		if first < 0 {
+			first, w = i, q.op.w
+		} else if q.op.w != w {
+			return -1, Status{}, fmt.Errorf("mpi: WaitAny: requests %d and %d are of different ranks: %w", first, i, ErrArg)
+		}
+	}
+	i := ready()
+	if i < 0 && w != nil {
+		ctx, cancel := w.deadline(context.Background())
+		defer cancel()
+		note := reqs[first].op.note()
+		note.op = fmt.Sprintf("WaitAny of %d requests, the first a %s", len(reqs), note.op)
+		reported := false
+		err := w.lc.WaitReport(ctx, func() (bool, error) {
+			i = ready()
+			return i >= 0, nil
+		}, func() {
+			w.waiting.Store(note)
+			reported = true
+		})
+		if reported {
+			w.waiting.Store(nil)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: note.describe()}, ctx.Err())
+			}
+			return -1, Status{}, err
+		}
+	}
+	if i < 0 {
+		return -1, Status{}, nil
+	}
+	st, err = reqs[i].Wait()
+	return i, st, err
+}
+
+// TestAll makes progress once and reports whether every request has
+// completed (MPI_Testall); nil requests and those completed before count
+// as done. Only when all have does it settle them, as Wait does, and
+// return the first error among them; otherwise it changes none.
+func TestAll(reqs ...*Request) (done bool, err error) {
+	var w *World
+	for _, q := range reqs {
+		if q.pending() && q.op.w != w {
+			w = q.op.w
+			w.lc.Progress()
+		}
+	}
+	for _, q := range reqs {
+		if q.pending() {
+			return false, nil
+		}
+	}
+	var first error
+	for _, q := range reqs {
+		if _, _, err := q.Test(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return true, first
+}
