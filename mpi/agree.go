@@ -48,9 +48,17 @@ const (
 	collScatter
 	collAllgather
 	collAlltoall
+	collScan
+	collExscan
+	collReduceScatterBlock
+	collGatherv
+	collScatterv
+	collAllgatherv
+	collAlltoallv
 )
 
-var collNames = [...]string{"", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall"}
+var collNames = [...]string{"", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall",
+	"Scan", "Exscan", "ReduceScatterBlock", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv"}
 
 // sigRing is how many recent calls' signatures a communicator keeps, to
 // answer a member that asks about a call this rank has finished.
@@ -101,17 +109,24 @@ type sigCheck struct {
 // would take different algorithms.
 const sigShOff = 1 << 16
 
+// A signature's op: its low 8 bits below the kind, the next 15 above
+// sigShOff (ops NewOp made are numbered from 16 on).
+const sigOpHigh = 17
+
 func packSig(seq uint32, kind uint8, op Op, root, n int, shOff bool) (uint64, uint64) {
-	w0 := uint64(seq)<<32 | uint64(kind)<<8 | uint64(uint8(op))
+	w0 := uint64(seq)<<32 | uint64(kind)<<8 | uint64(uint8(op)) | uint64(op>>8&0x7fff)<<sigOpHigh
 	if shOff {
 		w0 |= sigShOff
 	}
 	return w0, uint64(n)<<24 | uint64(root)&0xffffff
 }
 
+// sigOp is the op a signature names.
+func sigOp(w0 uint64) Op { return Op(uint8(w0)) | Op(w0>>sigOpHigh&0x7fff)<<8 }
+
 // describeSig says what a signature is, for an error.
 func describeSig(w0, w1 uint64) string {
-	kind, op, n, root := uint8(w0>>8), Op(uint8(w0)), w1>>24, int(w1&0xffffff)
+	kind, op, n, root := uint8(w0>>8), sigOp(w0), w1>>24, int(w1&0xffffff)
 	name := "collective"
 	if int(kind) < len(collNames) {
 		name = collNames[kind]
@@ -126,8 +141,16 @@ func describeSig(w0, w1 uint64) string {
 		return fmt.Sprintf("%s of %d bytes from root %d", name, n, root)
 	case collReduce:
 		return fmt.Sprintf("%s (%v) of %d bytes to root %d", name, op, n, root)
-	case collAllreduce:
+	case collAllreduce, collScan, collExscan:
 		return fmt.Sprintf("%s (%v) of %d bytes", name, op, n)
+	case collReduceScatterBlock:
+		return fmt.Sprintf("%s (%v) of %d bytes per rank", name, op, n)
+	case collGatherv, collScatterv:
+		return fmt.Sprintf("%s from root %d", name, root)
+	case collAllgatherv:
+		return fmt.Sprintf("%s of %d bytes in all", name, n)
+	case collAlltoallv:
+		return name
 	}
 	return fmt.Sprintf("%s of %d bytes", name, n)
 }

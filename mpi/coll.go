@@ -165,8 +165,11 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 	})
 }
 
-// reduce is a binomial-tree reduction toward root (the ops are
-// commutative, so any tree shape gives the same result up to rounding).
+// reduce is a binomial-tree reduction toward root. A commutative op's
+// tree is rooted at root (any shape gives the same result up to
+// rounding); a non-commutative op's at rank 0, whose subtrees are runs of
+// consecutive ranks, each combined with the run above it, and rank 0
+// sends the result on to root.
 func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 	if c.hier != nil && red.commutative() {
 		return c.hier.reduce(send, recv, red, root)
@@ -174,21 +177,31 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 	if c.shared(len(send)) {
 		return c.sh.reduce(send, recv, red, root)
 	}
+	top := root
+	if !red.commutative() {
+		top = 0
+	}
 	acc := append([]byte(nil), send...)
 	tmp := c.scratch(len(send))
-	vr := c.rel(root)
+	vr := c.rel(top)
 	for mask := 1; mask < c.size; mask <<= 1 {
 		if vr&mask == 0 {
 			child := vr | mask
 			if child < c.size {
-				if err := c.crecv(tmp, c.abs(child, root), tagReduce); err != nil {
+				if err := c.crecv(tmp, c.abs(child, top), tagReduce); err != nil {
 					return err
 				}
 				red.reduce(acc, tmp)
 			}
 			continue
 		}
-		return c.csend(acc, c.abs(vr&^mask, root), tagReduce)
+		if err := c.csend(acc, c.abs(vr&^mask, top), tagReduce); err != nil || c.rank != root {
+			return err
+		}
+		return c.crecv(recv[:len(send)], top, tagReduce)
+	}
+	if root != top {
+		return c.csend(acc, root, tagReduce)
 	}
 	copy(recv, acc)
 	return nil
@@ -228,12 +241,14 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 	switch {
 	case c.shared(len(b)):
 		return c.sh.allreduce(send, b, red)
-	case c.direct(len(b), es):
+	case red.commutative() && c.direct(len(b), es):
 		return c.allreduceDirect(b, send, es, red)
 	}
 	copy(b, send) // the other algorithms reduce in place
 	switch {
-	case c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && count >= c.size:
+	case !red.commutative():
+		// Only recursive doubling keeps rank order.
+	case red.user == nil && c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && count >= c.size:
 		return c.allreduceAccumulate(b, es, red)
 	case len(b) >= allreduceLarge && count >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
 		// Two ranks move the same bytes either way, and recursive
@@ -249,6 +264,9 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 // allreduceRecursiveDoubling reduces acc in place in log2(n) exchange
 // rounds. With n not a power of two, the first 2*rem ranks pair up first
 // so that a power of two take part, and the result goes back at the end.
+// Every part a rank holds is that of a run of consecutive ranks, and it
+// combines a partner's on the side the partner's run is, so that a
+// non-commutative op is applied in rank order.
 func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 	p := c.size
 	pof2 := 1
@@ -268,7 +286,7 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 			if err := c.crecv(tmp, c.rank-1, tagAllreduce); err != nil {
 				return err
 			}
-			red.reduce(acc, tmp)
+			red.reduceLow(acc, tmp)
 			newrank = c.rank / 2
 		}
 	}
@@ -282,7 +300,11 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 			if err := c.csendrecv(acc, dst, tmp, dst, tagAllreduce); err != nil {
 				return err
 			}
-			red.reduce(acc, tmp)
+			if nd < newrank {
+				red.reduceLow(acc, tmp)
+			} else {
+				red.reduce(acc, tmp)
+			}
 		}
 	}
 	if c.rank < 2*rem {

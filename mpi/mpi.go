@@ -49,6 +49,9 @@ func (o Op) String() string {
 	case Min:
 		return "Min"
 	}
+	if u := lookupOp(o); u != nil {
+		return fmt.Sprintf("NewOp#%d[%v]", int(o-firstUserOp), u.elem)
+	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
 

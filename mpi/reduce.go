@@ -8,22 +8,55 @@ import (
 	"github.com/weft-hpc/weft/lapi"
 )
 
-// reducer combines src into dst elementwise: dst = dst op src, both whole
-// elements' bytes. Reductions run on bytes, in lapi's loops (lapi.Reduce,
-// the ones a half-RDMA accumulate runs at its target), so that the
-// collective algorithms are written once, not per element type.
+// reducer combines two parts elementwise, both whole elements' bytes.
+// Reductions run on bytes, in lapi's loops (lapi.Reduce, the ones a
+// half-RDMA accumulate runs at its target) for the predefined ops, so
+// that the collective algorithms are written once, not per element type;
+// a user op (NewOp) runs its function on the bytes viewed as its type.
 type reducer struct {
 	op lapi.AccOp
 	t  lapi.ElemType
+	// user applies a user op (nil for a predefined one): inout = in ∘
+	// inout, in holding lower ranks' part, as MPI_User_function.
+	user         func(inout, in []byte)
+	userCommutes bool
 }
 
-func (r reducer) reduce(dst, src []byte) { lapi.Reduce(dst, src, r.op, r.t) }
+// reduce sets dst = dst ∘ src, dst holding lower ranks' part than src
+// (for a commutative op, either may).
+func (r reducer) reduce(dst, src []byte) {
+	switch {
+	case r.user == nil:
+		lapi.Reduce(dst, src, r.op, r.t)
+	case r.userCommutes:
+		r.user(dst, src)
+	default:
+		t := append([]byte(nil), src...)
+		r.user(t, dst)
+		copy(dst, t)
+	}
+}
+
+// reduceLow sets dst = src ∘ dst, src holding lower ranks' part than dst.
+func (r reducer) reduceLow(dst, src []byte) {
+	if r.user == nil {
+		lapi.Reduce(dst, src, r.op, r.t)
+		return
+	}
+	r.user(dst, src)
+}
 
 // commutative reports whether the reduction may combine the members'
 // parts in any order, as a hierarchical one does (hier.go): the
-// predefined ops may, up to rounding. An op that may not must be applied
-// in rank order, by the flat algorithms.
+// predefined ops may, up to rounding, and user ops made commutative. An
+// op that may not must be applied in rank order, by the flat algorithms
+// that keep it (reduce's tree rooted at rank 0, recursive doubling that
+// knows which side is lower, the shared block's member order), never by
+// the ring, direct reads or half-RDMA accumulates.
 func (r reducer) commutative() bool {
+	if r.user != nil {
+		return r.userCommutes
+	}
 	switch r.op {
 	case lapi.AccSum, lapi.AccProd, lapi.AccMax, lapi.AccMin:
 		return true
@@ -72,6 +105,11 @@ func reducerFor[T Elem](op Op) (reducer, error) {
 			r.op = lapi.AccMin
 		}
 	default:
+		if u := lookupOp(op); u != nil {
+			ur, err := userReducer[T](op, u)
+			ur.t = r.t
+			return ur, err
+		}
 		return reducer{}, fmt.Errorf("mpi: unknown reduction %v: %w", op, ErrArg)
 	}
 	return r, nil
