@@ -22,6 +22,9 @@
 // reads the lower half while the sender, asked by a CTS, writes the upper
 // half with a lapi Put, so two cores move the message (split.go).
 //
+// Iprobe polls for a message as Probe waits for one; WaitAny and TestAll
+// complete one or all of several Requests (probe.go, waitany.go).
+//
 // Isend and Irecv return a *Request, a new allocation each time (an Isend
 // whose data is copied at once shares one). IsendInto and IrecvInto take
 // the caller's Request instead, as MPI_Isend fills an MPI_Request: a
@@ -59,6 +62,16 @@
 // several on some node runs Barrier, Bcast, Reduce, Allreduce, Allgather,
 // Gather and Scatter node by node (hier.go): within each node (its shared
 // block), between one leader per node (messages), within each node again.
+//
+// Besides the collectives above: Scan and Exscan (recursive doubling),
+// ReduceScatterBlock (a Reduce to rank 0 then a Scatter), and the vector
+// collectives Gatherv, Scatterv, Allgatherv and Alltoallv (a message per
+// block, zero counts included; scan.go, vcoll.go). NewOp makes a
+// user-defined reduction (op.go) that every reduction takes; one that is
+// not commutative is applied in rank order, by the algorithms that keep
+// it (Reduce's tree rooted at rank 0, recursive doubling, the shared
+// block), never by the ring, direct reads, half-RDMA accumulate or the
+// node-aware ones.
 //
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
