@@ -77,10 +77,10 @@ var layers = []rule{
 	// allowed because DESIGN.md has devices that register memory use the
 	// registration cache.
 	{"transport/verbs/...", []string{"std", "C", "hal/...", "lazyreg",
-		"internal/faults", "internal/trace", "golang.org/x/sys/unix"}},
+		"internal/faults", "internal/trace", "internal/lifecycle", "golang.org/x/sys/unix"}},
 	// cpuid gives shm its cache-line size for the ring layout.
 	{"transport/...", []string{"std", "hal/...", "lazyreg",
-		"internal/faults", "internal/trace", "golang.org/x/sys/unix", "github.com/klauspost/cpuid/v2"}},
+		"internal/faults", "internal/trace", "internal/lifecycle", "golang.org/x/sys/unix", "github.com/klauspost/cpuid/v2"}},
 
 	{"lazyreg/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	{"stripe/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},

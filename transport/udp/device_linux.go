@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/lifecycle"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ type Device struct {
 
 	counters hal.Counters
 	stats    stats
-	life     lifecycle
+	life     lifecycle.Guard
 
 	// blockHook, if set (by tests), runs just before Wait blocks in ppoll.
 	blockHook func()
@@ -98,7 +99,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		gso:   o.GSO,
 		rx:    newRxRing(o.Batch, slot),
 	}
-	d.life.release = d.release
+	d.life.Release = d.release
 	d.pollfds[0] = unix.PollFd{Fd: int32(si.fd), Events: unix.POLLIN}
 	d.pollfds[1] = unix.PollFd{Fd: int32(efd), Events: unix.POLLIN}
 	return d, nil
@@ -122,10 +123,10 @@ func (d *Device) Counters() *hal.Counters { return &d.counters }
 // Connect records where peer's device listens. Connecting a rank again
 // replaces its address; frames already queued go to the old one.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	if d.cfg.Size > 0 && int(peer) >= d.cfg.Size {
 		return fmt.Errorf("udp: connect rank %d: job has %d ranks: %w", peer, d.cfg.Size, hal.ErrUnknownPeer)
 	}
@@ -150,7 +151,7 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 // blocked in Wait, which then returns hal.ErrClosed, or from a Poll
 // callback; the descriptors are closed as soon as no call is using them.
 func (d *Device) Close() error {
-	if !d.life.close(d.wake) {
+	if !d.life.Close(d.wake) {
 		return errClosed
 	}
 	return nil
@@ -203,10 +204,10 @@ func (d *Device) noteDrops(v uint32) {
 // Wait calls it before blocking, so an idle device's counts are complete.
 // Like Poll, it must not run concurrently with the other methods.
 func (d *Device) SyncDrops() error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	d.rxMu.Lock()
 	defer d.rxMu.Unlock()
 	return d.syncDrops()

@@ -19,10 +19,10 @@ const pollRounds = 4
 // under their drop reason and never delivered. The header and payload
 // passed to fn are valid only during fn.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return 0, errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	d.rxMu.Lock()
 	defer d.rxMu.Unlock()
 	delivered := 0

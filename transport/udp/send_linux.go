@@ -22,10 +22,10 @@ import (
 // hal.ErrTooLarge, and a header that is short or whose length field
 // disagrees with the body hal.ErrBadFrame.
 func (d *Device) Send(hdr, payload []byte) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	if len(hdr) < hal.HeaderLen {
 		return errShortHeader
 	}
@@ -58,10 +58,10 @@ func (d *Device) Send(hdr, payload []byte) error {
 // gone; the device is unreliable, so the layer above recovers the frame like
 // any other loss.
 func (d *Device) Flush() error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	q := &d.tx
 	var hard error
 	for q.head < q.tail {

@@ -24,10 +24,10 @@ const maxBlock = time.Second
 // does not lock its OS thread (it measured no faster, and with more ranks
 // than cores the Go scheduler must stay free to run others).
 func (d *Device) Wait(ctx context.Context) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	if !d.rxMu.TryLock() {
 		return nil // another goroutine is polling: it delivers what came
 	}
@@ -68,7 +68,7 @@ func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
 		if n > 0 || err != nil {
 			return true, err
 		}
-		if d.life.closed.Load() {
+		if d.life.Closed() {
 			return false, errClosed
 		}
 		select {
@@ -104,7 +104,7 @@ func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 	}
 	deadline, hasDeadline := ctx.Deadline()
 	for {
-		if d.life.closed.Load() {
+		if d.life.Closed() {
 			return errClosed
 		}
 		if err := ctx.Err(); err != nil {
@@ -142,8 +142,8 @@ func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 // cancellation). It does nothing once the device is closed: Close wakes
 // sleepers itself, and the eventfd may already be gone.
 func (d *Device) wakeFromOutside() {
-	if d.life.enter() {
+	if d.life.Enter() {
 		d.wake()
-		d.life.leave()
+		d.life.Leave()
 	}
 }

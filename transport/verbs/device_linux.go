@@ -37,6 +37,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/lifecycle"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +72,7 @@ type Device struct {
 	port     uint8
 	gidIndex uint8
 	counters hal.Counters
-	life     lifecycle
+	life     lifecycle.Guard
 
 	ctx  *C.struct_ibv_context
 	pd   *C.struct_ibv_pd
@@ -142,7 +143,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{cfg: cfg, opts: opts, efd: -1}
-	d.life.release = d.release
+	d.life.Release = d.release
 	if err := d.open(); err != nil {
 		d.release()
 		return nil, err
@@ -476,10 +477,10 @@ func (d *Device) GIDIndex() int { return int(d.gidIndex) }
 
 // Connect makes the address handle toward peer's device.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	a, err := ParseAddress(addr)
 	if err != nil {
 		return err
@@ -509,10 +510,10 @@ func (d *Device) connect(r hal.Rank, a Address) error {
 // flight: a slot comes back when the adapter reports its send complete,
 // which Send and Flush look for.
 func (d *Device) Send(hdr, payload []byte) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	if len(hdr) < hal.HeaderLen {
 		return errShort
 	}
@@ -551,10 +552,10 @@ func (d *Device) Send(hdr, payload []byte) error {
 // Flush posts the queued frames. Every 32nd frame and the last of each
 // Flush ask for a completion, which frees the slots up to it.
 func (d *Device) Flush() error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	t := &d.tx
 	size := uint64(len(t.desc))
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.sbuf[0])))
@@ -612,10 +613,10 @@ func (d *Device) reap() error {
 // CRC required, destination rank) and counting what it drops, and posts
 // the buffers again after each batch of up to 32.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return 0, errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	d.rxMu.Lock()
 	defer d.rxMu.Unlock()
 	rx := &d.rx
@@ -686,7 +687,7 @@ func (d *Device) accept(frame []byte) bool {
 // hal.ErrClosed; calls inside another goroutine finish first (the last one
 // out releases).
 func (d *Device) Close() error {
-	if !d.life.close(d.wake) {
+	if !d.life.Close(d.wake) {
 		return errClosed
 	}
 	return nil

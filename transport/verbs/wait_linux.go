@@ -35,10 +35,10 @@ const maxBlock = time.Second
 // ppoll on the completion channel and an eventfd, which Close and ctx's
 // cancellation write, so an idle rank costs no CPU.
 func (d *Device) Wait(ctx context.Context) error {
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return errClosed
 	}
-	defer d.life.leave()
+	defer d.life.Leave()
 	if d.opts.Spin > 0 {
 		if got, err := d.spin(ctx); got || err != nil {
 			return err
@@ -77,7 +77,7 @@ func (d *Device) spin(ctx context.Context) (bool, error) {
 		if got || err != nil {
 			return got, err
 		}
-		if d.life.closed.Load() {
+		if d.life.Closed() {
 			return false, errClosed
 		}
 		select {
@@ -137,7 +137,7 @@ func (d *Device) block(ctx context.Context) error {
 	}
 	deadline, hasDeadline := ctx.Deadline()
 	for {
-		if d.life.closed.Load() {
+		if d.life.Closed() {
 			return errClosed
 		}
 		if err := ctx.Err(); err != nil {
@@ -175,8 +175,8 @@ func (d *Device) block(ctx context.Context) error {
 // cancellation). It does nothing once the device is closed: Close wakes
 // sleepers itself, and the eventfd may already be gone.
 func (d *Device) wakeFromOutside() {
-	if d.life.enter() {
+	if d.life.Enter() {
 		d.wake()
-		d.life.leave()
+		d.life.Leave()
 	}
 }
