@@ -93,9 +93,13 @@ type Context struct {
 	now       func() time.Time
 }
 
-type sendQueue struct{ head, tail *outPkt }
+type sendQueue struct {
+	head, tail *outPkt
+	n          int // packets queued
+}
 
 func (q *sendQueue) push(p *outPkt) {
+	q.n++
 	p.next = nil
 	if q.tail == nil {
 		q.head = p
@@ -108,6 +112,7 @@ func (q *sendQueue) push(p *outPkt) {
 func (q *sendQueue) pop() *outPkt {
 	p := q.head
 	if p != nil {
+		q.n--
 		q.head = p.next
 		if q.head == nil {
 			q.tail = nil
@@ -481,6 +486,17 @@ func (c *Context) counter(id uint32) *Counter {
 		return nil
 	}
 	return c.counters[id]
+}
+
+// BacklogLocked is how many packets wait toward peer for room in the
+// device or the window (c.mu held): a sender that does not wait for its
+// peer (an eager message is complete once lapi has it) can use it to hold
+// back rather than queue without bound.
+func (c *Context) BacklogLocked(peer hal.Rank) int {
+	if int(peer) >= len(c.queues) {
+		return 0
+	}
+	return c.queues[peer].n
 }
 
 // PeerErrLocked is PeerErr for use inside a Wait condition, which runs with

@@ -217,9 +217,37 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	w.lc.Lock()
 	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
 	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
+	behind := w.lc.BacklogLocked(hal.Rank(wd)) > maxBacklog
 	w.lc.Unlock()
 	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
+	}
+	if behind {
+		return w.holdBack(wd)
+	}
+	return nil
+}
+
+// maxBacklog bounds the packets lapi holds toward one peer for room in
+// its device: an eager send is complete once lapi has copied it, so a rank
+// that never waits (a Bcast root in a loop, a Reduce leaf) would otherwise
+// queue without bound while a slower peer's ring or inbox is full.
+const maxBacklog = 4096
+
+// holdBack makes progress until the backlog toward world rank wd is down
+// to half of maxBacklog (as MPI lets a standard send block until the
+// receiver takes its message), bounded by Options.Timeout.
+func (w *World) holdBack(wd int) error {
+	ctx, cancel := w.deadline(context.Background())
+	defer cancel()
+	err := w.lc.Wait(ctx, func() (bool, error) {
+		if err := w.lc.PeerErrLocked(hal.Rank(wd)); err != nil {
+			return false, err
+		}
+		return w.lc.BacklogLocked(hal.Rank(wd)) <= maxBacklog/2, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mpi: send to rank %d, %d messages behind: %w", wd, maxBacklog, err)
 	}
 	return nil
 }
@@ -269,12 +297,18 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		var hdr [envEagerLen]byte
 		w.lc.Lock()
 		err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
+		behind := copied && w.lc.BacklogLocked(hal.Rank(wd)) > maxBacklog
 		w.lc.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
 		if copied {
 			r.finish(Status{}, nil) // lapi copied b: the send is complete
+		}
+		if behind {
+			if err := w.holdBack(wd); err != nil {
+				return nil, err
+			}
 		}
 		return r, nil
 	}
