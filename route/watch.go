@@ -27,7 +27,7 @@ import (
 // than it has cores.
 const (
 	parkSilence = time.Millisecond
-	parkedLook  = 1024
+	parkedLook  = 8192
 )
 
 // watch is a member's watcher state.
