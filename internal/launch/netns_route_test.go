@@ -99,6 +99,10 @@ func TestMultiHostNetnsRoute(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "pairping ok: 3000 round trips between ranks 0 and 1") {
 		t.Fatalf("pairping: status %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	if !regexp.MustCompile(`(?m)^stats shm toward \[1\]: sent ([3-9]\d{3,}|\d{5,}) frames$`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "stats udp toward [2 3]: sent ") {
+		t.Errorf("rank 0's World.Stats do not show its shm device carrying the 3000 round trips toward rank 1:\n%s", r.stdout)
+	}
 	used := devicesUsed(r.stderr)
 	for rank, want := range []struct{ shm, udp string }{{"1", "2 3"}, {"0", "2 3"}, {"3", "0 1"}, {"2", "0 1"}} {
 		d := used[rank]

@@ -1,7 +1,8 @@
 // Command pairping ping-pongs -n 8-byte messages between two ranks (-a
 // and -b) while the others wait in a barrier, then checks every reply.
-// With gorun --trace 2 each rank's devices report what they carried, so a
-// test can see which device a pair's messages took.
+// Rank a prints what each of its devices carried (World.Stats), and with
+// gorun --trace 2 every rank's devices report it too, so a test can see
+// which device a pair's messages took.
 package main
 
 import (
@@ -24,6 +25,12 @@ func main() {
 	}
 	c := w.Comm()
 	err = run(c, *n, *a, *b)
+	if c.Rank() == *a {
+		// What each device carried, from the API (World.Stats).
+		for _, d := range w.Stats().Devices {
+			fmt.Printf("stats %s toward %v: sent %d frames\n", d.Name, d.Peers, d.FramesSent)
+		}
+	}
 	if ferr := w.Finalize(); err == nil {
 		err = ferr
 	}
