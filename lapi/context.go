@@ -88,8 +88,6 @@ type Context struct {
 	onFrameFn func(*hal.Header, []byte)
 	stopBg    chan struct{}
 	bgDone    chan struct{}
-	bgPoke    chan struct{} // wakes the background goroutine (wakeBackground)
-	bgSlow    bool          // it ticks every bgIdle (c.mu)
 	now       func() time.Time
 }
 
@@ -216,7 +214,7 @@ func Open(cfg Config) (*Context, error) {
 	}
 	if !c.reliable {
 		if cfg.Clock == nil {
-			c.stopBg, c.bgDone, c.bgPoke = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+			c.stopBg, c.bgDone = make(chan struct{}), make(chan struct{})
 			go c.background()
 		}
 	}

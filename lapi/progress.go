@@ -499,9 +499,6 @@ func (c *Context) block(ctx context.Context, gen uint64) {
 	cancel()
 	c.mu.Lock()
 	c.blocking, c.blockCancel = false, nil
-	if c.keepsTime() {
-		c.wakeBackground() // the caller may compute next, with packets in flight
-	}
 	c.wakeLocked()
 	c.mu.Unlock()
 }
@@ -552,54 +549,25 @@ func (c *Context) wakeLocked() {
 
 // background keeps an unreliable context's timers running while no
 // goroutine is inside lapi: retransmissions and acknowledgements must go
-// even when the application is computing. It ticks every MinRTO (at least
-// 500 µs) while the protocol keeps time and no goroutine blocks in the
-// device's Wait (which runs the timers itself, to its deadline); otherwise
-// every bgIdle, and a send or transfer that starts keeping time again, or
-// a blocked waiter that returns, brings it back at once (wakeBackground).
-// An idle rank then costs its node no wake-up every half millisecond: two
-// idle ranks sharing the cores of a busy pair took a sixth of its
-// ping-pong's time.
+// even when the application is computing.
 func (c *Context) background() {
 	defer close(c.bgDone)
-	fast := max(c.cfg.MinRTO, 500*time.Microsecond)
-	t := time.NewTimer(fast)
+	period := max(c.cfg.MinRTO, 500*time.Microsecond)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-c.stopBg:
 			return
 		case <-t.C:
-		case <-c.bgPoke:
 		}
-		next := fast
-		if c.mu.TryLock() {
-			if !c.closed && !c.blocking {
-				c.progressLocked()
-			}
-			c.bgSlow = c.blocking || !c.keepsTime()
-			if c.bgSlow {
-				next = bgIdle
-			}
-			c.mu.Unlock()
-			c.runCompletions()
-		} // else someone is making progress already
-		t.Reset(next)
-	}
-}
-
-// bgIdle is the background goroutine's period while the protocol keeps
-// no time or a waiter blocks in the device.
-const bgIdle = 20 * time.Millisecond
-
-// wakeBackground brings the background goroutine back to its fast period
-// when it is slow (c.mu held): the protocol keeps time again.
-func (c *Context) wakeBackground() {
-	if c.bgSlow {
-		c.bgSlow = false
-		select {
-		case c.bgPoke <- struct{}{}:
-		default:
+		if !c.mu.TryLock() {
+			continue // someone is making progress already
 		}
+		if !c.closed && !c.blocking {
+			c.progressLocked()
+		}
+		c.mu.Unlock()
+		c.runCompletions()
 	}
 }

@@ -184,7 +184,6 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 		g.tcntr = h.Cookie
 	}
 	c.rd.groups++
-	c.wakeBackground()
 	switch g.kind {
 	case opWrite:
 		c.rd.stats.Writes++

@@ -41,7 +41,6 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 	}
 	if c.reint != nil && isReintFrame(h.Type) && int(h.Src) < c.cfg.Size {
 		c.reintIdle = false // its timers may run again
-		c.wakeBackground()
 		if trace.On(trace.Internal) {
 			c.traceReintRecv(h.Src, h.Type, payload)
 		}

@@ -275,7 +275,6 @@ func (c *Context) activate(peer hal.Rank) {
 	if !c.isActive[peer] {
 		c.isActive[peer] = true
 		c.active = append(c.active, peer)
-		c.wakeBackground()
 	}
 }
 
