@@ -60,22 +60,6 @@ func TestCloseAfterBarrierUnderLoss(t *testing.T) {
 	}
 }
 
-// refusingDevice refuses its first refuse data frames, as a full ring
-// toward a slow peer would (hal.ErrNoResource), so that lapi queues them.
-// Embedding hides the device's short frames: every message takes Send.
-type refusingDevice struct {
-	hal.Device
-	refuse, refused int
-}
-
-func (d *refusingDevice) Send(hdr, payload []byte) error {
-	if len(hdr) > 3 && hal.FrameType(hdr[3]) == hal.FrameData && d.refused < d.refuse {
-		d.refused++
-		return hal.ErrNoResource
-	}
-	return d.Device.Send(hdr, payload)
-}
-
 // countHandler counts the messages delivered to it.
 type countHandler struct{ n atomic.Int32 }
 
@@ -95,7 +79,7 @@ func TestCloseFlushesQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := &refusingDevice{Device: devs[0], refuse: 1000} // more than the sends try: all stay queued
+	full := &fullDevice{Device: devs[0], typ: hal.FrameData, refuse: 1000} // more than the sends try: all stay queued
 	var ctxs [2]*Context
 	for r, d := range []hal.Device{full, devs[1]} {
 		for q, e := range devs {

@@ -434,6 +434,11 @@ type Counter struct {
 func (c *Context) NewCounter() *Counter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.newCounterLocked()
+}
+
+// newCounterLocked is NewCounter with c.mu held.
+func (c *Context) newCounterLocked() *Counter {
 	k := &Counter{c: c, id: uint32(len(c.counters))}
 	c.counters = append(c.counters, k)
 	return k

@@ -501,16 +501,18 @@ func TestRDMAOverLossyUDP(t *testing.T) {
 	t.Logf("%+v", c0.RDMAStats())
 }
 
-// fullDevice refuses the first refuse RDMA completions it is given, as a
+// fullDevice refuses the first refuse frames of type typ it is given, as a
 // full ring would (hal.ErrNoResource). Embedding the device hides its
-// cross-memory attach, so Put goes by RDMA.
+// cross-memory attach and short frames, so Put goes by RDMA and every
+// message takes Send.
 type fullDevice struct {
 	hal.Device
+	typ             hal.FrameType
 	refuse, refused int
 }
 
 func (d *fullDevice) Send(hdr, payload []byte) error {
-	if len(hdr) > 3 && hal.FrameType(hdr[3]) == hal.FrameRDMADone && d.refused < d.refuse {
+	if len(hdr) > 3 && hal.FrameType(hdr[3]) == d.typ && d.refused < d.refuse {
 		d.refused++
 		return hal.ErrNoResource
 	}
@@ -530,7 +532,7 @@ func TestRDMADoneWaitsForRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := &fullDevice{Device: devs[1], refuse: 3}
+	full := &fullDevice{Device: devs[1], typ: hal.FrameRDMADone, refuse: 3}
 	var ctxs [2]*Context
 	for r, d := range []hal.Device{devs[0], full} {
 		for q, e := range devs {

@@ -187,9 +187,7 @@ func (c *Context) spareCounter() *Counter {
 		c.spareCntrs = c.spareCntrs[:n-1]
 		return k
 	}
-	k := &Counter{c: c, id: uint32(len(c.counters))}
-	c.counters = append(c.counters, k)
-	return k
+	return c.newCounterLocked()
 }
 
 // thirdDone reports a third-party transfer to the rank that asked, and

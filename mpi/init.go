@@ -182,22 +182,14 @@ func traceDevices(rank, size int, dev hal.Device) {
 	if !trace.On(trace.Setup) {
 		return
 	}
-	r, ok := dev.(*route.Device)
-	if !ok {
+	if _, ok := dev.(*route.Device); !ok {
 		trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, dev.Addr(), dev.Counters())
 		traceStripe(rank, dev)
 		return
 	}
-	for _, m := range r.Members() {
-		var peers []int
-		for p := range size {
-			if r.Route(hal.Rank(p)) == m && p != rank {
-				peers = append(peers, p)
-			}
-		}
-		scheme, _, _ := strings.Cut(m.Addr(), ":")
-		trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, scheme, peers, m.Counters())
-		traceStripe(rank, m)
+	for _, d := range rankDevices(dev, rank, size) {
+		trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, d.name, d.peers, d.dev.Counters())
+		traceStripe(rank, d.dev)
 	}
 }
 

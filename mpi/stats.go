@@ -49,34 +49,45 @@ func (w *World) Stats() Stats {
 		PacketsSent: ls.PacketsSent, PacketsRecv: ls.PacketsRecv,
 		Retransmits: ls.Retransmits, Duplicates: ls.Duplicates,
 		Redrives: rs.Redrives, SingleCopyBytes: rs.CMABytes}
-	dev := w.lc.Device()
-	if r, ok := dev.(*route.Device); ok {
-		for _, m := range r.Members() {
-			var peers []int
-			for p := range w.size {
-				if p != w.rank && r.Route(hal.Rank(p)) == m {
-					peers = append(peers, p)
-				}
-			}
-			s.Devices = append(s.Devices, deviceStats(m, peers))
-		}
-		return s
+	for _, d := range rankDevices(w.lc.Device(), w.rank, w.size) {
+		s.Devices = append(s.Devices, deviceStats(d))
 	}
-	var peers []int
-	for p := range w.size {
-		if p != w.rank {
-			peers = append(peers, p)
-		}
-	}
-	s.Devices = append(s.Devices, deviceStats(dev, peers))
 	return s
 }
 
+// rankDevice is one of a rank's devices: over a route each member, else
+// the one device; its kind (its address's scheme) and the ranks it reaches.
+type rankDevice struct {
+	dev   hal.Device
+	name  string
+	peers []int
+}
+
+// rankDevices lists the devices of rank (of size) whose device is dev.
+func rankDevices(dev hal.Device, rank, size int) []rankDevice {
+	members := []hal.Device{dev}
+	r, isRoute := dev.(*route.Device)
+	if isRoute {
+		members = r.Members()
+	}
+	var out []rankDevice
+	for _, m := range members {
+		d := rankDevice{dev: m}
+		d.name, _, _ = strings.Cut(m.Addr(), ":")
+		for p := range size {
+			if p != rank && (!isRoute || r.Route(hal.Rank(p)) == m) {
+				d.peers = append(d.peers, p)
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 // deviceStats reads one device's counters.
-func deviceStats(d hal.Device, peers []int) DeviceStats {
-	c := d.Counters()
-	name, _, _ := strings.Cut(d.Addr(), ":")
-	ds := DeviceStats{Name: name, Peers: peers,
+func deviceStats(d rankDevice) DeviceStats {
+	c := d.dev.Counters()
+	ds := DeviceStats{Name: d.name, Peers: d.peers,
 		FramesSent: c.FramesSent.Load(), FramesRecv: c.FramesRecv.Load(),
 		BytesSent: c.BytesSent.Load(), BytesRecv: c.BytesRecv.Load(),
 		Dropped: c.Dropped()}
