@@ -63,8 +63,12 @@ func missedTarget(t *testing.T, why, format string, args ...any) {
 // dropping 1 % and 5 % of the packets arriving at each end, then
 // duplicating 1 % of those leaving each end: every message must arrive
 // exactly once and intact, and with 1 % loss the goodput should stay
-// within 80 % of the lossless goodput (medians of alternating runs, the
-// machine being shared).
+// within 80 % of the lossless goodput. The runs alternate, and each
+// side is judged by its best run: the machine is shared (in CI with the
+// other packages' tests), and other work only ever lowers a figure, so
+// one side's median can land in a busy spell the other missed (CI once
+// saw lossless 0.59-2.84 GB/s and 1 % loss 0.40-2.72 GB/s in one test),
+// while a protocol that collapses under loss has no fast run at all.
 func TestNetnsLossAndDuplication(t *testing.T) {
 	skipShort(t)
 	p := newNetnsPair(t, netnsConfig{})
@@ -88,9 +92,9 @@ func TestNetnsLossAndDuplication(t *testing.T) {
 	if dup.Duplicates == 0 {
 		t.Fatal("1 % duplication: the receiver discarded no duplicate, so none was injected")
 	}
-	c, l := median(clean), median(lossy)
-	t.Logf("goodput GB/s: lossless %.3f %.3f, 1%% loss %.3f %.3f (%.0f %%), 5%% loss %.3f (%d retransmissions); 1%% dup: %d duplicates discarded",
-		c, clean, l, lossy, 100*l/c, s5.GBps, s5.Retransmits, dup.Duplicates)
+	c, l := slices.Max(clean), slices.Max(lossy)
+	t.Logf("goodput GB/s, best (median) of %d: lossless %.3f (%.3f) %.3f, 1%% loss %.3f (%.3f) %.3f (%.0f %%), 5%% loss %.3f (%d retransmissions); 1%% dup: %d duplicates discarded",
+		len(clean), c, median(clean), clean, l, median(lossy), lossy, 100*l/c, s5.GBps, s5.Retransmits, dup.Duplicates)
 	switch {
 	case l < 0.5*c:
 		t.Errorf("goodput at 1 %% loss is %.0f %% of lossless: collapsed", 100*l/c)
