@@ -52,6 +52,10 @@ type World struct {
 	deferred           []*request               // rendezvous reads to start outside lapi's lock
 	freeArr            *arrival                 // recycled arrivals (w.mu)
 	onClose            []func() error
+	// icoll runs the nonblocking collectives' schedules (icoll.go).
+	icoll icollState
+	// win holds the one-sided windows' state (win.go).
+	win winState
 }
 
 // newWorld sets MPI up over an open lapi context, with opts' thresholds.

@@ -1,0 +1,4 @@
+package mpi
+
+// winState is a world's one-sided windows.
+type winState struct{}
