@@ -117,6 +117,12 @@ type Options struct {
 	// leaves it. "" means batch in Init, whose process is a rank, and
 	// normal in Run, whose process (a user's test, say) is not only ranks.
 	Sysmon string
+
+	// Stats makes Finalize write this rank's counters (World.Stats) to
+	// standard error, one line per layer and device, each starting
+	// "weft-stats: " (WEFT_STATS, which gorun --stats sets; gorun takes
+	// the lines out of the ranks' output and prints one table). Init only.
+	Stats bool
 }
 
 // The accepted values of Options' string fields, also WEFT_TRANSPORT's,
@@ -279,6 +285,10 @@ var envVars = []envVar{
 	{"WEFT_SYSMON", sysmonForm, func(o *Options, v string) bool {
 		o.Sysmon = v
 		return slices.Contains([]string{"batch", "normal"}, v)
+	}},
+	{"WEFT_STATS", "1 or on to write the counters at Finalize, 0 or off not to", func(o *Options, v string) bool {
+		o.Stats = v == "1" || v == "on"
+		return slices.Contains([]string{"0", "1", "on", "off"}, v)
 	}},
 }
 
