@@ -64,6 +64,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_ACCUMULATE", []string{"1048576", "0"}, []Options{{Accumulate: 1 << 20}, {Accumulate: -1}}, []string{"1MiB", "-1"}},
 		{"WEFT_SHMCOLL", []string{"off", "on"}, []Options{{NoShmColl: true}, {}}, []string{"maybe", "0"}},
 		{"WEFT_SYSMON", []string{"batch", "normal"}, []Options{{Sysmon: "batch"}, {Sysmon: "normal"}}, []string{"bogus", "idle"}},
+		{"WEFT_STATS", []string{"1", "on", "0", "off"}, []Options{{Stats: true}, {Stats: true}, {}, {}}, []string{"yes", "2", "ON"}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
