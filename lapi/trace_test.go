@@ -115,22 +115,22 @@ var recoveryLines = []struct {
 	what string
 	re   *regexp.Regexp
 }{
-	{"retransmit timeout with the new RTO", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: retransmit timeout to rank \d: seq \d+ resent \(try \d+\), rto now [0-9.]+[µm]?s \(backoff \d+\)$`)},
-	{"redrive with the new tid", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: rdma redrive to rank \d: write rcxt \d+, 262144 bytes, new tid \d+ \(drive \d+\), timeout now [0-9.]+[µm]?s$`)},
-	{"BOOTING sent", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: reint: booting sent to rank \d \(epoch 0x\d\)$`)},
-	{"BOOTING received", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: reint: booting received from rank \d \(epoch 0x\d\)$`)},
-	{"RDMA_READY", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: reint: rdma-ready sent to rank \d \(epoch 0x\d, answer asked\)$`)},
-	{"rendezvous started", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: rendezvous \d+ to rank \d: RTS for 131072 bytes sent \(err <nil>\)$`)},
-	{"rendezvous read", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: rendezvous \d+ from rank \d: RTS for 131072 bytes, reading 131072$`)},
-	{"rendezvous finished", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: rendezvous \d+ to rank \d: FIN received, finished \(err <nil>\)$`)},
-	{"joined", regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: reint: every peer accounted for: RDMA enabled here \(epoch 0x\d\)$`)},
+	{"retransmit timeout with the new RTO", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: retransmit timeout to rank \d: seq \d+ resent \(try \d+\), rto now [0-9.]+[µm]?s \(backoff \d+\)$`)},
+	{"redrive with the new tid", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: rdma redrive to rank \d: write rcxt \d+, 262144 bytes, new tid \d+ \(drive \d+\), timeout now [0-9.]+[µm]?s$`)},
+	{"BOOTING sent", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: reint: booting sent to rank \d \(epoch 0x\d\)$`)},
+	{"BOOTING received", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: reint: booting received from rank \d \(epoch 0x\d\)$`)},
+	{"RDMA_READY", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: reint: rdma-ready sent to rank \d \(epoch 0x\d, answer asked\)$`)},
+	{"rendezvous started", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: rendezvous \d+ to rank \d: RTS for 131072 bytes sent \(err <nil>\)$`)},
+	{"rendezvous read", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: rendezvous \d+ from rank \d: RTS for 131072 bytes, reading 131072$`)},
+	{"rendezvous finished", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: rendezvous \d+ to rank \d: FIN received, finished \(err <nil>\)$`)},
+	{"joined", regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: reint: every peer accounted for: RDMA enabled here \(epoch 0x\d\)$`)},
 }
 
 // Lines of the per-packet levels.
 var (
-	dropLine  = regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: drop packet from rank \d: duplicate or beyond the window \(seq \d+\)$`)
-	ackLine   = regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: ack from rank \d: cum \d+, \d+ released`)
-	frameLine = regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: (send|recv) `)
+	dropLine  = regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: drop packet from rank \d: duplicate or beyond the window \(seq \d+\)$`)
+	ackLine   = regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: ack from rank \d: cum \d+, \d+ released`)
+	frameLine = regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: (send|recv) `)
 )
 
 // TestTraceRecovery: at WEFT_TRACE=3 a lossy run's trace shows each
@@ -178,9 +178,9 @@ func TestTraceRecovery(t *testing.T) {
 	t.Run("level5", func(t *testing.T) {
 		out := traceRecoveryJob(t, trace.HotDetail)
 		for _, re := range []*regexp.Regexp{
-			regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: send packet to rank \d: seq \d+, \d+ data bytes$`),
-			regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: recv data from rank \d: \d+ bytes, seq \d+`),
-			regexp.MustCompile(`(?m)^weft\[\?\] lapi \d: send rdma-write to rank \d: rcxt \d+ tid \d+ offset \d+, \d+ bytes$`),
+			regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: send packet to rank \d: seq \d+, \d+ data bytes$`),
+			regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: recv data from rank \d: \d+ bytes, seq \d+`),
+			regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi \d: send rdma-write to rank \d: rcxt \d+ tid \d+ offset \d+, \d+ bytes$`),
 		} {
 			if !re.MatchString(out) {
 				t.Errorf("level 5 lacks %v", re)
@@ -192,7 +192,7 @@ func TestTraceRecovery(t *testing.T) {
 // TestTraceGaveUp: a rank that never opens is given up on after
 // BOOTING's tries, at level 1, and the line is not written at level 0.
 func TestTraceGaveUp(t *testing.T) {
-	gaveUp := regexp.MustCompile(`(?m)^weft\[\?\] lapi [01]: reint: gave up on rank 2: BOOTING never answered`)
+	gaveUp := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} lapi [01]: reint: gave up on rank 2: BOOTING never answered`)
 	for _, l := range []trace.Level{trace.Error, trace.Rare} {
 		t.Run(fmt.Sprint("level", l), func(t *testing.T) {
 			buf := traceTo(t, l)

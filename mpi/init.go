@@ -146,12 +146,14 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	}
 	stop := profile.StartFromEnv(rank)
 	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
+	// SIGUSR1/SIGUSR2 change the trace level (trace.go); WEFT_STATS (stats.go).
+	w.onClose = append(w.onClose, w.traceAtInit(), w.statsAtFinalize(opts.Stats))
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
 		func() error { traceDevices(rank, size, dev); return nil },
 		lc.Close,
 		cl.Finalize)
-	trace.Printf(2, "init: rank %d of %d via %s, device %s", rank, size, cl.Kind(), dev.Addr())
+	trace.Printf(2, "mpi %d: init: rank %d of %d via %s, device %s", rank, rank, size, cl.Kind(), dev.Addr())
 	return w, nil
 }
 
@@ -479,10 +481,10 @@ func batchSysmon(mode, def string) error {
 	case "batch":
 		tid, err := sysmonBatch()
 		if err != nil {
-			trace.Printf(2, "sysmon left as it was: %v", err)
+			trace.Printf(2, "mpi: sysmon left as it was: %v", err)
 			return nil
 		}
-		trace.Printf(2, "sysmon (thread %d) on SCHED_BATCH", tid)
+		trace.Printf(2, "mpi: sysmon (thread %d) on SCHED_BATCH", tid)
 	case "normal":
 	default:
 		return fmt.Errorf("Options.Sysmon %q: want %s: %w", mode, sysmonForm, ErrArg)

@@ -1,9 +1,14 @@
 package mpi
 
 import (
+	"maps"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/route"
 )
 
@@ -18,6 +23,9 @@ type Stats struct {
 	// Retransmits and Duplicates are the reliability protocol's repairs
 	// over unreliable devices: packets sent again, and copies discarded.
 	Retransmits, Duplicates uint64
+	// Stale and BadPackets are the other packets lapi discarded: addressed
+	// to an earlier life of this rank, and malformed.
+	Stale, BadPackets uint64
 	// Redrives are RDMA transfers driven again after a loss.
 	Redrives uint64
 	// SingleCopyBytes moved by cross-memory attach (or in-process copy)
@@ -48,6 +56,7 @@ func (w *World) Stats() Stats {
 	s := Stats{MessagesSent: ls.MessagesSent, MessagesIn: ls.MessagesIn,
 		PacketsSent: ls.PacketsSent, PacketsRecv: ls.PacketsRecv,
 		Retransmits: ls.Retransmits, Duplicates: ls.Duplicates,
+		Stale: ls.Stale, BadPackets: ls.BadPackets,
 		Redrives: rs.Redrives, SingleCopyBytes: rs.CMABytes}
 	for _, d := range rankDevices(w.lc.Device(), w.rank, w.size) {
 		s.Devices = append(s.Devices, deviceStats(d))
@@ -100,4 +109,68 @@ func deviceStats(d rankDevice) DeviceStats {
 		}
 	}
 	return ds
+}
+
+// statsAtFinalize returns what Finalize runs for Options.Stats: write this
+// rank's counters to standard error as pmi.StatsPrefix lines (statsLines),
+// in one write, for gorun --stats to gather. Without it, nothing.
+func (w *World) statsAtFinalize(on bool) func() error {
+	return func() error {
+		if !on {
+			return nil
+		}
+		var b strings.Builder
+		for _, l := range statsLines(w.rank, w.Stats()) {
+			b.WriteString(pmi.StatsPrefix + l + "\n")
+		}
+		// Nothing to do on a failed write: the counters are a report,
+		// and the rank's work is done.
+		_, _ = os.Stderr.WriteString(b.String())
+		return nil
+	}
+}
+
+// statsLines are rank's counters s as the lines pmi.StatsPrefix starts:
+// its reliable layer's ("layer=lapi": messages, packets, repairs, RDMA
+// redrives, single-copy bytes, and packets dropped by reason), then one
+// per device (frames, bytes, and frames dropped by reason).
+func statsLines(rank int, s Stats) []string {
+	r := "rank=" + strconv.Itoa(rank) + " layer="
+	n := func(name string, v uint64) string { return " " + name + "=" + strconv.FormatUint(v, 10) }
+	lines := []string{r + "lapi" +
+		n("messages_sent", s.MessagesSent) + n("messages_recv", s.MessagesIn) +
+		n("packets_sent", s.PacketsSent) + n("packets_recv", s.PacketsRecv) +
+		n("retransmits", s.Retransmits) + n("redrives", s.Redrives) +
+		n("singlecopy_bytes", s.SingleCopyBytes) +
+		" drops=" + dropList(map[string]uint64{"duplicate": s.Duplicates, "stale": s.Stale, "malformed": s.BadPackets})}
+	for _, d := range s.Devices {
+		peers := make([]string, len(d.Peers))
+		for i, p := range d.Peers {
+			peers[i] = strconv.Itoa(p)
+		}
+		lines = append(lines, r+d.Name+" peers="+orDash(strings.Join(peers, ","))+
+			n("frames_sent", d.FramesSent)+n("frames_recv", d.FramesRecv)+
+			n("bytes_sent", d.BytesSent)+n("bytes_recv", d.BytesRecv)+
+			" drops="+dropList(d.DropReasons))
+	}
+	return lines
+}
+
+// dropList writes drop counts as "reason:n,..." in the reasons' order,
+// leaving out those at 0; "-" when there are none.
+func dropList(drops map[string]uint64) string {
+	var items []string
+	for _, why := range slices.Sorted(maps.Keys(drops)) {
+		if drops[why] > 0 {
+			items = append(items, why+":"+strconv.FormatUint(drops[why], 10))
+		}
+	}
+	return orDash(strings.Join(items, ","))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -34,6 +34,33 @@
 // and leaves the level at 0; FromEnv returns the same error as a value for a
 // caller (mpi.Init, gorun) that wants to fail on it.
 //
+// # Changing the level of a running job
+//
+// From mpi.Init to Finalize a rank handles two signals (HandleSignals):
+// SIGUSR1 raises its level by one, SIGUSR2 lowers it by one (to "off"
+// below 0), as ntpd's debug level is changed, and each change is said in a
+// line written whatever the level: "trace: level 3 (was 2): user defined
+// signal 1". So
+//
+//	kill -USR1 PID            one rank, one level up
+//	kill -USR1 GORUN_PID      every rank of the job, one level up
+//
+// since gorun forwards SIGUSR1 and SIGUSR2 to every rank it started, over
+// ssh too (as mpirun does), to the rank's process alone: a process the rank
+// started, not a Go program, would die of them. Each signal is one step;
+// to go from 0 to 4, send four, a moment apart (signals sent at once may
+// arrive as one). A Go program ignores both signals while it does not
+// handle them, so a rank before Init or after Finalize is left as it was
+// (and keeps its level); a rank that is not a Go program dies of them.
+//
+// # Marks
+//
+// Mark writes "mark RANK: TEXT (wall HH:MM:SS.UUUUUU)" at level 1 and up,
+// the text the user's, the wall clock in UTC: a place in the user's code
+// found in the trace (mpi's World.Mark is the user's way to it). The wall
+// clock lines up the traces of processes started at different times or on
+// different hosts, whose stamps count from their own starts.
+//
 // # Cost
 //
 // On is inlined into its caller and costs exactly one atomic load, so a hot
@@ -49,9 +76,28 @@
 // # Output
 //
 // Each message is one line, written with a single Write call to the trace
-// writer (standard error unless SetWriter says otherwise), prefixed with
-// "weft[RANK] " once SetRank has named this process's rank ("weft[?] "
-// before). Lines from concurrent goroutines do not interleave.
+// writer (standard error unless SetWriter says otherwise), of the form
+//
+//	weft[RANK] SECONDS COMPONENT[ RANK]: TEXT
+//	weft[2] 12.004517 lapi 2: retransmit timeout to rank 1: seq 7 resent (try 1), rto now 2ms (backoff 1)
+//
+// RANK is the process's rank once SetRank has named it ("?" before, and in
+// a process that runs several ranks as goroutines, mpi.Run's). SECONDS is
+// the time since the process started, on the monotonic clock, to the
+// microsecond: it never goes backwards from line to line, and a clock
+// step does not move it. COMPONENT is the first word of the message, which
+// every trace point writes: the layer or device that traced, and when it
+// may run beside other ranks in one process, the rank it traced for:
+//
+//	mpi     package mpi (Init, Finalize, collectives, matching)
+//	lapi    the reliable layer, RDMA, rendezvous, reintegration
+//	shm udp inproc verbs stripe route
+//	        the devices (hal's implementations)
+//	trace   this package (a bad WEFT_TRACE, a level changed by a signal)
+//	mark    a user's mark
+//
+// so that grep " lapi " picks one layer out. Lines from concurrent
+// goroutines do not interleave.
 //
 // The level, writer and rank are process-wide: tracing is a property of the
 // process, like the standard log package's default logger, and a level that

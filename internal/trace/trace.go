@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Level is a trace level: 0 (errors) to 9 (the most detailed dumps).
@@ -44,6 +45,11 @@ const EnvVar = "WEFT_TRACE"
 // level is the current level. It is the only state On reads, so that a
 // disabled message costs one atomic load.
 var level atomic.Int32
+
+// start is when the process started, as near as this package can tell (its
+// initialisation, before main): line stamps count from it on the monotonic
+// clock.
+var start = time.Now()
 
 // out serialises writes and holds what a line needs besides its text.
 var out struct {
@@ -175,13 +181,29 @@ func Printf(l Level, format string, args ...any) {
 // one, and keeping it would pin the memory.
 const maxKeep = 64 << 10
 
-// write sends the prefix and msg to the trace writer in one Write call.
+// write sends the prefix, the time since the process started and msg to
+// the trace writer in one Write call. The time is read under the lock, so
+// that the stamps of the lines written never go backwards.
 func write(msg []byte) {
 	out.mu.Lock()
 	defer out.mu.Unlock() // a panicking writer must not leave tracing locked
-	out.line = append(append(out.line[:0], out.prefix...), msg...)
+	out.line = appendStamp(append(out.line[:0], out.prefix...), time.Since(start))
+	out.line = append(append(out.line, ' '), msg...)
 	_, _ = out.w.Write(out.line)
 	if cap(out.line) > maxKeep {
 		out.line = nil
 	}
+}
+
+// appendStamp appends d as seconds with six decimals (microseconds), the
+// form of a line's stamp: "12.000345".
+func appendStamp(b []byte, d time.Duration) []byte {
+	us := d.Microseconds()
+	b = strconv.AppendInt(b, us/1e6, 10)
+	frac := us % 1e6
+	b = append(b, '.')
+	for div := int64(1e5); div > 0; div /= 10 {
+		b = append(b, byte('0'+frac/div%10))
+	}
+	return b
 }

@@ -26,6 +26,14 @@ func capture(t testing.TB, l Level) *bytes.Buffer {
 	return &buf
 }
 
+// stamp is a line's prefix: the rank, then the seconds since the process
+// started, to the microsecond.
+var stamp = regexp.MustCompile(`(?m)^(weft\[(?:\?|\d+)\]) \d+\.\d{6} `)
+
+// unstamp removes the stamps from trace output, for tests that compare
+// the rest of each line.
+func unstamp(s string) string { return stamp.ReplaceAllString(s, "$1 ") }
+
 func TestParseLevel(t *testing.T) {
 	good := map[string]Level{"0": 0, "1": 1, "5": 5, "9": 9, " 3\n": 3, "off": Off, "OFF": Off}
 	for s, want := range good {
@@ -96,7 +104,7 @@ func TestStartWithBadEnv(t *testing.T) {
 		t.Errorf("child did not run at level 0:\n%s", &stdout)
 	}
 	want := `weft[?] trace: WEFT_TRACE="lots": want a number from 0 to 9, or "off"; tracing stays at level 0` + "\n"
-	if got := stderr.String(); got != want {
+	if got := unstamp(stderr.String()); got != want {
 		t.Errorf("child stderr = %q, want %q", got, want)
 	}
 }
@@ -139,7 +147,7 @@ func TestPrintf(t *testing.T) {
 		"weft[3] already ends in a newline\n" +
 		"weft[3] \n" +
 		"weft[?] rank unknown\n"
-	if got := buf.String(); got != want {
+	if got := unstamp(buf.String()); got != want {
 		t.Errorf("output:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -166,7 +174,7 @@ func (selfTracing) String() string {
 func TestPrintfReentrant(t *testing.T) {
 	buf := capture(t, Error)
 	Printf(Error, "%v", selfTracing{})
-	if got, want := buf.String(), "weft[?] inner\nweft[?] outer\n"; got != want {
+	if got, want := unstamp(buf.String()), "weft[?] inner\nweft[?] outer\n"; got != want {
 		t.Errorf("output %q, want %q", got, want)
 	}
 }
@@ -198,7 +206,7 @@ func TestConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 
-	re := regexp.MustCompile(`^weft\[(\?|[0-3])\] goroutine [0-7] line [0-9]+ x*$`)
+	re := regexp.MustCompile(`^weft\[(\?|[0-3])\] \d+\.\d{6} goroutine [0-7] line [0-9]+ x*$`)
 	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(got) < writers || len(got) > writers*(lines+1) {
 		t.Fatalf("%d lines, want %d to %d", len(got), writers, writers*(lines+1))

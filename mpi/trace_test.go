@@ -1,0 +1,189 @@
+package mpi
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/weft-hpc/weft/internal/pmi"
+	"github.com/weft-hpc/weft/internal/trace"
+)
+
+// lockedBuf is a trace writer the ranks' goroutines share.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMark: at level 1 each rank's World.Mark writes one line naming the
+// rank, with the stamp, the user's text and the wall clock; at level 0 it
+// writes nothing.
+func TestMark(t *testing.T) {
+	for _, l := range []trace.Level{trace.Error, trace.Rare} {
+		var buf lockedBuf
+		restore := trace.Redirect(&buf, l)
+		err := Run(2, func(c *Comm) error {
+			if err := c.Barrier(); err != nil {
+				return err
+			}
+			c.World().Mark("phase %d of %s", 2, "solve")
+			return nil
+		})
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} mark (\d): phase 2 of solve \(wall \d\d:\d\d:\d\d\.\d{6}\)$`).FindAllStringSubmatch(buf.String(), -1)
+		if l < trace.Rare {
+			if len(marks) != 0 || strings.Contains(buf.String(), "mark") {
+				t.Errorf("level 0: marks written:\n%s", &buf)
+			}
+			continue
+		}
+		if len(marks) != 2 || marks[0][1] == marks[1][1] {
+			t.Errorf("level 1: want one mark from each of ranks 0 and 1, got %q in:\n%s", marks, &buf)
+		}
+	}
+}
+
+// TestStatsLines: after rank 0 sends 10 messages of 20000 bytes to rank 1,
+// each rank's counter lines are one for lapi and one for its device, whose
+// fields are the values World.Stats gives; the device carried at least the
+// bytes sent, and named its peer.
+func TestStatsLines(t *testing.T) {
+	const n, size = 10, 20000
+	var mu sync.Mutex
+	lines := map[int][]string{}
+	stats := map[int]Stats{}
+	err := Run(2, func(c *Comm) error {
+		buf := make([]byte, size)
+		for range n {
+			var err error
+			if c.Rank() == 0 {
+				err = Send(c, buf, 1, 3)
+			} else {
+				_, err = Recv(c, buf, 0, 3)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		s := c.World().Stats()
+		mu.Lock()
+		defer mu.Unlock()
+		stats[c.Rank()], lines[c.Rank()] = s, statsLines(c.Rank(), s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		ls, s := lines[r], stats[r]
+		if len(ls) != 2 {
+			t.Fatalf("rank %d: %d lines, want lapi and inproc: %q", r, len(ls), ls)
+		}
+		lapi, dev := fields(t, ls[0]), fields(t, ls[1])
+		want := map[string]string{"rank": strconv.Itoa(r), "layer": "lapi",
+			"messages_sent": u(s.MessagesSent), "messages_recv": u(s.MessagesIn),
+			"packets_sent": u(s.PacketsSent), "packets_recv": u(s.PacketsRecv),
+			"retransmits": "0", "redrives": "0", "singlecopy_bytes": u(s.SingleCopyBytes), "drops": "-"}
+		if !equalFields(lapi, want) {
+			t.Errorf("rank %d: lapi line %q, want the fields %v", r, ls[0], want)
+		}
+		d := s.Devices[0]
+		want = map[string]string{"rank": strconv.Itoa(r), "layer": "inproc", "peers": strconv.Itoa(1 - r),
+			"frames_sent": u(d.FramesSent), "frames_recv": u(d.FramesRecv),
+			"bytes_sent": u(d.BytesSent), "bytes_recv": u(d.BytesRecv), "drops": "-"}
+		if !equalFields(dev, want) {
+			t.Errorf("rank %d: device line %q, want the fields %v", r, ls[1], want)
+		}
+	}
+	// Between goroutines a message from 16 KiB is one copy, not frames.
+	if s := stats[1]; s.Devices[0].BytesRecv+s.SingleCopyBytes+stats[0].SingleCopyBytes < n*size {
+		t.Errorf("rank 1 received %d bytes through its device and ranks copied %d+%d; rank 0 sent %d",
+			s.Devices[0].BytesRecv, stats[0].SingleCopyBytes, s.SingleCopyBytes, n*size)
+	}
+	if got := dropList(map[string]uint64{"peer": 2, "crc": 1, "queue-full": 0}); got != "crc:1,peer:2" {
+		t.Errorf("dropList = %q, want crc:1,peer:2", got)
+	}
+}
+
+// TestStatsAtFinalize: with Options.Stats, Finalize's hook writes the
+// rank's lines, each starting pmi.StatsPrefix, to standard error; without
+// it, nothing.
+func TestStatsAtFinalize(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		var out string
+		err := Run(1, func(c *Comm) error {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return err
+			}
+			stderr := os.Stderr
+			os.Stderr = w
+			err = c.World().statsAtFinalize(on)()
+			os.Stderr = stderr
+			w.Close()
+			var b bytes.Buffer
+			b.ReadFrom(r)
+			r.Close()
+			out = b.String()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := regexp.MustCompile(`^` + regexp.QuoteMeta(pmi.StatsPrefix) + `rank=0 layer=lapi messages_sent=\d+ .*\n` +
+			regexp.QuoteMeta(pmi.StatsPrefix) + `rank=0 layer=inproc peers=- frames_sent=\d+ .*\n$`)
+		if on != re.MatchString(out) || !on && out != "" {
+			t.Errorf("Stats %v: wrote %q", on, out)
+		}
+	}
+}
+
+// fields parses a counter line's NAME=VALUE fields.
+func fields(t *testing.T, line string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("field %q of %q is not NAME=VALUE", f, line)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+func equalFields(got, want map[string]string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
