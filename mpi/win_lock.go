@@ -1,0 +1,213 @@
+package mpi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Passive-target locks (MPI_Win_lock, MPI_Win_unlock). Each rank's window
+// has a lock word, an int64 in a block registered for read-modify-write,
+// which origins change with lapi's Rmw; the target's own goroutine plays
+// no part (its progress engine applies the Rmw, see winProgress):
+//
+//   - 0: unlocked;
+//   - s > 0: s shared holders;
+//   - lockExclusiveMark + s (negative): one exclusive holder, and s shared
+//     attempts not yet backed out.
+//
+// Exclusive: compare-and-swap 0 → lockExclusiveMark, retried with back-off
+// until it finds 0; released by adding -lockExclusiveMark. Shared:
+// fetch-and-add 1, which holds the lock if the word was not negative, else
+// is backed out (add -1) and retried; released by adding -1. Because an
+// exclusive holder's mark is far below zero, shared attempts in flight
+// never bring the word back to 0 while it holds the lock, and adding (not
+// storing) on release keeps their increments counted.
+
+// Lock kinds held by an origin (Win.locked).
+const (
+	lockNone uint8 = iota
+	lockShared
+	lockExclusive
+)
+
+// lockExclusiveMark is the exclusive holder's value: far enough below 0
+// that no number of shared attempts in flight brings it back.
+const lockExclusiveMark = -1 << 40
+
+// Back-off between attempts at a lock held by another rank: from
+// lockBackoffMin, doubling to lockBackoffMax. The origin makes progress
+// meanwhile (it may be the target of other ranks' operations, the holder's
+// release among them).
+const (
+	lockBackoffMin = 2 * time.Microsecond
+	lockBackoffMax = time.Millisecond
+)
+
+// Lock opens a passive-target epoch toward target (MPI_Win_lock): it
+// returns once this rank holds target's lock, shared or exclusive. An
+// exclusive lock excludes every other lock on target; shared ones exclude
+// exclusive ones only. target need not call mpi meanwhile. Locking a
+// target this rank has locked already, or locking during an active-target
+// epoch in which operations were issued since the last Fence, fails with
+// ErrArg.
+func (win *Win[T]) Lock(target int, exclusive bool) error {
+	if err := win.usable("lock"); err != nil {
+		return err
+	}
+	if err := win.checkRank("lock", target); err != nil {
+		return err
+	}
+	if win.locked[target] != lockNone {
+		return fmt.Errorf("mpi: window lock of rank %d: this rank holds its lock already: %w", target, ErrArg)
+	}
+	if win.fence {
+		if win.fenceOps {
+			return fmt.Errorf("mpi: window lock of rank %d during an active-target epoch with operations issued (end it with Fence first): %w",
+				target, ErrArg)
+		}
+		win.fence = false // the Fence's epoch ends with no operation in it
+	}
+	ctx, cancel := win.c.w.deadline(context.Background())
+	defer cancel()
+	backoff := lockBackoffMin
+	for {
+		ok, err := win.tryLock(ctx, target, exclusive)
+		if err != nil {
+			return win.lockErr(ctx, "lock", target, err)
+		}
+		if ok {
+			break
+		}
+		if err := win.pause(ctx, backoff); err != nil {
+			return win.lockErr(ctx, "lock", target, err)
+		}
+		backoff = min(2*backoff, lockBackoffMax)
+	}
+	win.locked[target] = lockShared
+	if exclusive {
+		win.locked[target] = lockExclusive
+	}
+	win.nlocked++
+	return nil
+}
+
+// Unlock ends the passive-target epoch toward target (MPI_Win_unlock):
+// the operations issued toward it are complete (in its window, or in the
+// origin buffers of Gets), then the lock is released. Unlocking a target
+// this rank has not locked fails with ErrArg.
+func (win *Win[T]) Unlock(target int) error {
+	if err := win.usable("unlock"); err != nil {
+		return err
+	}
+	if err := win.checkRank("unlock", target); err != nil {
+		return err
+	}
+	kind := win.locked[target]
+	if kind == lockNone {
+		return fmt.Errorf("mpi: window unlock of rank %d, which this rank has not locked: %w", target, ErrArg)
+	}
+	if err := win.complete(target); err != nil {
+		return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
+	}
+	ctx, cancel := win.c.w.deadline(context.Background())
+	defer cancel()
+	release := int64(-1)
+	if kind == lockExclusive {
+		release = -lockExclusiveMark
+	}
+	// The release's answer is awaited: a later Lock's attempt must not
+	// overtake it, and lapi does not keep order between operations.
+	if _, err := win.rmwAt(ctx, target, lapi.FetchAndAdd, release, 0); err != nil {
+		return win.lockErr(ctx, "unlock", target, err)
+	}
+	win.locked[target] = lockNone
+	win.nlocked--
+	return nil
+}
+
+// tryLock makes one attempt at target's lock and reports whether it
+// holds it now.
+func (win *Win[T]) tryLock(ctx context.Context, target int, exclusive bool) (bool, error) {
+	if exclusive {
+		old, err := win.rmwAt(ctx, target, lapi.CompareAndSwap, lockExclusiveMark, 0)
+		return err == nil && old == 0, err
+	}
+	old, err := win.rmwAt(ctx, target, lapi.FetchAndAdd, 1, 0)
+	if err != nil || old >= 0 {
+		return err == nil, err
+	}
+	_, err = win.rmwAt(ctx, target, lapi.FetchAndAdd, -1, 0) // an exclusive holder has it: back out
+	return false, err
+}
+
+// rmwAt applies op to target's lock word and returns its previous value.
+// This rank's own word is changed in place, with the same atomic
+// instructions the progress engine applies other ranks' Rmws with.
+func (win *Win[T]) rmwAt(ctx context.Context, target int, op lapi.RmwOp, operand, compare int64) (int64, error) {
+	if target == win.c.rank {
+		p := &win.lockw[0]
+		switch op {
+		case lapi.CompareAndSwap:
+			for {
+				old := atomic.LoadInt64(p)
+				if old != compare || atomic.CompareAndSwapInt64(p, compare, operand) {
+					return old, nil
+				}
+			}
+		case lapi.FetchAndAdd:
+			return atomic.AddInt64(p, operand) - operand, nil
+		}
+		return 0, fmt.Errorf("mpi: window lock: rmw %d", op)
+	}
+	p := &win.peers[target]
+	if err := win.lc.Rmw(p.rank, op, p.lock, operand, compare, &win.prev, lapi.SendOpts{Origin: win.rmw}); err != nil {
+		return 0, err
+	}
+	if err := win.rmw.Wait(ctx, 1); err != nil {
+		win.rmw = win.c.w.win.counter(win.lc) // this one failed, or owes a reply still
+		return 0, err
+	}
+	return win.prev, nil
+}
+
+// pause makes progress for d: the lock's holder may be waiting for this
+// rank, and its release may be among what comes in.
+func (win *Win[T]) pause(ctx context.Context, d time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := win.lc.Wait(pctx, func() (bool, error) { return false, nil })
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil
+	}
+	return err
+}
+
+// lockErr names a failed lock or unlock of target; a timeout says what the
+// rank was waiting for.
+func (win *Win[T]) lockErr(ctx context.Context, op string, target int, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("mpi: window %s: %w (%w)", op, &TimeoutError{Rank: win.c.w.rank,
+			Waiting: fmt.Sprintf("the window lock of rank %d", win.c.group[target])}, ctx.Err())
+	}
+	return fmt.Errorf("mpi: window %s of rank %d: %w", op, target, err)
+}
+
+// lockedRanks lists the ranks this rank holds locks on, for errors.
+func (win *Win[T]) lockedRanks() string {
+	var b strings.Builder
+	for t, k := range win.locked {
+		if k != lockNone {
+			if b.Len() > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "rank %d", t)
+		}
+	}
+	return b.String()
+}
