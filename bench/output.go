@@ -199,6 +199,9 @@ func parseFloat(s string) (float64, error) {
 // first ("Bi-Directional Bandwidth" before "Bandwidth").
 var titleKeys = []struct{ key, bench string }{
 	{"bi-directional bandwidth", "bibw"},
+	{"put bandwidth", "put_bw"}, // OSU's "MPI_Put Bandwidth" too
+	{"get latency", "get_latency"},
+	{"accumulate latency", "acc_latency"},
 	{"bandwidth", "bw"},
 	{"allreduce", "allreduce"},
 	{"broadcast", "bcast"},

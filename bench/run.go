@@ -105,6 +105,12 @@ var benchmarks = []*benchmark{
 		minRanks: 1, elem: 0, schedule: collectiveSchedule, measure: barrier},
 	{name: "alltoall", title: "MPI All-to-All Personalized Exchange Latency Test", kind: kindCollective, defMin: 1, defMax: 1 << 20,
 		minRanks: 1, elem: 1, perPeer: true, schedule: collectiveSchedule, measure: alltoall},
+	{name: "put_bw", title: "MPI Put Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
+		minRanks: 2, elem: 1, schedule: bandwidthSchedule, measure: putBandwidth},
+	{name: "get_latency", title: "MPI Get Latency Test", kind: kindLatency, defMin: 1, defMax: 4 << 20,
+		minRanks: 2, elem: 1, schedule: latencySchedule, measure: getLatency},
+	{name: "acc_latency", title: "MPI Accumulate Latency Test", kind: kindLatency, defMin: 1, defMax: 4 << 20,
+		minRanks: 2, elem: 1, schedule: latencySchedule, measure: accLatency},
 }
 
 // lookup finds a benchmark by name, or returns nil.
