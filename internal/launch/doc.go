@@ -10,8 +10,11 @@
 // then exits 128+N), and when a rank fails kills the others and exits with
 // the failed rank's status, saying which rank failed and how; at --timeout
 // it asks each rank what MPI call it is blocked in and reports it
-// (report.go, mpi/report.go). It removes the job's shared-memory segments
-// at the end and those of jobs whose gorun died.
+// (report.go, mpi/report.go). It forwards SIGUSR1/SIGUSR2 to every rank
+// alone, which raise and lower the ranks' trace level, and with --stats
+// gathers the counters each rank writes at Finalize into one table
+// (stats.go). It removes the job's shared-memory segments at the end and
+// those of jobs whose gorun died.
 //
 // `gorun --wrap -- LAUNCHER ...` instead runs a foreign launcher (Open MPI's
 // mpirun, a bare srun) with a GORUN_KVS rendezvous server, for launchers whose

@@ -87,7 +87,7 @@ func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Write
 		opts:   opts,
 		place:  place,
 		prog:   prog,
-		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N)},
+		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N), stats: newStatsTable(opts.Stats)},
 		exits:  make(chan *rank, opts.N),
 		events: make(chan pmi.Event, 4*opts.N+16),
 		done:   make(chan struct{}),
@@ -183,14 +183,17 @@ func (j *job) run() (int, error) {
 		}
 	}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, levelSignals[0], levelSignals[1])
 	defer signal.Stop(sigs)
 
 	j.startRanks(ports)
 	j.monitor(sigs)
 	close(j.done)
 	j.drain()
+	if j.out.stats != nil {
+		j.out.stats.print(j.out, len(j.ranks))
+	}
 	return j.exitCode(), nil
 }
 
@@ -296,6 +299,9 @@ func (j *job) rankEnv(local bool) []string {
 		// WEFT_TIMEOUT is not set from --timeout: a rank's own timeout
 		// would race gorun's, and end the waits gorun asks about.
 		env = append(env, pmi.AskEnv+"=1")
+	}
+	if j.opts.Stats {
+		env = append(env, pmi.StatsEnv+"=1") // each rank writes its counters at Finalize (stats.go)
 	}
 	if j.opts.Profile != "" {
 		dir, _ := filepath.Abs(".")
@@ -569,9 +575,14 @@ func (j *job) abandonRemote() {
 }
 
 // signalled forwards SIGINT/SIGTERM to every rank; a second one kills.
+// SIGUSR1/SIGUSR2 change the ranks' trace level, and only that.
 // While gorun waits for answers to its question, the first one ends the
 // wait: the report comes with what has come, and the job stops.
 func (j *job) signalled(sig os.Signal) {
+	if isLevelSignal(sig) {
+		j.forwardLevel(sig.(unix.Signal))
+		return
+	}
 	if j.asking != nil {
 		j.endAsk()
 		return

@@ -56,8 +56,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // wrap runs a foreign launcher (opts.Program with opts.Args) with a
-// GORUN_KVS rendezvous server in its environment, forwards SIGINT/SIGTERM to
-// it, and returns its exit status. The server binds port 0 on
+// GORUN_KVS rendezvous server in its environment, forwards SIGINT/SIGTERM
+// (and SIGUSR1/SIGUSR2, which mpirun passes on to its ranks) to it, and
+// returns its exit status. The server binds port 0 on
 // GORUN_KVS_BIND's address if set, else on the address toward the first -H
 // host, else on loopback.
 func wrap(opts *Options, stdout, stderr io.Writer) int {
@@ -83,7 +84,7 @@ func wrap(opts *Options, stdout, stderr io.Writer) int {
 	cmd.Env = append(os.Environ(), "GORUN_KVS="+srv.Addr().String())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, levelSignals[0], levelSignals[1])
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(stderr, "gorun: --wrap: starting %s: %v\n", opts.Program, err)

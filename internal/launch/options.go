@@ -38,6 +38,7 @@ type Options struct {
 	Timeout       time.Duration     // 0: none
 	Trace         int               // -1: not set
 	Profile       string            // "", cpu, mem, block, mutex
+	Stats         bool              // --stats: the ranks' counters, one table at the end (stats.go)
 	BindTo        string            // auto, core, none: see bind.go
 	Env           []string          // -x NAME=VALUE, in order
 	Wrap          bool              // --wrap: run a foreign launcher with a rendezvous
@@ -81,6 +82,9 @@ takes a binary), serves PMI-1 to the ranks, passes their output through,
 forwards SIGINT/SIGTERM, and exits with the status of the first rank that
 failed after stopping the rest (130 after Ctrl-C).
 
+SIGUSR1 and SIGUSR2 sent to gorun are forwarded to every rank: each raises
+(lowers) the ranks' trace level by one while they run (see --trace).
+
 Remote hosts (-H, --hostfile) are reached with --rsh. A package directory
 is built here and the binary copied to each remote host (into its TMPDIR,
 removed when the job ends); a BINARY must exist at the same path on every
@@ -116,7 +120,8 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.Var(&nics, "nics", "NICs each rank stripes its network traffic over (WEFT_NICS): a,b for every host, or HOST=a,b for one host's ranks (repeatable); interface names, resolved on each rank's host, or addresses (default: one NIC, the address the host's name resolves to)")
 	fs.BoolVar(&o.TagOutput, "tag-output", false, "prefix each output line with [rank]")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long (exit status 124), first reporting per rank the MPI call it is blocked in (operation, peer, tag, communicator; asked with SIGWINCH, answers awaited 2s), or that it is in none or did not answer, and its PMI state")
-	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE); 4 and up also trace gorun's PMI wire")
+	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE), changed while they run by SIGUSR1 (one up) and SIGUSR2 (one down) sent to gorun, which forwards them to every rank, or to one rank; 4 and up also trace gorun's PMI wire")
+	fs.BoolVar(&o.Stats, "stats", false, "print at the end one table of every rank's counters at its Finalize: per rank its reliable layer (lapi: messages, packets, retransmits, RDMA redrives, single-copy bytes, drops by reason) and each device (peers, frames, bytes, drops by reason) (WEFT_STATS=1 for the ranks)")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
 	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: each rank its own share of this machine's cores, one core each when they outnumber them)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")

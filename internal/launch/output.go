@@ -32,6 +32,9 @@ type outputMux struct {
 	// their stderr; one that finds it full is dropped (gorun reads it
 	// until the ranks have exited, and asks once).
 	answers chan answer
+	// stats, when not nil (--stats), receives the ranks' counter lines,
+	// which are taken out of their stderr (stats.go).
+	stats *statsTable
 }
 
 // answer is a rank's answer to gorun's question: what World.Waiting said,
@@ -82,6 +85,9 @@ func (m *outputMux) copyLines(r io.Reader, rank int, stderr bool, tail *tailLine
 		chunk, err := br.ReadSlice('\n')
 		if stderr && m.answers != nil {
 			chunk = m.takeAnswer(chunk, rank)
+		}
+		if stderr && m.stats != nil {
+			chunk = m.stats.take(chunk, rank)
 		}
 		if len(chunk) > 0 {
 			buf = append(append(buf[:0], prefix...), chunk...)

@@ -147,9 +147,15 @@ func (j *job) startProcess(r *rank) error {
 }
 
 // signal sends sig to the rank: to its process group locally, through the
-// wrapper's control pipe remotely.
+// wrapper's control pipe remotely. A trace-level signal (levelSignals)
+// goes to the rank's process alone, locally and remotely (remoteScript):
+// what the rank started, not a Go program, would die of it.
 func (r *rank) signal(sig unix.Signal) {
 	if !r.running {
+		return
+	}
+	if isLevelSignal(sig) && !r.remote {
+		_ = unix.Kill(r.pid(), sig)
 		return
 	}
 	if r.remote {

@@ -15,8 +15,9 @@ import (
 // remoteScript runs on the remote host, as `sh -c remoteScript weft-rank
 // BINARY ARGS...`. ssh forwards no signals, and a remote process whose ssh
 // died is orphaned, so the script reads signal names from its stdin
-// (gorun's control pipe through ssh) and passes each line to kill -s; end
-// of input (gorun gone, or closing the pipe) kills the rank.
+// (gorun's control pipe through ssh) and passes each line to kill -s, for
+// the rank's process group, but USR1 and USR2 (trace levels) for the rank
+// alone; end of input (gorun gone, or closing the pipe) kills the rank.
 //
 // The rank runs in the foreground of a pipeline, not as `rank &`: a shell
 // without job control starts background commands with SIGINT and SIGQUIT
@@ -35,7 +36,7 @@ const remoteScript = `exec 3<&0 </dev/null 4>&1
 { sh -c 'echo "$$"; exec >&4 4>&- 3<&-; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi; exec "$@"' weft-rank "$@"; echo "$?"; } | {
 read -r p
 k() { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
-( while read -r s <&3; do k "$s"; done; k KILL ) &
+( while read -r s <&3; do case $s in USR1|USR2) kill -s "$s" "$p" 2>/dev/null;; *) k "$s";; esac; done; k KILL ) &
 w=$!
 read -r rc || rc=1
 kill "$w" 2>/dev/null
