@@ -2,6 +2,8 @@ package mpi
 
 import (
 	"fmt"
+
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Size thresholds (bytes) at which collectives switch algorithm.
@@ -29,12 +31,16 @@ func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
 // Bcast sends root's buf to every rank's buf.
 func Bcast[T Elem](c *Comm, buf []T, root int) error {
 	b := asBytes(buf)
-	return c.collective("bcast", collBcast, 0, root, len(b), func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
 		return c.bcast(b, root)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("bcast", collBcast, 0, root, len(b), body)
+	}
+	return c.collective("bcast", collBcast, 0, root, len(b), body)
 }
 
 func (c *Comm) bcast(b []byte, root int) error {
@@ -146,7 +152,7 @@ func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
 // Reduce combines every rank's send with op into root's recv (recv is
 // used at root only).
 func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
-	return c.collective("reduce", collReduce, op, root, len(send)*sizeOf[T](), func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
@@ -162,7 +168,11 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 			return err
 		}
 		return nil
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("reduce", collReduce, op, root, len(send)*sizeOf[T](), body)
+	}
+	return c.collective("reduce", collReduce, op, root, len(send)*sizeOf[T](), body)
 }
 
 // reduce is a binomial-tree reduction toward root. A commutative op's
@@ -211,7 +221,7 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 // send and recv may be the same slice.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	es := sizeOf[T]()
-	return c.collective("allreduce", collAllreduce, op, 0, len(send)*es, func() error {
+	body := func() error {
 		red, err := reducerFor[T](op)
 		if err != nil {
 			return err
@@ -224,7 +234,11 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 			return err
 		}
 		return nil
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("allreduce", collAllreduce, op, 0, len(send)*es, body)
+	}
+	return c.collective("allreduce", collAllreduce, op, 0, len(send)*es, body)
 }
 
 // allreduce picks Allreduce's algorithm for send and recv, of the same

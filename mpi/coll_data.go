@@ -1,11 +1,15 @@
 package mpi
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/weft-hpc/weft/internal/trace"
+)
 
 // Gather collects every rank's send into root's recv, rank i's at
 // recv[i*len(send):]. recv is used at root only.
 func Gather[T Elem](c *Comm, send, recv []T, root int) error {
-	return c.collective("gather", collGather, 0, root, len(send)*sizeOf[T](), func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
@@ -13,7 +17,11 @@ func Gather[T Elem](c *Comm, send, recv []T, root int) error {
 			return fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
 		}
 		return c.gather(asBytes(send), asBytes(recv), root)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("gather", collGather, 0, root, len(send)*sizeOf[T](), body)
+	}
+	return c.collective("gather", collGather, 0, root, len(send)*sizeOf[T](), body)
 }
 
 func (c *Comm) gather(send, recv []byte, root int) error {
@@ -45,7 +53,7 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 // Scatter sends block i of root's send (len(recv) elements each) to rank
 // i's recv. send is used at root only.
 func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
-	return c.collective("scatter", collScatter, 0, root, len(recv)*sizeOf[T](), func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
@@ -53,7 +61,11 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
 			return fmt.Errorf("send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
 		}
 		return c.scatter(asBytes(send), asBytes(recv), root)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("scatter", collScatter, 0, root, len(recv)*sizeOf[T](), body)
+	}
+	return c.collective("scatter", collScatter, 0, root, len(recv)*sizeOf[T](), body)
 }
 
 func (c *Comm) scatter(send, recv []byte, root int) error {
@@ -85,12 +97,16 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 // Allgather collects every rank's send into every rank's recv, rank i's at
 // recv[i*len(send):].
 func Allgather[T Elem](c *Comm, send, recv []T) error {
-	return c.collective("allgather", collAllgather, 0, 0, len(send)*sizeOf[T](), func() error {
+	body := func() error {
 		if len(recv) != c.size*len(send) {
 			return fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
 		}
 		return c.allgather(asBytes(send), asBytes(recv))
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("allgather", collAllgather, 0, 0, len(send)*sizeOf[T](), body)
+	}
+	return c.collective("allgather", collAllgather, 0, 0, len(send)*sizeOf[T](), body)
 }
 
 func (c *Comm) allgather(send, recv []byte) error {
@@ -137,13 +153,17 @@ func (c *Comm) allgather(send, recv []byte) error {
 // Alltoall sends block i of send (len(send)/Size() elements) to rank i,
 // which puts it at block c.Rank() of its recv.
 func Alltoall[T Elem](c *Comm, send, recv []T) error {
-	return c.collective("alltoall", collAlltoall, 0, 0, len(send)*sizeOf[T](), func() error {
+	body := func() error {
 		if len(send)%c.size != 0 || len(recv) != len(send) {
 			return fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
 				len(send), len(recv), c.size, ErrArg)
 		}
 		return c.alltoall(asBytes(send), asBytes(recv))
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("alltoall", collAlltoall, 0, 0, len(send)*sizeOf[T](), body)
+	}
+	return c.collective("alltoall", collAlltoall, 0, 0, len(send)*sizeOf[T](), body)
 }
 
 // alltoall is the pairwise exchange: in step i every rank sends to rank+i

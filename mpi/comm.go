@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -198,6 +199,9 @@ func (c *Comm) exact(st Status, err error, src, want int) error {
 func (c *Comm) Barrier() error {
 	if err := c.w.finalized("barrier"); err != nil {
 		return err
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("barrier", collBarrier, 0, 0, 0, c.barrier)
 	}
 	return c.collective("barrier", collBarrier, 0, 0, 0, c.barrier)
 }

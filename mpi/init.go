@@ -146,12 +146,12 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	}
 	stop := profile.StartFromEnv(rank)
 	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
-	// SIGUSR1/SIGUSR2 change the trace level (trace.go); WEFT_STATS (stats.go).
-	w.onClose = append(w.onClose, w.traceAtInit(), w.statsAtFinalize(opts.Stats))
+	w.onClose = append(w.onClose, w.traceAtInit()) // SIGUSR1/SIGUSR2 change the trace level (trace.go)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
 		func() error { traceDevices(rank, size, dev); return nil },
 		lc.Close,
+		w.statsAtFinalize(opts.Stats), // WEFT_STATS (stats.go), after Close has brought the device's counters up to date
 		cl.Finalize)
 	trace.Printf(2, "mpi %d: init: rank %d of %d via %s, device %s", rank, rank, size, cl.Kind(), dev.Addr())
 	return w, nil

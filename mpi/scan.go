@@ -1,6 +1,10 @@
 package mpi
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/weft-hpc/weft/internal/trace"
+)
 
 // Tags of scan.go's and vcoll.go's steps on the collective context, apart
 // from comm.go's list (a tag's kind is its low 8 bits).
@@ -24,7 +28,7 @@ func Exscan[T Elem](c *Comm, send, recv []T, op Op) error {
 }
 
 func scan[T Elem](c *Comm, name string, kind uint8, send, recv []T, op Op) error {
-	return c.collective(name, kind, op, 0, len(send)*sizeOf[T](), func() error {
+	body := func() error {
 		red, err := reducerFor[T](op)
 		if err != nil {
 			return err
@@ -37,7 +41,11 @@ func scan[T Elem](c *Comm, name string, kind uint8, send, recv []T, op Op) error
 			return err
 		}
 		return nil
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective(name, kind, op, 0, len(send)*sizeOf[T](), body)
+	}
+	return c.collective(name, kind, op, 0, len(send)*sizeOf[T](), body)
 }
 
 // scan is recursive doubling (as MPICH's): in round k a rank exchanges
@@ -82,7 +90,7 @@ func (c *Comm) scan(send, recv []byte, red reducer, exclusive bool) error {
 // in rank order.
 func ReduceScatterBlock[T Elem](c *Comm, send, recv []T, op Op) error {
 	es := sizeOf[T]()
-	return c.collective("reducescatterblock", collReduceScatterBlock, op, 0, len(recv)*es, func() error {
+	body := func() error {
 		red, err := reducerFor[T](op)
 		if err != nil {
 			return err
@@ -103,5 +111,9 @@ func ReduceScatterBlock[T Elem](c *Comm, send, recv []T, op Op) error {
 			return err
 		}
 		return c.scatter(full, asBytes(recv), 0)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("reducescatterblock", collReduceScatterBlock, op, 0, len(recv)*es, body)
+	}
+	return c.collective("reducescatterblock", collReduceScatterBlock, op, 0, len(recv)*es, body)
 }

@@ -50,7 +50,11 @@ type DeviceStats struct {
 	DropReasons                                  map[string]uint64
 }
 
-// Stats returns this rank's counters.
+// Stats returns this rank's counters. A device may count the frames of
+// its last Poll only at its next (hal.Counters), so a rank that has
+// stopped receiving may see a few missing; the counters Finalize writes
+// for gorun --stats (Options.Stats) are taken after the device has closed,
+// and are complete.
 func (w *World) Stats() Stats {
 	ls, rs := w.lc.Stats(), w.lc.RDMAStats()
 	s := Stats{MessagesSent: ls.MessagesSent, MessagesIn: ls.MessagesIn,
@@ -111,9 +115,10 @@ func deviceStats(d rankDevice) DeviceStats {
 	return ds
 }
 
-// statsAtFinalize returns what Finalize runs for Options.Stats: write this
-// rank's counters to standard error as pmi.StatsPrefix lines (statsLines),
-// in one write, for gorun --stats to gather. Without it, nothing.
+// statsAtFinalize returns what Finalize runs for Options.Stats, once the
+// rank's lapi context and device are closed: write this rank's counters to
+// standard error as pmi.StatsPrefix lines (statsLines), in one write, for
+// gorun --stats to gather. Without it, nothing.
 func (w *World) statsAtFinalize(on bool) func() error {
 	return func() error {
 		if !on {

@@ -2,6 +2,8 @@ package mpi
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -187,3 +189,57 @@ func equalFields(got, want map[string]string) bool {
 }
 
 func u(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestTraceCollective: at level 3 each rank writes a collective's begin and
+// end, numbered alike on every rank, and the end says the error of one that
+// failed; at level 2 neither is written.
+func TestTraceCollective(t *testing.T) {
+	for _, l := range []trace.Level{trace.Setup, trace.Internal} {
+		var buf lockedBuf
+		restore := trace.Redirect(&buf, l)
+		err := Run(2, func(c *Comm) error {
+			if err := c.Barrier(); err != nil {
+				return err
+			}
+			x := []float64{1, 2, 3}
+			if err := Allreduce(c, x, x, Sum); err != nil {
+				return err
+			}
+			if err := Bcast(c, x, 5); err == nil {
+				return errors.New("Bcast from root 5 of 2 ranks succeeded")
+			}
+			return nil
+		})
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if l < trace.Internal {
+			if strings.Contains(out, " begins on ") {
+				t.Errorf("level 2: collectives traced:\n%s", out)
+			}
+			continue
+		}
+		for r := range 2 {
+			for _, re := range []string{
+				`mpi %d: barrier #(\d+) begins on communicator \d+ \(2 ranks\): 0 bytes per rank, root 0`,
+				`mpi %d: barrier #(\d+) ends after [0-9.]+[nµm]?s: ok`,
+				`mpi %d: allreduce #(\d+) begins on communicator \d+ \(2 ranks\): 24 bytes per rank, root 0`,
+				`mpi %d: allreduce #(\d+) ends after [0-9.]+[nµm]?s: ok`,
+				`mpi %d: bcast #(\d+) begins on communicator \d+ \(2 ranks\): 24 bytes per rank, root 5`,
+				`mpi %d: bcast #(\d+) ends after [0-9.]+[nµm]?s: mpi: bcast: .*root 5 in a communicator of 2: `,
+			} {
+				full := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} ` + fmt.Sprintf(re, r))
+				if !full.MatchString(out) {
+					t.Errorf("rank %d: no line matching %s in:\n%s", r, full, out)
+				}
+			}
+		}
+		// The same collective has the same number on both ranks.
+		nums := regexp.MustCompile(`(?m)mpi (\d): allreduce #(\d+) begins`).FindAllStringSubmatch(out, -1)
+		if len(nums) != 2 || nums[0][2] != nums[1][2] {
+			t.Errorf("allreduce numbered %q on the two ranks", nums)
+		}
+	}
+}

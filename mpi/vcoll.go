@@ -3,6 +3,8 @@ package mpi
 import (
 	"fmt"
 	"slices"
+
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // The vector collectives take a count and a displacement per rank, in
@@ -62,7 +64,7 @@ func block(b []byte, counts, displs []int, i, es int) []byte {
 // recv[displs[i]:] (MPI_Gatherv); rank i's len(send) must be counts[i].
 // recv, counts and displs are used at root only.
 func Gatherv[T Elem](c *Comm, send, recv []T, counts, displs []int, root int) error {
-	return c.collective("gatherv", collGatherv, 0, root, 0, func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
@@ -90,14 +92,18 @@ func Gatherv[T Elem](c *Comm, send, recv []T, counts, displs []int, root int) er
 			reqs = append(reqs, q)
 		}
 		return waitAll(reqs)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("gatherv", collGatherv, 0, root, 0, body)
+	}
+	return c.collective("gatherv", collGatherv, 0, root, 0, body)
 }
 
 // Scatterv sends block i of root's send, send[displs[i]:][:counts[i]], to
 // rank i's recv, whose length must be counts[i] (MPI_Scatterv). send,
 // counts and displs are used at root only; the blocks may overlap.
 func Scatterv[T Elem](c *Comm, send []T, counts, displs []int, recv []T, root int) error {
-	return c.collective("scatterv", collScatterv, 0, root, 0, func() error {
+	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
@@ -125,7 +131,11 @@ func Scatterv[T Elem](c *Comm, send []T, counts, displs []int, recv []T, root in
 			reqs = append(reqs, q)
 		}
 		return waitAll(reqs)
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("scatterv", collScatterv, 0, root, 0, body)
+	}
+	return c.collective("scatterv", collScatterv, 0, root, 0, body)
 }
 
 // Allgatherv collects every rank's send into every rank's recv, rank i's
@@ -138,7 +148,7 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
 		total += max(k, 0)
 	}
 	es := sizeOf[T]()
-	return c.collective("allgatherv", collAllgatherv, 0, 0, total*es, func() error {
+	body := func() error {
 		if err := checkBlocks("counts", "displs", "recv", counts, displs, len(recv), c.size, true); err != nil {
 			return err
 		}
@@ -154,7 +164,11 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
 			}
 		}
 		return nil
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("allgatherv", collAllgatherv, 0, 0, total*es, body)
+	}
+	return c.collective("allgatherv", collAllgatherv, 0, 0, total*es, body)
 }
 
 // Alltoallv sends send[sendDispls[i]:][:sendCounts[i]] to rank i, which
@@ -164,7 +178,7 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
 // rank+k and receives from rank-k.
 func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int,
 	recv []T, recvCounts, recvDispls []int) error {
-	return c.collective("alltoallv", collAlltoallv, 0, 0, 0, func() error {
+	body := func() error {
 		if err := checkBlocks("sendCounts", "sendDispls", "send", sendCounts, sendDispls, len(send), c.size, false); err != nil {
 			return err
 		}
@@ -185,5 +199,9 @@ func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int,
 			}
 		}
 		return nil
-	})
+	}
+	if trace.On(trace.Internal) {
+		return c.traceCollective("alltoallv", collAlltoallv, 0, 0, 0, body)
+	}
+	return c.collective("alltoallv", collAlltoallv, 0, 0, 0, body)
 }
