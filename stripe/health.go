@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // A member is judged from both ends. This end sees what arrives: a member
@@ -33,6 +34,13 @@ func (d *Device) takeOut(m *member, reason OutReason, err error) {
 	m.stats.outs.Add(1)
 	d.in--
 	d.outages.Add(1)
+	if trace.On(trace.Rare) {
+		why := reason.String()
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		trace.Printf(trace.Rare, "stripe %d: member %d (%s) taken out (%s); %d of %d members in", d.opts.Rank, m.idx, m.dev.Addr(), why, d.in, len(d.members))
+	}
 }
 
 // Outages counts the members taken out so far (hal.Failover): the layer
@@ -66,6 +74,9 @@ func (d *Device) maybeAdmit(m *member, now time.Time) {
 	m.stats.ins.Add(1)
 	m.backoff, m.skipUntil = 0, 0
 	d.in++
+	if trace.On(trace.Rare) {
+		trace.Printf(trace.Rare, "stripe %d: member %d (%s) back in; %d of %d members in", d.opts.Rank, m.idx, m.dev.Addr(), d.in, len(d.members))
+	}
 }
 
 // checkSilence takes out every in member that has delivered nothing for
