@@ -1,8 +1,11 @@
 package mpi
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -784,6 +787,34 @@ func TestWinDevices(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWinProcesses runs testdata/winprocs, windows across processes, under
+// gorun on 3 ranks over the shared-memory device (cross-memory attach for
+// the large transfers, where it is allowed) and over UDP: Fence epochs,
+// an exclusive-lock counter, and a target that spins on its own window's
+// memory without calling mpi while the others lock it.
+func TestWinProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs gorun jobs")
+	}
+	dir := t.TempDir()
+	gorun, prog := filepath.Join(dir, "gorun"), filepath.Join(dir, "winprocs")
+	for bin, pkg := range map[string]string{gorun: "../cmd/gorun", prog: "./testdata/winprocs"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	for _, transport := range []string{"shm", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, gorun, "-n", "3", "--transport", transport, prog).CombinedOutput()
+			if err != nil {
+				t.Fatalf("gorun -n 3 --transport %s winprocs: %v\n%s", transport, err, out)
 			}
 		})
 	}
