@@ -155,7 +155,11 @@ type Win[T Elem] struct {
 	nlocked  int
 	rmw      *lapi.Counter // the lock's read-modify-writes (win_lock.go)
 	prev     int64         // an rmw's previous value
-	freed    bool
+	// rel counts the answers to lock releases, which Unlock does not
+	// wait for; relPend is how many are owed.
+	rel     *lapi.Counter
+	relPend int64
+	freed   bool
 }
 
 // winPeer is what an origin knows of a target's window.
@@ -227,7 +231,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		win.deregister()
 		return nil, err
 	}
-	win.rmw = w.win.counter(lc)
+	win.rmw, win.rel = w.win.counter(lc), w.win.counter(lc)
 	if c.size > 1 {
 		w.winOpened()
 	}
@@ -259,6 +263,10 @@ func (win *Win[T]) Free() error {
 	if err := win.completeAll(); err != nil {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
+	// The targets' lock blocks go with their windows.
+	if err := win.released(); err != nil {
+		return fmt.Errorf("mpi: window free: %w", err)
+	}
 	if err := win.c.Barrier(); err != nil {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
@@ -269,6 +277,7 @@ func (win *Win[T]) Free() error {
 		s.giveBack(k)
 	}
 	s.giveBack(win.rmw)
+	s.giveBack(win.rel)
 	if win.c.size > 1 {
 		win.c.w.winClosed()
 	}
@@ -397,10 +406,13 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 
 // usable fails once the window is freed or the world finalized.
 func (win *Win[T]) usable(op string) error {
-	if win.freed {
+	switch {
+	case win.freed:
 		return fmt.Errorf("mpi: window %s after Free: %w", op, ErrArg)
+	case win.c.w.closed.Load():
+		return win.c.w.finalized("window " + op)
 	}
-	return win.c.w.finalized("window " + op)
+	return nil
 }
 
 // checkRank fails for a target outside the communicator.

@@ -28,6 +28,13 @@ import (
 // exclusive holder's mark is far below zero, shared attempts in flight
 // never bring the word back to 0 while it holds the lock, and adding (not
 // storing) on release keeps their increments counted.
+//
+// Unlock sends the release once the epoch's operations are complete and
+// returns without waiting for its answer: a round trip less per epoch.
+// Every change to the word is an addition or a compare-and-swap, so a
+// later attempt of this rank's that overtakes the release (lapi keeps no
+// order) is harmless: a shared one counts itself either way, an exclusive
+// one fails and is retried once the release is answered, at once.
 
 // Lock kinds held by an origin (Win.locked).
 const (
@@ -77,12 +84,21 @@ func (win *Win[T]) Lock(target int, exclusive bool) error {
 	defer cancel()
 	backoff := lockBackoffMin
 	for {
+		releasing := win.relPend > 0
 		ok, err := win.tryLock(ctx, target, exclusive)
 		if err != nil {
 			return win.lockErr(ctx, "lock", target, err)
 		}
 		if ok {
 			break
+		}
+		if releasing {
+			// The attempt may have overtaken this rank's own release:
+			// once that is answered, try again at once.
+			if err := win.released(); err != nil {
+				return win.lockErr(ctx, "lock", target, err)
+			}
+			continue
 		}
 		if err := win.pause(ctx, backoff); err != nil {
 			return win.lockErr(ctx, "lock", target, err)
@@ -99,8 +115,9 @@ func (win *Win[T]) Lock(target int, exclusive bool) error {
 
 // Unlock ends the passive-target epoch toward target (MPI_Win_unlock):
 // the operations issued toward it are complete (in its window, or in the
-// origin buffers of Gets), then the lock is released. Unlocking a target
-// this rank has not locked fails with ErrArg.
+// origin buffers of Gets), then the release of the lock is sent, which
+// Unlock does not wait for (this rank's next Lock or Free does, where it
+// matters). Unlocking a target this rank has not locked fails with ErrArg.
 func (win *Win[T]) Unlock(target int) error {
 	if err := win.usable("unlock"); err != nil {
 		return err
@@ -115,16 +132,18 @@ func (win *Win[T]) Unlock(target int) error {
 	if err := win.complete(target); err != nil {
 		return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
 	}
-	ctx, cancel := win.c.w.deadline(context.Background())
-	defer cancel()
 	release := int64(-1)
 	if kind == lockExclusive {
 		release = -lockExclusiveMark
 	}
-	// The release's answer is awaited: a later Lock's attempt must not
-	// overtake it, and lapi does not keep order between operations.
-	if _, err := win.rmwAt(ctx, target, lapi.FetchAndAdd, release, 0); err != nil {
-		return win.lockErr(ctx, "unlock", target, err)
+	if target == win.c.rank {
+		atomic.AddInt64(&win.lockw[0], release)
+	} else {
+		p := &win.peers[target]
+		if err := win.lc.Rmw(p.rank, lapi.FetchAndAdd, p.lock, release, 0, nil, lapi.SendOpts{Origin: win.rel}); err != nil {
+			return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
+		}
+		win.relPend++
 	}
 	win.locked[target] = lockNone
 	win.nlocked--
@@ -174,6 +193,27 @@ func (win *Win[T]) rmwAt(ctx context.Context, target int, op lapi.RmwOp, operand
 		return 0, err
 	}
 	return win.prev, nil
+}
+
+// released waits until every release this rank sent is answered (applied
+// at its target).
+func (win *Win[T]) released() error {
+	n := win.relPend
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := win.c.w.deadline(context.Background())
+	defer cancel()
+	win.relPend = 0
+	if err := win.rel.Wait(ctx, n); err != nil {
+		win.rel = win.c.w.win.counter(win.lc) // this one failed, or owes answers still
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%w)", &TimeoutError{Rank: win.c.w.rank,
+				Waiting: fmt.Sprintf("%d window lock releases to be answered", n)}, ctx.Err())
+		}
+		return err
+	}
+	return nil
 }
 
 // pause makes progress for d: the lock's holder may be waiting for this
