@@ -8,15 +8,18 @@
 //
 //	0 Error     errors the runtime cannot return to a caller
 //	1 Rare      rare events: a peer declared failed (and why), reintegration
-//	            giving up on a peer that never answered
-//	2 Setup     entry and exit of setup and teardown (Init, Open, Finalize)
+//	            giving up on a peer that never answered, a stripe's member
+//	            taken out (and why) and back in; the user's marks
+//	2 Setup     entry and exit of setup and teardown (Init, Open, Finalize),
+//	            each device with its counters at the end
 //	3 Internal  recovery and protocol steps, off the per-packet path:
 //	            retransmission timeouts with the new RTO, hole repairs, the
 //	            RTO back after a back-off, RDMA redrives with the new tid and
 //	            timeout, protection faults with the check that failed,
 //	            reintegration steps (BOOTING, BOOT_ACK, RDMA_READY sent and
 //	            received, a peer's state cleared, RDMA enabled), rendezvous
-//	            start and finish
+//	            start and finish; each MPI collective's begin and end (its
+//	            number on the communicator, bytes, root, time, error)
 //	4 Hot       per packet: packets dropped (duplicate, stale epoch or tid,
 //	            bad CRC, malformed), acknowledgements sent and received,
 //	            RDMA transfers started and finished
@@ -24,9 +27,10 @@
 //	6-9 Dump    dumps: frames, tables, queues, in growing detail
 //
 // A hang is usually diagnosed at 3 (is anything being resent, to whom, and
-// is the timeout growing?), a slow run at 3 or 4; 5 is for a few frames.
-// lapi's lines name the rank that wrote them ("lapi 2: ..."), since the
-// ranks of mpi.Run share a process and so its prefix.
+// is the timeout growing? which collective has a rank begun and not
+// ended?), a slow run at 3 or 4; 5 is for a few frames. lapi's, mpi's and
+// the devices' lines name the rank that wrote them ("lapi 2: ..."), since
+// the ranks of mpi.Run share a process and so its prefix.
 //
 // The level starts from the WEFT_TRACE environment variable (a number 0-9,
 // or "off"; unset means 0, errors only) and can be changed while the program
