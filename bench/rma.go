@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync"
 	"time"
 
 	"github.com/weft-hpc/weft/mpi"
@@ -22,26 +23,39 @@ func rmaWindow(size int) int {
 	return 32
 }
 
-// rmaBytes and rmaInts are the windows' memory, grown to the largest size
-// run so far and reused from size to size, as bench's message buffers are
-// (pages touched once, out of the timing).
-var (
-	rmaBytes []byte
-	rmaInts  []int8
-)
-
-func rmaByteBuffer(n int) []byte {
-	if len(rmaBytes) < n {
-		rmaBytes = make([]byte, n)
-	}
-	return rmaBytes[:n]
+// rmaMemory is a rank's windows' memory, allocated for the largest size
+// of the run and touched before any timing, as OSU allocates its windows'
+// memory up front (and as the C programs do): fresh memory for each size,
+// first touched by the warm-up's Puts, measures the heap's new pages as
+// much as the Puts. Each size's window is a prefix of it.
+type rmaMemory struct {
+	bytes []byte
+	ints  []int8
 }
 
-func rmaIntBuffer(n int) []int8 {
-	if len(rmaInts) < n {
-		rmaInts = make([]int8, n)
+// rmaMem holds each rank's rmaMemory, by communicator: mpi.Run's ranks
+// share the process.
+var rmaMem sync.Map // *mpi.Comm → *rmaMemory
+
+// rmaBuffers returns c's window memory for a run whose largest message is
+// top bytes: room for put_bw's largest window, and for two int8 buffers of
+// top elements (acc_latency's origin and window).
+func rmaBuffers(c *mpi.Comm, top int) *rmaMemory {
+	v, _ := rmaMem.LoadOrStore(c, &rmaMemory{})
+	m := v.(*rmaMemory)
+	if need := max(rmaWindow(top)*top, 64*min(top, largeMessage)); len(m.bytes) < need {
+		m.bytes = make([]byte, need)
+		for i := range m.bytes {
+			m.bytes[i] = 'b'
+		}
 	}
-	return rmaInts[:n]
+	if len(m.ints) < 2*top {
+		m.ints = make([]int8, 2*top)
+		for i := range m.ints {
+			m.ints[i] = 1
+		}
+	}
+	return m
 }
 
 // putBandwidth is osu_put_bw with its default synchronisation (-s flush):
@@ -51,7 +65,7 @@ func rmaIntBuffer(n int) []int8 {
 func putBandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 	me, peer := n.role(c.Rank())
 	wn := rmaWindow(size)
-	win, err := mpi.NewWin(c, rmaByteBuffer(wn*size))
+	win, err := mpi.NewWin(c, rmaBuffers(c, len(buf.send)).bytes[:wn*size])
 	if err != nil {
 		return row{}, err
 	}
@@ -78,7 +92,7 @@ func putBandwidth(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 // iteration; us per Get, the whole round trip.
 func getLatency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 	me, peer := n.role(c.Rank())
-	win, err := mpi.NewWin(c, rmaByteBuffer(size))
+	win, err := mpi.NewWin(c, rmaBuffers(c, len(buf.send)).bytes[:size])
 	if err != nil {
 		return row{}, err
 	}
@@ -101,18 +115,17 @@ func getLatency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 // accLatency is osu_acc_latency with lock synchronisation (-s lock): each
 // iteration, rank 0 locks the target (shared), accumulates size bytes of
 // int8 into it (Sum), and unlocks; us per iteration.
-func accLatency(c *mpi.Comm, size int, n count, _ *buffers) (row, error) {
+func accLatency(c *mpi.Comm, size int, n count, buf *buffers) (row, error) {
 	me, peer := n.role(c.Rank())
-	win, err := mpi.NewWin(c, rmaIntBuffer(2 * size)[size:])
+	m := rmaBuffers(c, len(buf.send))
+	top := len(m.ints) / 2
+	win, err := mpi.NewWin(c, m.ints[top:top+size])
 	if err != nil {
 		return row{}, err
 	}
 	var elapsed time.Duration
 	if me == 0 {
-		s := rmaIntBuffer(2 * size)[:size]
-		for i := range s {
-			s[i] = 1 // as the C program's
-		}
+		s := m.ints[:size] // ones, as the C program's
 		var start time.Time
 		for i := range n.warmup + n.iters {
 			if i == n.warmup {
