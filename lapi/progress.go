@@ -292,6 +292,19 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 // ping-pong's) pays nothing for it. Counting polls instead failed: a
 // goroutine descheduled through its spin blocks after as few as 16.
 func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err error), report func()) error {
+	return c.waitFor(ctx, cond, report, c.cfg.Spin, c.cfg.Yield)
+}
+
+// WaitQuiet is Wait for a goroutine that runs beside the application's
+// (a progress goroutine): it neither spins nor yields, but blocks as soon
+// as a pass makes no progress, so that it takes no processor time from
+// the application's computation while nothing arrives.
+func (c *Context) WaitQuiet(ctx context.Context, cond func() (done bool, err error)) error {
+	return c.waitFor(ctx, cond, nil, -1, 0)
+}
+
+// waitFor is WaitReport polling for spin, then yielding for yield.
+func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error), report func(), spin, yield time.Duration) error {
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
@@ -363,10 +376,10 @@ func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err er
 			spinning, i = false, 0
 			continue
 		}
-		if i&15 != 0 && c.cfg.Spin >= 0 {
+		if i&15 != 0 && spin >= 0 {
 			continue // a spinning waiter reads the clock every 16 polls
 		}
-		if i&7 != 0 && c.cfg.Spin < 0 && c.cfg.Yield > 0 {
+		if i&7 != 0 && spin < 0 && yield > 0 {
 			// A yielding waiter yields at every poll and reads the clock
 			// every 8th, not at the first: with more ranks than cores,
 			// most steps of a collective wait for a yield or two, and
@@ -386,7 +399,7 @@ func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err er
 		// The timer and queue checks take the lock: only a waiter that
 		// would block makes them.
 		waited := now - spinStart
-		if waited < c.cfg.Spin {
+		if waited < spin {
 			if waited >= nextSched {
 				runtime.Gosched()
 				nextSched = waited + goschedAfter
@@ -398,7 +411,7 @@ func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err er
 			report = nil
 		}
 		switch {
-		case waited < max(c.cfg.Spin, 0)+c.cfg.Yield:
+		case waited < max(spin, 0)+yield:
 			osyield.Yield()
 		case c.timerSoon(time.Now()) || c.sendsQueued():
 			runtime.Gosched()

@@ -55,10 +55,19 @@ const (
 	collScatterv
 	collAllgatherv
 	collAlltoallv
+	collIbarrier
+	collIbcast
+	collIreduce
+	collIallreduce
+	collIgather
+	collIscatter
+	collIallgather
+	collIalltoall
 )
 
 var collNames = [...]string{"", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall",
-	"Scan", "Exscan", "ReduceScatterBlock", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv"}
+	"Scan", "Exscan", "ReduceScatterBlock", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv",
+	"Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Igather", "Iscatter", "Iallgather", "Ialltoall"}
 
 // sigRing is how many recent calls' signatures a communicator keeps, to
 // answer a member that asks about a call this rank has finished.
@@ -95,7 +104,18 @@ type collState struct {
 const seqMask = 1<<23 - 1
 
 // ctag is the tag of a collective step of kind tag in the running call.
-func (c *Comm) ctag(tag int) int { return tag | int(c.coll.seq.Load()&seqMask)<<8 }
+func (c *Comm) ctag(tag int) int { return tag | c.ktag(c.coll.seq.Load()) }
+
+// ktag is what the tags of call k's steps carry above their kind.
+func (c *Comm) ktag(k uint32) int { return int(k&seqMask) << 8 }
+
+// callOf is the call whose step's tag is tag: the latest call begun whose
+// number agrees with the tag's bits (a nonblocking call may be older than
+// the running one).
+func (s *collState) callOf(tag int) uint32 {
+	k := s.seq.Load()
+	return k - (k-uint32(tag>>8))&seqMask
+}
 
 // sigCheck is a member's signature of call seq.
 type sigCheck struct {
@@ -221,14 +241,15 @@ func (s *collState) abortOf(k uint32) error {
 	return s.aborts[k]
 }
 
-// abortedLocked is the abort of the running call when ctx is c's
-// collective context (lapi's lock held: an abort that comes later finds
-// what is being posted under it, so either sees the other).
-func (c *Comm) abortedLocked(ctx uint32) error {
-	if ctx&1 == 0 {
+// abortedLocked is the abort of the call a step tagged tag belongs to
+// when ctx is c's collective context (lapi's lock held: an abort that
+// comes later finds what is being posted under it, so either sees the
+// other).
+func (c *Comm) abortedLocked(ctx uint32, tag int) error {
+	if ctx&1 == 0 || c.coll.naborts.Load() == 0 {
 		return nil
 	}
-	return c.coll.abortOf(c.coll.seq.Load())
+	return c.coll.abortOf(c.coll.callOf(tag))
 }
 
 // abortedNow reports, for a wait's condition, the abort of the running
@@ -297,13 +318,17 @@ func (c *Comm) comparePending() error {
 // timer is not stopped when the wait ends: it finds no wait blocked, so a
 // stream of short blocked waits costs an atomic store each, not a timer's
 // reset, and asks at most once per agreeAfter.
-func (c *Comm) watch() {
+func (c *Comm) watch() { c.watchCall(c.coll.seq.Load()) }
+
+// watchCall is watch for a wait of call k, which may be a nonblocking
+// call older than the running one.
+func (c *Comm) watchCall(k uint32) {
 	s := c.coll
 	if c.size == 1 {
 		return
 	}
 	s.since.Store(int64(time.Since(sinceStart)))
-	s.blocked.Store(s.seq.Load())
+	s.blocked.Store(k)
 	if !s.armed.Swap(true) {
 		s.timer.Reset(agreeAfter)
 	}
@@ -321,7 +346,7 @@ func (c *Comm) tick() {
 	s := c.coll
 	s.armed.Store(false) // then look: a watch after this arms anew
 	k := s.blocked.Load()
-	if k == 0 || k != s.seq.Load() {
+	if k == 0 {
 		return
 	}
 	if left := agreeAfter - (time.Since(sinceStart) - time.Duration(s.since.Load())); left > 0 {

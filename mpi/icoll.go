@@ -1,4 +1,376 @@
 package mpi
 
-// icollState is a world's nonblocking collectives in flight.
-type icollState struct{}
+import "fmt"
+
+// The nonblocking collectives: same arguments and results as the blocking
+// ones, run as schedules (schedule.go). They go by messages only, with
+// algorithms that keep rank order for a non-commutative op: never through
+// the shared block, whose rounds one call at a time owns, nor node by
+// node. A call numbered here counts among the communicator's collectives,
+// blocking or not, which every rank must start in the same order (MPI's
+// rule); a blocking and a nonblocking call do not match each other.
+
+// istart begins nonblocking collective kind (n bytes per rank as this rank
+// sees it) and starts the schedule build returns. An argument build
+// rejects fails the call on every member, as in a blocking collective.
+func (c *Comm) istart(name string, kind uint8, op Op, root, n int, build func() ([]round, error)) (*Request, error) {
+	if err := c.w.finalized(name); err != nil {
+		return nil, err
+	}
+	err := c.begin(kind, op, root, n)
+	var rounds []round
+	if err == nil {
+		rounds, err = build()
+	}
+	if err != nil {
+		if err = c.end(err); err != nil {
+			return nil, fmt.Errorf("mpi: %s: %w", name, err)
+		}
+	}
+	return c.start(name, rounds), nil
+}
+
+// Ibarrier starts a barrier: its Request completes once every rank of
+// the communicator has called Ibarrier (dissemination, as Barrier's).
+func (c *Comm) Ibarrier() (*Request, error) {
+	return c.istart("Ibarrier", collIbarrier, 0, 0, 0, func() ([]round, error) {
+		var rs []round
+		for k := 1; k < c.size; k <<= 1 {
+			rs = append(rs, round{ops: []xfer{
+				{peer: (c.rank - k + c.size) % c.size, tag: tagBarrier, recv: true},
+				{peer: (c.rank + k) % c.size, tag: tagBarrier},
+			}})
+		}
+		return rs, nil
+	})
+}
+
+// Ibcast starts a broadcast of root's buf to every rank's buf (a binomial
+// tree).
+func Ibcast[T Elem](c *Comm, buf []T, root int) (*Request, error) {
+	b := asBytes(buf)
+	return c.istart("Ibcast", collIbcast, 0, root, len(b), func() ([]round, error) {
+		if err := c.checkRoot(root); err != nil {
+			return nil, err
+		}
+		return c.ibcastRounds(b, root), nil
+	})
+}
+
+// ibcastRounds receives b from the parent in a binomial tree rooted at
+// root, then sends it to every child at once.
+func (c *Comm) ibcastRounds(b []byte, root int) []round {
+	vr := c.rel(root)
+	mask := 1
+	var rs []round
+	for ; mask < c.size; mask <<= 1 {
+		if vr&mask != 0 {
+			rs = append(rs, round{ops: []xfer{{b: b, peer: c.abs(vr-mask, root), tag: tagBcast, recv: true}}})
+			break
+		}
+	}
+	var sends []xfer
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < c.size {
+			sends = append(sends, xfer{b: b, peer: c.abs(vr+mask, root), tag: tagBcast})
+		}
+	}
+	if len(sends) > 0 {
+		rs = append(rs, round{ops: sends})
+	}
+	return rs
+}
+
+// Ireduce starts a reduction of every rank's send with op into root's
+// recv (used at root only): a binomial tree, rooted at rank 0 for an op
+// that does not commute, whose subtrees are then runs of consecutive
+// ranks combined in order, rank 0 sending the result on to root.
+func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error) {
+	return c.istart("Ireduce", collIreduce, op, root, len(send)*sizeOf[T](), func() ([]round, error) {
+		if err := c.checkRoot(root); err != nil {
+			return nil, err
+		}
+		red, err := reducerFor[T](op)
+		if err != nil {
+			return nil, err
+		}
+		if c.rank == root && len(recv) != len(send) {
+			return nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+		}
+		return c.ireduceRounds(asBytes(send), asBytes(recv), red, root), nil
+	})
+}
+
+func (c *Comm) ireduceRounds(send, recv []byte, red reducer, root int) []round {
+	n := len(send)
+	if c.size == 1 {
+		copy(recv, send)
+		return nil
+	}
+	top := root
+	if !red.commutative() {
+		top = 0
+	}
+	acc := append([]byte(nil), send...)
+	vr := c.rel(top)
+	// Children are vr|mask for the masks below vr's lowest set bit.
+	var kids []xfer
+	mask := 1
+	for ; mask < c.size && vr&mask == 0; mask <<= 1 {
+		if child := vr | mask; child < c.size {
+			kids = append(kids, xfer{b: make([]byte, n), peer: c.abs(child, top), tag: tagReduce, recv: true})
+		}
+	}
+	var rs []round
+	if len(kids) > 0 {
+		rs = append(rs, round{ops: kids, then: func() error {
+			for _, k := range kids { // in rank order: each child's run lies above the last
+				red.reduce(acc, k.b)
+			}
+			return nil
+		}})
+	}
+	switch {
+	case vr != 0: // send up; root receives the result from top
+		rs = append(rs, round{ops: []xfer{{b: acc, peer: c.abs(vr&^mask, top), tag: tagReduce}}})
+		if c.rank == root {
+			rs = append(rs, round{ops: []xfer{{b: recv[:n], peer: top, tag: tagReduce, recv: true}}})
+		}
+	case root != top:
+		rs = append(rs, round{ops: []xfer{{b: acc, peer: root, tag: tagReduce}}})
+	default:
+		if len(rs) == 0 {
+			copy(recv, acc)
+		} else {
+			rs[len(rs)-1].then = chain(rs[len(rs)-1].then, func() error { copy(recv, acc); return nil })
+		}
+	}
+	return rs
+}
+
+// chain runs f then g.
+func chain(f, g func() error) func() error {
+	if f == nil {
+		return g
+	}
+	return func() error {
+		if err := f(); err != nil {
+			return err
+		}
+		return g()
+	}
+}
+
+// Iallreduce starts a reduction of every rank's send with op into every
+// rank's recv (send and recv may be the same slice): recursive doubling,
+// or for large data and an op that commutes a ring (reduce-scatter, then
+// allgather), as Allreduce's messages do.
+func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
+	es := sizeOf[T]()
+	return c.istart("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, error) {
+		red, err := reducerFor[T](op)
+		if err != nil {
+			return nil, err
+		}
+		if len(recv) != len(send) {
+			return nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+		}
+		b := asBytes(recv)
+		copy(b, asBytes(send))
+		if c.size == 1 {
+			return nil, nil
+		}
+		if red.commutative() && len(b) >= allreduceLarge && len(b)/es >= c.size && c.size > 2 {
+			return c.iallreduceRing(b, es, red), nil
+		}
+		return c.iallreduceDoubling(b, red), nil
+	})
+}
+
+// iallreduceDoubling is allreduceRecursiveDoubling as rounds.
+func (c *Comm) iallreduceDoubling(acc []byte, red reducer) []round {
+	p := c.size
+	pof2 := 1
+	for pof2*2 <= p {
+		pof2 *= 2
+	}
+	rem := p - pof2
+	tmp := make([]byte, len(acc))
+	newrank := c.rank - rem
+	var rs []round
+	if c.rank < 2*rem {
+		if c.rank%2 == 0 {
+			rs = append(rs, round{ops: []xfer{{b: acc, peer: c.rank + 1, tag: tagAllreduce}}})
+			newrank = -1
+		} else {
+			rs = append(rs, round{ops: []xfer{{b: tmp, peer: c.rank - 1, tag: tagAllreduce, recv: true}},
+				then: func() error { red.reduceLow(acc, tmp); return nil }})
+			newrank = c.rank / 2
+		}
+	}
+	if newrank >= 0 {
+		for mask := 1; mask < pof2; mask <<= 1 {
+			nd := newrank ^ mask
+			dst := nd + rem
+			if nd < rem {
+				dst = nd*2 + 1
+			}
+			low := nd < newrank
+			rs = append(rs, round{
+				ops: []xfer{{b: tmp, peer: dst, tag: tagAllreduce, recv: true}, {b: acc, peer: dst, tag: tagAllreduce}},
+				then: func() error {
+					if low {
+						red.reduceLow(acc, tmp)
+					} else {
+						red.reduce(acc, tmp)
+					}
+					return nil
+				}})
+		}
+	}
+	if c.rank < 2*rem {
+		if c.rank%2 == 1 {
+			rs = append(rs, round{ops: []xfer{{b: acc, peer: c.rank - 1, tag: tagAllreduce}}})
+		} else {
+			rs = append(rs, round{ops: []xfer{{b: acc, peer: c.rank + 1, tag: tagAllreduce, recv: true}}})
+		}
+	}
+	return rs
+}
+
+// iallreduceRing is allreduceRing as rounds.
+func (c *Comm) iallreduceRing(acc []byte, es int, red reducer) []round {
+	p := c.size
+	count := len(acc) / es
+	block := func(i int) []byte { return acc[i*count/p*es : (i+1)*count/p*es] }
+	tmp := make([]byte, (count/p+1)*es)
+	right, left := (c.rank+1)%p, (c.rank-1+p)%p
+	var rs []round
+	for step := 0; step < p-1; step++ {
+		sb, rb := block((c.rank-step+p)%p), block((c.rank-step-1+p)%p)
+		t := tmp[:len(rb)]
+		rs = append(rs, round{
+			ops:  []xfer{{b: t, peer: left, tag: tagAllreduce, recv: true}, {b: sb, peer: right, tag: tagAllreduce}},
+			then: func() error { red.reduce(rb, t); return nil }})
+	}
+	for step := 0; step < p-1; step++ {
+		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)
+		rs = append(rs, round{ops: []xfer{{b: rb, peer: left, tag: tagAllreduce, recv: true}, {b: sb, peer: right, tag: tagAllreduce}}})
+	}
+	return rs
+}
+
+// Igather starts a gather of every rank's send into root's recv, rank i's
+// at recv[i*len(send):] (recv is used at root only): one round, root
+// receiving from every rank at once.
+func Igather[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
+	return c.istart("Igather", collIgather, 0, root, len(send)*sizeOf[T](), func() ([]round, error) {
+		if err := c.checkRoot(root); err != nil {
+			return nil, err
+		}
+		if c.rank == root && len(recv) < c.size*len(send) {
+			return nil, fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+		}
+		sb, rb := asBytes(send), asBytes(recv)
+		n := len(sb)
+		if c.rank != root {
+			return []round{{ops: []xfer{{b: sb, peer: root, tag: tagGather}}}}, nil
+		}
+		copy(rb[root*n:], sb)
+		return c.fromEach(rb, n, tagGather), nil
+	})
+}
+
+// fromEach is one round receiving block r of b (n bytes each) from every
+// rank r but this one (none when alone).
+func (c *Comm) fromEach(b []byte, n, tag int) []round {
+	if c.size == 1 {
+		return nil
+	}
+	ops := make([]xfer, 0, c.size-1)
+	for r := range c.size {
+		if r != c.rank {
+			ops = append(ops, xfer{b: b[r*n : (r+1)*n], peer: r, tag: tag, recv: true})
+		}
+	}
+	return []round{{ops: ops}}
+}
+
+// Iscatter starts a scatter of block i of root's send (len(recv) elements
+// each; send is used at root only) to rank i's recv: one round, root
+// sending to every rank at once.
+func Iscatter[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
+	return c.istart("Iscatter", collIscatter, 0, root, len(recv)*sizeOf[T](), func() ([]round, error) {
+		if err := c.checkRoot(root); err != nil {
+			return nil, err
+		}
+		if c.rank == root && len(send) < c.size*len(recv) {
+			return nil, fmt.Errorf("send has %d elements, need %d: %w", len(send), c.size*len(recv), ErrArg)
+		}
+		sb, rb := asBytes(send), asBytes(recv)
+		n := len(rb)
+		if c.rank != root {
+			return []round{{ops: []xfer{{b: rb, peer: root, tag: tagScatter, recv: true}}}}, nil
+		}
+		copy(rb, sb[root*n:(root+1)*n])
+		if c.size == 1 {
+			return nil, nil
+		}
+		ops := make([]xfer, 0, c.size-1)
+		for r := range c.size {
+			if r != root {
+				ops = append(ops, xfer{b: sb[r*n : (r+1)*n], peer: r, tag: tagScatter})
+			}
+		}
+		return []round{{ops: ops}}, nil
+	})
+}
+
+// Iallgather starts a gather of every rank's send into every rank's recv,
+// rank i's at recv[i*len(send):]: one round in which every rank sends to
+// and receives from every other.
+func Iallgather[T Elem](c *Comm, send, recv []T) (*Request, error) {
+	return c.istart("Iallgather", collIallgather, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
+		if len(recv) != c.size*len(send) {
+			return nil, fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
+		}
+		sb, rb := asBytes(send), asBytes(recv)
+		n := len(sb)
+		copy(rb[c.rank*n:], sb)
+		rs := c.fromEach(rb, n, tagAllgather)
+		if rs == nil {
+			return nil, nil
+		}
+		for r := range c.size {
+			if r != c.rank {
+				rs[0].ops = append(rs[0].ops, xfer{b: sb, peer: r, tag: tagAllgather})
+			}
+		}
+		return rs, nil
+	})
+}
+
+// Ialltoall starts an all-to-all: block i of send (len(send)/Size()
+// elements) goes to rank i, which puts it at block Rank() of its recv;
+// one round.
+func Ialltoall[T Elem](c *Comm, send, recv []T) (*Request, error) {
+	return c.istart("Ialltoall", collIalltoall, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
+		if len(send)%c.size != 0 || len(recv) != len(send) {
+			return nil, fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
+				len(send), len(recv), c.size, ErrArg)
+		}
+		sb, rb := asBytes(send), asBytes(recv)
+		n := len(sb) / c.size
+		copy(rb[c.rank*n:(c.rank+1)*n], sb[c.rank*n:(c.rank+1)*n])
+		rs := c.fromEach(rb, n, tagAlltoall)
+		if rs == nil {
+			return nil, nil
+		}
+		for r := range c.size {
+			if r != c.rank {
+				rs[0].ops = append(rs[0].ops, xfer{b: sb[r*n : (r+1)*n], peer: r, tag: tagAlltoall})
+			}
+		}
+		return rs, nil
+	})
+}

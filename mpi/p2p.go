@@ -323,7 +323,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
 	w.lc.Lock()
-	if err = c.abortedLocked(ctx); err == nil {
+	if err = c.abortedLocked(ctx, tag); err == nil {
 		env.seq = w.nextSeqLocked(wd)
 		err = w.lc.AmsendLocked(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
 	}
@@ -358,7 +358,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 		}
 	}
-	if err := c.abortedLocked(ctx); err != nil {
+	if err := c.abortedLocked(ctx, tag); err != nil {
 		w.lc.Unlock()
 		return nil, err
 	}

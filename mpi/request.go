@@ -58,7 +58,13 @@ func (q *Request) WaitContext(ctx context.Context) (Status, error) {
 		return Status{}, nil
 	}
 	if r := q.op; r != nil {
-		if err := r.w.wait(ctx, r, nil); err != nil {
+		var err error
+		if r.sched != nil {
+			err = r.sched.wait(ctx)
+		} else {
+			err = r.w.wait(ctx, r, nil)
+		}
+		if err != nil {
 			return Status{}, err
 		}
 		q.settle()
@@ -73,7 +79,7 @@ func (q *Request) Test() (done bool, st Status, err error) {
 	}
 	if r := q.op; r != nil {
 		if !r.done.Load() {
-			r.w.lc.Progress()
+			r.progress()
 		}
 		if !r.done.Load() {
 			return false, Status{}, nil
@@ -81,6 +87,18 @@ func (q *Request) Test() (done bool, st Status, err error) {
 		q.settle()
 	}
 	return true, q.st, q.err
+}
+
+// progress makes one pass of the progress engine for r, and advances r's
+// schedule if it is a nonblocking collective's.
+func (r *request) progress() {
+	if s := r.sched; s != nil {
+		s.tryAdvance()
+		r.w.lc.Progress()
+		s.tryAdvance()
+		return
+	}
+	r.w.lc.Progress()
 }
 
 // WaitAll waits for every request and returns the first error.
@@ -122,6 +140,10 @@ type request struct {
 	rts *arrival
 	// sp is a split rendezvous' state (split.go), nil for any other.
 	sp *splitState
+	// sched is the schedule of a nonblocking collective whose completion
+	// this is (schedule.go); such a request is never recycled, since the
+	// progress goroutine may still look at it.
+	sched *schedule
 }
 
 // reqPool recycles requests: those of blocking calls (Send, Recv, and the
@@ -163,7 +185,7 @@ func (w *World) recycleLocked(r *request) {
 // recycle returns a completed request for reuse, unless a peer may still
 // name it (tabled).
 func (r *request) recycle() {
-	if r != nil && r.done.Load() && !r.tabled {
+	if r != nil && r.done.Load() && !r.tabled && r.sched == nil {
 		reqPool.Put(r)
 	}
 }

@@ -76,6 +76,11 @@ func WaitAny(reqs ...*Request) (index int, st Status, err error) {
 func TestAll(reqs ...*Request) (done bool, err error) {
 	var w *World
 	for _, q := range reqs {
+		if q.pending() && q.op.sched != nil {
+			q.op.sched.tryAdvance()
+		}
+	}
+	for _, q := range reqs {
 		if q.pending() && q.op.w != w {
 			w = q.op.w
 			w.lc.Progress()

@@ -205,7 +205,7 @@ func (w *World) Finalize() error {
 	}
 	err := w.comm.Barrier()
 	w.mu.Lock()
-	leaks := w.reqs.live()
+	leaks := w.reqs.live() + w.icoll.inFlight()
 	w.closed.Store(true)
 	w.mu.Unlock()
 	for _, f := range w.onClose {
