@@ -35,7 +35,8 @@ func (l *lockedBuf) String() string {
 
 // TestMark: at level 1 each rank's World.Mark writes one line naming the
 // rank, with the stamp, the user's text and the wall clock; at level 0 it
-// writes nothing.
+// writes nothing. (The prefix's rank is the process's, "?" unless an
+// earlier test's Init named it.)
 func TestMark(t *testing.T) {
 	for _, l := range []trace.Level{trace.Error, trace.Rare} {
 		var buf lockedBuf
@@ -51,7 +52,7 @@ func TestMark(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		marks := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} mark (\d): phase 2 of solve \(wall \d\d:\d\d:\d\d\.\d{6}\)$`).FindAllStringSubmatch(buf.String(), -1)
+		marks := regexp.MustCompile(`(?m)^weft\[(?:\?|\d+)\] \d+\.\d{6} mark (\d): phase 2 of solve \(wall \d\d:\d\d:\d\d\.\d{6}\)$`).FindAllStringSubmatch(buf.String(), -1)
 		if l < trace.Rare {
 			if len(marks) != 0 || strings.Contains(buf.String(), "mark") {
 				t.Errorf("level 0: marks written:\n%s", &buf)
@@ -230,7 +231,7 @@ func TestTraceCollective(t *testing.T) {
 				`mpi %d: bcast #(\d+) begins on communicator \d+ \(2 ranks\): 24 bytes per rank, root 5`,
 				`mpi %d: bcast #(\d+) ends after [0-9.]+[nµm]?s: mpi: bcast: .*root 5 in a communicator of 2: `,
 			} {
-				full := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} ` + fmt.Sprintf(re, r))
+				full := regexp.MustCompile(`(?m)^weft\[(?:\?|\d+)\] \d+\.\d{6} ` + fmt.Sprintf(re, r))
 				if !full.MatchString(out) {
 					t.Errorf("rank %d: no line matching %s in:\n%s", r, full, out)
 				}
