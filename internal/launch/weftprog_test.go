@@ -77,15 +77,15 @@ func TestCollectivesAcrossProcesses(t *testing.T) {
 // and corrupting frames, for several seeds and rank counts: lapi's
 // reliability must keep every result exact (collcheck checks each) and
 // nothing may hang. The first case is the hostile network, with
-// transfers up to 128 KiB (split rendezvous) and two rounds of large
-// Allreduces: an RDMA chunk that loses a frame is redriven whole, so at
+// transfers up to 128 KiB (split rendezvous), two rounds of large
+// Allreduces and three of the nonblocking collectives: an RDMA chunk that loses a frame is redriven whole, so at
 // 20% loss a MiB takes seconds. The others lose less and go up to 1 MiB.
 func TestCollectivesUnderFaults(t *testing.T) {
 	for _, c := range []struct {
 		faults, ranks, rounds string
 		more                  []string
 	}{
-		{"loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01,seed=1", "4", "10", []string{"-large", "2", "-p2pmax", "131072"}},
+		{"loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01,seed=1", "4", "10", []string{"-large", "2", "-p2pmax", "131072", "-nb", "3"}},
 		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=2", "2", "40", nil},
 		{"loss=0.05,reorder=0.1,dup=0.05,corrupt=0.02,seed=7", "3", "40", nil},
 	} {

@@ -4,7 +4,8 @@
 // messages of every size class (empty, a cache line, the ring's cells, its
 // data area, the eager limit on either side, rendezvous, split rendezvous)
 // around a ring and with wildcards, checks every result, and prints
-// "collcheck ok: R rounds on N ranks" at rank 0.
+// "collcheck ok: R rounds on N ranks" at rank 0. Between the two, rounds
+// of every nonblocking collective, all in flight at once (-nb).
 // Every few rounds one rank computes for a while first, so that the
 // others' waits outlast their spin and yield and block: a lost wake-up
 // shows as a WEFT_TIMEOUT error.
@@ -24,6 +25,7 @@ func main() {
 	p2pRounds := flag.Int("p2p", 2, "rounds of every point-to-point size class")
 	p2pMax := flag.Int("p2pmax", 1<<20, "largest point-to-point message, bytes")
 	flag.IntVar(&large, "large", 20, "rounds of large Allreduces")
+	nb := flag.Int("nb", 10, "rounds of the nonblocking collectives")
 	flag.Parse()
 	sizes := p2pSizes[:0]
 	for _, s := range p2pSizes {
@@ -39,6 +41,9 @@ func main() {
 	}
 	c := w.Comm()
 	err = check(c, *rounds)
+	if err == nil {
+		err = nonblocking(c, *nb)
+	}
 	if err == nil {
 		err = p2p(c, *p2pRounds)
 	}
@@ -262,6 +267,126 @@ func p2p(c *mpi.Comm, rounds int) error {
 		}
 		if err := c.Barrier(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// nonblocking starts Ibarrier, Ibcast, Ireduce, Iallreduce (small, and
+// 256 KiB: the ring, by rendezvous), Igather, Iscatter, Iallgather and
+// Ialltoall together in each round, computes a little while they are in
+// flight, waits for them in reverse order and checks every result.
+func nonblocking(c *mpi.Comm, rounds int) error {
+	n, me := c.Size(), c.Rank()
+	for i := range rounds {
+		k := []int{1, 5, 300}[i%3]
+		root := (i + 1) % n
+		var reqs []*mpi.Request
+		start := func(q *mpi.Request, err error) error {
+			reqs = append(reqs, q)
+			return err
+		}
+		if err := start(c.Ibarrier()); err != nil {
+			return err
+		}
+		bc := make([]int32, k)
+		if me == root {
+			for e := range bc {
+				bc[e] = int32(root<<16 + e + i)
+			}
+		}
+		if err := start(mpi.Ibcast(c, bc, root)); err != nil {
+			return err
+		}
+		mine := make([]int64, k)
+		for e := range mine {
+			mine[e] = int64(me*1000 + e + i)
+		}
+		red := make([]int64, k)
+		if err := start(mpi.Ireduce(c, mine, red, mpi.Sum, root)); err != nil {
+			return err
+		}
+		ared := make([]int64, k)
+		if err := start(mpi.Iallreduce(c, mine, ared, mpi.Max)); err != nil {
+			return err
+		}
+		big := make([]float64, 32<<10)
+		for e := range big {
+			big[e] = float64(me + e + i)
+		}
+		if err := start(mpi.Iallreduce(c, big, big, mpi.Sum)); err != nil {
+			return err
+		}
+		var gath []int64
+		if me == root {
+			gath = make([]int64, n*k)
+		}
+		if err := start(mpi.Igather(c, mine, gath, root)); err != nil {
+			return err
+		}
+		var scs []int64
+		if me == root {
+			scs = make([]int64, n*k)
+			for e := range scs {
+				scs[e] = int64(e * 3)
+			}
+		}
+		sc := make([]int64, k)
+		if err := start(mpi.Iscatter(c, scs, sc, root)); err != nil {
+			return err
+		}
+		ag := make([]int64, n*k)
+		if err := start(mpi.Iallgather(c, mine, ag)); err != nil {
+			return err
+		}
+		a2s, a2r := make([]int64, n*k), make([]int64, n*k)
+		for e := range a2s {
+			a2s[e] = int64(me<<20 + e)
+		}
+		if err := start(mpi.Ialltoall(c, a2s, a2r)); err != nil {
+			return err
+		}
+		if i%4 == me%4 {
+			busy(2 * time.Millisecond)
+		}
+		for j := len(reqs) - 1; j >= 0; j-- {
+			if _, err := reqs[j].Wait(); err != nil {
+				return fmt.Errorf("nonblocking round %d: %w", i, err)
+			}
+		}
+		bad := func(what string, e int, got, want any) error {
+			return fmt.Errorf("nonblocking round %d: %s element %d = %v, want %v", i, what, e, got, want)
+		}
+		for e := range k {
+			if want := int32(root<<16 + e + i); bc[e] != want {
+				return bad("Ibcast", e, bc[e], want)
+			}
+			if want := int64(1000*n*(n-1)/2 + n*(e+i)); me == root && red[e] != want {
+				return bad("Ireduce", e, red[e], want)
+			}
+			if want := int64((n-1)*1000 + e + i); ared[e] != want {
+				return bad("Iallreduce", e, ared[e], want)
+			}
+			if want := int64((me*k + e) * 3); sc[e] != want {
+				return bad("Iscatter", e, sc[e], want)
+			}
+			for q := range n {
+				want := int64(q*1000 + e + i)
+				if me == root && gath[q*k+e] != want {
+					return bad("Igather", q*k+e, gath[q*k+e], want)
+				}
+				if ag[q*k+e] != want {
+					return bad("Iallgather", q*k+e, ag[q*k+e], want)
+				}
+				if want := int64(q<<20 + me*k + e); a2r[q*k+e] != want {
+					return bad("Ialltoall", q*k+e, a2r[q*k+e], want)
+				}
+			}
+		}
+		for e, v := range big {
+			if want := float64(n*(n-1)/2 + n*(e+i)); v != want {
+				return bad("Iallreduce of 256 KiB", e, v, want)
+			}
 		}
 	}
 	return nil
