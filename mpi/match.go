@@ -1,7 +1,10 @@
 package mpi
 
 import (
+	"strconv"
+
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // arrival is a message that has begun to arrive: matched to a receive or
@@ -134,13 +137,15 @@ type heldKey struct {
 // returns. The arrivals it queues are the World's (w.mu): their
 // OnComplete runs outside lapi's lock.
 type matcher struct {
+	rank       int // this world's rank, for trace lines
 	posted     requestQueue
 	unexpected arrivalQueue
 	expect     []uint32 // per sender world rank: next sequence number to match
 	held       map[heldKey]*arrival
 }
 
-func (m *matcher) init(size int) {
+func (m *matcher) init(rank, size int) {
+	m.rank = rank
 	m.expect = make([]uint32, size)
 	m.held = make(map[heldKey]*arrival)
 }
@@ -153,6 +158,9 @@ func (m *matcher) init(size int) {
 func (m *matcher) arrive(a *arrival, place func(*arrival)) {
 	if a.env.seq != m.expect[a.from] {
 		m.held[heldKey{a.from, a.env.seq}] = a
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "mpi %d: message %d from rank %d held back: message %d from it has not arrived", m.rank, a.env.seq, a.from, m.expect[a.from])
+		}
 		return
 	}
 	for {
@@ -182,7 +190,11 @@ func (m *matcher) matchNext(env *envelope, from hal.Rank) (r *request, ok bool) 
 		return nil, false
 	}
 	m.expect[from]++
-	return m.posted.take(func(r *request) bool { return env.matches(r.ctx, r.src, r.tag) }), true
+	r = m.posted.take(func(r *request) bool { return env.matches(r.ctx, r.src, r.tag) })
+	if trace.On(trace.Hot) {
+		m.traceArrival(env, from, r != nil)
+	}
+	return r, true
 }
 
 func (m *matcher) match(a *arrival) {
@@ -190,6 +202,20 @@ func (m *matcher) match(a *arrival) {
 	if a.req == nil {
 		m.unexpected.push(a)
 	}
+	if trace.On(trace.Hot) {
+		m.traceArrival(&a.env, a.from, a.req != nil)
+	}
+}
+
+// traceArrival says, at level 4, whether a message that arrived in its
+// turn matched a posted receive or waits as unexpected.
+func (m *matcher) traceArrival(env *envelope, from hal.Rank, matched bool) {
+	what := "queued as unexpected: no receive posted for it"
+	if matched {
+		what = "matched a posted receive"
+	}
+	trace.Printf(trace.Hot, "mpi %d: message %d from rank %d (context %d, source %d, tag %d, %d bytes) %s",
+		m.rank, env.seq, from, env.ctx, env.src, env.tag, env.size, what)
 }
 
 // post matches a new receive against the unexpected queue; it returns the
@@ -199,6 +225,13 @@ func (m *matcher) post(r *request) *arrival {
 	a := m.unexpected.take(func(a *arrival) bool { return a.env.matches(r.ctx, r.src, r.tag) })
 	if a == nil {
 		m.posted.push(r)
+	}
+	if trace.On(trace.Hot) {
+		what := "posted: no message for it yet"
+		if a != nil {
+			what = "took the unexpected message " + strconv.FormatUint(uint64(a.env.seq), 10) + " from rank " + strconv.Itoa(int(a.from))
+		}
+		trace.Printf(trace.Hot, "mpi %d: receive (context %d, source %d, tag %d) %s", m.rank, r.ctx, r.src, r.tag, what)
 	}
 	return a
 }

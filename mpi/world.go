@@ -162,7 +162,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 		}
 	}
 	w.timeout = opts.Timeout
-	w.m.init(w.size)
+	w.m.init(w.rank, w.size)
 	w.hEager = lc.RegisterHandler(eagerHandler{w})
 	w.hRTS = lc.RegisterHandler(eagerHandler{w})
 	w.hFin = lc.RegisterHandler(finHandler{w})
