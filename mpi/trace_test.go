@@ -244,3 +244,63 @@ func TestTraceCollective(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceMatching: at level 4 rank 1 traces a receive posted before its
+// message, that message matching it, a message that came before its
+// receive queued as unexpected, and the receive that took it; at level 3
+// none of them.
+func TestTraceMatching(t *testing.T) {
+	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
+		var buf lockedBuf
+		restore := trace.Redirect(&buf, l)
+		err := Run(2, func(c *Comm) error {
+			x := []uint64{7}
+			if c.Rank() == 0 {
+				// Tag 1 once rank 1 says its receive is posted; tag 2
+				// before rank 1 receives it, tag 3 after it.
+				if _, err := Recv(c, x, 1, 9); err != nil {
+					return err
+				}
+				for _, tag := range []int{1, 2, 3} {
+					if err := Send(c, x, 1, tag); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			q, err := Irecv(c, x, 0, 1)
+			if err != nil {
+				return err
+			}
+			if err := Send(c, x, 0, 9); err != nil {
+				return err
+			}
+			if _, err := q.Wait(); err != nil {
+				return err
+			}
+			// Tag 3 arrives after tag 2, which then waits as unexpected.
+			if _, err := Recv(c, x, 0, 3); err != nil {
+				return err
+			}
+			_, err = Recv(c, x, 0, 2)
+			return err
+		})
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		want := []string{
+			`mpi 1: receive \(context \d+, source 0, tag 1\) posted: no message for it yet`,
+			`mpi 1: message \d+ from rank 0 \(context \d+, source 0, tag 1, 8 bytes\) matched a posted receive`,
+			`mpi 1: message (\d+) from rank 0 \(context \d+, source 0, tag 2, 8 bytes\) queued as unexpected: no receive posted for it`,
+			`mpi 1: receive \(context \d+, source 0, tag 2\) took the unexpected message \d+ from rank 0`,
+		}
+		for _, re := range want {
+			found := regexp.MustCompile(`(?m)^weft\[(?:\?|\d+)\] \d+\.\d{6} ` + re + `$`).MatchString(out)
+			if found != (l >= trace.Hot) {
+				t.Errorf("level %d: line matching %s written %v, want %v; trace:\n%s", l, re, found, l >= trace.Hot, out)
+			}
+		}
+	}
+}
