@@ -21,6 +21,10 @@ type row struct {
 	min   float64 // collectives: the fastest rank's us; NaN for point-to-point
 	max   float64 // collectives: the slowest rank's us; NaN for point-to-point
 	iters int     // timed iterations
+	// pure is an overlap benchmark's pure communication time (us); its
+	// value is the overlap (%), min the overall time, max the compute
+	// time. Not in the CSV.
+	pure float64
 }
 
 // table is one run (or the median of several) of one benchmark.
@@ -49,14 +53,17 @@ const (
 // metric names what a benchmark's value column holds, as OSU's header
 // says it.
 func metric(k kind) string {
-	if k == kindBandwidth {
+	switch k {
+	case kindBandwidth:
 		return "Bandwidth (MB/s)"
+	case kindOverlap:
+		return "Overlap (%)"
 	}
 	return "Latency (us)"
 }
 
 // higherIsBetter says which way a benchmark's figures improve.
-func higherIsBetter(k kind) bool { return k == kindBandwidth }
+func higherIsBetter(k kind) bool { return k == kindBandwidth || k == kindOverlap }
 
 // writeHeader writes OSU's two header lines: the title and the column
 // names.
@@ -69,6 +76,9 @@ func writeHeader(w io.Writer, b *benchmark) error {
 	case kindCollective:
 		fmt.Fprintf(&s, "%-*s%*s%*s%*s%*s\n", sizeWidth, "# Size", fieldWidth, "Avg Latency(us)",
 			fieldWidth, "Min Latency(us)", fieldWidth, "Max Latency(us)", iterWidth, "Iterations")
+	case kindOverlap:
+		fmt.Fprintf(&s, "%-*s%*s%*s%*s%*s\n", sizeWidth, "# Size", fieldWidth, "Overall(us)",
+			fieldWidth, "Compute(us)", fieldWidth, "Pure Comm.(us)", fieldWidth, "Overlap(%)")
 	case kindBarrier:
 		// osu_barrier has no size column; its first header starts at the
 		// left margin, so its numbers are one column narrower.
@@ -107,6 +117,10 @@ func writeRow(w io.Writer, b *benchmark, r row, decimals int) error {
 		_, err = fmt.Fprintf(w, "%-*d%*.*f%*.*f%*.*f%*d\n", sizeWidth, r.size,
 			fieldWidth, decimals, r.value, fieldWidth, decimals, r.min,
 			fieldWidth, decimals, r.max, iterWidth, r.iters)
+	case kindOverlap:
+		_, err = fmt.Fprintf(w, "%-*d%*.*f%*.*f%*.*f%*.*f\n", sizeWidth, r.size,
+			fieldWidth, decimals, r.min, fieldWidth, decimals, r.max,
+			fieldWidth, decimals, r.pure, fieldWidth, decimals, r.value)
 	case kindBarrier:
 		_, err = fmt.Fprintf(w, "%*.*f%*.*f%*.*f%*d\n", fieldWidth-1, decimals, r.value,
 			fieldWidth, decimals, r.min, fieldWidth, decimals, r.max, iterWidth, r.iters)
@@ -203,6 +217,7 @@ var titleKeys = []struct{ key, bench string }{
 	{"get latency", "get_latency"},
 	{"accumulate latency", "acc_latency"},
 	{"bandwidth", "bw"},
+	{"iallreduce", "iallreduce"},
 	{"allreduce", "allreduce"},
 	{"broadcast", "bcast"},
 	{"bcast", "bcast"},
@@ -274,6 +289,21 @@ func parseOSURow(k kind, f []string) (row, error) {
 	want := 1
 	if (k == kindCollective || k == kindBarrier) && len(f) > 1 {
 		want = 4
+	}
+	if k == kindOverlap {
+		// Overall, compute, pure, overlap: as overlapRow keeps them.
+		if len(f) != 4 {
+			return r, fmt.Errorf("%d values, want 4", len(f))
+		}
+		var v [4]float64
+		for i, s := range f {
+			var err error
+			if v[i], err = strconv.ParseFloat(s, 64); err != nil {
+				return r, fmt.Errorf("value %q: %w", s, err)
+			}
+		}
+		r = row{size: r.size, value: v[3], min: v[0], max: v[1], pure: v[2]}
+		return r, nil
 	}
 	if len(f) != want {
 		return r, fmt.Errorf("%d values, want %d", len(f), want)

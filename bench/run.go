@@ -16,6 +16,7 @@ const (
 	kindBandwidth              // one rate per size, MB/s (rank 0's)
 	kindCollective             // per-call time per size, us: average, min and max over ranks
 	kindBarrier                // like kindCollective, without a size
+	kindOverlap                // a nonblocking collective's overlap (%) per size, with its times (us)
 )
 
 // count is how many times one size is run.
@@ -105,6 +106,8 @@ var benchmarks = []*benchmark{
 		minRanks: 1, elem: 0, schedule: collectiveSchedule, measure: barrier},
 	{name: "alltoall", title: "MPI All-to-All Personalized Exchange Latency Test", kind: kindCollective, defMin: 1, defMax: 1 << 20,
 		minRanks: 1, elem: 1, perPeer: true, schedule: collectiveSchedule, measure: alltoall},
+	{name: "iallreduce", title: "MPI Iallreduce Overlap Test", kind: kindOverlap, defMin: 4, defMax: 1 << 20,
+		minRanks: 1, elem: 4, floats: true, schedule: collectiveSchedule, measure: iallreduce},
 	{name: "put_bw", title: "MPI Put Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
 		minRanks: 2, elem: 1, schedule: bandwidthSchedule, measure: putBandwidth},
 	{name: "get_latency", title: "MPI Get Latency Test", kind: kindLatency, defMin: 1, defMax: 4 << 20,

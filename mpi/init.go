@@ -79,6 +79,9 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err := batchSysmon(opts.Sysmon, "batch"); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
+	if opts.AsyncProgress && runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	key, err := pmi.JobKey(cl)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)

@@ -118,6 +118,15 @@ type Options struct {
 	// normal in Run, whose process (a user's test, say) is not only ranks.
 	Sysmon string
 
+	// AsyncProgress gives the progress goroutine of the nonblocking
+	// collectives a processor of its own (WEFT_ASYNC_PROGRESS, as
+	// MPICH_ASYNC_PROGRESS): Init raises GOMAXPROCS to 2 when it is 1, as
+	// it is for a rank bound to one core. Without it such a rank's
+	// collective moves only while the rank calls MPI; with it, the
+	// progress goroutine shares the core with the computation, which the
+	// kernel's scheduler preempts for it when a frame comes. Init only.
+	AsyncProgress bool
+
 	// Stats makes Finalize write this rank's counters (World.Stats) to
 	// standard error, one line per layer and device, each starting
 	// "weft-stats: " (WEFT_STATS, which gorun --stats sets; gorun takes
@@ -285,6 +294,10 @@ var envVars = []envVar{
 	{"WEFT_SYSMON", sysmonForm, func(o *Options, v string) bool {
 		o.Sysmon = v
 		return slices.Contains([]string{"batch", "normal"}, v)
+	}},
+	{"WEFT_ASYNC_PROGRESS", "1 or on to give the progress goroutine a processor, 0 or off not to", func(o *Options, v string) bool {
+		o.AsyncProgress = v == "1" || v == "on"
+		return slices.Contains([]string{"0", "1", "on", "off"}, v)
 	}},
 	{"WEFT_STATS", "1 or on to write the counters at Finalize, 0 or off not to", func(o *Options, v string) bool {
 		o.Stats = v == "1" || v == "on"

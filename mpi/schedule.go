@@ -325,7 +325,11 @@ func (ic *icollState) progress(w *World) {
 		seen := ic.added.Load()
 		for _, s := range list {
 			if s.roundDone() {
-				s.tryAdvance()
+				// Lock, not TryLock: a caller advancing s (a reduction
+				// may take a while) is waited for, not spun around.
+				s.mu.Lock()
+				s.advanceLocked()
+				s.mu.Unlock()
 			}
 		}
 		clear(list)
