@@ -15,6 +15,9 @@ import (
 //	3 each collective's begin and end: call, bytes per rank, root,
 //	  communicator (context and size), its number on the communicator,
 //	  how long it took and its error
+//	4 matching (match.go): a message matched to a posted receive, queued
+//	  as unexpected, or held back behind an earlier one from its sender;
+//	  a receive posted, or taking an unexpected message
 //
 // Every call site on a path a message takes is guarded by trace.On, so
 // that a level that is off costs one atomic load.

@@ -22,7 +22,9 @@
 //	            number on the communicator, bytes, root, time, error)
 //	4 Hot       per packet: packets dropped (duplicate, stale epoch or tid,
 //	            bad CRC, malformed), acknowledgements sent and received,
-//	            RDMA transfers started and finished
+//	            RDMA transfers started and finished; MPI matching (a
+//	            message matched, queued as unexpected or held back, a
+//	            receive posted or taking an unexpected message)
 //	5 HotDetail every frame sent and received
 //	6-9 Dump    dumps: frames, tables, queues, in growing detail
 //
