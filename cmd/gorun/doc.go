@@ -11,7 +11,8 @@
 // "gorun: user defined signal 1: trace level up by one on N running
 // rank(s)"; each rank then says its new level. To change one rank's level,
 // send the signal to that rank's process. One signal is one step: to go
-// from 0 to 3, send three, a moment apart.
+// from 0 to 3, send three, a moment apart. gorun's own messages (its PMI
+// wire from --trace 4) stay at --trace's level.
 //
 //	gorun -n 4 ./solver &
 //	kill -USR1 %1; sleep 0.2; kill -USR1 %1; sleep 0.2; kill -USR1 %1   # level 3: recovery steps, collectives
