@@ -73,6 +73,23 @@
 // block), never by the ring, direct reads, half-RDMA accumulate or the
 // node-aware ones.
 //
+// The nonblocking collectives (Ibarrier, Ibcast, Ireduce, Iallreduce,
+// Igather, Iscatter, Iallgather, Ialltoall; icoll.go) return a Request
+// at once. Each is a schedule (schedule.go): rounds of sends and
+// receives, each followed by a local step, which Test, Wait, WaitAny and
+// TestAll advance, and, while any is in flight, one progress goroutine
+// per rank that sleeps in lapi until a round may have completed, so a
+// collective moves on while the caller computes. Several may be in
+// flight on one communicator beside blocking collectives and
+// point-to-point; their steps' tags carry the call's number, so they
+// complete in any order. They go by messages, never through the shared
+// block or node by node, and keep rank order for an op that does not
+// commute. A rank bound to one core (gorun binds ranks when they are as
+// many as the cores) has one processor for Go, which its computation
+// holds: WEFT_ASYNC_PROGRESS=1 gives the progress goroutine a second one
+// (Options.AsyncProgress), which the kernel then shares with the
+// computation.
+//
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
 // longer fails with ErrTimeout and says what it was waiting for.
