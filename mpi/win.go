@@ -134,6 +134,14 @@ func (w *World) winProgress(ctx context.Context, done chan struct{}) {
 // Lock of one target, Fence during a passive epoch, a user op (NewOp) in
 // Accumulate and any call after Free fail with ErrArg; none of these
 // changes anything. A window is for one goroutine of its rank at a time.
+//
+// While a window exists, a goroutine of each rank waits in lapi to answer
+// passive-target operations when the rank's own goroutine is outside
+// mpi. With one processor (GOMAXPROCS 1: gorun gives each rank one core
+// when there are as many ranks as cores) it runs only when the
+// computation is preempted, every 10 ms or so: a program whose targets
+// compute while others lock them wants WEFT_ASYNC_PROGRESS=1 or more
+// cores per rank.
 type Win[T Elem] struct {
 	c     *Comm
 	lc    *lapi.Context
