@@ -22,8 +22,11 @@
 // reads the lower half while the sender, asked by a CTS, writes the upper
 // half with a lapi Put, so two cores move the message (split.go).
 //
-// Iprobe polls for a message as Probe waits for one; WaitAny and TestAll
-// complete one or all of several Requests (probe.go, waitany.go).
+// Iprobe polls for a message as Probe waits for one; WaitAny, WaitSome,
+// TestAny and TestAll complete one, some or all of several Requests
+// (probe.go, waitany.go); Cancel takes back a receive no message has
+// matched (Status.Cancelled). SendObj, RecvObj and BcastObj move any
+// value encoding/gob can encode (obj.go).
 //
 // Isend and Irecv return a *Request, a new allocation each time (an Isend
 // whose data is copied at once shares one). IsendInto and IrecvInto take

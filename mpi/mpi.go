@@ -19,6 +19,9 @@ type Status struct {
 	Source int // sender's rank in the communicator
 	Tag    int
 	Count  int // elements received (bytes, for Probe; 1, the value, for RecvObj)
+	// Cancelled reports a receive that Cancel took back before any
+	// message matched it: it received nothing.
+	Cancelled bool
 }
 
 // Elem is the element types buffers may hold.

@@ -36,3 +36,43 @@ func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 	st.Count = 1
 	return st, nil
 }
+
+// BcastObj broadcasts root's *v, any value encoding/gob can encode, into
+// every rank's v, a pointer (mpi4py's comm.bcast): root sends the size of
+// its encoding, then the encoding, so any size fits. A value root cannot
+// encode fails the call on every rank.
+func (c *Comm) BcastObj(v any, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return fmt.Errorf("mpi: BcastObj: %w", err)
+	}
+	var enc bytes.Buffer
+	size := []int64{0}
+	if c.rank == root {
+		if err := gob.NewEncoder(&enc).Encode(v); err != nil {
+			size[0] = -1 // tell the others, which would wait for the bytes
+			_ = Bcast(c, size, root)
+			return fmt.Errorf("mpi: BcastObj of type %T: %w", v, err)
+		}
+		size[0] = int64(enc.Len())
+	}
+	if err := Bcast(c, size, root); err != nil {
+		return fmt.Errorf("mpi: BcastObj: %w", err)
+	}
+	if size[0] < 0 {
+		return fmt.Errorf("mpi: BcastObj: rank %d could not encode its value: %w", root, ErrArg)
+	}
+	b := enc.Bytes()
+	if c.rank != root {
+		b = make([]byte, size[0])
+	}
+	if err := Bcast(c, b, root); err != nil {
+		return fmt.Errorf("mpi: BcastObj: %w", err)
+	}
+	if c.rank == root {
+		return nil
+	}
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(v); err != nil {
+		return fmt.Errorf("mpi: BcastObj from rank %d into %T: %w", root, v, err)
+	}
+	return nil
+}

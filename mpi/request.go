@@ -101,6 +101,30 @@ func (r *request) progress() {
 	r.w.lc.Progress()
 }
 
+// Cancel takes back a receive that no message has matched yet
+// (MPI_Cancel): it completes at once, its Status saying Cancelled, and
+// the next matching message goes to another receive. A receive already
+// matched, a send, a collective, or a request that has completed go on
+// as they are: Cancel does nothing to them, and their Status says they
+// were not cancelled. Either way, Wait or Test must still see the request
+// complete.
+func (q *Request) Cancel() error {
+	if q == nil || q.op == nil || q.op.done.Load() {
+		return nil
+	}
+	r := q.op
+	if !r.recv || r.sched != nil {
+		return nil
+	}
+	w := r.w
+	w.lc.Lock()
+	if w.m.cancelPosted(r) {
+		r.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
+	}
+	w.lc.Unlock()
+	return nil
+}
+
 // WaitAll waits for every request and returns the first error.
 func WaitAll(reqs ...*Request) error {
 	var first error

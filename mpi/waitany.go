@@ -99,3 +99,49 @@ func TestAll(reqs ...*Request) (done bool, err error) {
 	}
 	return true, first
 }
+
+// TestAny makes progress once and reports the first of reqs that has
+// completed (MPI_Testany), settled as by Test: its index, its status and
+// error. done is false, and index -1, when none has; when every request
+// is nil, done is true and index -1, as MPI_Testany's MPI_UNDEFINED.
+func TestAny(reqs ...*Request) (index int, done bool, st Status, err error) {
+	live := false
+	for _, q := range reqs {
+		if q != nil {
+			live = true
+			if q.pending() {
+				q.op.progress()
+				break
+			}
+		}
+	}
+	if !live {
+		return -1, true, Status{}, nil
+	}
+	for i, q := range reqs {
+		if q != nil && !q.pending() {
+			st, err = q.Wait()
+			return i, true, st, err
+		}
+	}
+	return -1, false, Status{}, nil
+}
+
+// WaitSome blocks until at least one of reqs has completed, then settles
+// every one that has (MPI_Waitsome) and returns their indices, statuses
+// and errors, in the order of reqs. A request that completed before
+// counts, so a program sets the entries it has seen to nil; when every
+// request is nil it returns no index at once.
+func WaitSome(reqs ...*Request) (indices []int, sts []Status, errs []error) {
+	i, _, _ := WaitAny(reqs...)
+	if i < 0 {
+		return nil, nil, nil
+	}
+	for j, q := range reqs {
+		if q != nil && !q.pending() {
+			st, err := q.Wait()
+			indices, sts, errs = append(indices, j), append(sts, st), append(errs, err)
+		}
+	}
+	return indices, sts, errs
+}
