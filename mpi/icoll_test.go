@@ -370,3 +370,63 @@ func TestIcollInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIcollDevices: the nonblocking collectives over the shm and udp
+// devices (ranks in one process, each on its own device), and their
+// progress with no call at all: a device may hold what a call sent until
+// lapi's next pass, which nothing but the progress goroutine then makes.
+func TestIcollDevices(t *testing.T) {
+	for _, dev := range []string{"shm", "udp"} {
+		t.Run(dev, func(t *testing.T) {
+			const n = 3
+			var worlds []*World
+			if dev == "udp" {
+				worlds = udpWorlds(t, n)
+			} else {
+				worlds = shmWorlds(t, n)
+			}
+			err := runWorlds(worlds, func(c *Comm) error {
+				for _, count := range []int{1, 77, 3001} {
+					if err := icollCase(c, count); err != nil {
+						return err
+					}
+				}
+				b := make([]int32, 40000) // by rendezvous
+				f := make([]float64, 30000)
+				for i := range f {
+					f[i] = float64(c.Rank())
+				}
+				if c.Rank() == 0 {
+					for i := range b {
+						b[i] = int32(i)
+					}
+				}
+				qb, err := Ibcast(c, b, 0)
+				if err != nil {
+					return err
+				}
+				qa, err := Iallreduce(c, f, f, Sum)
+				if err != nil {
+					return err
+				}
+				deadline := time.Now().Add(30 * time.Second)
+				for !qb.op.done.Load() || !qa.op.done.Load() {
+					if time.Now().After(deadline) {
+						return fmt.Errorf("rank %d: Ibcast and Iallreduce not done after 30 s without calls", c.Rank())
+					}
+					runtime.Gosched()
+				}
+				if err := WaitAll(qb, qa); err != nil {
+					return err
+				}
+				if b[39999] != 39999 || f[29999] != 3 {
+					return fmt.Errorf("rank %d: without calls: b[39999] = %d, f[29999] = %v", c.Rank(), b[39999], f[29999])
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -207,6 +207,10 @@ func (s *schedule) post() error {
 		}
 	}
 	s.ops.Store(&ops)
+	// A device may hold what was sent until lapi's next pass flushes it
+	// (shm publishes and wakes the peer then): the caller may compute
+	// now, and the progress goroutine sleeps until a frame comes.
+	c.w.lc.Progress()
 	return err
 }
 
