@@ -93,6 +93,25 @@
 // (Options.AsyncProgress), which the kernel then shares with the
 // computation.
 //
+// One-sided communication (win.go, win_lock.go): NewWin makes the
+// caller's own []T a window over a communicator (collective); Put, Get
+// and Accumulate (predefined ops only, as in MPI) reach another rank's
+// window at a displacement in its elements, and may return before the
+// data moved. They are complete at the next Fence (active target,
+// collective) or at Flush or Unlock of their target (passive target,
+// Lock shared or exclusive). Puts and Gets are lapi's (RDMA; within a
+// node one copy from lapi's single-copy threshold), Accumulate is lapi's
+// half-RDMA accumulate. NewWin gives every rank every window's length,
+// so a range outside a target's window fails at the origin with ErrArg
+// (a bad rank with ErrRank) before anything moves; a call outside an
+// epoch, Unlock without Lock and any call after Free fail with ErrArg
+// too. The lock is a registered word per rank, changed with lapi's Rmw;
+// the target takes no part: while a window exists each rank keeps a
+// goroutine waiting in lapi that answers for it when its own goroutine is
+// outside mpi. With one processor per rank that goroutine runs only when
+// a computing rank is preempted: passive-target programs whose targets
+// compute want WEFT_ASYNC_PROGRESS=1.
+//
 // Errors are values: ErrTruncate, ErrRank, ErrPeerFailed and ErrTimeout are
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
 // longer fails with ErrTimeout and says what it was waiting for.
