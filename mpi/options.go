@@ -132,6 +132,13 @@ type Options struct {
 	// "weft-stats: " (WEFT_STATS, which gorun --stats sets; gorun takes
 	// the lines out of the ranks' output and prints one table). Init only.
 	Stats bool
+
+	// Track records where each request, window, communicator, memory
+	// registration, RDMA context and shared-memory segment was made
+	// (WEFT_TRACK), so that Finalize names every one still live with the
+	// file:line of the call that made it. false means off: nothing is
+	// recorded, and a call pays one pointer test.
+	Track bool
 }
 
 // The accepted values of Options' string fields, also WEFT_TRANSPORT's,
@@ -301,6 +308,10 @@ var envVars = []envVar{
 	}},
 	{"WEFT_STATS", "1 or on to write the counters at Finalize, 0 or off not to", func(o *Options, v string) bool {
 		o.Stats = v == "1" || v == "on"
+		return slices.Contains([]string{"0", "1", "on", "off"}, v)
+	}},
+	{"WEFT_TRACK", "1 or on to record where resources are made and name the leaked ones at Finalize, 0 or off not to", func(o *Options, v string) bool {
+		o.Track = v == "1" || v == "on"
 		return slices.Contains([]string{"0", "1", "on", "off"}, v)
 	}},
 }

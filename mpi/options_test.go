@@ -66,6 +66,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_SYSMON", []string{"batch", "normal"}, []Options{{Sysmon: "batch"}, {Sysmon: "normal"}}, []string{"bogus", "idle"}},
 		{"WEFT_STATS", []string{"1", "on", "0", "off"}, []Options{{Stats: true}, {Stats: true}, {}, {}}, []string{"yes", "2", "ON"}},
 		{"WEFT_ASYNC_PROGRESS", []string{"1", "on", "0", "off"}, []Options{{AsyncProgress: true}, {AsyncProgress: true}, {}, {}}, []string{"yes", "2"}},
+		{"WEFT_TRACK", []string{"1", "on", "0", "off"}, []Options{{Track: true}, {Track: true}, {}, {}}, []string{"yes", "2"}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
