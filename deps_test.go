@@ -50,10 +50,13 @@ type rule struct {
 var layers = []rule{
 	// hal is the bottom layer: the standard library and CPU feature
 	// detection for the CRC32C choice, nothing of weft.
-	{"hal/...", []string{"std", "github.com/klauspost/cpuid/v2"}},
+	// internal/track, a std-only leaf, records what hal's tables and the
+	// devices hold for a leak report (WEFT_TRACK).
+	{"hal/...", []string{"std", "github.com/klauspost/cpuid/v2", "internal/track"}},
 
 	// Leaves used from many layers.
 	{"internal/trace", []string{"std"}},
+	{"internal/track", []string{"std"}},
 	// The fault injector wraps a hal.Device (loss, reorder, duplication,
 	// corruption) and so sits just above hal.
 	{"internal/faults", []string{"std", "hal/..."}},
@@ -80,7 +83,7 @@ var layers = []rule{
 		"internal/faults", "internal/trace", "internal/lifecycle", "golang.org/x/sys/unix"}},
 	// cpuid gives shm its cache-line size for the ring layout.
 	{"transport/...", []string{"std", "hal/...", "lazyreg",
-		"internal/faults", "internal/trace", "internal/lifecycle", "golang.org/x/sys/unix", "github.com/klauspost/cpuid/v2"}},
+		"internal/faults", "internal/trace", "internal/track", "internal/lifecycle", "golang.org/x/sys/unix", "github.com/klauspost/cpuid/v2"}},
 
 	{"lazyreg/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	{"stripe/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},

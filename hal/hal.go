@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Rank is a process's index in a job, 0-based.
@@ -35,6 +37,10 @@ type Config struct {
 	Size int
 	// Index is this device's index among the rank's devices (for striping).
 	Index uint8
+	// Track, when not nil, records what the device makes that outlives a
+	// call (a shared-memory segment) until it is released, with the site
+	// of the call that made it (internal/track); nil: nothing is recorded.
+	Track *track.Registry
 }
 
 // Device is one adapter opened by this process: its window's send FIFO and

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Access is what a region allows remote peers to do.
@@ -81,6 +83,9 @@ type TPT struct {
 	// not moved is still valid, so the RDMA engine need not resolve
 	// every packet of a transfer again.
 	removals atomic.Uint64
+	// trk records the registrations made from outside weft (Track); nil:
+	// none are.
+	trk *track.Registry
 }
 
 // Removals is how many regions have been deregistered so far.
@@ -91,6 +96,7 @@ type tptEntry struct {
 	access Access
 	key    uint64 // 0: free
 	local  bool   // RegisterLocal: the watcher is not told
+	trk    track.ID
 }
 
 // NewTPT makes an empty table whose keys start from a random seed, so keys
@@ -99,6 +105,18 @@ func NewTPT() *TPT {
 	var b [8]byte
 	_, _ = crand.Read(b[:]) // never fails on Linux; a zero seed is still correct
 	return &TPT{nextKey: binary.LittleEndian.Uint64(b[:]) | 1}
+}
+
+// Track has r record every later registration whose Register or
+// RegisterLocal was called from outside weft, with that call's site, until
+// its Deregister: what a user leaves registered is then named at the end.
+// weft's own registrations are not recorded: each belongs to a resource
+// (a request, a window) that is. nil stops recording. Call it before the
+// table is in use.
+func (t *TPT) Track(r *track.Registry) {
+	t.mu.Lock()
+	t.trk = r
+	t.mu.Unlock()
 }
 
 // Register makes mem reachable with the given access and returns its PVO.
@@ -124,6 +142,11 @@ func (t *TPT) register(mem []byte, acc Access, local bool) (PVO, error) {
 		t.nextKey++
 	}
 	e := tptEntry{mem: mem, access: acc, key: t.nextKey, local: local}
+	if t.trk != nil {
+		// skip 2: register's caller is Register or RegisterLocal, whose
+		// caller made the registration.
+		e.trk = t.trk.AddUser(fmt.Sprintf("registration of %d bytes", len(mem)), 2)
+	}
 	var idx uint32
 	if n := len(t.free); n > 0 {
 		idx = t.free[n-1]
@@ -174,6 +197,7 @@ func (t *TPT) Deregister(p PVO) error {
 		return fmt.Errorf("hal: deregister: %w", err)
 	}
 	local := t.entries[p.Entry].local
+	t.trk.Remove(t.entries[p.Entry].trk)
 	t.entries[p.Entry] = tptEntry{}
 	t.removals.Add(1)
 	t.free = append(t.free, p.Entry)
