@@ -139,6 +139,14 @@ type Options struct {
 	// file:line of the call that made it. false means off: nothing is
 	// recorded, and a call pays one pointer test.
 	Track bool
+
+	// SnapshotDir is the directory each rank writes its state snapshot
+	// to, as weft-snapshot-rankN.txt (WEFT_SNAPSHOT_DIR): on a fatal
+	// error (a peer declared failed), on its first timeout (Timeout), and
+	// when it receives SIGWINCH (pmi.AskSignal). It must exist. "" means
+	// no file; under gorun the ranks send their snapshots to gorun all the
+	// same, which writes them to its --snapshot-dir.
+	SnapshotDir string
 }
 
 // The accepted values of Options' string fields, also WEFT_TRANSPORT's,
@@ -170,6 +178,8 @@ func (o Options) check() error {
 		return bad("VerbsPort", o.VerbsPort, verbsPortForm)
 	case o.VerbsGID < 0 || o.VerbsGID > 255:
 		return bad("VerbsGID", o.VerbsGID, verbsGIDForm)
+	case o.SnapshotDir != "" && !isDir(o.SnapshotDir):
+		return bad("SnapshotDir", o.SnapshotDir, snapshotDirForm)
 	case len(o.NICs) > 0 && o.Bind != "":
 		return fmt.Errorf("mpi: Options.Bind %q and Options.NICs %q: set one (WEFT_BIND or WEFT_NICS): %w", o.Bind, o.NICs, ErrArg)
 	}
@@ -314,6 +324,20 @@ var envVars = []envVar{
 		o.Track = v == "1" || v == "on"
 		return slices.Contains([]string{"0", "1", "on", "off"}, v)
 	}},
+	{"WEFT_SNAPSHOT_DIR", snapshotDirForm, func(o *Options, v string) bool {
+		o.SnapshotDir = v
+		return isDir(v)
+	}},
+}
+
+// snapshotDirForm is what Options.SnapshotDir and WEFT_SNAPSHOT_DIR
+// accept.
+const snapshotDirForm = "an existing directory"
+
+// isDir reports whether path names a directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // offBytes parses a threshold whose variable turns it off with 0 and whose

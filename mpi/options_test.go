@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -39,6 +40,11 @@ func TestOptionsFromEnv(t *testing.T) {
 	if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, Options{}) {
 		t.Fatalf("empty environment: %+v, %v; want the zero Options", o, err)
 	}
+	snapDir := t.TempDir()
+	notDir := snapDir + "/file"
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		good []string
@@ -67,6 +73,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_STATS", []string{"1", "on", "0", "off"}, []Options{{Stats: true}, {Stats: true}, {}, {}}, []string{"yes", "2", "ON"}},
 		{"WEFT_ASYNC_PROGRESS", []string{"1", "on", "0", "off"}, []Options{{AsyncProgress: true}, {AsyncProgress: true}, {}, {}}, []string{"yes", "2"}},
 		{"WEFT_TRACK", []string{"1", "on", "0", "off"}, []Options{{Track: true}, {Track: true}, {}, {}}, []string{"yes", "2"}},
+		{"WEFT_SNAPSHOT_DIR", []string{snapDir}, []Options{{SnapshotDir: snapDir}}, []string{snapDir + "/none", notDir}},
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -138,6 +145,7 @@ func TestOptionsCheck(t *testing.T) {
 		{Options{VerbsDevices: []string{""}}, "VerbsDevices"},
 		{Options{VerbsPort: 256}, "VerbsPort"},
 		{Options{VerbsGID: -1}, "VerbsGID"},
+		{Options{SnapshotDir: "/nonexistent/weft-snapshots"}, "SnapshotDir"},
 	} {
 		err := RunWith(2, c.o, func(*Comm) error { return nil })
 		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "Options."+c.field) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/pmi"
+	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/route"
 )
 
@@ -55,8 +56,11 @@ type DeviceStats struct {
 // stopped receiving may see a few missing; the counters Finalize writes
 // for gorun --stats (Options.Stats) are taken after the device has closed,
 // and are complete.
-func (w *World) Stats() Stats {
-	ls, rs := w.lc.Stats(), w.lc.RDMAStats()
+func (w *World) Stats() Stats { return w.statsFrom(w.lc.Stats(), w.lc.RDMAStats()) }
+
+// statsFrom is Stats with lapi's counters ls and rs given: a snapshot
+// taken under lapi's lock reads them there (snapshot.go).
+func (w *World) statsFrom(ls lapi.Stats, rs lapi.RDMAStats) Stats {
 	s := Stats{MessagesSent: ls.MessagesSent, MessagesIn: ls.MessagesIn,
 		PacketsSent: ls.PacketsSent, PacketsRecv: ls.PacketsRecv,
 		Retransmits: ls.Retransmits, Duplicates: ls.Duplicates,

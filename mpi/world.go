@@ -56,6 +56,8 @@ type World struct {
 	icoll icollState
 	// win holds the one-sided windows' state (win.go).
 	win winState
+	// snap is where state snapshots go (snapshot.go).
+	snap snapState
 }
 
 // newWorld sets MPI up over an open lapi context, with opts' thresholds.
@@ -162,6 +164,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 		}
 	}
 	w.timeout = opts.Timeout
+	w.snap.dir = opts.SnapshotDir
 	w.m.init(w.rank, w.size)
 	w.hEager = lc.RegisterHandler(eagerHandler{w})
 	w.hRTS = lc.RegisterHandler(eagerHandler{w})
@@ -309,6 +312,7 @@ func (w *World) deadline(ctx context.Context) (context.Context, context.CancelFu
 // names what the rank was waiting for.
 func (w *World) waitErr(ctx context.Context, r *request, err error) error {
 	if ctx.Err() != nil {
+		w.snapTimeout(r) // the first timeout writes a state snapshot (snapshot.go)
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: r.describe()}, ctx.Err())
 	}
 	return err
@@ -326,6 +330,7 @@ func (w *World) Waiting() string {
 // request that involves it fails, as do wildcard receives, which it might
 // have matched.
 func (w *World) peerFailed(peer hal.Rank, err error) {
+	w.snapFatal(peer, err) // what was pending, before it fails (snapshot.go)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Receives posted from now on see lapi's error for peer (irecv).

@@ -10,9 +10,10 @@ import (
 // in it quoted as Go quotes strings. mpi writes it on a fatal error, on a
 // timeout and when the rank receives AskSignal: to the file
 // SnapshotFile(rank) in WEFT_SNAPSHOT_DIR when that is set, and, under
-// gorun (AskEnv), to the rank's standard error, each line after
+// gorun (SnapshotEnv), to the rank's standard error, each line after
 // SnapshotPrefix, which gorun takes out of the output, writes to its own
-// snapshot directory and sums up. The records, in this order:
+// snapshot directory and sums up; on AskSignal the lines come before the
+// answer line (AskEnv), in the same write. The records, in this order:
 //
 //	snapshot rank= size= pid= reason= time=     always, first
 //	waiting op= peer= tag= comm= call= collective= what=
@@ -34,6 +35,10 @@ import (
 const (
 	// SnapshotPrefix starts each line of a snapshot a rank sends gorun.
 	SnapshotPrefix = "weft-snapshot: "
+
+	// SnapshotEnv is "1" in the environment of the ranks gorun starts:
+	// they send it their snapshots.
+	SnapshotEnv = "WEFT_GORUN_SNAPSHOT"
 
 	// SnapshotDirEnv is the variable mpi.Options.SnapshotDir is read
 	// from.
