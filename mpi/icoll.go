@@ -1,6 +1,12 @@
 package mpi
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+)
 
 // The nonblocking collectives: same arguments and results as the blocking
 // ones, run as schedules (schedule.go). They go by messages only, with
@@ -14,34 +20,39 @@ import "fmt"
 // sees it) and starts the schedule build returns. An argument build
 // rejects fails the call on every member, as in a blocking collective.
 func (c *Comm) istart(name string, kind uint8, op Op, root, n int, build func() ([]round, error)) (*Request, error) {
+	return c.istartClean(name, kind, op, root, n, func() ([]round, func(), error) {
+		rs, err := build()
+		return rs, nil, err
+	})
+}
+
+// istartClean is istart for a schedule that holds something to release
+// when it ends, either way (build's cleanup).
+func (c *Comm) istartClean(name string, kind uint8, op Op, root, n int, build func() ([]round, func(), error)) (*Request, error) {
 	if err := c.w.finalized(name); err != nil {
 		return nil, err
 	}
 	err := c.begin(kind, op, root, n)
-	var rounds []round
+	var (
+		rounds  []round
+		cleanup func()
+	)
 	if err == nil {
-		rounds, err = build()
+		rounds, cleanup, err = build()
 	}
 	if err != nil {
 		if err = c.end(err); err != nil {
 			return nil, fmt.Errorf("mpi: %s: %w", name, err)
 		}
 	}
-	return c.start(name, rounds), nil
+	return c.start(name, rounds, cleanup), nil
 }
 
 // Ibarrier starts a barrier: its Request completes once every rank of
 // the communicator has called Ibarrier (dissemination, as Barrier's).
 func (c *Comm) Ibarrier() (*Request, error) {
 	return c.istart("Ibarrier", collIbarrier, 0, 0, 0, func() ([]round, error) {
-		var rs []round
-		for k := 1; k < c.size; k <<= 1 {
-			rs = append(rs, round{ops: []xfer{
-				{peer: (c.rank - k + c.size) % c.size, tag: tagBarrier, recv: true},
-				{peer: (c.rank + k) % c.size, tag: tagBarrier},
-			}})
-		}
-		return rs, nil
+		return c.barrierRounds(), nil
 	})
 }
 
@@ -167,24 +178,135 @@ func chain(f, g func() error) func() error {
 // allgather), as Allreduce's messages do.
 func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 	es := sizeOf[T]()
-	return c.istart("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, error) {
+	return c.istartClean("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
 		red, err := reducerFor[T](op)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(recv) != len(send) {
-			return nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
+			return nil, nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 		}
 		b := asBytes(recv)
+		if c.size > 1 && red.commutative() && c.direct(len(b), es) && overlapsNot(b, asBytes(send)) {
+			return c.iallreduceDirect(b, asBytes(send), es, red)
+		}
 		copy(b, asBytes(send))
 		if c.size == 1 {
-			return nil, nil
+			return nil, nil, nil
 		}
 		if red.commutative() && len(b) >= allreduceLarge && len(b)/es >= c.size && c.size > 2 {
-			return c.iallreduceRing(b, es, red), nil
+			return c.iallreduceRing(b, es, red), nil, nil
 		}
-		return c.iallreduceDoubling(b, red), nil
+		return c.iallreduceDoubling(b, red), nil, nil
 	})
+}
+
+// overlapsNot reports whether a and b are the same buffer or do not
+// overlap at all (direct reads need one or the other).
+func overlapsNot(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa+uintptr(len(a)) <= pb || pb+uintptr(len(b)) <= pa
+}
+
+// iallreduceDirect is allreduceDirect as rounds: the ranks exchange the
+// PVOs of their send and receive buffers; each reads its block of every
+// peer's send buffer at once and reduces them into its own block of
+// recv; after a barrier, it reads the other blocks from their owners'
+// recv; after another, every buffer may be released.
+func (c *Comm) iallreduceDirect(recv, send []byte, es int, red reducer) ([]round, func(), error) {
+	lc, p := c.w.lc, c.size
+	count := len(recv) / es
+	off := func(i int) int { return i * count / p * es }
+	mine := recv[off(c.rank):off(c.rank+1)]
+	inPlace := &recv[0] == &send[0]
+	spvo, err := lc.TPT().Register(send, hal.AccessRead)
+	if err != nil {
+		return nil, nil, err
+	}
+	rpvo := spvo
+	if !inPlace {
+		if rpvo, err = lc.TPT().Register(recv, hal.AccessRead); err != nil {
+			lc.TPT().Deregister(spvo)
+			return nil, nil, err
+		}
+	}
+	cleanup := func() {
+		lc.TPT().Deregister(spvo)
+		if !inPlace {
+			lc.TPT().Deregister(rpvo)
+		}
+	}
+	const meLen = 2*hal.PVOLen + 8
+	all := make([]byte, p*meLen)
+	me := all[c.rank*meLen : (c.rank+1)*meLen]
+	hal.PutPVO(me, spvo)
+	hal.PutPVO(me[hal.PVOLen:], rpvo)
+	binary.LittleEndian.PutUint64(me[2*hal.PVOLen:], uint64(len(recv)))
+	pvo := func(q, which int) hal.PVO { return hal.GetPVO(all[q*meLen+which*hal.PVOLen:]) }
+	var rs []round
+	// The exchange: each rank's PVOs and length straight from its owner
+	// (exchangePVOs says why).
+	var ex []xfer
+	for i := 1; i < p; i++ {
+		q := (c.rank - i + p) % p
+		ex = append(ex, xfer{b: all[q*meLen : (q+1)*meLen], peer: q, tag: tagPVOs, recv: true})
+	}
+	for i := 1; i < p; i++ {
+		ex = append(ex, xfer{b: me, peer: (c.rank + i) % p, tag: tagPVOs})
+	}
+	rs = append(rs, round{ops: ex, then: func() error {
+		for q := range p {
+			if n := int(binary.LittleEndian.Uint64(all[q*meLen+2*hal.PVOLen:])); n != len(recv) {
+				return fmt.Errorf("ranks disagree: rank %d reduces %d bytes, rank %d %d: %w", q, n, c.rank, len(recv), ErrArg)
+			}
+		}
+		return nil
+	}})
+	// Reduce-scatter: my block of every peer's send, all read at once.
+	tmp := make([]byte, (p-1)*len(mine))
+	var reads []xfer
+	for i := 1; i < p; i++ {
+		q := (c.rank + i) % p
+		reads = append(reads, xfer{b: tmp[(i-1)*len(mine) : i*len(mine)], peer: q,
+			src: func() hal.PVO { return pvo(q, 0).Add(uint64(off(c.rank))) }})
+	}
+	rs = append(rs, round{ops: reads, then: func() error {
+		if !inPlace {
+			copy(mine, send[off(c.rank):off(c.rank+1)])
+		}
+		for i := 1; i < p; i++ {
+			red.reduce(mine, tmp[(i-1)*len(mine):i*len(mine)])
+		}
+		return nil
+	}})
+	// Every block is reduced, and no send buffer read any more, once
+	// every rank is past a barrier.
+	rs = append(rs, c.barrierRounds()...)
+	var gather []xfer
+	for i := 1; i < p; i++ {
+		q := (c.rank + i) % p
+		gather = append(gather, xfer{b: recv[off(q):off(q+1)], peer: q,
+			src: func() hal.PVO { return pvo(q, 1).Add(uint64(off(q))) }})
+	}
+	rs = append(rs, round{ops: gather})
+	// Nobody releases its buffers before the others have read them.
+	rs = append(rs, c.barrierRounds()...)
+	return rs, cleanup, nil
+}
+
+// barrierRounds is a dissemination barrier's rounds.
+func (c *Comm) barrierRounds() []round {
+	var rs []round
+	for k := 1; k < c.size; k <<= 1 {
+		rs = append(rs, round{ops: []xfer{
+			{peer: (c.rank - k + c.size) % c.size, tag: tagBarrier, recv: true},
+			{peer: (c.rank + k) % c.size, tag: tagBarrier},
+		}})
+	}
+	return rs
 }
 
 // iallreduceDoubling is allreduceRecursiveDoubling as rounds.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // A nonblocking collective is a schedule: rounds of sends and receives,
@@ -36,13 +39,15 @@ type round struct {
 	then func() error
 }
 
-// xfer is a send or a receive of a round: a receive must get exactly
-// len(b) bytes.
+// xfer is a send or a receive of a round, or a read: a receive must get
+// exactly len(b) bytes; a read (src not nil) fills b from the peer's
+// memory that src names once an earlier round has learnt it.
 type xfer struct {
 	b    []byte
 	peer int // rank in the communicator
 	tag  int // the kind of step (tagBarrier, ...)
 	recv bool
+	src  func() hal.PVO
 }
 
 // schedule is a nonblocking collective in flight.
@@ -62,6 +67,9 @@ type schedule struct {
 	// fin completes when the schedule does: what the caller's Request
 	// holds, so Wait, Test, WaitAny and TestAll see it as any other.
 	fin *request
+	// cleanup, if set, runs once as the schedule ends, either way (it
+	// releases registrations).
+	cleanup func()
 }
 
 // icollState is a rank's nonblocking collectives in flight and its
@@ -93,13 +101,11 @@ func (s *schedule) roundDone() bool {
 	return true
 }
 
-// start builds the Request of a schedule for call k (begun already) of
-// kind, named name, and posts its first round. A schedule that cannot
-// start fails its call on every member (its error is the Request's, and
-// the call's number is spent), as a blocking collective that fails would.
-func (c *Comm) start(name string, rounds []round) *Request {
+// start builds the Request of a schedule for the call begun last, named
+// name, and posts its first round; cleanup, if set, runs as it ends.
+func (c *Comm) start(name string, rounds []round, cleanup func()) *Request {
 	w := c.w
-	s := &schedule{c: c, k: c.coll.seq.Load(), name: name, rounds: rounds}
+	s := &schedule{c: c, k: c.coll.seq.Load(), name: name, rounds: rounds, cleanup: cleanup}
 	s.fin = &request{w: w, comm: c, ctx: c.ctx | 1, op: name, src: -1, tag: c.ctag(0), peer: -1, sched: s}
 	s.mu.Lock()
 	s.advanceLocked()
@@ -195,9 +201,12 @@ func (s *schedule) post() error {
 				continue
 			}
 			var r *request
-			if recv {
+			switch {
+			case recv:
 				r, err = c.irecv(x.b, 1, x.peer, x.tag|tag, c.ctx|1)
-			} else {
+			case x.src != nil:
+				r, err = c.read(x.b, x.peer, x.src())
+			default:
 				r, err = c.isend(x.b, x.peer, x.tag|tag, c.ctx|1)
 			}
 			if err != nil {
@@ -212,6 +221,18 @@ func (s *schedule) post() error {
 	// now, and the progress goroutine sleeps until a frame comes.
 	c.w.lc.Progress()
 	return err
+}
+
+// read starts a lapi Get of len(b) bytes from peer's memory at src into
+// b, which completes the request it returns.
+func (c *Comm) read(b []byte, peer int, src hal.PVO) (*request, error) {
+	w := c.w
+	r := w.newRequest()
+	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, c.ctx|1, peer, -1, c.group[peer], "Read"
+	if err := w.lc.Get(hal.Rank(c.group[peer]), src, b, lapi.SendOpts{Notify: r}); err != nil {
+		return nil, fmt.Errorf("mpi: read from rank %d: %w", peer, err)
+	}
+	return r, nil
 }
 
 // fail ends s with err: the call is aborted on every member (which fails
@@ -230,6 +251,10 @@ func (s *schedule) fail(err error) {
 // or the caller's Wait while the progress goroutine advanced s) is told:
 // this happened outside lapi's progress, which wakes waiters by itself.
 func (s *schedule) complete(err error) {
+	if s.cleanup != nil {
+		s.cleanup()
+		s.cleanup = nil
+	}
 	s.fin.finish(Status{}, err)
 	s.c.w.lc.Wake()
 }
