@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Context is one rank's lapi instance over one device (which may be a
@@ -189,6 +190,7 @@ func Open(cfg Config) (*Context, error) {
 	}
 	c.prep, _ = cfg.Device.(hal.SendPreparer)
 	c.failover, _ = cfg.Device.(hal.Failover)
+	c.tpt.Track(cfg.Track)
 	c.initRDMA()
 	c.initCMA()
 	c.onFrameFn = c.onFrame
@@ -275,6 +277,10 @@ func (c *Context) Device() hal.Device { return c.dev }
 // TPT is this rank's translation and protection table: the regions that
 // remote Put, Get and Rmw may reach.
 func (c *Context) TPT() *hal.TPT { return c.tpt }
+
+// Tracker is the registry of live resources the context was opened with
+// (Config.Track), nil when tracking is off.
+func (c *Context) Tracker() *track.Registry { return c.cfg.Track }
 
 // Reliable reports whether the device is reliable toward every peer, so
 // that lapi's sequence and acknowledgement machinery is off.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Config opens a Context. Zero durations and counts take the defaults noted.
@@ -83,6 +84,12 @@ type Config struct {
 	// only once it is ready. Epoch names this incarnation (0: random).
 	Reintegrate bool
 	Epoch       uint64
+	// Track, when not nil, records the site of every RDMA transfer
+	// (holding or waiting for rCxts) until it completes, and of every
+	// memory registration made in the TPT from outside weft until its
+	// deregistration (internal/track): Context.Tracker returns it for the
+	// layer above's leak report. nil records nothing.
+	Track *track.Registry
 	// Clock, when set, replaces time.Now and turns off the background
 	// goroutine that runs timers: the caller drives every progress pass
 	// (Progress) and time itself. This is how simulations run lapi

@@ -7,6 +7,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/trace"
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // RDMA in lapi: large Put and Get, and every Accumulate, travel as hal's
@@ -27,6 +28,19 @@ const (
 	opAcc                     // Accumulate (half-RDMA)
 )
 
+// String names the kind in a leak report: "Put", "Get", "Accumulate".
+func (k opKind) String() string {
+	switch k {
+	case opWrite:
+		return "Put"
+	case opRead:
+		return "Get"
+	case opAcc:
+		return "Accumulate"
+	}
+	return fmt.Sprintf("opKind(%d)", uint8(k))
+}
+
 // rdmaGroup is one Put, Get or Accumulate: the chunks it was cut into,
 // and whom to tell when the last of them completes.
 type rdmaGroup struct {
@@ -39,6 +53,7 @@ type rdmaGroup struct {
 	tcntr    uint32  // a chunked transfer's target counter, bumped by an AM at the end
 	local    hal.PVO // a read's destination, registered for the transfer
 	next     *rdmaGroup
+	trk      track.ID // Config.Track's record of it, 0 when off
 }
 
 // rdmaOp is one chunk of a transfer: one rCxt, driven until its
@@ -184,6 +199,9 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 		g.tcntr = h.Cookie
 	}
 	c.rd.groups++
+	if t := c.cfg.Track; t != nil {
+		g.trk = t.Add(fmt.Sprintf("RDMA %s of %d bytes to rank %d (rCxts in flight)", g.kind, h.Total, g.peer), 0)
+	}
 	switch g.kind {
 	case opWrite:
 		c.rd.stats.Writes++
@@ -680,6 +698,7 @@ func (c *Context) launchWaiting() {
 // finishGroup reports a whole transfer done (c.mu held).
 func (c *Context) finishGroup(g *rdmaGroup) {
 	c.rd.groups--
+	c.cfg.Track.Remove(g.trk)
 	if g.kind == opRead {
 		c.tpt.Deregister(g.local)
 	}
