@@ -214,6 +214,7 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 			return true
 		}
 		c.stats.PacketsSent++
+		c.peerStats[peer].PacketsSent++
 		es = es[n:]
 	}
 	return true
@@ -303,6 +304,7 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 			c.rd.stats.CMAReads++
 		}
 		c.rd.stats.CMABytes += uint64(len(buf))
+		c.peerStats[tgt].SingleCopyBytes += uint64(len(buf))
 		if o.Target != 0 {
 			c.notifyLocked(tgt, o.Target) // the data is in place: say so
 		}

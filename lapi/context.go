@@ -52,6 +52,7 @@ type Context struct {
 	tpt        *hal.TPT
 	gets       getTable
 	stats      Stats
+	peerStats  []PeerStats // by peer rank
 	failures   atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
 	reint      *hal.Reintegration
 	awaiting   []map[*Counter]int // per peer: completions it still owes us
@@ -167,6 +168,7 @@ func Open(cfg Config) (*Context, error) {
 		reasm:       make(map[reasmKey]*inMsg),
 		handlers:    make([]handlerEntry, firstUserHandler),
 		counters:    []*Counter{nil}, // ID 0 means "no counter"
+		peerStats:   make([]PeerStats, cfg.Size),
 		wake:        make(chan struct{}),
 		tpt:         hal.NewTPT(),
 		now:         time.Now,
@@ -333,6 +335,14 @@ func (c *Context) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
+}
+
+// PeerStats returns the counters toward each peer, indexed by rank (this
+// rank's own entry counts what it sent itself).
+func (c *Context) PeerStats() []PeerStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]PeerStats(nil), c.peerStats...)
 }
 
 // Close stops the context and closes its device. Operations still pending

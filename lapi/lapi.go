@@ -212,6 +212,18 @@ func (e *PeerError) Error() string { return fmt.Sprintf("lapi: peer %d failed: %
 func (e *PeerError) Unwrap() error { return ErrPeerFailed }
 
 // Stats are a context's protocol counters.
+// PeerStats are a context's counters toward one peer: what Stats counts
+// for the whole rank, split by the rank at the other end.
+type PeerStats struct {
+	MessagesSent, MessagesIn uint64 // active messages
+	PacketsSent, PacketsRecv uint64 // packets of every kind (RDMA's too)
+	BytesSent                uint64 // data carried by the packets sent (headers not counted)
+	Retransmits              uint64 // packets sent again
+	Duplicates               uint64 // copies discarded
+	Redrives                 uint64 // RDMA transfers driven again
+	SingleCopyBytes          uint64 // moved by one copy (cross-memory attach, in-process)
+}
+
 type Stats struct {
 	PacketsSent, PacketsRecv uint64
 	Retransmits              uint64

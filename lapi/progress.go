@@ -183,6 +183,7 @@ func (c *Context) resendInFlight(now time.Time) {
 // hole's repair (see link.expire).
 func (c *Context) retransmit(p *outPkt, rto time.Duration) {
 	c.stats.Retransmits++
+	c.peerStats[p.peer].Retransmits++
 	if trace.On(trace.Internal) {
 		c.traceRetransmit(p, rto)
 	}

@@ -347,6 +347,9 @@ func (c *Context) pushRDMA(now time.Time) {
 				c.stats.SendErrors++ // a loss: the redrive covers it
 			} else {
 				c.stats.PacketsSent++
+				ps := &c.peerStats[o.s.Peer]
+				ps.PacketsSent++
+				ps.BytesSent += uint64(len(data))
 				if trace.On(trace.HotDetail) {
 					c.traceSendRDMA(hdr, len(data))
 				}
@@ -454,6 +457,7 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 	case err == nil:
 		c.rd.used++
 		c.stats.PacketsSent++
+		c.peerStats[peer].PacketsSent++
 		if trace.On(trace.HotDetail) {
 			c.traceSendRDMA(b, 0)
 		}
@@ -772,6 +776,7 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	}
 	op.drives++
 	c.rd.stats.Redrives++
+	c.peerStats[op.g.peer].Redrives++
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	if trace.On(trace.Internal) {
 		c.traceRedrive(op, tid)

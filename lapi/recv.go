@@ -103,6 +103,7 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		c.activate(h.Src) // an acknowledgement is owed
 		if !fresh {
 			c.stats.Duplicates++
+			c.peerStats[h.Src].Duplicates++
 			if trace.On(trace.Hot) {
 				c.traceDrop(h.Src, "duplicate or beyond the window", ph.seq)
 			}
@@ -142,6 +143,9 @@ func (c *Context) onTiny(h *hal.Header, b []byte) {
 // an earlier life of this rank, nor from a failed peer (c.mu held).
 func (c *Context) admit(src hal.Rank, dstEp uint32) bool {
 	c.stats.PacketsRecv++
+	if int(src) < len(c.peerStats) {
+		c.peerStats[src].PacketsRecv++
+	}
 	if c.staleEpoch(dstEp) {
 		c.stats.Stale++ // for an earlier life of this rank: its sender will learn
 		if trace.On(trace.Hot) {
@@ -201,6 +205,7 @@ func (c *Context) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 func (c *Context) deliverWhole(e *handlerEntry, src hal.Rank, uhdr, data []byte, tcntr, ccntr uint32) {
 	if wh := e.whole; wh != nil && tcntr == 0 && ccntr == 0 && wh.OnWhole(src, uhdr, data) {
 		c.stats.MessagesIn++
+		c.peerStats[src].MessagesIn++
 		return
 	}
 	buf, cookie := e.h.OnHeader(src, uhdr, len(data))
@@ -210,6 +215,7 @@ func (c *Context) deliverWhole(e *handlerEntry, src hal.Rank, uhdr, data []byte,
 
 func (c *Context) complete(h AMHandler, src hal.Rank, cookie any, tcntr, ccntr uint32) {
 	c.stats.MessagesIn++
+	c.peerStats[src].MessagesIn++
 	c.done = append(c.done, completion{h: h, src: src, cookie: cookie, tcntr: tcntr, ccntr: ccntr})
 }
 

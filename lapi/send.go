@@ -92,6 +92,7 @@ func (c *Context) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *
 		direct = err == nil // the ring is full: the queue, not a second try
 	}
 	c.stats.MessagesSent++
+	c.peerStats[tgt].MessagesSent++
 	var ph pktHdr // set field by field: see decodePkt
 	ph.kind, ph.handler, ph.uhdrLen, ph.total = kindAM, uint16(h), uint16(len(uhdr)), uint32(len(data))
 	ph.msgID, ph.tcntr, ph.dstEp = c.nextMsg[tgt], o.Target, c.dstEpoch(tgt)
@@ -194,12 +195,15 @@ func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent b
 		return false, err // the ring is full: queued, progress sends it
 	}
 	c.stats.MessagesSent++
+	c.peerStats[tgt].MessagesSent++
 	c.nextMsg[tgt]++
 	if err != nil {
 		c.failPeer(tgt, err.Error())
 		return true, c.peerErr[tgt]
 	}
 	c.stats.PacketsSent++
+	c.peerStats[tgt].PacketsSent++
+	c.peerStats[tgt].BytesSent += uint64(len(uhdr) + len(data))
 	if trace.On(trace.HotDetail) {
 		c.traceSend("tiny packet", tgt, 0, len(data))
 	}
@@ -218,6 +222,9 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 	}
 	if err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data); err == nil {
 		c.stats.PacketsSent++
+		ps := &c.peerStats[tgt]
+		ps.PacketsSent++
+		ps.BytesSent += uint64(len(uhdr) + len(data))
 		if trace.On(trace.HotDetail) {
 			c.traceSend("packet", tgt, 0, len(data))
 		}
@@ -357,6 +364,9 @@ func (c *Context) transmit(p *outPkt) error {
 	}
 	if err == nil {
 		c.stats.PacketsSent++
+		ps := &c.peerStats[p.peer]
+		ps.PacketsSent++
+		ps.BytesSent += uint64(len(p.data))
 		if trace.On(trace.HotDetail) {
 			c.traceSend("packet", p.peer, p.seq, len(p.data))
 		}
