@@ -35,7 +35,7 @@ func (w *World) answerGorun() func() error {
 		for range asks {
 			var snap []byte
 			if w.snap.on() {
-				snap = w.snapshot("signal: "+pmi.AskSignal.String(), nil)
+				snap = w.snapshot("signal: SIGWINCH", nil) // pmi.AskSignal
 			}
 			answer := ""
 			if ask {

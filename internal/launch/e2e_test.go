@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins.dir = dir
+	snapshotParent = dir // the snapshots of jobs without --snapshot-dir go with the binaries
 	bins.gorun = filepath.Join(dir, "gorun")
 	bins.pmiprog = filepath.Join(dir, "pmiprog")
 	bins.pi = filepath.Join(dir, "pi")

@@ -84,10 +84,11 @@ type failure struct {
 // returns gorun's exit status.
 func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Writer) int {
 	j := &job{
-		opts:   opts,
-		place:  place,
-		prog:   prog,
-		out:    &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N), stats: newStatsTable(opts.Stats)},
+		opts:  opts,
+		place: place,
+		prog:  prog,
+		out: &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N),
+			stats: newStatsTable(opts.Stats), snaps: newSnapshots(opts.SnapshotDir)},
 		exits:  make(chan *rank, opts.N),
 		events: make(chan pmi.Event, 4*opts.N+16),
 		done:   make(chan struct{}),
@@ -184,13 +185,16 @@ func (j *job) run() (int, error) {
 	}
 
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, levelSignals[0], levelSignals[1])
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, levelSignals[0], levelSignals[1], snapshotSignal)
 	defer signal.Stop(sigs)
 
 	j.startRanks(ports)
 	j.monitor(sigs)
 	close(j.done)
 	j.drain()
+	if j.out.snaps.unsummed() {
+		j.summarize("written by the ranks") // at a fatal error or a timeout of their own
+	}
 	if j.out.stats != nil {
 		j.out.stats.print(j.out, len(j.ranks))
 	}
@@ -294,12 +298,11 @@ func (j *job) rankEnv(local bool) []string {
 	if j.opts.Trace >= 0 {
 		env = append(env, "WEFT_TRACE="+strconv.Itoa(j.opts.Trace))
 	}
-	if j.opts.Timeout > 0 {
-		// Each rank answers gorun's question at the timeout (report.go).
-		// WEFT_TIMEOUT is not set from --timeout: a rank's own timeout
-		// would race gorun's, and end the waits gorun asks about.
-		env = append(env, pmi.AskEnv+"=1")
-	}
+	// Each rank answers gorun's question (report.go), at the timeout, when
+	// a rank fails and on SIGQUIT, and sends its state snapshots
+	// (snapshot.go). WEFT_TIMEOUT is not set from --timeout: a rank's own
+	// timeout would race gorun's, and end the waits gorun asks about.
+	env = append(env, pmi.AskEnv+"=1", pmi.SnapshotEnv+"=1")
 	if j.opts.Stats {
 		env = append(env, pmi.StatsEnv+"=1") // each rank writes its counters at Finalize (stats.go)
 	}
@@ -314,7 +317,7 @@ func (j *job) rankEnv(local bool) []string {
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", pmi.AskEnv + "="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}
@@ -355,7 +358,7 @@ func (j *job) monitor(sigs <-chan os.Signal) {
 			timeout = nil
 			if !j.stopping {
 				j.timedOut = true
-				j.ask() // the report and the stop follow the answers
+				j.ask("--timeout", true) // the report, the summary and the stop follow the answers
 			}
 		case a := <-j.out.answers:
 			j.answered(a)
@@ -523,6 +526,11 @@ func (j *job) fail(id int, how string, code int) {
 		msg += fmt.Sprintf("; stopping the other %d running rank(s)", others)
 	}
 	j.out.say(msg)
+	if j.canAnswer(id) {
+		// Their snapshots first: what they wait for when it failed.
+		j.ask(fmt.Sprintf("rank %d failed", id), true)
+		return
+	}
 	j.stop()
 }
 
@@ -575,17 +583,27 @@ func (j *job) abandonRemote() {
 }
 
 // signalled forwards SIGINT/SIGTERM to every rank; a second one kills.
-// SIGUSR1/SIGUSR2 change the ranks' trace level, and only that.
-// While gorun waits for answers to its question, the first one ends the
-// wait: the report comes with what has come, and the job stops.
+// SIGUSR1/SIGUSR2 change the ranks' trace level, and only that. SIGQUIT
+// asks the ranks for their snapshots (snapshotSignal). While gorun waits
+// for answers to a question that stops the job, the first SIGINT/SIGTERM
+// ends the wait: the report comes with what has come, and the job stops;
+// to SIGQUIT's, it brings the summary of what has come, and is forwarded.
 func (j *job) signalled(sig os.Signal) {
 	if isLevelSignal(sig) {
 		j.forwardLevel(sig.(unix.Signal))
 		return
 	}
-	if j.asking != nil {
-		j.endAsk()
+	if sig == snapshotSignal {
+		if !j.stopping {
+			j.ask("SIGQUIT", false)
+		}
 		return
+	}
+	if a := j.asking; a != nil {
+		j.endAsk()
+		if a.stop {
+			return
+		}
 	}
 	if j.interrupted != nil || j.stopping {
 		j.out.say(fmt.Sprintf("%v again: killing every rank", sig))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type Options struct {
 	Trace         int               // -1: not set
 	Profile       string            // "", cpu, mem, block, mutex
 	Stats         bool              // --stats: the ranks' counters, one table at the end (stats.go)
+	SnapshotDir   string            // --snapshot-dir: where the ranks' state snapshots go ("": a new directory in TMPDIR) (snapshot.go)
 	BindTo        string            // auto, core, none: see bind.go
 	Env           []string          // -x NAME=VALUE, in order
 	Wrap          bool              // --wrap: run a foreign launcher with a rendezvous
@@ -85,6 +87,10 @@ failed after stopping the rest (130 after Ctrl-C).
 SIGUSR1 and SIGUSR2 sent to gorun are forwarded to every rank: each raises
 (lowers) the ranks' trace level by one while they run (see --trace).
 
+SIGQUIT (Ctrl-\) sent to gorun asks every rank for its state snapshot and
+prints a summary of what each waits for, on whom; the job goes on (see
+--snapshot-dir).
+
 Remote hosts (-H, --hostfile) are reached with --rsh. A package directory
 is built here and the binary copied to each remote host (into its TMPDIR,
 removed when the job ends); a BINARY must exist at the same path on every
@@ -122,6 +128,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 0, "stop the job after this long (exit status 124), first reporting per rank the MPI call it is blocked in (operation, peer, tag, communicator; asked with SIGWINCH, answers awaited 2s), or that it is in none or did not answer, and its PMI state")
 	fs.StringVar(&trace, "trace", "", "trace level 0-9 for the ranks (WEFT_TRACE), changed while they run by SIGUSR1 (one up) and SIGUSR2 (one down) sent to gorun, which forwards them to every rank, or to one rank; 4 and up also trace gorun's PMI wire")
 	fs.BoolVar(&o.Stats, "stats", false, "print at the end one table of every rank's counters at its Finalize: per rank its reliable layer (lapi: messages, packets, retransmits, RDMA redrives, single-copy bytes, drops by reason) and each device (peers, frames, bytes, drops by reason) (WEFT_STATS=1 for the ranks)")
+	fs.StringVar(&o.SnapshotDir, "snapshot-dir", "", "directory for the ranks' state snapshots, weft-snapshot-rankN.txt (default: a new directory in TMPDIR, made at the first one); a rank sends one at a fatal error and its first timeout (WEFT_TIMEOUT), and every running rank when asked (SIGWINCH) at --timeout, when a rank fails, and when gorun receives SIGQUIT (Ctrl-\\: the job goes on); gorun prints a summary naming what each rank waits for, the cycle when ranks wait on each other, the ranks a collective waits for, and the ranks not in MPI")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
 	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: each rank its own share of this machine's cores, one core each when they outnumber them)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")
@@ -171,6 +178,14 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: --timeout %v is negative", ErrUsage, o.Timeout)
+	}
+	if o.SnapshotDir != "" {
+		if fi, err := os.Stat(o.SnapshotDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: --snapshot-dir %q: want an existing directory", ErrUsage, o.SnapshotDir)
+		}
+		if abs, err := filepath.Abs(o.SnapshotDir); err == nil {
+			o.SnapshotDir = abs // the summary names it wherever gorun was started
+		}
 	}
 	for _, x := range xs {
 		name, _, hasValue := strings.Cut(x, "=")

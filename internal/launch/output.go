@@ -35,6 +35,9 @@ type outputMux struct {
 	// stats, when not nil (--stats), receives the ranks' counter lines,
 	// which are taken out of their stderr (stats.go).
 	stats *statsTable
+	// snaps, when not nil, receives the ranks' state snapshots, which
+	// are taken out of their stderr (snapshot.go).
+	snaps *snapshots
 }
 
 // answer is a rank's answer to gorun's question: what World.Waiting said,
@@ -83,6 +86,9 @@ func (m *outputMux) copyLines(r io.Reader, rank int, stderr bool, tail *tailLine
 	buf := make([]byte, 0, 256)
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if stderr && m.snaps != nil {
+			chunk = m.snaps.take(chunk, rank)
+		}
 		if stderr && m.answers != nil {
 			chunk = m.takeAnswer(chunk, rank)
 		}

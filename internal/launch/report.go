@@ -18,22 +18,31 @@ const reportRows = 64
 // answers to its question of what they wait for.
 const answerWait = 2 * time.Second
 
-// asking is gorun's question at the timeout, until the report.
+// asking is gorun's question to the ranks, until the answers are in.
 type asking struct {
 	asked   time.Time
 	timer   *time.Timer    // answerWait from the question
 	answers map[int]string // by rank: what it waits for, "" for nothing
 	awaited []int          // the ranks whose answer the report waits for
+	why     string         // what the snapshots' summary says brought them
+	stop    bool           // stop the job once the answers are in
 }
 
-// ask, when --timeout expires, asks every running rank what it waits for
-// (pmi.AskSignal: to a remote rank through the wrapper on its host); the
-// report follows once the ranks that can answer have (answered), or after
-// answerWait. Those that can answer are those whose mpi.Init is past its
-// PMI fence and that have not finalized: the others have no handler, and
-// ignore the signal.
-func (j *job) ask() {
-	a := &asking{asked: time.Now(), answers: map[int]string{}}
+// ask asks every running rank what it waits for and for its state
+// snapshot (pmi.AskSignal: to a remote rank through the wrapper on its
+// host): when --timeout expires, when a rank fails, and when gorun
+// receives SIGQUIT. The report (at the timeout) and the snapshots'
+// summary follow once the ranks that can answer have (answered), or after
+// answerWait, and then the stop if stop. Those that can answer are those
+// whose mpi.Init is past its PMI fence and that have not finalized: the
+// others have no handler, and ignore the signal. A question already open
+// takes on why and stop instead.
+func (j *job) ask(why string, stop bool) {
+	if a := j.asking; a != nil {
+		a.why, a.stop = why, a.stop || stop
+		return
+	}
+	a := &asking{asked: time.Now(), answers: map[int]string{}, why: why, stop: stop}
 	states := j.srv.States()
 	for _, r := range j.ranks {
 		if !r.running {
@@ -72,15 +81,35 @@ func (j *job) allAnswered() bool {
 	return true
 }
 
-// endAsk ends the question, if one is open: the report, then the stop.
+// endAsk ends the question, if one is open: the report at the timeout,
+// the snapshots' summary, then the stop if the question asked for it.
 func (j *job) endAsk() {
-	if j.asking == nil {
+	a := j.asking
+	if a == nil {
 		return
 	}
-	j.asking.timer.Stop()
-	j.report()
+	a.timer.Stop()
+	if j.timedOut {
+		j.report()
+	}
+	j.summarize(a.why)
 	j.asking = nil
-	j.stop()
+	if a.stop {
+		j.stop()
+	}
+}
+
+// canAnswer reports whether a running rank other than except could answer
+// gorun's question: its mpi.Init is past its PMI fence, and it has not
+// finalized.
+func (j *job) canAnswer(except int) bool {
+	states := j.srv.States()
+	for _, r := range j.ranks {
+		if st := states[r.id]; r.running && r.id != except && st.Phase == pmi.PhaseInitialized && st.Fences > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // waitText is the part of a rank's report line that says what it waits

@@ -1,8 +1,10 @@
 // Command deadlock hangs, each rank in its own way, for gorun --timeout's
-// report: rank 0 receives from rank 1 with tag 7, rank 1 enters Barrier,
-// rank 2 sleeps outside MPI, and rank 3 and above sleep with gorun's
-// question ignored (they cannot answer). Each prints "rank R: hanging"
-// first.
+// report and the snapshots' summary: rank 0 receives from rank 1 with tag
+// 7, rank 1 enters Barrier (rank 0 waits for rank 1, which waits for rank
+// 0: a cycle), rank 2 sends rank 0 a message of 8 bytes with tag 9, which
+// stays unexpected there, then sleeps outside MPI, and rank 3 and above
+// sleep with gorun's question ignored (they cannot answer). Each prints
+// "rank R: hanging" first.
 package main
 
 import (
@@ -30,7 +32,9 @@ func main() {
 	case 1:
 		err = c.Barrier()
 	case 2:
-		time.Sleep(time.Hour)
+		if err = mpi.Send(c, make([]byte, 8), 0, 9); err == nil {
+			time.Sleep(time.Hour)
+		}
 	default:
 		signal.Ignore(pmi.AskSignal)
 		time.Sleep(time.Hour)
