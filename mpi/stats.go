@@ -35,6 +35,22 @@ type Stats struct {
 	// Devices are this rank's devices: one, or over a route the member
 	// toward this node's ranks and the one toward the others.
 	Devices []DeviceStats
+	// Peers are the reliable layer's counters toward each rank, indexed
+	// by world rank (this rank's own entry stays zero).
+	Peers []PeerStats
+}
+
+// PeerStats are a rank's counters toward one peer: messages and packets
+// each way, the bytes its packets carried to it, the repairs (packets
+// sent again, copies discarded, RDMA transfers driven again) and the
+// bytes moved to or from it by one copy.
+type PeerStats struct {
+	MessagesSent, MessagesIn uint64
+	PacketsSent, PacketsRecv uint64
+	BytesSent                uint64
+	Retransmits, Duplicates  uint64
+	Redrives                 uint64
+	SingleCopyBytes          uint64
 }
 
 // DeviceStats are one device's counters.
@@ -56,7 +72,13 @@ type DeviceStats struct {
 // stopped receiving may see a few missing; the counters Finalize writes
 // for gorun --stats (Options.Stats) are taken after the device has closed,
 // and are complete.
-func (w *World) Stats() Stats { return w.statsFrom(w.lc.Stats(), w.lc.RDMAStats()) }
+func (w *World) Stats() Stats {
+	s := w.statsFrom(w.lc.Stats(), w.lc.RDMAStats())
+	for _, p := range w.lc.PeerStats() {
+		s.Peers = append(s.Peers, PeerStats(p))
+	}
+	return s
+}
 
 // statsFrom is Stats with lapi's counters ls and rs given: a snapshot
 // taken under lapi's lock reads them there (snapshot.go).
@@ -141,8 +163,9 @@ func (w *World) statsAtFinalize(on bool) func() error {
 
 // statsLines are rank's counters s as the lines pmi.StatsPrefix starts:
 // its reliable layer's ("layer=lapi": messages, packets, repairs, RDMA
-// redrives, single-copy bytes, and packets dropped by reason), then one
-// per device (frames, bytes, and frames dropped by reason).
+// redrives, single-copy bytes, and packets dropped by reason), the same
+// toward each peer it had traffic with ("layer=lapi>P"), then one per
+// device (frames, bytes, and frames dropped by reason).
 func statsLines(rank int, s Stats) []string {
 	r := "rank=" + strconv.Itoa(rank) + " layer="
 	n := func(name string, v uint64) string { return " " + name + "=" + strconv.FormatUint(v, 10) }
@@ -152,6 +175,18 @@ func statsLines(rank int, s Stats) []string {
 		n("retransmits", s.Retransmits) + n("redrives", s.Redrives) +
 		n("singlecopy_bytes", s.SingleCopyBytes) +
 		" drops=" + dropList(map[string]uint64{"duplicate": s.Duplicates, "stale": s.Stale, "malformed": s.BadPackets})}
+	for p, ps := range s.Peers {
+		if ps == (PeerStats{}) {
+			continue
+		}
+		lines = append(lines, r+"lapi>"+strconv.Itoa(p)+
+			n("messages_sent", ps.MessagesSent)+n("messages_recv", ps.MessagesIn)+
+			n("packets_sent", ps.PacketsSent)+n("packets_recv", ps.PacketsRecv)+
+			n("bytes_sent", ps.BytesSent)+
+			n("retransmits", ps.Retransmits)+n("redrives", ps.Redrives)+
+			n("singlecopy_bytes", ps.SingleCopyBytes)+
+			" drops="+dropList(map[string]uint64{"duplicate": ps.Duplicates}))
+	}
 	for _, d := range s.Devices {
 		peers := make([]string, len(d.Peers))
 		for i, p := range d.Peers {

@@ -101,11 +101,19 @@ func TestStatsLines(t *testing.T) {
 	}
 	for r := range 2 {
 		ls, s := lines[r], stats[r]
-		if len(ls) != 2 {
-			t.Fatalf("rank %d: %d lines, want lapi and inproc: %q", r, len(ls), ls)
+		if len(ls) != 3 {
+			t.Fatalf("rank %d: %d lines, want lapi, lapi toward the peer, and inproc: %q", r, len(ls), ls)
 		}
-		lapi, dev := fields(t, ls[0]), fields(t, ls[1])
-		want := map[string]string{"rank": strconv.Itoa(r), "layer": "lapi",
+		lapi, peer, dev := fields(t, ls[0]), fields(t, ls[1]), fields(t, ls[2])
+		ps := s.Peers[1-r]
+		want := map[string]string{"rank": strconv.Itoa(r), "layer": "lapi>" + strconv.Itoa(1-r),
+			"messages_sent": u(ps.MessagesSent), "messages_recv": u(ps.MessagesIn),
+			"packets_sent": u(ps.PacketsSent), "packets_recv": u(ps.PacketsRecv), "bytes_sent": u(ps.BytesSent),
+			"retransmits": "0", "redrives": "0", "singlecopy_bytes": u(ps.SingleCopyBytes), "drops": "-"}
+		if !equalFields(peer, want) || ps.MessagesSent != s.MessagesSent || ps.PacketsRecv != s.PacketsRecv {
+			t.Errorf("rank %d: peer line %q, want the fields %v, and all the rank's traffic (%+v)", r, ls[1], want, s)
+		}
+		want = map[string]string{"rank": strconv.Itoa(r), "layer": "lapi",
 			"messages_sent": u(s.MessagesSent), "messages_recv": u(s.MessagesIn),
 			"packets_sent": u(s.PacketsSent), "packets_recv": u(s.PacketsRecv),
 			"retransmits": "0", "redrives": "0", "singlecopy_bytes": u(s.SingleCopyBytes), "drops": "-"}
@@ -117,7 +125,7 @@ func TestStatsLines(t *testing.T) {
 			"frames_sent": u(d.FramesSent), "frames_recv": u(d.FramesRecv),
 			"bytes_sent": u(d.BytesSent), "bytes_recv": u(d.BytesRecv), "drops": "-"}
 		if !equalFields(dev, want) {
-			t.Errorf("rank %d: device line %q, want the fields %v", r, ls[1], want)
+			t.Errorf("rank %d: device line %q, want the fields %v", r, ls[2], want)
 		}
 	}
 	// Between goroutines a message from 16 KiB is one copy, not frames.

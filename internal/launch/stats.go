@@ -123,7 +123,7 @@ func (t *statsTable) print(m *outputMux, n int) {
 	})
 
 	var buf bytes.Buffer
-	buf.WriteString("gorun: --stats: each rank's counters at its Finalize (SENT and RECV: lapi's packets, a device's frames)\n")
+	buf.WriteString("gorun: --stats: each rank's counters at its Finalize (SENT and RECV: lapi's packets, a device's frames; lapi>P: toward rank P)\n")
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	heads := []string{"RANK", "LAYER"}
 	for _, c := range statsColumns {
@@ -148,6 +148,9 @@ func (t *statsTable) print(m *outputMux, n int) {
 	}
 	if len(reported) > 1 {
 		for _, l := range layers {
+			if strings.Contains(l, ">") {
+				continue // toward one peer: summed in the rank's lapi row
+			}
 			cells := []string{"all", l}
 			for _, c := range statsColumns {
 				cells = append(cells, sumCell(sums[l], c.fields))

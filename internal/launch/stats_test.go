@@ -93,8 +93,9 @@ func num(t *testing.T, row map[string]string, col string) uint64 {
 }
 
 // TestGorunStats: gorun --stats over 2 ranks, rank 0 sending 10 messages
-// of 30000 bytes to rank 1, prints one table: for each rank its lapi row
-// and its device's, and a sum row per layer. The ranks' counter lines are
+// of 30000 bytes to rank 1, prints one table: for each rank its lapi row,
+// its lapi row toward the other rank, and its device's, and a sum row per
+// layer. The ranks' counter lines are
 // taken out of their output. Rank 0's lapi sent the 10 messages and rank
 // 1's received them; rank 0's device sent at least the 300000 bytes (plus
 // headers and setup), and over shared memory rank 1's device received
@@ -119,7 +120,7 @@ func TestGorunStats(t *testing.T) {
 			for k := range rows {
 				keys = append(keys, k)
 			}
-			want := []string{"0 lapi", "0 " + tr, "1 lapi", "1 " + tr, "all lapi", "all " + tr}
+			want := []string{"0 lapi", "0 lapi>1", "0 " + tr, "1 lapi", "1 lapi>0", "1 " + tr, "all lapi", "all " + tr}
 			if len(keys) != len(want) {
 				t.Fatalf("rows %q, want %q:\n%s", keys, want, r.stderr)
 			}
@@ -127,6 +128,14 @@ func TestGorunStats(t *testing.T) {
 				if rows[k] == nil {
 					t.Fatalf("no row %q:\n%s", k, r.stderr)
 				}
+			}
+			// Everything rank 0 sent went to rank 1, the program's bytes
+			// among it.
+			if n, m := num(t, rows["0 lapi>1"], "MESSAGES_SENT"), num(t, rows["0 lapi"], "MESSAGES_SENT"); n != m {
+				t.Errorf("rank 0 sent %d messages to rank 1 and %d in all", n, m)
+			}
+			if n := num(t, rows["0 lapi>1"], "BYTES_SENT"); n < sent {
+				t.Errorf("rank 0's lapi sent rank 1 %d bytes, want at least %d", n, sent)
 			}
 			if n := num(t, rows["0 lapi"], "MESSAGES_SENT"); n < 10 {
 				t.Errorf("rank 0's lapi sent %d messages, want at least 10", n)
@@ -167,7 +176,7 @@ func TestStatsTable(t *testing.T) {
 	}
 	var out bytes.Buffer
 	st.print(&outputMux{stderr: &out}, 3)
-	want := `gorun: --stats: each rank's counters at its Finalize (SENT and RECV: lapi's packets, a device's frames)
+	want := `gorun: --stats: each rank's counters at its Finalize (SENT and RECV: lapi's packets, a device's frames; lapi>P: toward rank P)
 RANK  LAYER  PEERS  MESSAGES_SENT  MESSAGES_RECV  SENT  RECV  BYTES_SENT  BYTES_RECV  RETRANSMITS  REDRIVES  SINGLECOPY_BYTES  DROPS
 0     lapi   -      1              1              1     1     -           -           0            0         0                 -
 0     udp    1,2    -              -              20    21    2200        2300        -            -         -                 crc:3
