@@ -153,7 +153,7 @@ func (w *World) appendWaiting(b []byte, n *waitNote) []byte {
 	b = pmi.AppendField(b, "op", n.op)
 	b = pmi.AppendField(b, "peer", strconv.Itoa(worldPeer(n.comm, n.src)))
 	b = pmi.AppendField(b, "tag", strconv.Itoa(n.tag))
-	b = pmi.AppendField(b, "comm", strconv.FormatUint(uint64(n.ctx&^1), 10))
+	b = pmi.AppendField(b, "comm", commName(n.ctx))
 	call, coll := callOf(n)
 	b = pmi.AppendField(b, "call", strconv.FormatUint(uint64(call), 10))
 	b = pmi.AppendField(b, "collective", coll)
@@ -284,8 +284,21 @@ func worldPeer(c *Comm, src int) int {
 	return c.group[src]
 }
 
-// commName is a context's communicator id: its point-to-point context.
-func commName(ctx uint32) string { return strconv.FormatUint(uint64(ctx&^1), 10) }
+// commName is a context's communicator id: its point-to-point context,
+// and for a part of a hierarchical communicator (hier.go) its parent's,
+// whose call the part's steps are of.
+func commName(ctx uint32) string { return strconv.FormatUint(uint64(userCtx(ctx)), 10) }
+
+// userCtx is the point-to-point context of the communicator a user holds
+// that ctx belongs to: a part's id is hierCtxBit | parent<<1, with bit 1
+// telling the node's part from the leaders'.
+func userCtx(ctx uint32) uint32 {
+	ctx &^= 1
+	if ctx&hierCtxBit != 0 {
+		ctx = (ctx &^ hierCtxBit &^ 2) >> 1
+	}
+	return ctx
+}
 
 // intList is ids joined by ',', "-" when empty.
 func intList(ids []int) string {

@@ -190,3 +190,18 @@ func TestSnapshotPeerFailed(t *testing.T) {
 		t.Errorf("rank 1, which failed, wrote a snapshot (%v)", err)
 	}
 }
+
+// TestSnapshotUserCtx: a step of a hierarchical collective, on a part of
+// its communicator (hier.go: the node's part and the leaders'), is named
+// in a snapshot by the communicator the user holds.
+func TestSnapshotUserCtx(t *testing.T) {
+	for _, c := range []struct{ ctx, want uint32 }{
+		{0, 0}, {1, 0}, {4, 4}, {5, 4},
+		{hierCtxBit | 0<<1, 0}, {hierCtxBit | 0<<1 | 2 | 1, 0},
+		{hierCtxBit | 4<<1, 4}, {hierCtxBit | 4<<1 | 2, 4}, {hierCtxBit | 4<<1 | 1, 4},
+	} {
+		if got := userCtx(c.ctx); got != c.want {
+			t.Errorf("userCtx(%#x) = %d, want %d", c.ctx, got, c.want)
+		}
+	}
+}
