@@ -23,6 +23,7 @@ const (
 	hRTS                         // a large active message's header: read its data
 	hRvFin                       // the target has taken a large message's data
 	hThird                       // a third-party transfer for this rank to carry out
+	hBcast                       // a broadcast's ready and have messages (bcast.go)
 )
 
 // RmwOp is a read-modify-write operation on an 8-byte, 8-aligned int64.
@@ -74,6 +75,7 @@ func (c *Context) installInternalHandlers() {
 	c.handlers[hRTS] = newHandlerEntry(rtsHandler{c})
 	c.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
 	c.handlers[hThird] = newHandlerEntry(thirdHandler{c})
+	c.handlers[hBcast] = newHandlerEntry(newBcastTable(c))
 	c.xchg.c = c
 }
 

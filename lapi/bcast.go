@@ -1,0 +1,587 @@
+package lapi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Broadcast RDMA (the IBM seed's): one source region placed into a region
+// of the same length at every member of a group. No weft device has
+// hardware broadcast (hal.Caps.Broadcast), so lapi builds it as a tree of
+// its own RDMA Puts, with their redrive: the data is cut into chunks, each
+// receiver registers its buffer and tells its parent where the chunks go
+// and which of its counters each one bumps (a ready message), and the
+// parent arms one conditional Put per chunk and child on the counter of
+// that chunk's own arrival (PutWhen), so a chunk is forwarded as soon as
+// it has landed, by whichever goroutine makes progress: no call of the
+// user's is in the path, and the chunks stream down the tree pipelined.
+// When a receiver's whole subtree has the data it tells its parent (a
+// have message), so the root learns when every member has it.
+//
+// A receiver's region is registered for the broadcast alone and released
+// once every chunk has landed; a chunk's later drives are answered as
+// completed transfers by hal's engine (never placed again) and an earlier
+// drive's packets are stale by their tid, so nothing is written into the
+// buffer after it was reported complete.
+
+// BcastTree is the shape of a broadcast's tree.
+type BcastTree uint8
+
+// Broadcast trees.
+const (
+	// BcastChain: each member forwards to the next, pipelined by chunk.
+	// Every member receives and sends the data once, which is what a
+	// network (or a processor) shared by all the members wants.
+	BcastChain BcastTree = iota
+	// BcastBinomial: a binomial tree, pipelined by chunk: log2(n) hops
+	// from the root to any member, but the root and the upper members
+	// send the data several times.
+	BcastBinomial
+)
+
+// DefaultBcastChunk is the broadcast chunk when BcastOpts.Chunk is 0.
+const DefaultBcastChunk = 256 << 10
+
+// BcastOpts are a broadcast's shape and counters. All counters are
+// optional and of the calling context.
+type BcastOpts struct {
+	// Tree is the tree's shape (default BcastChain).
+	Tree BcastTree
+	// Chunk is the pipelining unit, bytes (default DefaultBcastChunk, at
+	// most 1 MiB: one RDMA context each). Every member must use the same.
+	Chunk int
+	// Landed, at a receiver, is incremented when its buffer holds the
+	// root's data.
+	Landed *Counter
+	// Done is incremented when this member no longer needs its buffer:
+	// a receiver's has landed, and everything this member sends to its
+	// children has landed there. Then buf may be reused.
+	Done *Counter
+	// All, at the root, is incremented when every member has the data.
+	All *Counter
+}
+
+// ErrBcast is wrapped by errors of a broadcast that is not well formed.
+var ErrBcast = errors.New("lapi: bad broadcast")
+
+// Broadcast places the bytes of buf at group[root] into buf at every
+// other member of group (ranks of this context's job, this rank among
+// them). Every member calls it, with the same group, root, id, length of
+// buf and options' Tree and Chunk; id names the broadcast among those in
+// flight between these ranks (a member may call before its parent or its
+// children have). It does not block: the counters of o tell when it is
+// done, or fail with the reason (a member failed, a protection check). buf
+// must not be touched until o.Done fires.
+func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o BcastOpts) error {
+	me := -1
+	for i, r := range group {
+		if int(r) >= c.cfg.Size {
+			return fmt.Errorf("lapi: broadcast to rank %d of %d: %w", r, c.cfg.Size, ErrBadRank)
+		}
+		if r == c.rank {
+			me = i
+		}
+	}
+	if o.Chunk == 0 {
+		o.Chunk = DefaultBcastChunk
+	}
+	switch {
+	case me < 0:
+		return fmt.Errorf("lapi: broadcast: rank %d is not in the group: %w", c.rank, ErrBcast)
+	case root < 0 || root >= len(group):
+		return fmt.Errorf("lapi: broadcast: root %d of a group of %d: %w", root, len(group), ErrBcast)
+	case o.Chunk < 0 || o.Chunk > rdmaChunk:
+		return fmt.Errorf("lapi: broadcast: chunk of %d bytes (at most %d): %w", o.Chunk, rdmaChunk, ErrBcast)
+	case o.Chunk > 0 && len(buf)/o.Chunk >= maxBcastChunks:
+		return fmt.Errorf("lapi: broadcast: %d bytes in chunks of %d: %w", len(buf), o.Chunk, ErrBcast)
+	case o.Tree > BcastBinomial:
+		return fmt.Errorf("lapi: broadcast: tree %d: %w", o.Tree, ErrBcast)
+	}
+	for _, k := range []*Counter{o.Landed, o.Done, o.All} {
+		if k != nil && k.c != c {
+			return fmt.Errorf("lapi: broadcast: a counter is not this context's: %w", ErrBcast)
+		}
+	}
+	p := len(group)
+	vr := (me - root + p) % p
+	st := &bcastState{c: c, id: id, group: group, root: root, vr: vr, buf: buf, chunk: o.Chunk, o: o,
+		n: (len(buf) + o.Chunk - 1) / o.Chunk}
+	for _, v := range bcastChildren(o.Tree, vr, p) {
+		st.kids = append(st.kids, bcastKid{rank: group[(v+root)%p]})
+	}
+	if vr != 0 {
+		st.parent = group[(bcastParent(o.Tree, vr)+root)%p]
+	}
+	var local hal.PVO
+	if vr != 0 && st.n > 0 {
+		var err error
+		if local, err = c.tpt.Register(buf, hal.AccessWrite); err != nil {
+			return fmt.Errorf("lapi: broadcast: %w", err)
+		}
+		st.pvo, st.registered = local, true
+	}
+	t := c.bcastTable()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		if st.registered {
+			c.tpt.Deregister(local)
+		}
+		return ErrClosed
+	}
+	if t.live[id] != nil {
+		c.mu.Unlock()
+		if st.registered {
+			c.tpt.Deregister(local)
+		}
+		return fmt.Errorf("lapi: broadcast %#x is already in flight: %w", id, ErrBcast)
+	}
+	t.live[id] = st
+	if len(st.kids) > 0 && st.n > 0 {
+		st.sent = c.spareCounter()
+		st.arm(st.sent, int64(st.n*len(st.kids)), st.sentDone)
+		for _, k := range st.kids {
+			c.await(k.rank, st.sent) // a child that fails before it is ready fails the broadcast
+		}
+	} else {
+		st.sentAll = true
+	}
+	if st.n == 0 {
+		st.ready = len(st.kids) // no chunks: nothing to be ready for
+	}
+	var ids []byte
+	if vr == 0 || st.n == 0 {
+		st.landedAll = true
+	} else {
+		st.cntrs = make([]*Counter, st.n)
+		ids = make([]byte, 4*st.n)
+		for i := range st.cntrs {
+			k := c.spareCounter()
+			st.cntrs[i] = k
+			binary.LittleEndian.PutUint32(ids[4*i:], k.id)
+			c.await(st.parent, k) // a parent that fails fails the chunk
+			st.arm(k, 1, st.chunkLanded(i))
+		}
+	}
+	early := t.early[id]
+	delete(t.early, id)
+	var starts []func()
+	for _, m := range early {
+		starts = append(starts, st.applyLocked(m)...)
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	if vr != 0 && st.n > 0 {
+		var u [bcastMsgLen]byte
+		encodeBcastMsg(u[:], bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n)})
+		if err := c.Amsend(st.parent, hBcast, u[:], ids, SendOpts{}); err != nil {
+			c.mu.Lock()
+			st.failLocked(fmt.Errorf("lapi: broadcast: ready to rank %d: %w", st.parent, err))
+			st.progressLocked()
+			c.mu.Unlock()
+		}
+	}
+	for _, f := range starts {
+		f()
+	}
+	c.runCompletions()
+	return nil
+}
+
+// bcastParent and bcastChildren are a tree's edges in ranks relative to
+// the root (0).
+func bcastParent(t BcastTree, vr int) int {
+	if t == BcastChain {
+		return vr - 1
+	}
+	return vr & (vr - 1)
+}
+
+func bcastChildren(t BcastTree, vr, p int) []int {
+	if t == BcastChain {
+		if vr+1 < p {
+			return []int{vr + 1}
+		}
+		return nil
+	}
+	// Binomial: vr+m for every power of two m below vr's lowest set bit
+	// (every m for the root), the largest subtree first so that the
+	// deepest path starts first.
+	low := p
+	if vr != 0 {
+		low = vr & -vr
+	}
+	var kids []int
+	m := 1
+	for m*2 < low {
+		m *= 2
+	}
+	for ; m > 0; m /= 2 {
+		if m < low && vr+m < p {
+			kids = append(kids, vr+m)
+		}
+	}
+	return kids
+}
+
+// bcastState is one member's part of one broadcast (guarded by c.mu).
+type bcastState struct {
+	c          *Context
+	id         uint64
+	group      []hal.Rank
+	root, vr   int
+	parent     hal.Rank
+	buf        []byte
+	chunk, n   int
+	o          BcastOpts
+	pvo        hal.PVO    // a receiver's buffer, registered
+	registered bool       // until every chunk has landed
+	cntrs      []*Counter // a receiver's: chunk i's arrival
+	landed     int
+	kids       []bcastKid
+	ready      int      // children that sent where their chunks go
+	haves      int      // children whose subtree has the data
+	sent       *Counter // the Completion of every Put to a child
+	landedAll  bool
+	landedTold bool // Landed was told
+	sentAll    bool
+	doneSent   bool // Done was told
+	haveSent   bool // the parent was told (or All, at the root)
+	over       bool // forgotten by the table
+	err        error
+}
+
+type bcastKid struct {
+	rank  hal.Rank
+	pvo   hal.PVO
+	cntrs []uint32
+	ready bool
+	has   bool
+}
+
+// arm has fn run (in the completion runner) once k reaches at, or fails
+// (c.mu held).
+func (st *bcastState) arm(k *Counter, at int64, fn func(error)) {
+	c := st.c
+	k.armed.Add(1)
+	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
+	c.trigDue.Store(true) // it may have been reached already
+}
+
+// chunkLanded is the trigger of chunk i's arrival at a receiver.
+func (st *bcastState) chunkLanded(i int) func(error) {
+	return func(err error) {
+		c := st.c
+		c.mu.Lock()
+		c.awaited(st.parent, st.cntrs[i])
+		if err != nil {
+			st.failLocked(err)
+		}
+		st.landed++
+		if st.landed == st.n {
+			st.landedAll = true
+			if st.registered {
+				st.registered = false
+				c.tpt.Deregister(st.pvo)
+			}
+		}
+		st.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+	}
+}
+
+// sentDone is the trigger of every Put to the children having landed.
+func (st *bcastState) sentDone(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	}
+	st.sentAll = true
+	st.progressLocked()
+	c.mu.Unlock()
+	c.runCompletions()
+}
+
+func (st *bcastState) failLocked(err error) {
+	if st.err == nil {
+		st.err = fmt.Errorf("lapi: broadcast %#x: %w", st.id, err)
+	}
+}
+
+// progressLocked moves the broadcast on after a change (c.mu held): it
+// tells the counters what is done, and the parent when the subtree has
+// the data.
+func (st *bcastState) progressLocked() {
+	c := st.c
+	if st.err != nil && !st.doneSent {
+		// A failure ends this member's part: its counters fail, and its
+		// parent hears nothing more (it fails by the failed peer's
+		// error, or its waiter's deadline).
+		st.doneSent, st.haveSent = true, true
+		for _, k := range []*Counter{st.o.Landed, st.o.Done, st.o.All} {
+			if k != nil {
+				k.fail(st.err)
+				k.incr()
+			}
+		}
+		if st.registered {
+			st.registered = false
+			c.tpt.Deregister(st.pvo)
+		}
+		st.forget()
+		c.wakeLocked()
+		return
+	}
+	if st.landedAll && !st.landedTold {
+		st.landedTold = true
+		if st.vr != 0 && st.o.Landed != nil {
+			st.o.Landed.incr()
+			c.wakeLocked()
+		}
+	}
+	if st.landedAll && st.sentAll && st.ready == len(st.kids) && !st.doneSent {
+		st.doneSent = true
+		if st.o.Done != nil {
+			st.o.Done.incr()
+		}
+		c.wakeLocked()
+	}
+	if st.landedAll && st.haves == len(st.kids) && !st.haveSent {
+		st.haveSent = true
+		if st.vr == 0 {
+			if st.o.All != nil {
+				st.o.All.incr()
+			}
+			c.wakeLocked()
+		} else {
+			var u [bcastMsgLen]byte
+			encodeBcastMsg(u[:], bcastMsg{kind: bcastHave, id: st.id})
+			if err := c.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
+				st.failLocked(fmt.Errorf("have to rank %d: %w", st.parent, err))
+				st.progressLocked()
+				return
+			}
+		}
+	}
+	if st.doneSent && st.haveSent {
+		st.forget()
+	}
+}
+
+// forget drops the broadcast from the table and recycles its counters
+// once nothing can bump them any more (c.mu held).
+func (st *bcastState) forget() {
+	if st.over {
+		return
+	}
+	st.over = true
+	c := st.c
+	t := c.bcastTable()
+	if t.live[st.id] == st {
+		delete(t.live, st.id)
+	}
+	if st.err != nil {
+		return // a late increment could still come: left to the collector
+	}
+	for _, k := range st.cntrs {
+		k.v.Store(0)
+		c.spareCntrs = append(c.spareCntrs, k)
+	}
+	if st.sent != nil {
+		st.sent.v.Store(0)
+		c.spareCntrs = append(c.spareCntrs, st.sent)
+	}
+}
+
+// applyLocked acts on a child's control message (c.mu held) and returns
+// what to start once the lock is released.
+func (st *bcastState) applyLocked(m bcastMsg) []func() {
+	if m.kind == bcastReady {
+		return st.readyLocked(m)
+	}
+	for i := range st.kids {
+		if k := &st.kids[i]; k.rank == m.from && !k.has {
+			k.has = true
+			st.haves++
+			return nil
+		}
+	}
+	st.c.stats.BadPackets++
+	return nil
+}
+
+// readyLocked records a child's ready message and returns the Puts that
+// send it the chunks (c.mu held; they start once it is released).
+func (st *bcastState) readyLocked(m bcastMsg) []func() {
+	c := st.c
+	ki := -1
+	for i := range st.kids {
+		if st.kids[i].rank == m.from && !st.kids[i].ready {
+			ki = i
+		}
+	}
+	if ki < 0 || int(m.chunks) != st.n || len(m.cntrs) != st.n {
+		c.stats.BadPackets++
+		st.failLocked(fmt.Errorf("rank %d is not a child expecting %d chunks: %w", m.from, st.n, ErrBcast))
+		return nil
+	}
+	k := &st.kids[ki]
+	k.ready, k.pvo, k.cntrs = true, m.pvo, m.cntrs
+	st.ready++
+	c.awaited(k.rank, st.sent)
+	var starts []func()
+	for i := range st.n {
+		off := i * st.chunk
+		src := st.buf[off:min(off+st.chunk, len(st.buf))]
+		dst, tgt, o := k.pvo.Add(uint64(off)), k.rank, SendOpts{Target: k.cntrs[i], Completion: st.sent}
+		var start func() error
+		if st.vr == 0 {
+			start = func() error { return c.Put(tgt, dst, src, o) }
+		} else {
+			when := st.cntrs[i]
+			start = func() error { return c.PutWhen(when, 1, tgt, dst, src, o) }
+		}
+		starts = append(starts, func() {
+			if err := start(); err != nil {
+				c.mu.Lock()
+				st.sent.fail(err)
+				c.mu.Unlock()
+				c.runCompletions()
+			}
+		})
+	}
+	return starts
+}
+
+// bcastTable holds a context's broadcasts in flight, and the ready
+// messages of children whose parent has not called Broadcast yet.
+type bcastTable struct {
+	c     *Context
+	live  map[uint64]*bcastState
+	early map[uint64][]bcastMsg
+}
+
+func (c *Context) bcastTable() *bcastTable {
+	return c.handlers[hBcast].h.(*bcastTable)
+}
+
+func newBcastTable(c *Context) *bcastTable {
+	return &bcastTable{c: c, live: make(map[uint64]*bcastState), early: make(map[uint64][]bcastMsg)}
+}
+
+// OnHeader takes a ready or have message (c.mu held).
+func (t *bcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	m, err := decodeBcastMsg(uhdr)
+	if err != nil || m.kind == bcastHave && n != 0 || m.kind == bcastReady && n != 4*int(m.chunks) {
+		t.c.stats.BadPackets++
+		return nil, nil
+	}
+	m.from = src
+	p := &m
+	if n == 0 {
+		return nil, p
+	}
+	buf := make([]byte, n)
+	m.raw = buf
+	return buf, p
+}
+
+// OnComplete acts on a ready or have message (the completion runner
+// calls it, outside the progress lock).
+func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
+	m, ok := cookie.(*bcastMsg)
+	if !ok {
+		return
+	}
+	c := t.c
+	if m.kind == bcastReady {
+		m.cntrs = make([]uint32, m.chunks)
+		for i := range m.cntrs {
+			m.cntrs[i] = binary.LittleEndian.Uint32(m.raw[4*i:])
+		}
+		m.raw = nil
+	}
+	c.mu.Lock()
+	st := t.live[m.id]
+	var starts []func()
+	switch {
+	case st == nil:
+		// The member has not called yet (a ready, or a have of a subtree
+		// with nothing to receive), or its part failed and ended.
+		t.early[m.id] = append(t.early[m.id], *m)
+	case st.err == nil:
+		starts = st.applyLocked(*m)
+		st.progressLocked()
+	}
+	c.mu.Unlock()
+	for _, f := range starts {
+		f()
+	}
+	c.runCompletions()
+}
+
+// Wire layout of a broadcast control message's user header
+// (little-endian), bcastMsgLen bytes:
+//
+//	 0 kind    u8   bcastReady or bcastHave
+//	 1 id      u64  the broadcast
+//	 9 chunks  u32  ready: how many chunks (the data is that many u32
+//	                counter IDs, one per chunk); have: 0
+//	13 pvo     20B  ready: the sender's region; have: zero
+//
+// These values are part of the wire protocol.
+const bcastMsgLen = 1 + 8 + 4 + hal.PVOLen
+
+// Broadcast control message kinds.
+const (
+	bcastReady = 1 // a receiver is ready: where its chunks go
+	bcastHave  = 2 // a receiver's subtree has the data
+)
+
+// bcastMsg is a decoded control message (from, cntrs and raw are not on
+// the wire's header).
+type bcastMsg struct {
+	kind   uint8
+	id     uint64
+	chunks uint32
+	pvo    hal.PVO
+	from   hal.Rank
+	cntrs  []uint32
+	raw    []byte
+}
+
+// encodeBcastMsg writes m's header fields into b[:bcastMsgLen].
+func encodeBcastMsg(b []byte, m bcastMsg) {
+	_ = b[bcastMsgLen-1]
+	b[0] = m.kind
+	binary.LittleEndian.PutUint64(b[1:], m.id)
+	binary.LittleEndian.PutUint32(b[9:], m.chunks)
+	hal.PutPVO(b[13:], m.pvo)
+}
+
+// decodeBcastMsg parses a control message's header.
+func decodeBcastMsg(b []byte) (bcastMsg, error) {
+	if len(b) != bcastMsgLen {
+		return bcastMsg{}, fmt.Errorf("%w: control message of %d bytes, want %d", ErrBcast, len(b), bcastMsgLen)
+	}
+	m := bcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), chunks: binary.LittleEndian.Uint32(b[9:]),
+		pvo: hal.GetPVO(b[13:])}
+	switch {
+	case m.kind != bcastReady && m.kind != bcastHave:
+		return bcastMsg{}, fmt.Errorf("%w: control message kind %d", ErrBcast, m.kind)
+	case m.kind == bcastHave && (m.chunks != 0 || m.pvo != hal.PVO{}):
+		return bcastMsg{}, fmt.Errorf("%w: have message with a region", ErrBcast)
+	case m.kind == bcastReady && (m.chunks == 0 || m.chunks > maxBcastChunks):
+		return bcastMsg{}, fmt.Errorf("%w: ready message for %d chunks", ErrBcast, m.chunks)
+	}
+	return m, nil
+}
+
+// maxBcastChunks bounds the counter IDs a ready message carries (64 GiB
+// in 1 MiB chunks).
+const maxBcastChunks = 1 << 16

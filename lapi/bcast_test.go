@@ -1,0 +1,287 @@
+package lapi
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/simnet"
+)
+
+var bcastSeeds = flag.Int("bcastseeds", 8, "TestBroadcastHostile: how many seeds")
+
+// bcastCase is one broadcast of the property test, seen from every member.
+type bcastCase struct {
+	id                uint64
+	group             []hal.Rank
+	root              int
+	tree              BcastTree
+	chunk             int
+	bufs              [][]byte // by group index
+	want              []byte
+	landed, done, all []*Counter
+	called, checked   []bool
+	reused            bool
+}
+
+// TestBroadcastHostile: broadcasts over the hostile simulated network
+// (20% loss, 10% reordering, 5% duplication, 1% corruption), several in
+// flight at once, each among a random subset of 1 to 9 ranks in a random
+// order, from a random root, of 0 bytes up to 3 MiB in chunks of 4 KiB
+// to 1 MiB, along a chain or a binomial tree; the members call Broadcast
+// in a random order, some only after their children's ready messages have
+// arrived. Every member's buffer ends byte-exact; Landed (receivers),
+// Done (everyone) and All (the root) each reach exactly 1 and stay there
+// while the network drains; every receiver's buffer is overwritten as soon
+// as its Done fires, and at the end every RDMA data frame captured on the
+// wire is replayed twice: nothing may be written into memory after it
+// was reported complete.
+func TestBroadcastHostile(t *testing.T) {
+	seeds := *bcastSeeds
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			spec := hostile
+			spec.Seed = seed
+			const n = 9
+			j := newRDMAJob(t, n, spec, simnet.WithMTU(16<<10))
+			defer j.close()
+			rng := rand.New(rand.NewPCG(seed, 31))
+			var cases []*bcastCase
+			for i := range 5 {
+				size := 1 + rng.IntN(n)
+				perm := rng.Perm(n)[:size]
+				bc := &bcastCase{id: seed<<32 | uint64(i), root: rng.IntN(size), tree: BcastTree(rng.IntN(2)),
+					chunk: []int{4 << 10, 64 << 10, 1 << 20}[rng.IntN(3)]}
+				for _, r := range perm {
+					bc.group = append(bc.group, hal.Rank(r))
+				}
+				total := []int{0, 1, 5000, 300 << 10, 3 << 20}[rng.IntN(5)]
+				bc.want = make([]byte, total)
+				fill(bc.want, seed*1000+uint64(i))
+				for g := range bc.group {
+					b := make([]byte, total)
+					if g == bc.root {
+						copy(b, bc.want)
+					} else {
+						fill(b, uint64(g)) // not the root's bytes
+					}
+					bc.bufs = append(bc.bufs, b)
+					c := j.ctxs[bc.group[g]]
+					bc.landed = append(bc.landed, c.NewCounter())
+					bc.done = append(bc.done, c.NewCounter())
+					bc.all = append(bc.all, c.NewCounter())
+				}
+				bc.called = make([]bool, size)
+				bc.checked = make([]bool, size)
+				cases = append(cases, bc)
+			}
+			pick := rand.New(rand.NewPCG(seed, 32))
+			var captured []struct {
+				src, dst hal.Rank
+				frame    []byte
+			}
+			j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+				if len(f) > 4 && hal.FrameType(f[3]) == hal.FrameRDMAWrite && len(captured) < 3000 && pick.IntN(8) == 0 {
+					captured = append(captured, struct {
+						src, dst hal.Rank
+						frame    []byte
+					}{src, dst, append([]byte(nil), f...)})
+				}
+				return true
+			})
+			// The members call in a random order, a few per step.
+			type call struct{ bc, g int }
+			var calls []call
+			for ci, bc := range cases {
+				for g := range bc.group {
+					calls = append(calls, call{ci, g})
+				}
+			}
+			rng.Shuffle(len(calls), func(a, b int) { calls[a], calls[b] = calls[b], calls[a] })
+			step := func() {
+				for k := 0; k < 2 && len(calls) > 0; k++ {
+					cl := calls[0]
+					calls = calls[1:]
+					bc := cases[cl.bc]
+					g := cl.g
+					bc.called[g] = true
+					err := j.ctxs[bc.group[g]].Broadcast(bc.group, bc.root, bc.id, bc.bufs[g],
+						BcastOpts{Tree: bc.tree, Chunk: bc.chunk, Landed: bc.landed[g], Done: bc.done[g], All: bc.all[g]})
+					if err != nil {
+						t.Fatalf("broadcast %#x member %d: %v", bc.id, g, err)
+					}
+				}
+			}
+			left := 0
+			for _, bc := range cases {
+				left += len(bc.group)
+			}
+			check := func() bool {
+				for _, bc := range cases {
+					for g := range bc.group {
+						if bc.checked[g] || !bc.called[g] || bc.done[g].Value() < 1 {
+							continue
+						}
+						if err := bc.done[g].err; err != nil {
+							t.Fatalf("broadcast %#x member %d (rank %d): %v", bc.id, g, bc.group[g], err)
+						}
+						if !bytes.Equal(bc.bufs[g], bc.want) {
+							t.Fatalf("broadcast %#x (%d B, tree %d, chunk %d) member %d (rank %d of group %v, root %d): buffer differs",
+								bc.id, len(bc.want), bc.tree, bc.chunk, g, bc.group[g], bc.group, bc.root)
+						}
+						bc.checked[g] = true
+						left--
+						if g != bc.root {
+							for k := range bc.bufs[g] { // reused at once: nothing late may land
+								bc.bufs[g][k] = 0xEE
+							}
+						}
+					}
+				}
+				return left == 0
+			}
+			for len(calls) > 0 {
+				step()
+				j.step()
+				check()
+			}
+			j.run(10*time.Minute, nil, check)
+			j.run(10*time.Minute, nil, func() bool {
+				for _, bc := range cases {
+					if !settled(bc.all[bc.root], 1) {
+						return false
+					}
+				}
+				return true
+			})
+			// Let late duplicates and completions come, then replay.
+			for j.net.InFlight() > 0 {
+				j.step()
+			}
+			snap := make([][][]byte, len(cases))
+			for ci, bc := range cases {
+				for _, b := range bc.bufs {
+					snap[ci] = append(snap[ci], append([]byte(nil), b...))
+				}
+			}
+			for range 2 {
+				for _, f := range captured {
+					j.net.Inject(f.src, f.dst, f.frame)
+				}
+			}
+			for j.net.InFlight() > 0 {
+				j.step()
+			}
+			for _, c := range j.ctxs {
+				c.Progress()
+			}
+			for ci, bc := range cases {
+				for g := range bc.group {
+					if !bytes.Equal(snap[ci][g], bc.bufs[g]) {
+						t.Fatalf("broadcast %#x member %d: a replayed packet wrote the buffer after Done", bc.id, g)
+					}
+					want := map[string]struct {
+						k *Counter
+						n int64
+					}{"Done": {bc.done[g], 1}, "Landed": {bc.landed[g], 1}, "All": {bc.all[g], 1}}
+					if g == bc.root {
+						want["Landed"] = struct {
+							k *Counter
+							n int64
+						}{bc.landed[g], 0}
+					} else {
+						want["All"] = struct {
+							k *Counter
+							n int64
+						}{bc.all[g], 0}
+					}
+					for name, w := range want {
+						if v, err := w.k.Value(), w.k.err; v != w.n || err != nil {
+							t.Errorf("broadcast %#x member %d: %s reached %d (want %d), err %v", bc.id, g, name, v, w.n, err)
+						}
+					}
+				}
+			}
+			var st RDMAStats
+			for ci, c := range j.ctxs {
+				s := c.RDMAStats()
+				st.Redrives += s.Redrives
+				st.Engine.Stale += s.Engine.Stale
+				st.Engine.Duplicates += s.Engine.Duplicates
+				if tb := c.bcastTable(); len(tb.live) != 0 || len(tb.early) != 0 {
+					t.Errorf("rank %d: %d broadcasts still live, %d early readies kept", ci, len(tb.live), len(tb.early))
+				}
+			}
+			t.Logf("%d broadcasts, %d captured frames replayed twice; redrives %d, stale %d, duplicates %d",
+				len(cases), len(captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
+		})
+	}
+}
+
+// TestBroadcastEdges: a broadcast that is not well formed is refused; a
+// member whose parent failed fails its counters with the peer's error.
+func TestBroadcastEdges(t *testing.T) {
+	j := newRDMAJob(t, 3, hostile)
+	defer j.close()
+	c := j.ctxs[0]
+	buf := make([]byte, 100)
+	for name, err := range map[string]error{
+		"not a member":  c.Broadcast([]hal.Rank{1, 2}, 0, 1, buf, BcastOpts{}),
+		"root":          c.Broadcast([]hal.Rank{0, 1}, 2, 1, buf, BcastOpts{}),
+		"chunk":         c.Broadcast([]hal.Rank{0, 1}, 0, 1, buf, BcastOpts{Chunk: 2 << 20}),
+		"tree":          c.Broadcast([]hal.Rank{0, 1}, 0, 1, buf, BcastOpts{Tree: 7}),
+		"other counter": c.Broadcast([]hal.Rank{0, 1}, 0, 1, buf, BcastOpts{Done: j.ctxs[1].NewCounter()}),
+	} {
+		if !errors.Is(err, ErrBcast) {
+			t.Errorf("%s: %v, want ErrBcast", name, err)
+		}
+	}
+	if err := c.Broadcast([]hal.Rank{0, 7}, 0, 1, buf, BcastOpts{}); !errors.Is(err, ErrBadRank) {
+		t.Errorf("bad rank: %v", err)
+	}
+	// Rank 2 waits for rank 1, which fails.
+	landed := j.ctxs[2].NewCounter()
+	if err := j.ctxs[2].Broadcast([]hal.Rank{0, 1, 2}, 0, 2, make([]byte, 1000), BcastOpts{Landed: landed}); err != nil {
+		t.Fatal(err)
+	}
+	j.ctxs[2].mu.Lock()
+	j.ctxs[2].failPeer(1, "test")
+	j.ctxs[2].mu.Unlock()
+	j.run(time.Minute, nil, func() bool { return settled(landed, 1) })
+	if !errors.Is(landed.err, ErrPeerFailed) {
+		t.Errorf("landed failed with %v, want ErrPeerFailed", landed.err)
+	}
+}
+
+// FuzzBcastMsg: decoding a broadcast control message never panics, and
+// what decodes encodes back to the same bytes.
+func FuzzBcastMsg(f *testing.F) {
+	for _, m := range []bcastMsg{
+		{kind: bcastReady, id: 7, chunks: 3, pvo: hal.PVO{Entry: 2, Offset: 9, Key: 0xfeed}},
+		{kind: bcastHave, id: 1 << 63},
+	} {
+		b := make([]byte, bcastMsgLen)
+		encodeBcastMsg(b, m)
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeBcastMsg(b)
+		if err != nil {
+			return
+		}
+		back := make([]byte, bcastMsgLen)
+		encodeBcastMsg(back, m)
+		if !bytes.Equal(back, b) {
+			t.Fatalf("decode(%x) = %+v encodes to %x", b, m, back)
+		}
+	})
+}
