@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/internal/trace"
+	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -35,6 +36,10 @@ type Comm struct {
 	// hier runs the collectives node by node when the members span
 	// nodes (hier.go); nil: flat, as on one node.
 	hier *hierarchy
+	// freed: Free has run. trk is the communicator's record
+	// (Options.Track) from Dup or Split until Free.
+	freed bool
+	trk   track.ID
 }
 
 // scratchMax is the largest scratch buffer a communicator keeps.
@@ -88,7 +93,11 @@ func (c *Comm) Dup() (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: dup: %w", err)
 	}
-	return newComm(c.w, ctx, c.rank, slices.Clone(c.group)), nil
+	d := newComm(c.w, ctx, c.rank, slices.Clone(c.group))
+	if t := c.w.trk; t != nil {
+		d.trk = t.Add(fmt.Sprintf("communicator %d from Dup (%d ranks)", ctx/2, d.size), 0)
+	}
+	return d, nil
 }
 
 // Split partitions the communicator by color, ordering each part by key
@@ -132,7 +141,34 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 			rank = i
 		}
 	}
-	return newComm(c.w, ctx, rank, group), nil
+	d := newComm(c.w, ctx, rank, group)
+	if t := c.w.trk; t != nil {
+		d.trk = t.Add(fmt.Sprintf("communicator %d from Split (color %d, %d of %d ranks)", ctx/2, color, d.size, c.size), 0)
+	}
+	return d, nil
+}
+
+// Free releases a communicator that Dup or Split made (MPI_Comm_free).
+// Every member calls it, as MPI's is collective, but it sends nothing:
+// context ids are never reused, so no later communicator's traffic can
+// match this one's. Operations started on it go on to complete; the
+// communicator must not be used for anything else afterwards. Freeing
+// the world's communicator, or one twice, fails with ErrArg.
+func (c *Comm) Free() error {
+	w := c.w
+	switch {
+	case c == w.comm:
+		return fmt.Errorf("mpi: free: the world's communicator is freed by Finalize: %w", ErrArg)
+	case c.freed:
+		return fmt.Errorf("mpi: free: communicator %d freed already: %w", c.ctx/2, ErrArg)
+	}
+	c.freed = true
+	c.coll.timer.Stop()
+	w.commsMu.Lock()
+	delete(w.comms, c.ctx)
+	w.commsMu.Unlock()
+	w.trk.Remove(c.trk)
+	return nil
 }
 
 // agreeContext picks a context id no member has used: the maximum of the

@@ -86,7 +86,8 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)
 	}
-	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size}
+	trk := newTracker(opts) // nil unless Options.Track (track.go)
+	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size, Track: trk}
 	dev, err := openDevice(cl, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -120,7 +121,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// (same rank, new process) never receives RDMA meant for its earlier
 	// life, and peers' replicas of its TPT start afresh.
 	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
-		SingleCopyThreshold: opts.SingleCopy}
+		SingleCopyThreshold: opts.SingleCopy, Track: trk}
 	oversub := oversubscribed(cl, opts.NodeCPUs)
 	if oversub {
 		// More ranks than cores here: spinning only delays the rank that

@@ -37,6 +37,9 @@ func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 		// otherwise run the garbage collector every few milliseconds).
 		return copiedSend, nil
 	}
+	if c.w.trk != nil {
+		c.w.trackReq(r, "Isend")
+	}
 	return &Request{op: r}, nil
 }
 
@@ -45,6 +48,9 @@ func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
 	if err != nil {
 		return nil, err
+	}
+	if c.w.trk != nil {
+		c.w.trackReq(r, "Irecv")
 	}
 	return &Request{op: r}, nil
 }
@@ -63,6 +69,9 @@ func IsendInto[T Elem](q *Request, c *Comm, buf []T, dest, tag int) error {
 		return err
 	}
 	*q = Request{op: r} // nil when lapi copied buf: complete already
+	if r != nil && c.w.trk != nil {
+		c.w.trackReq(r, "IsendInto")
+	}
 	return nil
 }
 
@@ -76,6 +85,9 @@ func IrecvInto[T Elem](q *Request, c *Comm, buf []T, source, tag int) error {
 		return err
 	}
 	*q = Request{op: r}
+	if c.w.trk != nil {
+		c.w.trackReq(r, "IrecvInto")
+	}
 	return nil
 }
 

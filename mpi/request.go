@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Request is a nonblocking operation in progress, as Isend and Irecv
@@ -44,6 +45,9 @@ func (q *Request) free(call string) error {
 // settle takes a completed operation's status and error into the handle
 // and gives the operation back.
 func (q *Request) settle() {
+	if id := q.op.trk; id != 0 {
+		q.op.w.trk.Remove(id)
+	}
 	q.st, q.err = q.op.giveBack()
 	q.op = nil
 }
@@ -168,6 +172,10 @@ type request struct {
 	// this is (schedule.go); such a request is never recycled, since the
 	// progress goroutine may still look at it.
 	sched *schedule
+	// trk is the request's record in the world's registry (track.go),
+	// from Isend, Irecv or a nonblocking collective until a Wait or Test
+	// settles it; 0 when tracking is off.
+	trk track.ID
 }
 
 // reqPool recycles requests: those of blocking calls (Send, Recv, and the

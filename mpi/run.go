@@ -148,7 +148,7 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
 		}
 		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin,
-			SingleCopyThreshold: opts.SingleCopy})
+			SingleCopyThreshold: opts.SingleCopy, Track: newTracker(opts)})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}

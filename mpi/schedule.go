@@ -112,6 +112,9 @@ func (c *Comm) start(name string, rounds []round, cleanup func()) *Request {
 	done := s.fin.done.Load()
 	s.mu.Unlock()
 	q := &Request{op: s.fin}
+	if w.trk != nil {
+		w.trackReq(s.fin, name)
+	}
 	if done {
 		return q
 	}

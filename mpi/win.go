@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -172,6 +173,7 @@ type Win[T Elem] struct {
 	rel     *lapi.Counter
 	relPend int64
 	freed   bool
+	trk     track.ID // the window's record (Options.Track), until Free
 }
 
 // winPeer is what an origin knows of a target's window.
@@ -247,6 +249,10 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	if c.size > 1 {
 		w.winOpened()
 	}
+	if w.trk != nil {
+		var zero T
+		win.trk = w.trk.Add(fmt.Sprintf("window of %d %T", len(base), zero), 0)
+	}
 	return win, nil
 }
 
@@ -283,6 +289,7 @@ func (win *Win[T]) Free() error {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
 	win.freed = true
+	win.c.w.trk.Remove(win.trk)
 	win.deregister()
 	s := &win.c.w.win
 	for _, k := range win.k {

@@ -1,0 +1,220 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// siteAbove is "track_test.go:N", N the line above the caller's: the
+// call whose site a leak report must give.
+func siteAbove() string {
+	_, _, l, _ := runtime.Caller(1)
+	return fmt.Sprintf("track_test.go:%d", l-1)
+}
+
+// TestTrackLeaks: with Options.Track, a rank that leaves one of each
+// resource behind (an Irecv and a rendezvous Isend never waited for, an
+// Iallreduce never waited for, a window not freed, communicators from Dup
+// and Split not freed, a registration not deregistered) has Finalize
+// name every one, in the order they were made, with this file's line of
+// the call that made it; what it waited for and freed is not named.
+func TestTrackLeaks(t *testing.T) {
+	reports := make([]string, 2)
+	wants := make([]string, 2)
+	err := RunWith(2, Options{Track: true}, func(c *Comm) error {
+		me, peer := c.Rank(), 1-c.Rank()
+		var want []string
+		leak := func(what, site string) { want = append(want, what+" created at "+site) }
+
+		// Settled: not named.
+		q, err := Irecv(c, make([]int32, 1), peer, 1)
+		if err != nil {
+			return err
+		}
+		if err := Send(c, []int32{1}, peer, 1); err != nil {
+			return err
+		}
+		if _, err := q.Wait(); err != nil {
+			return err
+		}
+		d, err := c.Dup()
+		if err != nil {
+			return err
+		}
+		if err := d.Free(); err != nil {
+			return err
+		}
+		if err := d.Free(); !errors.Is(err, ErrArg) {
+			return fmt.Errorf("second Free: %v, want ErrArg", err)
+		}
+
+		_, err = Irecv(c, make([]int32, 4), peer, 7)
+		leak("Irecv request (from rank "+fmt.Sprint(peer)+" tag 7)", siteAbove())
+		if err != nil {
+			return err
+		}
+		// Rendezvous (beyond the eager limit): the peer never receives it.
+		_, err = Isend(c, make([]byte, 1<<20), peer, 8)
+		leak("Isend request (to rank "+fmt.Sprint(peer)+" tag 8)", siteAbove())
+		if err != nil {
+			return err
+		}
+		v := []int64{1}
+		_, err = Iallreduce(c, v, v, Sum)
+		leak("Iallreduce request (communicator 0)", siteAbove())
+		if err != nil {
+			return err
+		}
+		_, err = NewWin(c, make([]int32, 100))
+		leak("window of 100 int32", siteAbove())
+		if err != nil {
+			return err
+		}
+		d, err = c.Dup()
+		leak(fmt.Sprintf("communicator %d from Dup (2 ranks)", d.ctx/2), siteAbove())
+		if err != nil {
+			return err
+		}
+		s, err := c.Split(me, 0)
+		leak(fmt.Sprintf("communicator %d from Split (color %d, 1 of 2 ranks)", s.ctx/2, me), siteAbove())
+		if err != nil {
+			return err
+		}
+		// Irecv on a communicator other than the world's says which.
+		_, err = Irecv(d, make([]int32, 1), AnySource, AnyTag)
+		leak(fmt.Sprintf("Irecv request (from any source any tag, communicator %d)", d.ctx/2), siteAbove())
+		if err != nil {
+			return err
+		}
+		_, err = c.World().lc.TPT().Register(make([]byte, 4096), hal.AccessRead)
+		leak("registration of 4096 bytes", siteAbove())
+		if err != nil {
+			return err
+		}
+		wants[me] = fmt.Sprintf("mpi: finalize: %d resources leaked: %s", len(want), strings.Join(want, "; "))
+		if err := c.World().Finalize(); err != nil {
+			reports[me] = err.Error()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range reports {
+		if reports[r] != wants[r] {
+			t.Errorf("rank %d: Finalize reported\n%s\nwant\n%s", r, reports[r], wants[r])
+		}
+	}
+}
+
+// TestTrackOff: without Options.Track nothing is recorded (no registry
+// anywhere), Finalize's report of a request never waited for is the
+// count of them, and a nonblocking ping-pong through the caller's Requests
+// (IsendInto, IrecvInto, Wait) allocates nothing, as the blocking Send
+// and Recv do not.
+func TestTrackOff(t *testing.T) {
+	err := RunWith(2, Options{}, func(c *Comm) error {
+		w := c.World()
+		if w.trk != nil || w.lc.Tracker() != nil {
+			return fmt.Errorf("tracking off, yet a registry: %p %p", w.trk, w.lc.Tracker())
+		}
+		peer := 1 - c.Rank()
+		buf := make([]int64, 1)
+		big := make([]int64, 512) // 4 KiB: an unexpected one fits the buffer an arrival keeps
+		var sq, rq Request
+		step := func() {
+			for _, b := range [][]int64{buf, big} {
+				if err := IrecvInto(&rq, c, b, peer, 3); err != nil {
+					t.Error(err)
+				}
+				if err := IsendInto(&sq, c, b, peer, 3); err != nil {
+					t.Error(err)
+				}
+				if _, err := sq.Wait(); err != nil {
+					t.Error(err)
+				}
+				if _, err := rq.Wait(); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := Send(c, buf, peer, 4); err != nil {
+				t.Error(err)
+			}
+			if _, err := Recv(c, buf, peer, 4); err != nil {
+				t.Error(err)
+			}
+		}
+		step() // warm
+		if a := testing.AllocsPerRun(200, step); a != 0 && !raceEnabled {
+			return fmt.Errorf("rank %d: %v allocations per step", c.Rank(), a)
+		}
+		if _, err := Isend(c, make([]byte, 1<<20), peer, 9); err != nil { // rendezvous, never received
+			return err
+		}
+		if err := w.Finalize(); err == nil || err.Error() != "mpi: finalize: 1 requests still outstanding (never waited for; WEFT_TRACK=1 names them and where they were made)" {
+			return fmt.Errorf("Finalize with an Isend left: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkTrack is a nonblocking ping-pong of 8 bytes (IrecvInto, a
+// blocking Send, Wait: one tracked request per message) between two
+// goroutine ranks, with tracking off and on: off is the cost every
+// program pays, on what WEFT_TRACK=1 adds (each request's stack and
+// description). us/one-way is half the round trip.
+func BenchmarkTrack(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			b.ReportAllocs()
+			err := RunWith(2, Options{Track: on}, func(c *Comm) error {
+				peer := 1 - c.Rank()
+				buf := make([]int64, 1)
+				var q Request
+				round := func(first bool) error {
+					if !first {
+						if err := Send(c, buf, peer, 0); err != nil {
+							return err
+						}
+					}
+					if err := IrecvInto(&q, c, buf, peer, 0); err != nil {
+						return err
+					}
+					if first {
+						if err := Send(c, buf, peer, 0); err != nil {
+							return err
+						}
+					}
+					_, err := q.Wait()
+					return err
+				}
+				if c.Rank() == 0 {
+					b.ResetTimer()
+				}
+				start := time.Now()
+				for range b.N {
+					if err := round(c.Rank() == 0); err != nil {
+						return err
+					}
+				}
+				if c.Rank() == 0 {
+					b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N)/2000, "us/one-way")
+					b.StopTimer()
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
