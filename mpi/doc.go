@@ -25,7 +25,8 @@
 // Iprobe polls for a message as Probe waits for one; WaitAny, WaitSome,
 // TestAny and TestAll complete one, some or all of several Requests
 // (probe.go, waitany.go); Cancel takes back a receive no message has
-// matched (Status.Cancelled). SendObj, RecvObj and BcastObj move any
+// matched (Status.Cancelled); Mprobe and Improbe take a message out of
+// matching, for Mrecv or Imrecv to receive (mprobe.go). SendObj, RecvObj and BcastObj move any
 // value encoding/gob can encode (obj.go).
 //
 // Isend and Irecv return a *Request, a new allocation each time (an Isend
