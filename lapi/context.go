@@ -52,7 +52,7 @@ type Context struct {
 	tpt        *hal.TPT
 	gets       getTable
 	stats      Stats
-	peerStats  []PeerStats // by peer rank
+	peerStats  []PeerStats  // by peer rank
 	failures   atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
 	reint      *hal.Reintegration
 	awaiting   []map[*Counter]int // per peer: completions it still owes us
