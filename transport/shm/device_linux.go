@@ -15,6 +15,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/trace"
+	"github.com/weft-hpc/weft/internal/track"
 )
 
 // Device is one rank's shared-memory device. Besides hal.Device it
@@ -23,7 +24,11 @@ import (
 // Its methods speak the job's ranks; inside, the segment's slots (see
 // Options.Ranks) index the rings and rank blocks.
 type Device struct {
-	seg    *segment
+	seg *segment
+	// trk records the segment's mapping from Open until Close unmaps it
+	// (hal.Config.Track); nil: not recorded.
+	trk    *track.Registry
+	trkID  track.ID
 	g      geometry
 	opts   Options
 	jobKey uint64
@@ -150,6 +155,10 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 			cfg.Rank, cfg.Size, slot, len(ranks), how, d.seg.path, d.g.total>>10, d.g.cells, d.g.cellSize, d.g.ringBytes>>10, d.g.line, d.cma.ok.Load())
 	}
 	d.cma.report(-1)
+	if cfg.Track != nil {
+		d.trk = cfg.Track
+		d.trkID = d.trk.Add(fmt.Sprintf("shm segment %s (%d KiB mapped)", d.seg.path, d.g.total>>10), 0)
+	}
 	return d, nil
 }
 
@@ -586,6 +595,7 @@ func (d *Device) Close() error {
 	d.life.Lock()
 	defer d.life.Unlock()
 	err := d.seg.detach(d.slot)
+	d.trk.Remove(d.trkID)
 	trace.Printf(trace.Setup, "shm: rank %d closed (%v)", d.rank, &d.counters)
 	return err
 }
