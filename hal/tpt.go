@@ -197,7 +197,9 @@ func (t *TPT) Deregister(p PVO) error {
 		return fmt.Errorf("hal: deregister: %w", err)
 	}
 	local := t.entries[p.Entry].local
-	t.trk.Remove(t.entries[p.Entry].trk)
+	if id := t.entries[p.Entry].trk; id != 0 {
+		t.trk.Remove(id)
+	}
 	t.entries[p.Entry] = tptEntry{}
 	t.removals.Add(1)
 	t.free = append(t.free, p.Entry)

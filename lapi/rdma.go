@@ -702,7 +702,9 @@ func (c *Context) launchWaiting() {
 // finishGroup reports a whole transfer done (c.mu held).
 func (c *Context) finishGroup(g *rdmaGroup) {
 	c.rd.groups--
-	c.cfg.Track.Remove(g.trk)
+	if g.trk != 0 {
+		c.cfg.Track.Remove(g.trk)
+	}
 	if g.kind == opRead {
 		c.tpt.Deregister(g.local)
 	}
