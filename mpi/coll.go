@@ -160,6 +160,9 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 		if err != nil {
 			return err
 		}
+		if err := red.check(len(send)); err != nil {
+			return err
+		}
 		if c.rank == root && len(recv) != len(send) {
 			return fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 		}
@@ -224,6 +227,9 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	body := func() error {
 		red, err := reducerFor[T](op)
 		if err != nil {
+			return err
+		}
+		if err := red.check(len(send)); err != nil {
 			return err
 		}
 		if len(recv) != len(send) {

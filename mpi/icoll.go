@@ -105,6 +105,9 @@ func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error)
 		if err != nil {
 			return nil, err
 		}
+		if err := red.check(len(send)); err != nil {
+			return nil, err
+		}
 		if c.rank == root && len(recv) != len(send) {
 			return nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 		}
@@ -181,6 +184,9 @@ func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 	return c.istartClean("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
 		red, err := reducerFor[T](op)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := red.check(len(send)); err != nil {
 			return nil, nil, err
 		}
 		if len(recv) != len(send) {

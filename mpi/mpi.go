@@ -34,11 +34,19 @@ type Elem interface {
 type Op int
 
 // Reduction operations. Max and Min are not defined on complex numbers.
+//
+// MaxLoc and MinLoc reduce (value, index) pairs, held in a slice as
+// value, index, value, index... (as Fortran's MPI_2REAL and
+// MPI_2DOUBLE_PRECISION hold them): the result's value is the largest
+// (smallest) and its index that of the rank it came from, the lowest
+// such index on a tie. The slice's length must be even, and T real.
 const (
 	Sum Op = iota
 	Prod
 	Max
 	Min
+	MaxLoc
+	MinLoc
 )
 
 func (o Op) String() string {
@@ -51,6 +59,10 @@ func (o Op) String() string {
 		return "Max"
 	case Min:
 		return "Min"
+	case MaxLoc:
+		return "MaxLoc"
+	case MinLoc:
+		return "MinLoc"
 	}
 	if u := lookupOp(o); u != nil {
 		return fmt.Sprintf("NewOp#%d[%v]", int(o-firstUserOp), u.elem)

@@ -20,6 +20,17 @@ type reducer struct {
 	// inout, in holding lower ranks' part, as MPI_User_function.
 	user         func(inout, in []byte)
 	userCommutes bool
+	// pairs marks MaxLoc and MinLoc, whose slices hold (value, index)
+	// pairs: an even number of elements (check).
+	pairs bool
+}
+
+// check rejects a slice of n elements the reduction cannot take.
+func (r reducer) check(n int) error {
+	if r.pairs && n%2 != 0 {
+		return fmt.Errorf("mpi: MaxLoc and MinLoc reduce (value, index) pairs: %d elements is not a whole number of pairs: %w", n, ErrArg)
+	}
+	return nil
 }
 
 // reduce sets dst = dst ∘ src, dst holding lower ranks' part than src
@@ -104,6 +115,16 @@ func reducerFor[T Elem](op Op) (reducer, error) {
 		if op == Min {
 			r.op = lapi.AccMin
 		}
+	case MaxLoc, MinLoc:
+		if complexT {
+			return reducer{}, fmt.Errorf("mpi: %v is not defined on complex numbers: %w", op, ErrArg)
+		}
+		r.user, r.pairs = locReducer(r.t, op == MaxLoc), true
+		// Not commutative to the algorithms, though it is: those that
+		// take commuting ops cut the data into blocks, which could
+		// split a pair. The others keep rank order, which gives the
+		// same result.
+		r.userCommutes = false
 	default:
 		if u := lookupOp(op); u != nil {
 			ur, err := userReducer[T](op, u)

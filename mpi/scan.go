@@ -33,6 +33,9 @@ func scan[T Elem](c *Comm, name string, kind uint8, send, recv []T, op Op) error
 		if err != nil {
 			return err
 		}
+		if err := red.check(len(send)); err != nil {
+			return err
+		}
 		if len(recv) != len(send) {
 			return fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 		}
@@ -93,6 +96,9 @@ func ReduceScatterBlock[T Elem](c *Comm, send, recv []T, op Op) error {
 	body := func() error {
 		red, err := reducerFor[T](op)
 		if err != nil {
+			return err
+		}
+		if err := red.check(len(recv)); err != nil {
 			return err
 		}
 		if len(send) != c.size*len(recv) {

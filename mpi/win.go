@@ -402,6 +402,9 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	if err != nil {
 		return fmt.Errorf("mpi: window accumulate: %w", err)
 	}
+	if red.user != nil {
+		return fmt.Errorf("mpi: window accumulate: %v: Accumulate takes Sum, Prod, Max and Min: %w", op, ErrArg)
+	}
 	p, err := win.access("accumulate", target, disp, len(origin))
 	if err != nil || len(origin) == 0 {
 		return err
