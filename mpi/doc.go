@@ -67,6 +67,9 @@
 // Gather and Scatter node by node (hier.go): within each node (its shared
 // block), between one leader per node (messages), within each node again.
 //
+// MaxLoc and MinLoc reduce (value, index) pairs held side by side in the
+// slice (loc.go); every algorithm that keeps rank order takes them.
+//
 // Besides the collectives above: Scan and Exscan (recursive doubling),
 // ReduceScatterBlock (a Reduce to rank 0 then a Scatter), and the vector
 // collectives Gatherv, Scatterv, Allgatherv and Alltoallv (a message per
