@@ -127,10 +127,24 @@ func Reduce(dst, src []byte, op AccOp, t ElemType) error {
 		return nil
 	}
 	switch t {
-	case Int8:
-		reduceOrdered(as[int8](dst), as[int8](src), op)
-	case Int16:
-		reduceOrdered(as[int16](dst), as[int16](src), op)
+	case Int8, Uint8:
+		switch {
+		case op == AccSum:
+			vec.AddInt8(as[int8](dst), as[int8](src)) // vector instructions where there are
+		case t == Int8:
+			reduceOrdered(as[int8](dst), as[int8](src), op)
+		default:
+			reduceOrdered(as[uint8](dst), as[uint8](src), op)
+		}
+	case Int16, Uint16:
+		switch {
+		case op == AccSum:
+			vec.AddInt16(as[int16](dst), as[int16](src))
+		case t == Int16:
+			reduceOrdered(as[int16](dst), as[int16](src), op)
+		default:
+			reduceOrdered(as[uint16](dst), as[uint16](src), op)
+		}
 	case Int32:
 		if op == AccSum {
 			vec.AddInt32(as[int32](dst), as[int32](src)) // vector instructions where there are
@@ -143,14 +157,18 @@ func Reduce(dst, src []byte, op AccOp, t ElemType) error {
 		} else {
 			reduceOrdered(as[int64](dst), as[int64](src), op)
 		}
-	case Uint8:
-		reduceOrdered(as[uint8](dst), as[uint8](src), op)
-	case Uint16:
-		reduceOrdered(as[uint16](dst), as[uint16](src), op)
 	case Uint32:
-		reduceOrdered(as[uint32](dst), as[uint32](src), op)
+		if op == AccSum {
+			vec.AddInt32(as[int32](dst), as[int32](src)) // wrapping: the same bits
+		} else {
+			reduceOrdered(as[uint32](dst), as[uint32](src), op)
+		}
 	case Uint64:
-		reduceOrdered(as[uint64](dst), as[uint64](src), op)
+		if op == AccSum {
+			vec.AddInt64(as[int64](dst), as[int64](src))
+		} else {
+			reduceOrdered(as[uint64](dst), as[uint64](src), op)
+		}
 	case Float32:
 		if op == AccSum {
 			vec.AddFloat32(as[float32](dst), as[float32](src)) // vector instructions where there are

@@ -23,3 +23,9 @@ func addI32(d, s unsafe.Pointer, n int)
 
 //go:noescape
 func addI64(d, s unsafe.Pointer, n int)
+
+//go:noescape
+func addI8(d, s unsafe.Pointer, n int)
+
+//go:noescape
+func addI16(d, s unsafe.Pointer, n int)

@@ -41,3 +41,11 @@ TEXT ·addI32(SB), NOSPLIT, $0-24
 // func addI64(d, s unsafe.Pointer, n int)
 TEXT ·addI64(SB), NOSPLIT, $0-24
 	ADD128(VPADDQ)
+
+// func addI8(d, s unsafe.Pointer, n int)
+TEXT ·addI8(SB), NOSPLIT, $0-24
+	ADD128(VPADDB)
+
+// func addI16(d, s unsafe.Pointer, n int)
+TEXT ·addI16(SB), NOSPLIT, $0-24
+	ADD128(VPADDW)

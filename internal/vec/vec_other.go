@@ -11,3 +11,5 @@ func addF32(d, s unsafe.Pointer, n int) {}
 func addF64(d, s unsafe.Pointer, n int) {}
 func addI32(d, s unsafe.Pointer, n int) {}
 func addI64(d, s unsafe.Pointer, n int) {}
+func addI8(d, s unsafe.Pointer, n int)  {}
+func addI16(d, s unsafe.Pointer, n int) {}

@@ -25,11 +25,13 @@ func TestAddMatchesScalar(t *testing.T) {
 			checkAdd(t, "float64", n, off, f64, AddFloat64)
 			checkAdd(t, "int32", n, off, func() int32 { return int32(r.Uint32()) }, AddInt32)
 			checkAdd(t, "int64", n, off, func() int64 { return int64(r.Uint64()) }, AddInt64)
+			checkAdd(t, "int8", n, off, func() int8 { return int8(r.Uint32()) }, AddInt8)
+			checkAdd(t, "int16", n, off, func() int16 { return int16(r.Uint32()) }, AddInt16)
 		}
 	}
 }
 
-func checkAdd[T float32 | float64 | int32 | int64](t *testing.T, name string, n, off int, gen func() T, add func(d, s []T)) {
+func checkAdd[T float32 | float64 | int8 | int16 | int32 | int64](t *testing.T, name string, n, off int, gen func() T, add func(d, s []T)) {
 	t.Helper()
 	d, s := make([]T, n+off), make([]T, n+off+1) // s may be longer than d
 	for i := range s {
@@ -54,7 +56,7 @@ func checkAdd[T float32 | float64 | int32 | int64](t *testing.T, name string, n,
 }
 
 // same compares bits: NaN equals NaN, -0 differs from +0.
-func same[T float32 | float64 | int32 | int64](a, b T) bool {
+func same[T float32 | float64 | int8 | int16 | int32 | int64](a, b T) bool {
 	switch x := any(a).(type) {
 	case float32:
 		return math.Float32bits(x) == math.Float32bits(any(b).(float32))
