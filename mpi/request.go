@@ -45,9 +45,6 @@ func (q *Request) free(call string) error {
 // settle takes a completed operation's status and error into the handle
 // and gives the operation back.
 func (q *Request) settle() {
-	if id := q.op.trk; id != 0 {
-		q.op.w.trk.Remove(id)
-	}
 	q.st, q.err = q.op.giveBack()
 	q.op = nil
 }
@@ -174,7 +171,7 @@ type request struct {
 	sched *schedule
 	// trk is the request's record in the world's registry (track.go),
 	// from Isend, Irecv or a nonblocking collective until a Wait or Test
-	// settles it; 0 when tracking is off.
+	// settles it and gives it back; 0 when tracking is off.
 	trk track.ID
 }
 
@@ -248,6 +245,11 @@ type gaveBack struct {
 // giveBack returns a completed request's status and error, and gives the
 // request back for reuse: after it, r belongs to the next operation.
 func (r *request) giveBack() (Status, error) {
+	if r.trk != 0 {
+		// Here, not in Request.settle: that stays small enough to be
+		// inlined into Wait and Test.
+		r.w.trk.Remove(r.trk)
+	}
 	r.release()
 	st, err := r.st, r.err
 	r.recycle()
