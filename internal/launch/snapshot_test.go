@@ -2,6 +2,8 @@ package launch
 
 import (
 	"bufio"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,4 +367,32 @@ func TestMultiHostNetnsSnapshots(t *testing.T) {
 	wantSnapshotRecord(t, r3, 3, "unexpected", map[string]string{"source": "1", "tag": "5", "bytes": "8"})
 	wantSnapshotRecord(t, r3, 3, "link", map[string]string{"peer": "0", "failed": ""})
 	assertNoRankLeft(t)
+}
+
+// TestSnapshotFlag: --snapshot-dir takes an existing directory, made
+// absolute; another value is a usage error naming the flag; the help says
+// what a snapshot holds and when it is taken.
+func TestSnapshotFlag(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.Mkdir("snaps", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := ParseArgs([]string{"--snapshot-dir", "snaps", "prog"}, io.Discard)
+	if err != nil || o.SnapshotDir != filepath.Join(dir, "snaps") {
+		t.Errorf("--snapshot-dir snaps: %+v, %v; want %s", o, err, filepath.Join(dir, "snaps"))
+	}
+	for _, bad := range []string{"none", "snaps/none"} {
+		if _, err := ParseArgs([]string{"--snapshot-dir", bad, "prog"}, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--snapshot-dir") {
+			t.Errorf("--snapshot-dir %s: %v; want a usage error naming the flag", bad, err)
+		}
+	}
+	var out, errb lockedBuffer
+	run([]string{"-h"}, &out, &errb)
+	help := out.String() + errb.String()
+	for _, want := range []string{"-snapshot-dir", "SIGQUIT", "weft-snapshot-rankN.txt", "the cycle when ranks wait on each other", "not in MPI", "when a rank fails"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("the help does not say %q:\n%s", want, help)
+		}
+	}
 }
