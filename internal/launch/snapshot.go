@@ -359,11 +359,14 @@ func summary(why, dir string, snaps map[int]*rankSnap, ranks []rankState) []stri
 		text := fmt.Sprintf("  rank %d (%s): %s", r, ranks[r].where, stateText(r, s, ranks[r]))
 		if s != nil {
 			if _, ok := s.collective(); ok && len(g.out[r]) > 0 {
-				text += " for ranks " + rankList(g.out[r]) + ", not in it"
+				text += " for " + ranksText(g.out[r]) + ", not in it"
 			}
 			text += s.queuesText()
 			if why := s.head["reason"]; why != "" && !strings.HasPrefix(why, "signal") {
 				text += "; snapshot of " + why
+			}
+			if ranks[r].exited != "" {
+				text += "; since exited (" + ranks[r].exited + ")"
 			}
 		}
 		lines = append(lines, text)
@@ -406,6 +409,14 @@ func summary(why, dir string, snaps map[int]*rankSnap, ranks []rankState) []stri
 		lines = append(lines, "not in MPI: "+strings.Join(out, ", "))
 	}
 	return lines
+}
+
+// ranksText is "rank N" for one rank, "ranks N,M,..." for more.
+func ranksText(ids []int) string {
+	if len(ids) == 1 {
+		return "rank " + strconv.Itoa(ids[0])
+	}
+	return "ranks " + rankList(ids)
 }
 
 // queuesText says what s holds besides its wait: posted receives and

@@ -121,8 +121,8 @@ func TestSnapshotSummary(t *testing.T) {
 	text := strings.Join(lines, "\n")
 	for _, want := range []string{
 		"snapshots (--timeout): 4 of 4 ranks, in " + dir + " (weft-snapshot-rank0.txt):",
-		"  rank 0 (pid 10): waits in Barrier (collective #1 on communicator 0) for ranks 3, not in it",
-		"  rank 2 (on host2, ssh pid 12): waits in Barrier (collective #1 on communicator 0) for ranks 3, not in it",
+		"  rank 0 (pid 10): waits in Barrier (collective #1 on communicator 0) for rank 3, not in it",
+		"  rank 2 (on host2, ssh pid 12): waits in Barrier (collective #1 on communicator 0) for rank 3, not in it",
 		"  rank 3 (on host2, ssh pid 13): waits in Recv from rank 0, tag 7, communicator 0; 1 pending, 1 unexpected (first from rank 1, tag 5, communicator 0, 8 bytes), toward rank 2 3 packets unacknowledged (oldest 1.5s, resent 4 times)",
 		"deadlock: ranks wait on each other in a cycle 0 → 3 → 0: rank 0 waits in Barrier (collective #1 on communicator 0) for rank 3; rank 3 waits in Recv from rank 0, tag 7, communicator 0",
 		"not in Barrier (collective #1 on communicator 0), which rank(s) 0,1,2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)",
@@ -249,6 +249,28 @@ func TestGorunTimeoutSnapshots(t *testing.T) {
 	if strings.Contains(r.stderr+r.stdout, pmi.SnapshotPrefix) {
 		t.Errorf("a snapshot line was passed through as output:\n%s\n%s", r.stdout, r.stderr)
 	}
+	assertNoRankLeft(t)
+}
+
+// TestGorunRankTimeoutSnapshots: ranks that time out by themselves
+// (WEFT_TIMEOUT) send a snapshot of their own, which gorun writes and sums
+// up at the end of the job, saying it is of the timeout and that the
+// rank has exited since.
+func TestGorunRankTimeoutSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	r := gorun(t, "-n", "2", "-x", "WEFT_TIMEOUT=1s", "--snapshot-dir", dir, bins.deadlock)
+	if r.code != 1 {
+		t.Errorf("status %d, want 1", r.code)
+	}
+	r0 := readSnapshot(t, dir, 0)
+	if _, f := pmi.ParseRecord(r0[0]); f["reason"] != "timeout: waited 1s in Recv from rank 1, tag 7, communicator 0" {
+		t.Errorf("rank 0's snapshot: %s", r0[0])
+	}
+	wantSnapshotRecord(t, r0, 0, "waiting", map[string]string{"op": "Recv", "peer": "1", "tag": "7", "comm": "0"})
+	matchAll(t, r.stderr,
+		`gorun: snapshots \((written by the ranks|rank \d failed)\): 2 of 2 ranks`,
+		`gorun:   rank 0 \(pid \d+\): waits in Recv from rank 1, tag 7, communicator 0; 1 pending; snapshot of timeout: waited 1s in Recv from rank 1, tag 7, communicator 0; since exited \(exit status 1\)`,
+		`gorun: deadlock: ranks wait on each other in a cycle 0 → 1 → 0`)
 	assertNoRankLeft(t)
 }
 
