@@ -386,18 +386,25 @@ func summary(why, dir string, snaps map[int]*rankSnap, ranks []rankState) []stri
 			path = append(path, strconv.Itoa(r))
 		}
 		path = append(path, strconv.Itoa(c[0]))
+		if len(steps) > listMax {
+			steps = append(steps[:listMax], fmt.Sprintf("and %d more", len(c)-listMax))
+		}
 		lines = append(lines, "deadlock: ranks wait on each other in a cycle "+strings.Join(path, " → ")+": "+strings.Join(steps, "; "))
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(g.absent), func(a, b call) int {
 		return cmp.Or(cmp.Compare(a.comm, b.comm), cmp.Compare(a.n, b.n))
 	}) {
+		if len(lines) >= summaryRows+listMax {
+			lines = append(lines, "... more collectives wait for members not in them (in the files)")
+			break
+		}
 		w := snaps[g.waiters[k][0]]
 		var who []string
 		for _, m := range g.absent[k] {
 			who = append(who, fmt.Sprintf("rank %d (%s)", m, stateText(m, snaps[m], ranks[m])))
 		}
 		lines = append(lines, fmt.Sprintf("not in %s, which rank(s) %s wait in: %s",
-			w.waitText(), rankList(g.waiters[k]), strings.Join(who, ", ")))
+			w.waitText(), spans(g.waiters[k]), capList(who)))
 	}
 	var out []string
 	for r := range n {
@@ -406,9 +413,42 @@ func summary(why, dir string, snaps map[int]*rankSnap, ranks []rankState) []stri
 		}
 	}
 	if len(out) > 0 {
-		lines = append(lines, "not in MPI: "+strings.Join(out, ", "))
+		lines = append(lines, "not in MPI: "+capList(out))
 	}
 	return lines
+}
+
+// listMax caps the items of a summary's list, and its steps of a cycle.
+const listMax = 8
+
+// capList joins items, the first listMax of them and a count of the rest.
+func capList(items []string) string {
+	if len(items) <= listMax {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:listMax], ", ") + fmt.Sprintf(" and %d more", len(items)-listMax)
+}
+
+// spans writes ascending ids with runs of three or more as first-last:
+// "0-2,5,7".
+func spans(ids []int) string {
+	var parts []string
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			parts = append(parts, fmt.Sprintf("%d-%d", ids[i], ids[j]))
+		default:
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(ids[k]))
+			}
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // ranksText is "rank N" for one rank, "ranks N,M,..." for more.
@@ -416,7 +456,7 @@ func ranksText(ids []int) string {
 	if len(ids) == 1 {
 		return "rank " + strconv.Itoa(ids[0])
 	}
-	return "ranks " + rankList(ids)
+	return "ranks " + spans(ids)
 }
 
 // queuesText says what s holds besides its wait: posted receives and

@@ -125,7 +125,7 @@ func TestSnapshotSummary(t *testing.T) {
 		"  rank 2 (on host2, ssh pid 12): waits in Barrier (collective #1 on communicator 0) for rank 3, not in it",
 		"  rank 3 (on host2, ssh pid 13): waits in Recv from rank 0, tag 7, communicator 0; 1 pending, 1 unexpected (first from rank 1, tag 5, communicator 0, 8 bytes), toward rank 2 3 packets unacknowledged (oldest 1.5s, resent 4 times)",
 		"deadlock: ranks wait on each other in a cycle 0 → 3 → 0: rank 0 waits in Barrier (collective #1 on communicator 0) for rank 3; rank 3 waits in Recv from rank 0, tag 7, communicator 0",
-		"not in Barrier (collective #1 on communicator 0), which rank(s) 0,1,2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)",
+		"not in Barrier (collective #1 on communicator 0), which rank(s) 0-2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
@@ -329,7 +329,7 @@ func TestGorunSigquitSnapshots(t *testing.T) {
 	lines := bufio.NewScanner(stderr)
 	var got []string
 	deadline := time.Now().Add(15 * time.Second)
-	culprit := "gorun: not in Barrier (collective #1 on communicator 0), which rank(s) 0,1,2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)"
+	culprit := "gorun: not in Barrier (collective #1 on communicator 0), which rank(s) 0-2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)"
 	found := false
 	for !found && time.Now().Before(deadline) {
 		if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
@@ -377,7 +377,7 @@ func TestMultiHostNetnsSnapshots(t *testing.T) {
 		`gorun: snapshots \(--timeout\): 4 of 4 ranks`,
 		`gorun:   rank 3 \(on host2, ssh pid \d+\): waits in Recv from rank 0, tag 7, communicator 0; 1 pending, 1 unexpected \(first from rank 1, tag 5, communicator 0, 8 bytes\)`,
 		`gorun: deadlock: ranks wait on each other in a cycle 0 → 3 → 0: rank 0 waits in Barrier \(collective #1 on communicator 0\) for rank 3; rank 3 waits in Recv from rank 0, tag 7, communicator 0`,
-		`gorun: not in Barrier \(collective #1 on communicator 0\), which rank\(s\) 0,1,2 wait in: rank 3 \(waits in Recv from rank 0, tag 7, communicator 0\)`)
+		`gorun: not in Barrier \(collective #1 on communicator 0\), which rank\(s\) 0-2 wait in: rank 3 \(waits in Recv from rank 0, tag 7, communicator 0\)`)
 	for rank := range 4 {
 		lines := readSnapshot(t, dir, rank)
 		if rank < 3 {
@@ -416,5 +416,44 @@ func TestSnapshotFlag(t *testing.T) {
 		if !strings.Contains(help, want) {
 			t.Errorf("the help does not say %q:\n%s", want, help)
 		}
+	}
+}
+
+// TestSnapshotSummaryLarge: a ring of 40 ranks, each in a Recv from the
+// next, and 20 more asleep outside MPI, stays on one screen: 16 rank
+// lines, the cycle's first steps, a count of the rest, and the ranks not
+// in MPI capped the same way.
+func TestSnapshotSummaryLarge(t *testing.T) {
+	const ring, n = 40, 60
+	snaps := map[int]*rankSnap{}
+	ranks := make([]rankState, n)
+	for r := range n {
+		ranks[r].where = "pid " + strconv.Itoa(100+r)
+		if r >= ring {
+			snaps[r] = parseSnapshot(r, []byte(snapText(r, nil, "-", "0")))
+			continue
+		}
+		next := strconv.Itoa((r + 1) % ring)
+		snaps[r] = parseSnapshot(r, []byte(snapText(r, []string{"op", "Recv", "peer", next, "tag", "1", "comm", "0", "call", "0",
+			"what", "Recv from rank " + next + ", tag 1, communicator 0"}, "-", "0")))
+	}
+	lines := summary("SIGQUIT", "/x", snaps, ranks)
+	if len(lines) > summaryRows+6 {
+		t.Errorf("%d lines, more than a screen:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	text := strings.Join(lines, "\n")
+	for _, want := range []string{
+		"  ... 44 more ranks (in their files)",
+		"deadlock: ranks wait on each other in a cycle 0 → 1 → 2 → ",
+		"; rank 7 waits in Recv from rank 8, tag 1, communicator 0; and 32 more",
+		"not in MPI: rank 40 (in no MPI call), ",
+		" and 12 more",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("summary lacks %q:\n%s", want, text)
+		}
+	}
+	if got := spans([]int{0, 1, 2, 4, 6, 7, 9, 10, 11, 12}); got != "0-2,4,6,7,9-12" {
+		t.Errorf("spans = %q", got)
 	}
 }
