@@ -1,13 +1,16 @@
 package mpi
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,5 +206,70 @@ func TestSnapshotUserCtx(t *testing.T) {
 		if got := userCtx(c.ctx); got != c.want {
 			t.Errorf("userCtx(%#x) = %d, want %d", c.ctx, got, c.want)
 		}
+	}
+}
+
+// TestSnapshotOnSignal: a rank under gorun (pmi.SnapshotEnv and AskEnv)
+// answers pmi.AskSignal with its snapshot's lines on stderr, each after
+// pmi.SnapshotPrefix, from "snapshot" to "end", then its answer line, in
+// that order: gorun has the snapshot when it has the answer.
+func TestSnapshotOnSignal(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(pmi.AskEnv, "1")
+	t.Setenv(pmi.SnapshotEnv, "1")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	stderr := os.Stderr
+	os.Stderr = pw
+	defer func() { os.Stderr = stderr; pw.Close() }()
+	lines := bufio.NewReader(pr)
+
+	var w0 atomic.Pointer[World]
+	err = Run(2, func(c *Comm) error {
+		if c.Rank() == 0 {
+			stop := c.w.answerGorun()
+			defer stop()
+			w0.Store(c.w)
+			_, err := Recv(c, make([]byte, 8), 1, 7)
+			return err
+		}
+		for start := time.Now(); ; runtime.Gosched() {
+			if w := w0.Load(); w != nil && w.Waiting() != "" {
+				break
+			}
+			if time.Since(start) > 20*time.Second {
+				return errors.New("rank 0 not blocked after 20s")
+			}
+		}
+		if err := syscall.Kill(os.Getpid(), pmi.AskSignal); err != nil {
+			return err
+		}
+		var got []string
+		for {
+			line, err := lines.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			got = append(got, line)
+			if strings.HasPrefix(line, pmi.AnswerPrefix) {
+				break
+			}
+		}
+		n := len(got)
+		if n < 4 || !strings.HasPrefix(got[0], pmi.SnapshotPrefix+"snapshot rank=0 ") || got[n-2] != pmi.SnapshotPrefix+"end\n" ||
+			got[n-1] != pmi.AnswerPrefix+"Recv from rank 1, tag 7, communicator 0\n" {
+			t.Errorf("stderr on the signal:\n%s", strings.Join(got, ""))
+		}
+		want := pmi.SnapshotPrefix + `waiting op=Recv peer=1 tag=7 comm=0 call=0 collective="" what="Recv from rank 1, tag 7, communicator 0"` + "\n"
+		if !slices.Contains(got, want) {
+			t.Errorf("no line %q in:\n%s", want, strings.Join(got, ""))
+		}
+		return Send(c, make([]byte, 8), 0, 7)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
