@@ -62,6 +62,10 @@ type BcastOpts struct {
 	Done *Counter
 	// All, at the root, is incremented when every member has the data.
 	All *Counter
+	// Notify, if set, is told when Done would fire, or that the
+	// broadcast failed. It runs in the completion runner and must not
+	// block or call into the context.
+	Notify Completer
 }
 
 // ErrBcast is wrapped by errors of a broadcast that is not well formed.
@@ -189,6 +193,28 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	}
 	c.runCompletions()
 	return nil
+}
+
+// ErrBcastAborted is wrapped by the errors of a broadcast that
+// AbortBroadcast ended.
+var ErrBcastAborted = errors.New("lapi: broadcast aborted")
+
+// AbortBroadcast ends this member's part of broadcast id (a caller that
+// gave up on it: the layer above aborted the call): its buffer is
+// released, so nothing more is written into it (a parent's later chunks
+// fail there with a protection fault, which ends the parent's part), and
+// its counters fail with cause, wrapping ErrBcastAborted. A broadcast not
+// in flight here is left alone.
+func (c *Context) AbortBroadcast(id uint64, cause error) {
+	t := c.bcastTable()
+	c.mu.Lock()
+	delete(t.early, id)
+	if st := t.live[id]; st != nil {
+		st.failLocked(fmt.Errorf("%w: %w", ErrBcastAborted, cause))
+		st.progressLocked()
+	}
+	c.mu.Unlock()
+	c.runCompletions()
 }
 
 // bcastParent and bcastChildren are a tree's edges in ranks relative to
@@ -329,6 +355,7 @@ func (st *bcastState) progressLocked() {
 				k.incr()
 			}
 		}
+		c.note(st.o.Notify, st.err)
 		if st.registered {
 			st.registered = false
 			c.tpt.Deregister(st.pvo)
@@ -349,6 +376,7 @@ func (st *bcastState) progressLocked() {
 		if st.o.Done != nil {
 			st.o.Done.incr()
 		}
+		c.note(st.o.Notify, nil)
 		c.wakeLocked()
 	}
 	if st.landedAll && st.haves == len(st.kids) && !st.haveSent {

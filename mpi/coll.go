@@ -53,6 +53,9 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.shared(len(b)) {
 		return c.sh.bcast(b, root)
 	}
+	if c.bcastRDMA(len(b)) {
+		return c.bcastChain(b, root)
+	}
 	if len(b) >= bcastLarge && c.size > 2 {
 		return c.bcastScatterAllgather(b, root)
 	}
