@@ -193,7 +193,7 @@ func (j *job) run() (int, error) {
 	close(j.done)
 	j.drain()
 	if j.out.snaps.unsummed() {
-		j.summarize("written by the ranks") // at a fatal error or a timeout of their own
+		j.summarize("written by the ranks", time.Time{}) // at a fatal error or a timeout of their own
 	}
 	if j.out.stats != nil {
 		j.out.stats.print(j.out, len(j.ranks))

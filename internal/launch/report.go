@@ -92,7 +92,7 @@ func (j *job) endAsk() {
 	if j.timedOut {
 		j.report()
 	}
-	j.summarize(a.why)
+	j.summarize(a.why, a.asked)
 	j.asking = nil
 	if a.stop {
 		j.stop()

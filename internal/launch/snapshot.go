@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -83,6 +84,7 @@ func (s *snapshots) take(line []byte, rank int) []byte {
 		delete(s.building, rank)
 		snap := parseSnapshot(rank, b)
 		snap.path = s.writeLocked(rank, b)
+		snap.at = time.Now()
 		s.got[rank] = snap
 		s.fresh++
 	}
@@ -144,6 +146,10 @@ type rankSnap struct {
 	more       map[string]int
 	links      []map[string]string
 	path       string
+	at         time.Time // when gorun had it whole
+	// old, when not "", says the snapshot came before the question the
+	// summary answers: the rank did not answer this one.
+	old string
 }
 
 // snapComm is a communicator as one rank saw it.
@@ -365,6 +371,9 @@ func summary(why, dir string, snaps map[int]*rankSnap, ranks []rankState) []stri
 			if why := s.head["reason"]; why != "" && !strings.HasPrefix(why, "signal") {
 				text += "; snapshot of " + why
 			}
+			if s.old != "" {
+				text += "; " + s.old
+			}
 			if ranks[r].exited != "" {
 				text += "; since exited (" + ranks[r].exited + ")"
 			}
@@ -488,9 +497,20 @@ func (s *rankSnap) queuesText() string {
 }
 
 // summarize prints the summary of the latest snapshots, why naming what
-// brought them.
-func (j *job) summarize(why string) {
+// brought them, asked when (a snapshot from before it is said to be).
+func (j *job) summarize(why string, asked time.Time) {
 	snaps, dir, err := j.out.snaps.latest()
+	if len(snaps) == 0 {
+		j.out.say(fmt.Sprintf("snapshots (%s): none came (no rank past mpi.Init answered)", why))
+		return
+	}
+	for r, s := range snaps {
+		if s.at.Before(asked) {
+			c := *s
+			c.old = fmt.Sprintf("snapshot %v older than the question, not answered since", asked.Sub(s.at).Round(time.Millisecond))
+			snaps[r] = &c
+		}
+	}
 	ranks := make([]rankState, len(j.ranks))
 	for i, r := range j.ranks {
 		ranks[i].where = r.where()
