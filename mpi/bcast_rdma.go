@@ -9,29 +9,34 @@ import (
 )
 
 // Large broadcasts by lapi's broadcast RDMA (lapi.Broadcast): the data
-// streams down a chain of the members in chunks, each rank's lapi
-// forwarding a chunk to the next as soon as it has landed (conditional
-// RDMA), so that every rank receives and sends the message once, with no
-// handshake per step and no call of the rank's in the path. The
-// scatter-allgather it replaces moves about 2x the message through each
-// rank, in 2 log2(n)+n-1 synchronised steps.
+// streams down a binomial tree of the members in chunks, each rank's lapi
+// forwarding a chunk to its children as soon as it has landed
+// (conditional RDMA), with no handshake per step and no call of the
+// rank's in the path. The scatter-allgather it replaces takes
+// 2 log2(n)+n-1 synchronised steps, each of which may wait for a rank to
+// be scheduled.
+//
+// lapi also has a chain, where every rank receives and sends the data
+// once; with more ranks than cores (bench/results/bcast-rdma.md) the
+// chain's n-1 hops, each a wake-up, lost to the tree's log2(n).
 
-// bcastRDMALarge is the smallest Bcast (bytes) that goes by broadcast
-// RDMA, with more than 2 ranks: below it the ready messages and the
-// pipeline's start cost more than they save.
+// bcastRDMALarge is the default smallest Bcast (bytes) that goes by
+// broadcast RDMA, with more than 2 ranks (WEFT_BCAST_RDMA sets it; 0
+// turns it off).
 const bcastRDMALarge = 1 << 20
 
-// bcastRDMAChunk is the pipeline's unit.
-const bcastRDMAChunk = 256 << 10
+// bcastRDMAChunk is the pipeline's unit: 256 KiB and 1 MiB chunks were
+// slower on 8 ranks over udp (bench/results/bcast-rdma.md).
+const bcastRDMAChunk = 512 << 10
 
 // bcastRDMA reports whether a Bcast of n bytes goes by broadcast RDMA.
 func (c *Comm) bcastRDMA(n int) bool {
-	return n >= bcastRDMALarge && c.size > 2
+	return c.w.bcastRDMAMin > 0 && n >= c.w.bcastRDMAMin && c.size > 2
 }
 
-// bcastChain broadcasts b from root by lapi.Broadcast along a chain of
-// the members in rank order from root.
-func (c *Comm) bcastChain(b []byte, root int) error {
+// bcastTree broadcasts b from root by lapi.Broadcast down a binomial
+// tree of the members, relative to root.
+func (c *Comm) bcastTree(b []byte, root int) error {
 	w := c.w
 	group := make([]hal.Rank, c.size)
 	for i, wr := range c.group {
@@ -42,7 +47,7 @@ func (c *Comm) bcastChain(b []byte, root int) error {
 	k := c.coll.seq.Load()
 	id := uint64(c.ctx)<<32 | uint64(k)
 	var done bcastDone
-	if err := w.lc.Broadcast(group, root, id, b, lapi.BcastOpts{Tree: lapi.BcastChain, Chunk: bcastRDMAChunk, Notify: &done}); err != nil {
+	if err := w.lc.Broadcast(group, root, id, b, lapi.BcastOpts{Tree: lapi.BcastBinomial, Chunk: bcastRDMAChunk, Notify: &done}); err != nil {
 		return err
 	}
 	ctx, cancel := w.deadline(context.Background())
@@ -61,7 +66,7 @@ func (c *Comm) bcastChain(b []byte, root int) error {
 	if err != nil {
 		// Nothing more may land in b once the call has returned.
 		w.lc.AbortBroadcast(id, err)
-		return c.stepErr(ctx, err, "bcast", c.rankBefore(root))
+		return c.stepErr(ctx, err, "bcast", c.parentIn(root))
 	}
 	return nil
 }
@@ -78,11 +83,13 @@ func (d *bcastDone) Complete(err error) {
 	d.fin.Store(true)
 }
 
-// rankBefore is this rank's parent in the chain from root: the rank a
-// stalled broadcast waits for.
-func (c *Comm) rankBefore(root int) int {
-	if c.rank == root {
-		return (root + 1) % c.size
+// parentIn is the rank this rank receives from in the binomial tree from
+// root (root's first child at root): the rank a stalled broadcast waits
+// for.
+func (c *Comm) parentIn(root int) int {
+	vr := c.rel(root)
+	if vr == 0 {
+		return c.abs(1, root)
 	}
-	return (c.rank - 1 + c.size) % c.size
+	return c.abs(vr&(vr-1), root)
 }

@@ -54,7 +54,7 @@ func (c *Comm) bcast(b []byte, root int) error {
 		return c.sh.bcast(b, root)
 	}
 	if c.bcastRDMA(len(b)) {
-		return c.bcastChain(b, root)
+		return c.bcastTree(b, root)
 	}
 	if len(b) >= bcastLarge && c.size > 2 {
 		return c.bcastScatterAllgather(b, root)

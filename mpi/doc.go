@@ -62,6 +62,12 @@
 // packet as it lands (lapi.Accumulate), so the reduction overlaps the
 // transfer.
 //
+// Bcasts of WEFT_BCAST_RDMA bytes or more (default 1 MiB) among more
+// than two ranks go by lapi's broadcast RDMA (lapi.Broadcast): the data
+// streams down a binomial tree in 512 KiB chunks, each rank's lapi
+// forwarding a chunk to its children as soon as it has landed
+// (conditional RDMA), with no handshake per step (bcast_rdma.go).
+//
 // When a job spans nodes, a communicator whose members do and that has
 // several on some node runs Barrier, Bcast, Reduce, Allreduce, Allgather,
 // Gather and Scatter node by node (hier.go): within each node (its shared

@@ -106,6 +106,12 @@ type Options struct {
 	// turns it off.
 	Accumulate int
 
+	// BcastRDMA is the Bcast size from which more than two ranks
+	// broadcast by lapi's broadcast RDMA, a pipelined tree of
+	// conditional RDMA Puts (WEFT_BCAST_RDMA). 0 means 1 MiB; negative
+	// turns it off.
+	BcastRDMA int
+
 	// NoShmColl keeps small collectives on messages where the ranks
 	// share memory, instead of the device's shared block (WEFT_SHMCOLL
 	// off). false means the default: the shared block.
@@ -304,6 +310,7 @@ var envVars = []envVar{
 	{"WEFT_SPLIT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Split })},
 	{"WEFT_DIRECT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Direct })},
 	{"WEFT_ACCUMULATE", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Accumulate })},
+	{"WEFT_BCAST_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.BcastRDMA })},
 	{"WEFT_SHMCOLL", shmcollForm, func(o *Options, v string) bool {
 		o.NoShmColl = v == "off"
 		return slices.Contains([]string{"on", "off"}, v)

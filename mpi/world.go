@@ -46,6 +46,7 @@ type World struct {
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
+	bcastRDMAMin       int  // Bcast bytes from which broadcast RDMA carries it; 0: never
 	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[waitNote] // what a blocked call waits for, for reports
@@ -132,6 +133,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 		splitMin:      splitDefault,
 		accumulateMin: accumulateLarge,
 		directMin:     directLarge,
+		bcastRDMAMin:  bcastRDMALarge,
 	}
 	l, err := l.check(w.rank, w.size)
 	if err != nil {
@@ -145,6 +147,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.splitMin = orDefault(opts.Split, w.splitMin)
 	w.accumulateMin = orDefault(opts.Accumulate, w.accumulateMin)
 	w.directMin = orDefault(opts.Direct, w.directMin)
+	w.bcastRDMAMin = orDefault(opts.BcastRDMA, w.bcastRDMAMin)
 	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
 		// A rendezvous read is one copy here: from its size up that
 		// beats copying through the device and out again, where every
