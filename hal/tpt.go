@@ -142,11 +142,6 @@ func (t *TPT) register(mem []byte, acc Access, local bool) (PVO, error) {
 		t.nextKey++
 	}
 	e := tptEntry{mem: mem, access: acc, key: t.nextKey, local: local}
-	if t.trk != nil {
-		// skip 2: register's caller is Register or RegisterLocal, whose
-		// caller made the registration.
-		e.trk = t.trk.AddUser(fmt.Sprintf("registration of %d bytes", len(mem)), 2)
-	}
 	var idx uint32
 	if n := len(t.free); n > 0 {
 		idx = t.free[n-1]
@@ -156,12 +151,35 @@ func (t *TPT) register(mem []byte, acc Access, local bool) (PVO, error) {
 		idx = uint32(len(t.entries))
 		t.entries = append(t.entries, e)
 	}
-	w := t.watch
+	w, trk := t.watch, t.trk
 	t.mu.Unlock()
 	if w != nil && !local {
 		w(TPTEntry{Entry: idx, Key: e.key, Addr: addrOf(mem), Len: uint64(len(mem)), Access: acc})
 	}
+	if trk != nil {
+		// After the table's lock, where the lines above stay as the
+		// profile (bench/default.pgo) knows them.
+		t.track(trk, idx, e.key, len(mem))
+	}
 	return PVO{Entry: idx, Key: e.key}, nil
+}
+
+// track records the registration of n bytes just made at entry idx with
+// key, if its Register was called from outside weft (Track).
+func (t *TPT) track(trk *track.Registry, idx uint32, key uint64, n int) {
+	// skip 3: track's caller is register, then Register or
+	// RegisterLocal, whose caller made the registration.
+	id := trk.AddUser(fmt.Sprintf("registration of %d bytes", n), 3)
+	if id == 0 {
+		return
+	}
+	t.mu.Lock()
+	if e := &t.entries[idx]; e.key == key {
+		e.trk = id
+		id = 0
+	}
+	t.mu.Unlock()
+	trk.Remove(id) // deregistered meanwhile
 }
 
 // Watch has fn told of every later registration and deregistration (a
