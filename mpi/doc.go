@@ -126,6 +126,15 @@
 // tested with errors.Is. With WEFT_TIMEOUT set, a blocking call that waits
 // longer fails with ErrTimeout and says what it was waiting for.
 //
+// Finalize fails when requests were never waited for. With WEFT_TRACK=1
+// (Options.Track) it names every resource still live and the file:line
+// of the call outside weft that made it: requests from Isend, Irecv and
+// the nonblocking collectives not yet settled by Wait or Test, windows
+// not freed, communicators from Dup or Split not freed (Comm.Free),
+// memory the program registered in lapi's TPT, RDMA transfers in flight
+// and the shared-memory segment if the device kept it (track.go). Off,
+// each creation and release tests one pointer and records nothing.
+//
 // Ranks that call a collective with different lengths, roots or ops get
 // an error wrapping ErrArg that names the disagreement, never another
 // rank's data: a collective's receive must get exactly the bytes this rank
