@@ -53,6 +53,11 @@ type BcastOpts struct {
 	// Chunk is the pipelining unit, bytes (default DefaultBcastChunk, at
 	// most 1 MiB: one RDMA context each). Every member must use the same.
 	Chunk int
+	// Window is how many chunks may be in flight to a child at once
+	// (default 2; negative: no bound). Chunks queued far ahead of a
+	// child wait behind each other, and the first ones, which the
+	// child forwards, land later.
+	Window int
 	// Landed, at a receiver, is incremented when its buffer holds the
 	// root's data.
 	Landed *Counter
@@ -91,6 +96,9 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	}
 	if o.Chunk == 0 {
 		o.Chunk = DefaultBcastChunk
+	}
+	if o.Window == 0 {
+		o.Window = 2
 	}
 	switch {
 	case me < 0:
@@ -145,10 +153,11 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	}
 	t.live[id] = st
 	if len(st.kids) > 0 && st.n > 0 {
-		st.sent = c.spareCounter()
-		st.arm(st.sent, int64(st.n*len(st.kids)), st.sentDone)
-		for _, k := range st.kids {
-			c.await(k.rank, st.sent) // a child that fails before it is ready fails the broadcast
+		for i := range st.kids {
+			k := &st.kids[i]
+			k.sent = c.spareCounter()
+			st.arm(k.sent, int64(st.n), st.kidSent)
+			c.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
 		}
 	} else {
 		st.sentAll = true
@@ -268,9 +277,9 @@ type bcastState struct {
 	cntrs      []*Counter // a receiver's: chunk i's arrival
 	landed     int
 	kids       []bcastKid
-	ready      int      // children that sent where their chunks go
-	haves      int      // children whose subtree has the data
-	sent       *Counter // the Completion of every Put to a child
+	ready      int // children that sent where their chunks go
+	haves      int // children whose subtree has the data
+	kidsSent   int // children every Put to which has landed
 	landedAll  bool
 	landedTold bool // Landed was told
 	sentAll    bool
@@ -282,6 +291,7 @@ type bcastState struct {
 
 type bcastKid struct {
 	rank  hal.Rank
+	sent  *Counter // the Completion of every Put to the child
 	pvo   hal.PVO
 	cntrs []uint32
 	ready bool
@@ -320,14 +330,15 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 	}
 }
 
-// sentDone is the trigger of every Put to the children having landed.
-func (st *bcastState) sentDone(err error) {
+// kidSent is the trigger of every Put to a child having landed.
+func (st *bcastState) kidSent(err error) {
 	c := st.c
 	c.mu.Lock()
 	if err != nil {
 		st.failLocked(err)
 	}
-	st.sentAll = true
+	st.kidsSent++
+	st.sentAll = st.kidsSent == len(st.kids)
 	st.progressLocked()
 	c.mu.Unlock()
 	c.runCompletions()
@@ -420,9 +431,11 @@ func (st *bcastState) forget() {
 		k.v.Store(0)
 		c.spareCntrs = append(c.spareCntrs, k)
 	}
-	if st.sent != nil {
-		st.sent.v.Store(0)
-		c.spareCntrs = append(c.spareCntrs, st.sent)
+	for _, k := range st.kids {
+		if k.sent != nil {
+			k.sent.v.Store(0)
+			c.spareCntrs = append(c.spareCntrs, k.sent)
+		}
 	}
 }
 
@@ -461,25 +474,38 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 	k := &st.kids[ki]
 	k.ready, k.pvo, k.cntrs = true, m.pvo, m.cntrs
 	st.ready++
-	c.awaited(k.rank, st.sent)
+	c.awaited(k.rank, k.sent)
 	var starts []func()
+	w := st.o.Window
 	for i := range st.n {
 		off := i * st.chunk
 		src := st.buf[off:min(off+st.chunk, len(st.buf))]
-		dst, tgt, o := k.pvo.Add(uint64(off)), k.rank, SendOpts{Target: k.cntrs[i], Completion: st.sent}
-		var start func() error
-		if st.vr == 0 {
-			start = func() error { return c.Put(tgt, dst, src, o) }
-		} else {
-			when := st.cntrs[i]
-			start = func() error { return c.PutWhen(when, 1, tgt, dst, src, o) }
-		}
-		starts = append(starts, func() {
-			if err := start(); err != nil {
+		dst, tgt, o := k.pvo.Add(uint64(off)), k.rank, SendOpts{Target: k.cntrs[i], Completion: k.sent}
+		sent := k.sent
+		start := func() {
+			var err error
+			if st.vr == 0 {
+				err = c.Put(tgt, dst, src, o)
+			} else {
+				// Forwarded when it has landed here.
+				err = c.PutWhen(st.cntrs[i], 1, tgt, dst, src, o)
+			}
+			if err != nil {
 				c.mu.Lock()
-				st.sent.fail(err)
+				sent.fail(err)
 				c.mu.Unlock()
 				c.runCompletions()
+			}
+		}
+		if w <= 0 || i < w {
+			starts = append(starts, start)
+			continue
+		}
+		// Chunk i goes once chunk i-w has landed at the child: at
+		// most w chunks in flight to it.
+		st.arm(sent, int64(i-w+1), func(err error) {
+			if err == nil {
+				start()
 			}
 		})
 	}

@@ -21,19 +21,19 @@ type bcastCase struct {
 	group             []hal.Rank
 	root              int
 	tree              BcastTree
-	chunk             int
+	chunk, window     int
 	bufs              [][]byte // by group index
 	want              []byte
 	landed, done, all []*Counter
 	called, checked   []bool
-	reused            bool
 }
 
 // TestBroadcastHostile: broadcasts over the hostile simulated network
 // (20% loss, 10% reordering, 5% duplication, 1% corruption), several in
 // flight at once, each among a random subset of 1 to 9 ranks in a random
 // order, from a random root, of 0 bytes up to 3 MiB in chunks of 4 KiB
-// to 1 MiB, along a chain or a binomial tree; the members call Broadcast
+// to 1 MiB, along a chain or a binomial tree, with 1, 2, 3 or any number
+// of chunks in flight to a child; the members call Broadcast
 // in a random order, some only after their children's ready messages have
 // arrived. Every member's buffer ends byte-exact; Landed (receivers),
 // Done (everyone) and All (the root) each reach exactly 1 and stay there
@@ -59,7 +59,7 @@ func TestBroadcastHostile(t *testing.T) {
 				size := 1 + rng.IntN(n)
 				perm := rng.Perm(n)[:size]
 				bc := &bcastCase{id: seed<<32 | uint64(i), root: rng.IntN(size), tree: BcastTree(rng.IntN(2)),
-					chunk: []int{4 << 10, 64 << 10, 1 << 20}[rng.IntN(3)]}
+					chunk: []int{4 << 10, 64 << 10, 1 << 20}[rng.IntN(3)], window: []int{0, -1, 1, 3}[rng.IntN(4)]}
 				for _, r := range perm {
 					bc.group = append(bc.group, hal.Rank(r))
 				}
@@ -114,7 +114,7 @@ func TestBroadcastHostile(t *testing.T) {
 					g := cl.g
 					bc.called[g] = true
 					err := j.ctxs[bc.group[g]].Broadcast(bc.group, bc.root, bc.id, bc.bufs[g],
-						BcastOpts{Tree: bc.tree, Chunk: bc.chunk, Landed: bc.landed[g], Done: bc.done[g], All: bc.all[g]})
+						BcastOpts{Tree: bc.tree, Chunk: bc.chunk, Window: bc.window, Landed: bc.landed[g], Done: bc.done[g], All: bc.all[g]})
 					if err != nil {
 						t.Fatalf("broadcast %#x member %d: %v", bc.id, g, err)
 					}
