@@ -303,6 +303,7 @@ func (s *schedule) wait(ctx context.Context) error {
 		})
 		if err != nil {
 			if ctx.Err() != nil {
+				w.snapTimeout(s.fin) // the first timeout writes a state snapshot
 				return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: s.note().describe()}, ctx.Err())
 			}
 			s.mu.Lock()

@@ -57,6 +57,7 @@ func WaitAny(reqs ...*Request) (index int, st Status, err error) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
+				w.snapTimeout(reqs[first].op) // the first timeout writes a state snapshot
 				err = fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: note.describe()}, ctx.Err())
 			}
 			return -1, Status{}, err
