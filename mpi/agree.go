@@ -378,6 +378,7 @@ func (c *Comm) ask(k uint32) {
 		if m != c.rank && (c.rank == 0 || m == 0) {
 			// A member that cannot be reached fails the call by itself.
 			_ = w.lc.Amsend(hal.Rank(wr), w.hAgree, b[:], nil, lapi.SendOpts{})
+			w.agreeSent.Add(1)
 		}
 	}
 }

@@ -36,6 +36,7 @@ type World struct {
 	sh                 *shBlock       // the device's shared block; nil: collectives use messages
 	nodes              []int          // node of each world rank (its lowest world rank); nil: one node
 	hierCalls          atomic.Int64   // collectives run node by node (hier.go), for tests
+	agreeSent          atomic.Uint64  // signatures sent to compare a blocked call (agree.go), for tests
 	eagerLimit         int
 	// far, over a route, marks the world ranks no single-copy read
 	// reaches (another node's), nil when there are none or single copies
