@@ -57,3 +57,26 @@ func bcastRDMACase(c *Comm) error {
 	}
 	return nil
 }
+
+// BenchmarkBcastLarge times Bcasts of 1, 4 and 16 MiB from root 0 on 4
+// and 8 goroutine ranks, by broadcast RDMA and by the scatter-allgather
+// it replaces (WEFT_BCAST_RDMA=0).
+func BenchmarkBcastLarge(b *testing.B) {
+	for _, n := range []int{4, 8} {
+		for _, size := range []int{1 << 20, 4 << 20, 16 << 20} {
+			for _, mode := range []string{"rdma", "old"} {
+				b.Run(fmt.Sprintf("n=%d/%dMiB/%s", n, size>>20, mode), func(b *testing.B) {
+					if mode == "old" {
+						b.Setenv("WEFT_BCAST_RDMA", "0")
+					}
+					b.SetBytes(int64(size))
+					bufs := make([][]byte, n)
+					benchRanks(b, n, func(c *Comm) error {
+						bufs[c.Rank()] = make([]byte, size)
+						return nil
+					}, func(c *Comm) error { return Bcast(c, bufs[c.Rank()], 0) })
+				})
+			}
+		}
+	}
+}
