@@ -66,7 +66,9 @@
 // than two ranks go by lapi's broadcast RDMA (lapi.Broadcast): the data
 // streams down a binomial tree in 512 KiB chunks, each rank's lapi
 // forwarding a chunk to its children as soon as it has landed
-// (conditional RDMA), with no handshake per step (bcast_rdma.go).
+// (conditional RDMA), with no handshake per step (bcast_rdma.go); among
+// ranks of one node, where the sender of a single-copy Put does the copy,
+// only below 8 MiB.
 //
 // When a job spans nodes, a communicator whose members do and that has
 // several on some node runs Barrier, Bcast, Reduce, Allreduce, Allgather,
