@@ -61,10 +61,27 @@ func (r *request) peerTag() string {
 	return b.String()
 }
 
+// postedLeft counts the receives still posted on point-to-point
+// contexts: once Finalize's barrier has returned, each is an Irecv no
+// Wait or Test saw complete (a blocking receive has returned, and the
+// collectives' receives are on the odd contexts).
+func (w *World) postedLeft() int {
+	n := 0
+	w.lc.Lock()
+	for r := w.m.posted.head; r != nil; r = r.next {
+		if r.ctx&1 == 0 {
+			n++
+		}
+	}
+	w.lc.Unlock()
+	return n
+}
+
 // leakReport is what Finalize says of the resources still live: with
 // tracking on, each with its site; off, the count of requests never
-// waited for that the request table and the nonblocking collectives know
-// of (leaks). "" when there are none.
+// waited for that the posted receives, the request table and the
+// nonblocking collectives know of (leaks): not an Isend copied or an
+// Irecv matched and never waited for. "" when there are none.
 func (w *World) leakReport(leaks int) string {
 	if w.trk != nil {
 		return track.Report(w.trk.Leaks())

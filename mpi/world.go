@@ -221,8 +221,9 @@ func (w *World) Finalize() error {
 		return err
 	}
 	err := w.comm.Barrier()
+	leaks := w.postedLeft()
 	w.mu.Lock()
-	leaks := w.reqs.live() + w.icoll.inFlight()
+	leaks += w.reqs.live() + w.icoll.inFlight()
 	w.closed.Store(true)
 	w.mu.Unlock()
 	for _, f := range w.onClose {
