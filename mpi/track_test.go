@@ -1,11 +1,16 @@
 package mpi
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -207,5 +212,42 @@ func BenchmarkTrack(b *testing.B) {
 				b.Fatalf("%d requests still recorded", n)
 			}
 		})
+	}
+}
+
+// TestTrackProcesses runs testdata/leaks under gorun on 2 ranks over the
+// shared-memory device and over UDP, with WEFT_TRACK=1 and without: each
+// rank leaves a window, an Irecv, a rendezvous Isend and a communicator
+// behind and checks that Finalize names each with the program's own
+// main.go line (frames outside weft, in a program, not a test), or
+// counts the two requests. The shared-memory segment, closed by
+// Finalize, is not named.
+func TestTrackProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs gorun jobs")
+	}
+	dir := t.TempDir()
+	gorun, prog := filepath.Join(dir, "gorun"), filepath.Join(dir, "leaks")
+	for bin, pkg := range map[string]string{gorun: "../cmd/gorun", prog: "./testdata/leaks"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	for _, transport := range []string{"shm", "udp"} {
+		for _, trk := range []string{"1", ""} {
+			t.Run(fmt.Sprintf("%s/WEFT_TRACK=%s", transport, trk), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, gorun, "-n", "2", "--transport", transport, prog)
+				cmd.Env = append(os.Environ(), "WEFT_TRACK="+trk)
+				out, err := cmd.CombinedOutput()
+				if err != nil || strings.Count(string(out), ": ok: mpi: finalize: ") != 2 {
+					t.Fatalf("gorun -n 2 --transport %s leaks: %v\n%s", transport, err, out)
+				}
+				if named := strings.Contains(string(out), "created at main.go:"); named != (trk == "1") {
+					t.Errorf("sites named: %v, want %v\n%s", named, trk == "1", out)
+				}
+			})
+		}
 	}
 }
