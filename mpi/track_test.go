@@ -57,6 +57,9 @@ func TestTrackLeaks(t *testing.T) {
 		if err := d.Free(); !errors.Is(err, ErrArg) {
 			return fmt.Errorf("second Free: %v, want ErrArg", err)
 		}
+		if err := c.Free(); !errors.Is(err, ErrArg) {
+			return fmt.Errorf("Free of the world's communicator: %v, want ErrArg", err)
+		}
 
 		_, err = Irecv(c, make([]int32, 4), peer, 7)
 		leak("Irecv request (from rank "+fmt.Sprint(peer)+" tag 7)", siteAbove())
