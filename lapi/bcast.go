@@ -21,6 +21,15 @@ import (
 // When a receiver's whole subtree has the data it tells its parent (a
 // have message), so the root learns when every member has it.
 //
+// With BcastOpts.Pull the receivers read instead: a parent tells each
+// child where its buffer is (an offer message) and when each chunk is
+// there (a counter of the child's, bumped by a notification), and the
+// child reads the chunk with a Get armed on that counter (GetWhen); the
+// parent's buffer is released once every child has said it has it all (a
+// got message). Where a transfer is one copy by the rank that starts it
+// (cross-memory attach, a shared address space), this spreads the copies
+// over the receivers instead of leaving them all to the parents.
+//
 // A receiver's region is registered for the broadcast alone and released
 // once every chunk has landed; a chunk's later drives are answered as
 // completed transfers by hal's engine (never placed again) and an earlier
@@ -67,6 +76,10 @@ type BcastOpts struct {
 	Done *Counter
 	// All, at the root, is incremented when every member has the data.
 	All *Counter
+	// Pull has each receiver read its chunks from its parent (Get)
+	// instead of the parent writing them (Put). Every member must use
+	// the same.
+	Pull bool
 	// Notify, if set, is told when Done would fire, or that the
 	// broadcast failed. It runs in the completion runner and must not
 	// block or call into the context.
@@ -128,9 +141,13 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 		st.parent = group[(bcastParent(o.Tree, vr)+root)%p]
 	}
 	var local hal.PVO
-	if vr != 0 && st.n > 0 {
+	if o.Pull && len(st.kids) > 0 && st.n > 0 || !o.Pull && vr != 0 && st.n > 0 {
+		acc := hal.AccessWrite // a parent writes it
+		if o.Pull {
+			acc = hal.AccessRead // the children read it
+		}
 		var err error
-		if local, err = c.tpt.Register(buf, hal.AccessWrite); err != nil {
+		if local, err = c.tpt.Register(buf, acc); err != nil {
 			return fmt.Errorf("lapi: broadcast: %w", err)
 		}
 		st.pvo, st.registered = local, true
@@ -156,7 +173,11 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 		for i := range st.kids {
 			k := &st.kids[i]
 			k.sent = c.spareCounter()
-			st.arm(k.sent, int64(st.n), st.kidSent)
+			at := int64(st.n) // every Put's completion
+			if o.Pull {
+				at = 1 // the child's got message
+			}
+			st.arm(k.sent, at, st.kidSent)
 			c.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
 		}
 	} else {
@@ -171,10 +192,18 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	} else {
 		st.cntrs = make([]*Counter, st.n)
 		ids = make([]byte, 4*st.n)
+		if o.Pull {
+			st.avail, st.has = make([]*Counter, st.n), make([]bool, st.n)
+		}
 		for i := range st.cntrs {
 			k := c.spareCounter()
 			st.cntrs[i] = k
-			binary.LittleEndian.PutUint32(ids[4*i:], k.id)
+			id := k.id // the parent's Put bumps it
+			if o.Pull {
+				st.avail[i] = c.spareCounter()
+				id = st.avail[i].id // the parent's notification bumps it
+			}
+			binary.LittleEndian.PutUint32(ids[4*i:], id)
 			c.await(st.parent, k) // a parent that fails fails the chunk
 			st.arm(k, 1, st.chunkLanded(i))
 		}
@@ -189,7 +218,11 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	c.mu.Unlock()
 	if vr != 0 && st.n > 0 {
 		var u [bcastMsgLen]byte
-		encodeBcastMsg(u[:], bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n)})
+		m := bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n)}
+		if o.Pull {
+			m.pvo = hal.PVO{} // it reads: nothing is written into it
+		}
+		encodeBcastMsg(u[:], m)
 		if err := c.Amsend(st.parent, hBcast, u[:], ids, SendOpts{}); err != nil {
 			c.mu.Lock()
 			st.failLocked(fmt.Errorf("lapi: broadcast: ready to rank %d: %w", st.parent, err))
@@ -275,6 +308,10 @@ type bcastState struct {
 	pvo        hal.PVO    // a receiver's buffer, registered
 	registered bool       // until every chunk has landed
 	cntrs      []*Counter // a receiver's: chunk i's arrival
+	avail      []*Counter // a pulling receiver's: chunk i is at the parent
+	has        []bool     // a pulling receiver's: chunk i has landed
+	ppvo       hal.PVO    // a pulling receiver's: the parent's buffer
+	gotSent    bool       // a pulling receiver told its parent it has it all
 	landed     int
 	kids       []bcastKid
 	ready      int // children that sent where their chunks go
@@ -317,9 +354,17 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 			st.failLocked(err)
 		}
 		st.landed++
+		if st.o.Pull && err == nil {
+			st.has[i] = true
+			for _, k := range st.kids {
+				if k.ready {
+					c.notifyLocked(k.rank, k.cntrs[i]) // the child may read it
+				}
+			}
+		}
 		if st.landed == st.n {
 			st.landedAll = true
-			if st.registered {
+			if st.registered && !st.o.Pull {
 				st.registered = false
 				c.tpt.Deregister(st.pvo)
 			}
@@ -374,6 +419,20 @@ func (st *bcastState) progressLocked() {
 		st.forget()
 		c.wakeLocked()
 		return
+	}
+	if st.o.Pull && st.landedAll && st.vr != 0 && st.n > 0 && !st.gotSent {
+		st.gotSent = true
+		var u [bcastMsgLen]byte
+		encodeBcastMsg(u[:], bcastMsg{kind: bcastGot, id: st.id})
+		if err := c.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
+			st.failLocked(fmt.Errorf("got to rank %d: %w", st.parent, err))
+			st.progressLocked()
+			return
+		}
+	}
+	if st.o.Pull && st.sentAll && st.registered {
+		st.registered = false // every child has read it all
+		c.tpt.Deregister(st.pvo)
 	}
 	if st.landedAll && !st.landedTold {
 		st.landedTold = true
@@ -431,6 +490,10 @@ func (st *bcastState) forget() {
 		k.v.Store(0)
 		c.spareCntrs = append(c.spareCntrs, k)
 	}
+	for _, k := range st.avail {
+		k.v.Store(0)
+		c.spareCntrs = append(c.spareCntrs, k)
+	}
 	for _, k := range st.kids {
 		if k.sent != nil {
 			k.sent.v.Store(0)
@@ -442,8 +505,21 @@ func (st *bcastState) forget() {
 // applyLocked acts on a child's control message (c.mu held) and returns
 // what to start once the lock is released.
 func (st *bcastState) applyLocked(m bcastMsg) []func() {
-	if m.kind == bcastReady {
+	switch m.kind {
+	case bcastReady:
 		return st.readyLocked(m)
+	case bcastOffer:
+		return st.offerLocked(m)
+	case bcastGot:
+		for i := range st.kids {
+			if k := &st.kids[i]; k.rank == m.from && k.ready && st.o.Pull {
+				st.c.awaited(k.rank, k.sent)
+				k.sent.incr()
+				return nil
+			}
+		}
+		st.c.stats.BadPackets++
+		return nil
 	}
 	for i := range st.kids {
 		if k := &st.kids[i]; k.rank == m.from && !k.has {
@@ -474,6 +550,21 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 	k := &st.kids[ki]
 	k.ready, k.pvo, k.cntrs = true, m.pvo, m.cntrs
 	st.ready++
+	if st.o.Pull {
+		// Tell the child where to read, then which chunks are here.
+		var u [bcastMsgLen]byte
+		encodeBcastMsg(u[:], bcastMsg{kind: bcastOffer, id: st.id, pvo: st.pvo})
+		if err := c.amsendLocked(k.rank, hBcast, u[:], nil, &SendOpts{}); err != nil {
+			st.failLocked(fmt.Errorf("offer to rank %d: %w", k.rank, err))
+			return nil
+		}
+		for i := range st.n {
+			if st.vr == 0 || st.has[i] {
+				c.notifyLocked(k.rank, k.cntrs[i])
+			}
+		}
+		return nil
+	}
 	c.awaited(k.rank, k.sent)
 	var starts []func()
 	w := st.o.Window
@@ -512,6 +603,33 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 	return starts
 }
 
+// offerLocked arms a pulling receiver's reads of its parent's buffer,
+// each on the counter the parent bumps when that chunk is there (c.mu
+// held; they are armed once it is released).
+func (st *bcastState) offerLocked(m bcastMsg) []func() {
+	c := st.c
+	if !st.o.Pull || m.from != st.parent || st.vr == 0 || st.ppvo != (hal.PVO{}) {
+		c.stats.BadPackets++
+		return nil
+	}
+	st.ppvo = m.pvo
+	starts := make([]func(), 0, st.n)
+	for i := range st.n {
+		off := i * st.chunk
+		dst := st.buf[off:min(off+st.chunk, len(st.buf))]
+		when, landed, src := st.avail[i], st.cntrs[i], m.pvo.Add(uint64(off))
+		starts = append(starts, func() {
+			if err := c.GetWhen(when, 1, st.parent, src, dst, SendOpts{Origin: landed}); err != nil {
+				c.mu.Lock()
+				landed.fail(err)
+				c.mu.Unlock()
+				c.runCompletions()
+			}
+		})
+	}
+	return starts
+}
+
 // bcastTable holds a context's broadcasts in flight, and the ready
 // messages of children whose parent has not called Broadcast yet.
 type bcastTable struct {
@@ -531,7 +649,7 @@ func newBcastTable(c *Context) *bcastTable {
 // OnHeader takes a ready or have message (c.mu held).
 func (t *bcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	m, err := decodeBcastMsg(uhdr)
-	if err != nil || m.kind == bcastHave && n != 0 || m.kind == bcastReady && n != 4*int(m.chunks) {
+	if err != nil || m.kind != bcastReady && n != 0 || m.kind == bcastReady && n != 4*int(m.chunks) {
 		t.c.stats.BadPackets++
 		return nil, nil
 	}
@@ -582,11 +700,12 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 // Wire layout of a broadcast control message's user header
 // (little-endian), bcastMsgLen bytes:
 //
-//	 0 kind    u8   bcastReady or bcastHave
+//	 0 kind    u8   bcastReady, bcastHave, bcastOffer or bcastGot
 //	 1 id      u64  the broadcast
 //	 9 chunks  u32  ready: how many chunks (the data is that many u32
-//	                counter IDs, one per chunk); have: 0
-//	13 pvo     20B  ready: the sender's region; have: zero
+//	                counter IDs, one per chunk); others: 0
+//	13 pvo     20B  ready: the sender's region (zero when it pulls);
+//	                offer: the parent's region; others: zero
 //
 // These values are part of the wire protocol.
 const bcastMsgLen = 1 + 8 + 4 + hal.PVOLen
@@ -595,6 +714,8 @@ const bcastMsgLen = 1 + 8 + 4 + hal.PVOLen
 const (
 	bcastReady = 1 // a receiver is ready: where its chunks go
 	bcastHave  = 2 // a receiver's subtree has the data
+	bcastOffer = 3 // pull: where the parent's buffer is
+	bcastGot   = 4 // pull: the receiver has read every chunk
 )
 
 // bcastMsg is a decoded control message (from, cntrs and raw are not on
@@ -626,10 +747,12 @@ func decodeBcastMsg(b []byte) (bcastMsg, error) {
 	m := bcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), chunks: binary.LittleEndian.Uint32(b[9:]),
 		pvo: hal.GetPVO(b[13:])}
 	switch {
-	case m.kind != bcastReady && m.kind != bcastHave:
+	case m.kind < bcastReady || m.kind > bcastGot:
 		return bcastMsg{}, fmt.Errorf("%w: control message kind %d", ErrBcast, m.kind)
-	case m.kind == bcastHave && (m.chunks != 0 || m.pvo != hal.PVO{}):
-		return bcastMsg{}, fmt.Errorf("%w: have message with a region", ErrBcast)
+	case m.kind != bcastReady && m.chunks != 0:
+		return bcastMsg{}, fmt.Errorf("%w: kind %d message with chunks", ErrBcast, m.kind)
+	case (m.kind == bcastHave || m.kind == bcastGot) && m.pvo != hal.PVO{}:
+		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
 	case m.kind == bcastReady && (m.chunks == 0 || m.chunks > maxBcastChunks):
 		return bcastMsg{}, fmt.Errorf("%w: ready message for %d chunks", ErrBcast, m.chunks)
 	}
