@@ -24,6 +24,14 @@
 // learned from earlier completions is redriven under a new tid with the
 // timeout doubled, and the target keeps what earlier drives placed.
 //
+// Broadcast (bcast.go) places one rank's buffer into the buffers of a
+// group of ranks: no device has hardware broadcast, so it is a chain or
+// binomial tree of RDMA Puts (or, with Pull, Gets) in pipelined chunks,
+// each receiver forwarding a chunk to its children by conditional RDMA
+// (PutWhen, GetWhen) as soon as it has landed, with the redrive of every
+// RDMA transfer; counters tell each member when its buffer is filled and
+// free, and the root when every member has the data.
+//
 // Where the device can copy straight into a peer's memory (cma.go:
 // cross-memory attach on shm, checked against a replica of the peer's TPT
 // that the peer keeps current; a shared address space on inproc, checked
