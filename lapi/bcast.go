@@ -412,6 +412,18 @@ func (st *bcastState) progressLocked() {
 			}
 		}
 		c.note(st.o.Notify, st.err)
+		// The triggers still armed on its own counters (forwards,
+		// reads, window) fire with the error and are dropped, rather
+		// than wait for ever for chunks that will not come.
+		for _, k := range st.cntrs {
+			k.fail(st.err)
+		}
+		for _, k := range st.avail {
+			k.fail(st.err)
+		}
+		for _, k := range st.kids {
+			k.sent.fail(st.err)
+		}
 		if st.registered {
 			st.registered = false
 			c.tpt.Deregister(st.pvo)

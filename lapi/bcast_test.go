@@ -265,7 +265,9 @@ func (j *simJob) runSettled(t *testing.T, done func() bool) {
 }
 
 // TestBroadcastEdges: a broadcast that is not well formed is refused; a
-// member whose parent failed fails its counters with the peer's error.
+// member whose parent failed fails its counters with the peer's error; an
+// aborted one fails its counters, disarms its forwards and releases its
+// buffer.
 func TestBroadcastEdges(t *testing.T) {
 	j := newRDMAJob(t, 3, hostile)
 	defer j.close()
@@ -296,6 +298,53 @@ func TestBroadcastEdges(t *testing.T) {
 	j.run(time.Minute, nil, func() bool { return settled(landed, 1) })
 	if !errors.Is(landed.err, ErrPeerFailed) {
 		t.Errorf("landed failed with %v, want ErrPeerFailed", landed.err)
+	}
+	// Rank 1 forwards to rank 2 but its root never calls: aborted, its
+	// counters fail with ErrBcastAborted, nothing stays armed, and its
+	// buffer is released.
+	j2 := newRDMAJob(t, 3, hostile)
+	defer j2.close()
+	done1, done2 := j2.ctxs[1].NewCounter(), j2.ctxs[2].NewCounter()
+	buf1 := make([]byte, 5000)
+	for r, k := range map[int]*Counter{2: done2, 1: done1} {
+		b := buf1
+		if r == 2 {
+			b = make([]byte, 5000)
+		}
+		if err := j2.ctxs[r].Broadcast([]hal.Rank{0, 1, 2}, 0, 3, b, BcastOpts{Chunk: 1000, Done: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j2.run(time.Minute, nil, func() bool {
+		c := j2.ctxs[1]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.bcastTable().live[3].ready == 1 // rank 2's ready has come
+	})
+	c1 := j2.ctxs[1]
+	c1.mu.Lock()
+	armed, pvo1 := len(c1.triggers), c1.bcastTable().live[3].pvo
+	c1.mu.Unlock()
+	if armed == 0 {
+		t.Fatalf("rank 1 armed nothing for its child")
+	}
+	cause := errors.New("the call was aborted")
+	c1.AbortBroadcast(3, cause)
+	j2.ctxs[2].AbortBroadcast(3, cause)
+	for _, c := range j2.ctxs {
+		c.Progress()
+	}
+	if !errors.Is(done1.err, ErrBcastAborted) || !errors.Is(done1.err, cause) || !errors.Is(done2.err, ErrBcastAborted) {
+		t.Errorf("done: %v and %v, want ErrBcastAborted", done1.err, done2.err)
+	}
+	c1.mu.Lock()
+	left, live := len(c1.triggers), len(c1.bcastTable().live)
+	c1.mu.Unlock()
+	if left != 0 || live != 0 {
+		t.Errorf("after the abort rank 1 has %d triggers armed (%d before) and %d broadcasts live", left, armed, live)
+	}
+	if _, err := c1.TPT().Resolve(pvo1, 1, hal.AccessWrite); err == nil {
+		t.Errorf("rank 1's buffer is still registered after the abort")
 	}
 }
 
