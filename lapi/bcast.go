@@ -99,13 +99,17 @@ var ErrBcast = errors.New("lapi: bad broadcast")
 // must not be touched until o.Done fires.
 func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o BcastOpts) error {
 	me := -1
+	seen := make([]bool, c.cfg.Size)
 	for i, r := range group {
-		if int(r) >= c.cfg.Size {
+		switch {
+		case int(r) >= c.cfg.Size:
 			return fmt.Errorf("lapi: broadcast to rank %d of %d: %w", r, c.cfg.Size, ErrBadRank)
-		}
-		if r == c.rank {
+		case seen[r]:
+			return fmt.Errorf("lapi: broadcast: rank %d twice in the group: %w", r, ErrBcast)
+		case r == c.rank:
 			me = i
 		}
+		seen[r] = true
 	}
 	if o.Chunk == 0 {
 		o.Chunk = DefaultBcastChunk

@@ -275,6 +275,7 @@ func TestBroadcastEdges(t *testing.T) {
 	buf := make([]byte, 100)
 	for name, err := range map[string]error{
 		"not a member":  c.Broadcast([]hal.Rank{1, 2}, 0, 1, buf, BcastOpts{}),
+		"twice":         c.Broadcast([]hal.Rank{0, 1, 0}, 0, 1, buf, BcastOpts{}),
 		"root":          c.Broadcast([]hal.Rank{0, 1}, 2, 1, buf, BcastOpts{}),
 		"chunk":         c.Broadcast([]hal.Rank{0, 1}, 0, 1, buf, BcastOpts{Chunk: 2 << 20}),
 		"tree":          c.Broadcast([]hal.Rank{0, 1}, 0, 1, buf, BcastOpts{Tree: 7}),
