@@ -71,18 +71,11 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	off := func(i int) int { return i * count / p * es }
 	mine := recv[off(c.rank):off(c.rank+1)]
 	inPlace := &recv[0] == &send[0]
-	spvo, err := lc.TPT().Register(send, hal.AccessRead)
+	spvo, rpvo, release, err := c.registerBoth(send, recv)
 	if err != nil {
 		return err
 	}
-	defer lc.TPT().Deregister(spvo)
-	rpvo := spvo
-	if !inPlace {
-		if rpvo, err = lc.TPT().Register(recv, hal.AccessRead); err != nil {
-			return err
-		}
-		defer lc.TPT().Deregister(rpvo)
-	}
+	defer release()
 	// Each rank's two PVOs and its length: ranks that disagree on it
 	// stop here, before any read.
 	var me [2*hal.PVOLen + 8]byte
@@ -146,6 +139,23 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	// Nobody may change or release its buffers before the others have
 	// read them.
 	return c.barrier()
+}
+
+// registerBoth registers send and recv for the peers' reads (once when
+// they are the same buffer) and returns their PVOs and what releases them.
+func (c *Comm) registerBoth(send, recv []byte) (spvo, rpvo hal.PVO, release func(), err error) {
+	tpt := c.w.lc.TPT()
+	if spvo, err = tpt.Register(send, hal.AccessRead); err != nil {
+		return
+	}
+	if &recv[0] == &send[0] {
+		return spvo, spvo, func() { tpt.Deregister(spvo) }, nil
+	}
+	if rpvo, err = tpt.Register(recv, hal.AccessRead); err != nil {
+		tpt.Deregister(spvo)
+		return
+	}
+	return spvo, rpvo, func() { tpt.Deregister(spvo); tpt.Deregister(rpvo) }, nil
 }
 
 // exchangePVOs sends me to every other rank and receives theirs into all

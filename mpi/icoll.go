@@ -226,27 +226,14 @@ func overlapsNot(a, b []byte) bool {
 // recv; after a barrier, it reads the other blocks from their owners'
 // recv; after another, every buffer may be released.
 func (c *Comm) iallreduceDirect(recv, send []byte, es int, red reducer) ([]round, func(), error) {
-	lc, p := c.w.lc, c.size
+	p := c.size
 	count := len(recv) / es
 	off := func(i int) int { return i * count / p * es }
 	mine := recv[off(c.rank):off(c.rank+1)]
 	inPlace := &recv[0] == &send[0]
-	spvo, err := lc.TPT().Register(send, hal.AccessRead)
+	spvo, rpvo, cleanup, err := c.registerBoth(send, recv)
 	if err != nil {
 		return nil, nil, err
-	}
-	rpvo := spvo
-	if !inPlace {
-		if rpvo, err = lc.TPT().Register(recv, hal.AccessRead); err != nil {
-			lc.TPT().Deregister(spvo)
-			return nil, nil, err
-		}
-	}
-	cleanup := func() {
-		lc.TPT().Deregister(spvo)
-		if !inPlace {
-			lc.TPT().Deregister(rpvo)
-		}
 	}
 	const meLen = 2*hal.PVOLen + 8
 	all := make([]byte, p*meLen)

@@ -117,17 +117,7 @@ func (m *Message) recv(b []byte, elem int) (*request, error) {
 	}
 	r := w.newRequestLocked()
 	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, a.env.ctx, a.env.src, a.env.tag, b, elem, -1, "Mrecv"
-	get := false
-	w.mu.Lock()
-	a.req = r
-	if a.complete {
-		if a.env.kind == kindRTS {
-			r.rts, get = a, true
-		} else {
-			w.finishRecv(a)
-		}
-	}
-	w.mu.Unlock()
+	get := w.bindLocked(r, a)
 	w.lc.Unlock()
 	if get {
 		w.startGet(r)

@@ -378,24 +378,32 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
 	get := false
 	if a := w.m.post(r); a != nil {
-		// An unexpected message: its fields are w.mu's, since its
-		// OnComplete runs outside lapi's lock.
-		w.mu.Lock()
-		a.req = r
-		if a.complete {
-			if a.env.kind == kindRTS {
-				r.rts, get = a, true
-			} else {
-				w.finishRecv(a)
-			}
-		}
-		w.mu.Unlock()
+		get = w.bindLocked(r, a)
 	}
 	w.lc.Unlock()
 	if get {
 		w.startGet(r)
 	}
 	return r, nil
+}
+
+// bindLocked gives the unexpected message a to receive r (lapi's lock
+// held): one whose data has all come is delivered now, and a rendezvous
+// reports that its read is to be started (startGet) once out of lapi's
+// lock. a's fields are w.mu's, since its OnComplete runs outside lapi's
+// lock.
+func (w *World) bindLocked(r *request, a *arrival) (get bool) {
+	w.mu.Lock()
+	a.req = r
+	if a.complete {
+		if a.env.kind == kindRTS {
+			r.rts, get = a, true
+		} else {
+			w.finishRecv(a)
+		}
+	}
+	w.mu.Unlock()
+	return get
 }
 
 // finishRecv completes a matched eager receive whose data has all arrived.
