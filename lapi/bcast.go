@@ -89,6 +89,21 @@ type BcastOpts struct {
 // ErrBcast is wrapped by errors of a broadcast that is not well formed.
 var ErrBcast = errors.New("lapi: bad broadcast")
 
+// BcastLengthError is the failure of a broadcast whose members disagree
+// about its length: a child's ready message names another length than
+// its parent's, and both fail with it.
+type BcastLengthError struct {
+	Peer       hal.Rank // the member that disagrees with this one
+	Len, Other int      // this member's length, and the peer's
+}
+
+func (e *BcastLengthError) Error() string {
+	return fmt.Sprintf("lapi: broadcast of %d bytes here, of %d at rank %d", e.Len, e.Other, e.Peer)
+}
+
+// Unwrap makes errors.Is(err, ErrBcast) true.
+func (e *BcastLengthError) Unwrap() error { return ErrBcast }
+
 // Broadcast places the bytes of buf at group[root] into buf at every
 // other member of group (ranks of this context's job, this rank among
 // them). Every member calls it, with the same group, root, id, length of
@@ -222,7 +237,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	c.mu.Unlock()
 	if vr != 0 && st.n > 0 {
 		var u [bcastMsgLen]byte
-		m := bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n)}
+		m := bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n), total: uint64(len(buf))}
 		if o.Pull {
 			m.pvo = hal.PVO{} // it reads: nothing is written into it
 		}
@@ -526,6 +541,13 @@ func (st *bcastState) applyLocked(m bcastMsg) []func() {
 		return st.readyLocked(m)
 	case bcastOffer:
 		return st.offerLocked(m)
+	case bcastRefuse:
+		if m.from == st.parent && st.vr != 0 {
+			st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
+			return nil
+		}
+		st.c.stats.BadPackets++
+		return nil
 	case bcastGot:
 		for i := range st.kids {
 			if k := &st.kids[i]; k.rank == m.from && k.ready && st.o.Pull {
@@ -557,6 +579,14 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		if st.kids[i].rank == m.from && !st.kids[i].ready {
 			ki = i
 		}
+	}
+	if ki >= 0 && m.total != uint64(len(st.buf)) {
+		// The child expects another length: it and this member fail.
+		var u [bcastMsgLen]byte
+		encodeBcastMsg(u[:], bcastMsg{kind: bcastRefuse, id: st.id, total: uint64(len(st.buf))})
+		c.amsendLocked(m.from, hBcast, u[:], nil, &SendOpts{})
+		st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
+		return nil
 	}
 	if ki < 0 || int(m.chunks) != st.n || len(m.cntrs) != st.n {
 		c.stats.BadPackets++
@@ -720,18 +750,21 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 //	 1 id      u64  the broadcast
 //	 9 chunks  u32  ready: how many chunks (the data is that many u32
 //	                counter IDs, one per chunk); others: 0
-//	13 pvo     20B  ready: the sender's region (zero when it pulls);
+//	13 total   u64  ready: the receiver's length, bytes; refuse: the
+//	                parent's; others: 0
+//	21 pvo     20B  ready: the sender's region (zero when it pulls);
 //	                offer: the parent's region; others: zero
 //
 // These values are part of the wire protocol.
-const bcastMsgLen = 1 + 8 + 4 + hal.PVOLen
+const bcastMsgLen = 1 + 8 + 4 + 8 + hal.PVOLen
 
 // Broadcast control message kinds.
 const (
-	bcastReady = 1 // a receiver is ready: where its chunks go
-	bcastHave  = 2 // a receiver's subtree has the data
-	bcastOffer = 3 // pull: where the parent's buffer is
-	bcastGot   = 4 // pull: the receiver has read every chunk
+	bcastReady  = 1 // a receiver is ready: where its chunks go
+	bcastHave   = 2 // a receiver's subtree has the data
+	bcastOffer  = 3 // pull: where the parent's buffer is
+	bcastGot    = 4 // pull: the receiver has read every chunk
+	bcastRefuse = 5 // the parent's length is not the receiver's
 )
 
 // bcastMsg is a decoded control message (from, cntrs and raw are not on
@@ -740,6 +773,7 @@ type bcastMsg struct {
 	kind   uint8
 	id     uint64
 	chunks uint32
+	total  uint64
 	pvo    hal.PVO
 	from   hal.Rank
 	cntrs  []uint32
@@ -752,7 +786,8 @@ func encodeBcastMsg(b []byte, m bcastMsg) {
 	b[0] = m.kind
 	binary.LittleEndian.PutUint64(b[1:], m.id)
 	binary.LittleEndian.PutUint32(b[9:], m.chunks)
-	hal.PutPVO(b[13:], m.pvo)
+	binary.LittleEndian.PutUint64(b[13:], m.total)
+	hal.PutPVO(b[21:], m.pvo)
 }
 
 // decodeBcastMsg parses a control message's header.
@@ -761,14 +796,18 @@ func decodeBcastMsg(b []byte) (bcastMsg, error) {
 		return bcastMsg{}, fmt.Errorf("%w: control message of %d bytes, want %d", ErrBcast, len(b), bcastMsgLen)
 	}
 	m := bcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), chunks: binary.LittleEndian.Uint32(b[9:]),
-		pvo: hal.GetPVO(b[13:])}
+		total: binary.LittleEndian.Uint64(b[13:]), pvo: hal.GetPVO(b[21:])}
 	switch {
-	case m.kind < bcastReady || m.kind > bcastGot:
+	case m.kind < bcastReady || m.kind > bcastRefuse:
 		return bcastMsg{}, fmt.Errorf("%w: control message kind %d", ErrBcast, m.kind)
 	case m.kind != bcastReady && m.chunks != 0:
 		return bcastMsg{}, fmt.Errorf("%w: kind %d message with chunks", ErrBcast, m.kind)
-	case (m.kind == bcastHave || m.kind == bcastGot) && m.pvo != hal.PVO{}:
+	case m.kind != bcastReady && m.kind != bcastOffer && m.pvo != hal.PVO{}:
 		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
+	case m.kind != bcastReady && m.kind != bcastRefuse && m.total != 0:
+		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a length", ErrBcast, m.kind)
+	case m.kind == bcastReady && (m.total == 0 || m.total > uint64(m.chunks)*rdmaChunk):
+		return bcastMsg{}, fmt.Errorf("%w: ready message for %d bytes in %d chunks", ErrBcast, m.total, m.chunks)
 	case m.kind == bcastReady && (m.chunks == 0 || m.chunks > maxBcastChunks):
 		return bcastMsg{}, fmt.Errorf("%w: ready message for %d chunks", ErrBcast, m.chunks)
 	}

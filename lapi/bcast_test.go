@@ -265,7 +265,8 @@ func (j *simJob) runSettled(t *testing.T, done func() bool) {
 }
 
 // TestBroadcastEdges: a broadcast that is not well formed is refused; a
-// member whose parent failed fails its counters with the peer's error; an
+// member whose parent failed fails its counters with the peer's error;
+// members that disagree about the length fail with it; an
 // aborted one fails its counters, disarms its forwards and releases its
 // buffer.
 func TestBroadcastEdges(t *testing.T) {
@@ -299,6 +300,26 @@ func TestBroadcastEdges(t *testing.T) {
 	j.run(time.Minute, nil, func() bool { return settled(landed, 1) })
 	if !errors.Is(landed.err, ErrPeerFailed) {
 		t.Errorf("landed failed with %v, want ErrPeerFailed", landed.err)
+	}
+	// Rank 2 expects fewer bytes than its parent, rank 1, has: both fail
+	// with the lengths, and the root's part still completes.
+	j3 := newRDMAJob(t, 3, hostile)
+	defer j3.close()
+	dones := []*Counter{j3.ctxs[0].NewCounter(), j3.ctxs[1].NewCounter(), j3.ctxs[2].NewCounter()}
+	for r, n := range []int{5000, 5000, 4000} {
+		if err := j3.ctxs[r].Broadcast([]hal.Rank{0, 1, 2}, 0, 4, make([]byte, n), BcastOpts{Chunk: 1000, Done: dones[r]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j3.runSettled(t, func() bool { return settled(dones[0], 1) && settled(dones[1], 1) && settled(dones[2], 1) })
+	for r, want := range []*BcastLengthError{nil, {Peer: 2, Len: 5000, Other: 4000}, {Peer: 1, Len: 4000, Other: 5000}} {
+		var le *BcastLengthError
+		switch err := dones[r].err; {
+		case want == nil && err != nil:
+			t.Errorf("rank %d: %v", r, err)
+		case want != nil && (!errors.As(err, &le) || *le != *want || !errors.Is(err, ErrBcast)):
+			t.Errorf("rank %d: %v, want %v", r, err, want)
+		}
 	}
 	// Rank 1 forwards to rank 2 but its root never calls: aborted, its
 	// counters fail with ErrBcastAborted, nothing stays armed, and its
@@ -353,7 +374,8 @@ func TestBroadcastEdges(t *testing.T) {
 // what decodes encodes back to the same bytes.
 func FuzzBcastMsg(f *testing.F) {
 	for _, m := range []bcastMsg{
-		{kind: bcastReady, id: 7, chunks: 3, pvo: hal.PVO{Entry: 2, Offset: 9, Key: 0xfeed}},
+		{kind: bcastReady, id: 7, chunks: 3, total: 3000, pvo: hal.PVO{Entry: 2, Offset: 9, Key: 0xfeed}},
+		{kind: bcastRefuse, id: 8, total: 12345},
 		{kind: bcastHave, id: 1 << 63},
 		{kind: bcastOffer, id: 9, pvo: hal.PVO{Entry: 1, Key: 5}},
 		{kind: bcastGot, id: 10},

@@ -2,6 +2,8 @@ package mpi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
@@ -22,8 +24,10 @@ import (
 
 // bcastRDMALarge is the default smallest Bcast (bytes) that goes by
 // broadcast RDMA, with more than 2 ranks (WEFT_BCAST_RDMA sets it; 0
-// turns it off).
-const bcastRDMALarge = 1 << 20
+// turns it off): from 128 KiB it beat the binomial tree of messages on 4
+// and 8 ranks over udp and shm, at 64 KiB it lost
+// (bench/results/bcast-rdma.md).
+const bcastRDMALarge = 128 << 10
 
 // bcastRDMAChunk is the pipeline's unit: 256 KiB and 1 MiB chunks were
 // slower on 8 ranks over udp (bench/results/bcast-rdma.md).
@@ -79,9 +83,24 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 	if err != nil {
 		// Nothing more may land in b once the call has returned.
 		w.lc.AbortBroadcast(id, err)
+		var le *lapi.BcastLengthError
+		if errors.As(err, &le) {
+			return fmt.Errorf("ranks disagree: rank %d broadcasts %d bytes, rank %d %d: %w",
+				c.commRank(int(le.Peer)), le.Other, c.rank, le.Len, ErrArg)
+		}
 		return c.stepErr(ctx, err, "bcast", c.parentIn(root))
 	}
 	return nil
+}
+
+// commRank is world rank wr's rank in c, or -1.
+func (c *Comm) commRank(wr int) int {
+	for i, g := range c.group {
+		if g == wr {
+			return i
+		}
+	}
+	return -1
 }
 
 // bcastDone hears that this rank's part of a broadcast is over.

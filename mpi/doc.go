@@ -62,7 +62,7 @@
 // packet as it lands (lapi.Accumulate), so the reduction overlaps the
 // transfer.
 //
-// Bcasts of WEFT_BCAST_RDMA bytes or more (default 1 MiB) among more
+// Bcasts of WEFT_BCAST_RDMA bytes or more (default 128 KiB) among more
 // than two ranks go by lapi's broadcast RDMA (lapi.Broadcast): the data
 // streams down a binomial tree in 512 KiB chunks, each rank's lapi
 // forwarding a chunk to its children as soon as it has landed

@@ -108,7 +108,7 @@ type Options struct {
 
 	// BcastRDMA is the Bcast size from which more than two ranks
 	// broadcast by lapi's broadcast RDMA, a pipelined tree of
-	// conditional RDMA Puts (WEFT_BCAST_RDMA). 0 means 1 MiB; negative
+	// conditional RDMA Puts (WEFT_BCAST_RDMA). 0 means 128 KiB; negative
 	// turns it off.
 	BcastRDMA int
 
