@@ -69,14 +69,23 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 	}
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
-	err := w.lc.Wait(ctx, func() (bool, error) {
+	watched := false
+	err := w.lc.WaitReport(ctx, func() (bool, error) {
 		if done.fin.Load() {
 			return true, nil
 		}
-		// A member that disagreed about the call aborts it: the chain
+		// A member that disagreed about the call aborts it: the tree
 		// may wait for it in vain.
 		return false, c.coll.abortOf(k)
+	}, func() {
+		// Blocked: are the members in the same call? (Members that
+		// name different roots build trees that wait for each other.)
+		watched = true
+		c.watchCall(k)
 	})
+	if watched {
+		c.unwatch()
+	}
 	if err == nil {
 		err = done.err
 	}
@@ -84,9 +93,16 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 		// Nothing more may land in b once the call has returned.
 		w.lc.AbortBroadcast(id, err)
 		var le *lapi.BcastLengthError
-		if errors.As(err, &le) {
+		switch {
+		case errors.As(err, &le):
 			return fmt.Errorf("ranks disagree: rank %d broadcasts %d bytes, rank %d %d: %w",
 				c.commRank(int(le.Peer)), le.Other, c.rank, le.Len, ErrArg)
+		case errors.Is(err, lapi.ErrBcast) || errors.Is(err, lapi.ErrProtection):
+			// A tree that does not fit (members that disagree about the
+			// root), or a member that gave up on the call and released
+			// its buffer under a chunk: the only regions the broadcast
+			// names are its members' buffers.
+			return fmt.Errorf("ranks disagree about the broadcast (its root?): %w (%w)", ErrArg, err)
 		}
 		return c.stepErr(ctx, err, "bcast", c.parentIn(root))
 	}

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 )
@@ -25,6 +26,48 @@ func TestBcastRDMA(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBcastRDMARootMismatch: when the last rank names another root than
+// the others for a broadcast RDMA carries, no rank hangs, every rank
+// returns nil or an error wrapping ErrArg that names the disagreement,
+// and the communicator goes on: of two Allreduces after, the first may
+// fail with ErrArg (a rank that finished the bad call may not have heard
+// of its abort), the second is exact everywhere.
+func TestBcastRDMARootMismatch(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	for n := 3; n <= 6; n++ {
+		errs, after := make([]error, n), make([]error, n)
+		err := Run(n, func(c *Comm) error {
+			root := 0
+			if c.Rank() == n-1 {
+				root = 1
+			}
+			errs[c.Rank()] = Bcast(c, make([]byte, bcastRDMALarge), root)
+			for i := range 2 {
+				v := []float64{1}
+				err := Allreduce(c, v, v, Sum)
+				switch {
+				case err != nil && (i == 1 || !errors.Is(err, ErrArg)):
+					after[c.Rank()] = fmt.Errorf("allreduce %d after: %w", i+1, err)
+				case err == nil && v[0] != float64(n):
+					after[c.Rank()] = fmt.Errorf("allreduce %d after: %v, want %d", i+1, v[0], n)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%d ranks: %v", n, err)
+		}
+		for r, e := range errs {
+			if e != nil && (!errors.Is(e, ErrArg) || errors.Is(e, ErrTimeout)) {
+				t.Errorf("%d ranks: rank %d: %v, want ErrArg", n, r, e)
+			}
+			if after[r] != nil {
+				t.Errorf("%d ranks: rank %d: %v", n, r, after[r])
+			}
+		}
 	}
 }
 
