@@ -5,7 +5,8 @@
 // sends. Rank 0 waits for the last rank, which waits for rank 0: a cycle,
 // whose culprit is the last rank, out of the collective the others are
 // in. With -fail the last rank exits with status 3 instead of receiving
-// from rank 0. Each rank prints "rank R: hanging" first.
+// from rank 0, once every other rank has told it (tag 11) that it is on its
+// way into the Barrier. Each rank prints "rank R: hanging" first.
 package main
 
 import (
@@ -38,6 +39,22 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cycle: rank %d: %v\n", c.Rank(), err)
 		os.Exit(1)
+	}
+	if *fail {
+		// The last rank fails only once every other rank is past Init
+		// and on its way into the Barrier, so that each can answer
+		// gorun's question for its snapshot.
+		if c.Rank() != last {
+			err = mpi.Send(c, buf, last, 11)
+		} else {
+			for r := 0; r < last && err == nil; r++ {
+				_, err = mpi.Recv(c, buf, r, 11)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cycle: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
 	}
 	fmt.Printf("rank %d: hanging\n", c.Rank())
 	switch {
