@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"regexp"
@@ -13,16 +14,43 @@ import (
 // lockedBuffer is a bytes.Buffer that records each Write separately, so a
 // test can see what one Write carried.
 type lockedBuffer struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	writes int
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	writes  int
+	changed chan struct{} // closed at the next write (wait)
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.writes++
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	return b.buf.Write(p)
+}
+
+// wait blocks until cond holds for what has been written, or ctx ends
+// (false).
+func (b *lockedBuffer) wait(ctx context.Context, cond func(string) bool) bool {
+	for {
+		b.mu.Lock()
+		if cond(b.buf.String()) {
+			b.mu.Unlock()
+			return true
+		}
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {

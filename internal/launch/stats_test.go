@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -228,10 +229,14 @@ func TestGorunForwardsTraceLevel(t *testing.T) {
 					ready++
 				}
 			}
-			for range 3 {
+			// One signal at a time, the next once both ranks have said
+			// their new level: two pending at once are one.
+			for level := 1; level <= 3; level++ {
 				cmd.Process.Signal(syscall.SIGUSR1)
-				// One signal at a time: two pending at once are one.
-				time.Sleep(200 * time.Millisecond)
+				said := fmt.Sprintf("trace: level %d (was %d): user defined signal 1", level, level-1)
+				if !stderr.wait(ctx, func(out string) bool { return strings.Count(out, said) == 2 }) {
+					t.Fatalf("the ranks did not both say %q; stderr:\n%s", said, stderr.String())
+				}
 			}
 			for sc.Scan() {
 			}
