@@ -3,6 +3,7 @@ package launch
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,33 +19,29 @@ import (
 	"github.com/weft-hpc/weft/internal/pmi"
 )
 
-// cycleBin builds testdata/cycle once, into the tests' binaries.
-var cycleBin = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(bins.dir, "cycle")
-	if b, err := exec.Command("go", "build", "-o", out, "./testdata/cycle").CombinedOutput(); err != nil {
-		return "", &cycleBuildError{err, string(b)}
+// testProgram returns a func that builds testdata/NAME once, beside
+// TestMain's programs, and gives its path (failing the test that asked if
+// it does not build).
+func testProgram(name string) func(t *testing.T) string {
+	build := sync.OnceValues(func() (string, error) {
+		out := filepath.Join(bins.dir, name)
+		if b, err := exec.Command("go", "build", "-o", out, "./testdata/"+name).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building testdata/%s: %w\n%s", name, err, b)
+		}
+		return out, nil
+	})
+	return func(t *testing.T) string {
+		t.Helper()
+		bin, err := build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bin
 	}
-	return out, nil
-})
-
-type cycleBuildError struct {
-	err error
-	out string
-}
-
-func (e *cycleBuildError) Error() string {
-	return "building testdata/cycle: " + e.err.Error() + "\n" + e.out
 }
 
 // cycleProgram is testdata/cycle's binary.
-func cycleProgram(t *testing.T) string {
-	t.Helper()
-	bin, err := cycleBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
+var cycleProgram = testProgram("cycle")
 
 // snapText is a snapshot as mpi writes it, for rank, waiting as the
 // record's fields (none: not in a call), with extra records before the

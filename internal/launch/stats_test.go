@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,32 +19,8 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
-// tracestats builds testdata/tracestats once, beside TestMain's programs.
-var tracestats = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(bins.dir, "tracestats")
-	if b, err := exec.Command("go", "build", "-o", out, "./testdata/tracestats").CombinedOutput(); err != nil {
-		return "", &tracestatsBuildError{err, string(b)}
-	}
-	return out, nil
-})
-
-type tracestatsBuildError struct {
-	err error
-	out string
-}
-
-func (e *tracestatsBuildError) Error() string {
-	return "building testdata/tracestats: " + e.err.Error() + "\n" + e.out
-}
-
-func tracestatsBin(t *testing.T) string {
-	t.Helper()
-	p, err := tracestats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// tracestatsBin is testdata/tracestats' binary.
+var tracestatsBin = testProgram("tracestats")
 
 // TestLevelSignalsAgree: the signals gorun forwards are those the ranks
 // handle (launch does not import internal/trace).
