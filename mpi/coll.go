@@ -11,8 +11,8 @@ const (
 	bcastLarge     = 256 << 10 // binomial below, scatter + ring allgather above
 	allreduceLarge = 64 << 10  // recursive doubling below, ring above (with more than 2 ranks)
 	// allreduceLargeOversub is allreduceLarge when a node runs more ranks
-	// than cores (4 ranks on 2 cores, 64 KiB: recursive doubling 76 µs,
-	// the ring 160).
+	// than cores, where each of the ring's 2(n-1) steps may wait for a
+	// context switch.
 	allreduceLargeOversub = 256 << 10
 	allgatherLarge        = 64 << 10 // Bruck below (total bytes), ring above
 )

@@ -20,21 +20,15 @@ import (
 // only, so every rank ends with the same bits.
 
 // directLarge is the default smallest Allreduce (bytes) that reduces by
-// direct reads (WEFT_DIRECT sets it; 0 turns them off). At 128 KiB, in
-// 6 alternated rounds, they took 22-36 µs against 34-52 with 2 ranks and
-// 96-105 against 112-140 with 4 on 2 cores; at 64 KiB, no clear gain
-// with 2 ranks (14-48 against 18-57) and a loss with 4 (81-101 against
-// 61-77).
+// direct reads (WEFT_DIRECT sets it; 0 turns them off): from here they
+// beat the message algorithms with 2 ranks and with 4 on 2 cores, below
+// it not.
 const directLarge = 128 << 10
 
 // direct reports whether an Allreduce of n bytes of elements of es bytes
 // reduces by direct reads. With more ranks than cores too: each of its
 // three synchronisations may wait for a context switch, but so does every
-// step of the ring, and the ring moves every byte twice more. 4 ranks on
-// 2 cores bound by gorun, 256 KiB / 512 KiB / 1 MiB: 134-184 / 205-267 /
-// 357-430 µs against the ring's and accumulate's 173-204 / 323-335 /
-// 505-545 (Open MPI 139-195 / 233-330 / 404-590); unbound, 222-238 /
-// 340-515 / 474-555 (one 1,203) against 235-299 / 489-494 / 609-686.
+// step of the ring, and the ring moves every byte twice more.
 func (c *Comm) direct(n, es int) bool {
 	w := c.w
 	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0 && !c.spansFar()
@@ -166,9 +160,8 @@ func (c *Comm) registerBoth(send, recv []byte) (spvo, rpvo hal.PVO, release func
 // rank (as Bruck's allgather does) or read from the shared block could
 // overtake the update, and the read would fall back to packets.
 //
-// All the receives are posted before the sends, so the exchanges overlap:
-// pairwise steps (csendrecv, as alltoall does) took 126-150 µs for a
-// 256 KiB Allreduce on 4 ranks sharing 2 cores, against 122-128.
+// All the receives are posted before the sends, so the exchanges overlap
+// (pairwise steps, as alltoall's, were slower).
 func (c *Comm) exchangePVOs(me, all []byte) error {
 	n, p := len(me), c.size
 	copy(all[c.rank*n:], me)

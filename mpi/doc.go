@@ -26,15 +26,15 @@
 // TestAny and TestAll complete one, some or all of several Requests
 // (probe.go, waitany.go); Cancel takes back a receive no message has
 // matched (Status.Cancelled); Mprobe and Improbe take a message out of
-// matching, for Mrecv or Imrecv to receive (mprobe.go). SendObj, RecvObj and BcastObj move any
-// value encoding/gob can encode (obj.go).
+// matching, for Mrecv or Imrecv to receive (mprobe.go). SendObj, RecvObj
+// and BcastObj move any value encoding/gob can encode (obj.go).
 //
 // Isend and Irecv return a *Request, a new allocation each time (an Isend
 // whose data is copied at once shares one). IsendInto and IrecvInto take
 // the caller's Request instead, as MPI_Isend fills an MPI_Request: a
 // window of messages through an array of Requests reused from window to
-// window allocates nothing: 8-byte streaming went from 22-37 to 74-87
-// MB/s (the garbage collector had run every few milliseconds).
+// window allocates nothing, and the garbage collector stays away from a
+// stream of small messages.
 //
 // Within a node (the shm device, or mpi.Run's goroutines), the collectives
 // of up to 2 KiB per rank (Barrier, Bcast, Reduce, Allreduce, Gather,
@@ -44,10 +44,9 @@
 // slot and reads the others', so a collective is one round whatever the
 // number of ranks, and sends nothing unless a rank waiting for it is about
 // to sleep. Reductions combine the parts in rank order, so every rank gets
-// the same bits. 8-byte Allreduce, 2 ranks: 0.137-0.178 µs against
-// 0.201-0.220 by messages (Open MPI 0.214-0.249); 4 ranks on 2 cores,
-// where every exchange of a message algorithm waits for a context switch:
-// 3.14-3.54 against 4.92-5.18 (Open MPI 4.84-5.20). WEFT_SHMCOLL=off
+// the same bits. With more ranks than cores, where every exchange of a
+// message algorithm waits for a context switch, the gain is largest.
+// WEFT_SHMCOLL=off
 // turns it off. The block has room for the world and the communicators of
 // the first 14 Dup or Split calls (context ids below 30); later ones, and
 // larger ones, use messages.

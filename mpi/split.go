@@ -16,8 +16,8 @@ import (
 // part from the sender's buffer; the sender, which is waiting anyway,
 // writes the upper part into the receiver's buffer (lapi Put) and says so
 // with a PUTFIN. On shared memory each part is one cross-memory-attach
-// copy, so two cores copy instead of one: a single process_vm_readv
-// moves 11-12 GB/s here, two at once 15-20. The receive completes when
+// copy, so two cores copy instead of one, which moves more than one
+// process_vm_readv does. The receive completes when
 // both parts are in, and its FIN releases the sender as before.
 //
 //	CTS    receiver → sender   sreq u32, rreq u32, split u64, end u64, pvo (hal.PVOLen)
@@ -26,9 +26,7 @@ import (
 const (
 	splitDefault = 256 << 10
 	// splitNode is the least split size between ranks with single-copy
-	// transfers. On shm at 128 KiB, split: 8.4-10.2 µs and 14.0-16.7 GB/s,
-	// against 12.4-12.9 µs and 9.9-10.8 GB/s by one read (Open MPI 10.9-11.8
-	// µs, 12.1-12.4 GB/s).
+	// transfers: from it, two copies at once beat one read.
 	splitNode = 128 << 10
 	ctsLen    = 24 + hal.PVOLen
 	putFinLen = 9

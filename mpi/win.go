@@ -101,8 +101,7 @@ func (w *World) winClosed() {
 // the device (or behind a goroutine already blocked there), costing
 // nothing. Not lapi's WaitQuiet, which blocks at once: toward a rank
 // computing outside mpi, every frame of an epoch would then wake a
-// sleeping thread (a Lock, Accumulate and Unlock took 2-160 µs so,
-// against 1.1-1.5 with the spin). It ends when ctx is cancelled or the
+// sleeping thread. It ends when ctx is cancelled or the
 // context is closed.
 func (w *World) winProgress(ctx context.Context, done chan struct{}) {
 	defer close(done)

@@ -14,22 +14,16 @@ import (
 // core whenever it waits, and the kernel's load balancing left to itself
 // spreads Go processes unevenly: their runtime threads wake now and then
 // and count as load, and a rank that shares its core with two others
-// arrives late at every step. Measured with 4 ranks on 2 cores, Allreduce
-// of 8 bytes over OSU's 1,000 iterations: 6.1-9.5 µs unbound (the slowest
-// rank 13-19), 4.6-5.4 bound (Open MPI 4.2-5.6).
+// arrives late at every step.
 //
 // With no more ranks than cores, auto gives each rank its own share of
 // them, the same number each (give or take one): two ranks on two cores
 // get one each, two on 64 get 32 each, and a rank's goroutines still
 // spread over its share (GOMAXPROCS follows it). Unbound, the kernel
 // sometimes started two polling ranks on one core and left them there for
-// milliseconds, each spinning through the other's turn; OSU's 10,000
-// iterations of a 0-byte ping-pong, the first size measured, then took
-// 0.17-0.38 µs instead of 0.13. Over 10 alternated rounds: 8-byte latency
-// 0.134-0.180 µs (median 0.140) bound against 0.135-1.211 (median 0.173),
-// 8-byte Allreduce median 0.277 against 0.340 (Open MPI 0.134, 0.252).
-// Binding cost more before the runtime's monitor thread stopped
-// preempting (internal/sysmon): 0.87 µs against 0.22 for the Allreduce.
+// milliseconds, each spinning through the other's turn. Binding cost more
+// before the runtime's monitor thread stopped preempting
+// (internal/sysmon).
 //
 // core binds every rank to one core, none leaves them all.
 
