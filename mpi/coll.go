@@ -159,11 +159,8 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 		if err := c.checkRoot(root); err != nil {
 			return err
 		}
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(send))
 		if err != nil {
-			return err
-		}
-		if err := red.check(len(send)); err != nil {
 			return err
 		}
 		if c.rank == root && len(recv) != len(send) {
@@ -228,11 +225,8 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	es := sizeOf[T]()
 	body := func() error {
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(send))
 		if err != nil {
-			return err
-		}
-		if err := red.check(len(send)); err != nil {
 			return err
 		}
 		if len(recv) != len(send) {

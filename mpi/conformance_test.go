@@ -42,7 +42,7 @@ func fill[T Elem](it, r, n int) []T {
 
 // refReduce folds every rank's contribution in rank order.
 func refReduce[T Elem](it, size, n int, op Op) ([]T, error) {
-	red, err := reducerFor[T](op)
+	red, err := reducerFor[T](op, n)
 	if err != nil {
 		return nil, err
 	}

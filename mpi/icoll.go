@@ -101,11 +101,8 @@ func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error)
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
 		}
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(send))
 		if err != nil {
-			return nil, err
-		}
-		if err := red.check(len(send)); err != nil {
 			return nil, err
 		}
 		if c.rank == root && len(recv) != len(send) {
@@ -182,11 +179,8 @@ func chain(f, g func() error) func() error {
 func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 	es := sizeOf[T]()
 	return c.istartClean("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(send))
 		if err != nil {
-			return nil, nil, err
-		}
-		if err := red.check(len(send)); err != nil {
 			return nil, nil, err
 		}
 		if len(recv) != len(send) {

@@ -20,17 +20,6 @@ type reducer struct {
 	// inout, in holding lower ranks' part, as MPI_User_function.
 	user         func(inout, in []byte)
 	userCommutes bool
-	// pairs marks MaxLoc and MinLoc, whose slices hold (value, index)
-	// pairs: an even number of elements (check).
-	pairs bool
-}
-
-// check rejects a slice of n elements the reduction cannot take.
-func (r reducer) check(n int) error {
-	if r.pairs && n%2 != 0 {
-		return fmt.Errorf("mpi: MaxLoc and MinLoc reduce (value, index) pairs: %d elements is not a whole number of pairs: %w", n, ErrArg)
-	}
-	return nil
 }
 
 // reduce sets dst = dst ∘ src, dst holding lower ranks' part than src
@@ -94,8 +83,9 @@ func sized(t32, t64 lapi.ElemType) lapi.ElemType {
 	return t64
 }
 
-// reducerFor returns the reducer for op on T.
-func reducerFor[T Elem](op Op) (reducer, error) {
+// reducerFor returns the reducer for op on slices of n elements of T
+// (MaxLoc and MinLoc take an even n: (value, index) pairs).
+func reducerFor[T Elem](op Op, n int) (reducer, error) {
 	k := reflect.TypeFor[T]().Kind()
 	if int(k) >= len(elemTypes) || elemTypes[k] == 0 {
 		return reducer{}, fmt.Errorf("mpi: no reduction for %v: %w", reflect.TypeFor[T](), ErrArg)
@@ -119,7 +109,10 @@ func reducerFor[T Elem](op Op) (reducer, error) {
 		if complexT {
 			return reducer{}, fmt.Errorf("mpi: %v is not defined on complex numbers: %w", op, ErrArg)
 		}
-		r.user, r.pairs = locReducer(r.t, op == MaxLoc), true
+		if n%2 != 0 {
+			return reducer{}, fmt.Errorf("mpi: %v reduces (value, index) pairs: %d elements is not a whole number of pairs: %w", op, n, ErrArg)
+		}
+		r.user = locReducer(r.t, op == MaxLoc)
 		// Not commutative to the algorithms, though it is: those that
 		// take commuting ops cut the data into blocks, which could
 		// split a pair. The others keep rank order, which gives the

@@ -29,11 +29,8 @@ func Exscan[T Elem](c *Comm, send, recv []T, op Op) error {
 
 func scan[T Elem](c *Comm, name string, kind uint8, send, recv []T, op Op) error {
 	body := func() error {
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(send))
 		if err != nil {
-			return err
-		}
-		if err := red.check(len(send)); err != nil {
 			return err
 		}
 		if len(recv) != len(send) {
@@ -94,11 +91,8 @@ func (c *Comm) scan(send, recv []byte, red reducer, exclusive bool) error {
 func ReduceScatterBlock[T Elem](c *Comm, send, recv []T, op Op) error {
 	es := sizeOf[T]()
 	body := func() error {
-		red, err := reducerFor[T](op)
+		red, err := reducerFor[T](op, len(recv))
 		if err != nil {
-			return err
-		}
-		if err := red.check(len(recv)); err != nil {
 			return err
 		}
 		if len(send) != c.size*len(recv) {

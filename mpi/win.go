@@ -397,7 +397,7 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	if lookupOp(op) != nil {
 		return fmt.Errorf("mpi: window accumulate: %v is a user op; Accumulate takes the predefined ops only: %w", op, ErrArg)
 	}
-	red, err := reducerFor[T](op)
+	red, err := reducerFor[T](op, len(origin))
 	if err != nil {
 		return fmt.Errorf("mpi: window accumulate: %w", err)
 	}
