@@ -359,7 +359,6 @@ func (r *request) Complete(err error) {
 type reqTable struct {
 	slots []*request
 	free  []uint32
-	n     int
 }
 
 func (t *reqTable) add(r *request) {
@@ -372,7 +371,6 @@ func (t *reqTable) add(r *request) {
 		t.slots = append(t.slots, r)
 	}
 	r.tabled = true
-	t.n++
 }
 
 func (t *reqTable) get(id uint32) *request {
@@ -389,7 +387,6 @@ func (t *reqTable) remove(r *request) {
 	t.slots[r.id] = nil
 	t.free = append(t.free, r.id)
 	r.tabled = false
-	t.n--
 }
 
 func (t *reqTable) each(f func(*request)) {
@@ -400,4 +397,15 @@ func (t *reqTable) each(f func(*request)) {
 	}
 }
 
-func (t *reqTable) live() int { return t.n }
+// live counts the point-to-point requests in the table: a collective
+// context's belong to a nonblocking collective's schedule, which counts
+// as one (icollState.inFlight).
+func (t *reqTable) live() int {
+	n := 0
+	t.each(func(r *request) {
+		if r.ctx&1 == 0 {
+			n++
+		}
+	})
+	return n
+}
