@@ -59,7 +59,6 @@ type schedule struct {
 
 	mu  sync.Mutex // the advancer: one goroutine at a time
 	cur int        // the round posted or next to post (mu)
-	err error      // mu
 	// ops holds the posted round's operations, replaced (never changed)
 	// as rounds go, so that a waiter may look at them without mu. They
 	// are not recycled: a waiter may still be reading an old round's.
@@ -246,7 +245,6 @@ func (s *schedule) fail(err error) {
 	if c.size > 1 && c.coll.abortOf(s.k) == nil {
 		c.abort(s.k, fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
-	s.err = err
 	s.complete(fmt.Errorf("mpi: %s: %w", s.name, err))
 }
 
