@@ -162,23 +162,38 @@ func streamThroughOutage(t *testing.T, p *netnsPair, setLink func(up bool)) {
 }
 
 // TestNetnsRateLimit streams through a 100 Mbit/s token bucket (tc tbf) on
-// the sender's link: the stream completes, exactly once, and its goodput
-// comes close to the limit (87-91 Mbit/s measured; headers take ~8 %).
+// the sender's link: the stream completes, exactly once, its goodput comes
+// close to the limit (87-91 Mbit/s measured; headers take ~8 %), and lapi
+// resends little. The goodput is judged by the best of up to three runs,
+// as TestNetnsLossAndDuplication's is: CI once measured 44.8 Mbit/s with
+// 52 retransmissions while the other packages' tests shared the CPUs, a
+// stall, not the collapse this test is for, which has no fast run at all.
 func TestNetnsRateLimit(t *testing.T) {
 	skipShort(t)
 	p := newNetnsPair(t, netnsConfig{})
 	p.a.rateLimit(t, "100mbit")
 	const count = 80 // 20 MiB: ~1.8 s at the limit
-	s, _ := runStream(t, p, count)
-	mbit := s.GBps * 8e3
-	t.Logf("goodput %.1f Mbit/s through a 100 Mbit/s limit, %d retransmissions for %d MiB", mbit, s.Retransmits, count/4)
-	// Before lapi's timer followed RFC 6298 (one per link, restarted when
-	// new data is acknowledged), the tail of a window queued behind the
-	// limit was resent wholesale: 18 Mbit/s and ~200,000 retransmissions.
-	// Measured 87-91 Mbit/s; the floor leaves room for a loaded machine
-	// and still catches the old collapse.
-	if mbit < 60 {
-		t.Errorf("goodput %.1f Mbit/s through a 100 Mbit/s limit, want >= 60 (%d retransmissions)", mbit, s.Retransmits)
+	// Packets in the stream: 256 KiB messages in ~1,400-byte frames.
+	const packets = count * (256 << 10) / 1400
+	var runs []float64
+	for len(runs) < 3 && (len(runs) == 0 || slices.Max(runs) < 80) {
+		s, _ := runStream(t, p, count)
+		mbit := s.GBps * 8e3
+		runs = append(runs, mbit)
+		t.Logf("goodput %.1f Mbit/s through a 100 Mbit/s limit, %d retransmissions for %d MiB", mbit, s.Retransmits, count/4)
+		// Before lapi's timer followed RFC 6298 (one per link, restarted
+		// when new data is acknowledged), the tail of a window queued
+		// behind the limit was resent wholesale: 18 Mbit/s and ~200,000
+		// retransmissions. A token bucket with room for lapi's window
+		// drops nothing, so a few percent is already far too many.
+		if s.Retransmits > packets/20 {
+			t.Errorf("%d retransmissions for %d packets through a 100 Mbit/s limit, want ≤ %d", s.Retransmits, packets, packets/20)
+		}
+	}
+	// The floor leaves room for a loaded machine and still catches the
+	// old collapse.
+	if best := slices.Max(runs); best < 60 {
+		t.Errorf("goodput %.1f Mbit/s at best of %d runs through a 100 Mbit/s limit, want >= 60", best, len(runs))
 	}
 }
 
