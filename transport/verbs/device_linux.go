@@ -90,8 +90,13 @@ type Device struct {
 	// rank itself). Replaced address handles are kept in retired until
 	// Close: a frame queued before the replacement may still use one.
 	peers   []atomic.Pointer[peer]
+	addrs   []atomic.Pointer[Address] // what Connect was given, for the RC queue pairs
 	peersMu sync.Mutex
 	retired []*C.struct_ibv_ah
+
+	// rc is the one-sided half (rc_linux.go): reliable-connected queue
+	// pairs for hardware RDMA Write and Read.
+	rc rcSide
 
 	tx txRing
 
@@ -245,6 +250,10 @@ func (d *Device) open() error {
 	d.rx.pollfds = [2]unix.PollFd{{Fd: int32(d.ch.fd), Events: unix.POLLIN}, {Fd: int32(d.efd), Events: unix.POLLIN}}
 	d.addr = d.local.String()
 	d.peers = make([]atomic.Pointer[peer], max(d.cfg.Size, int(d.cfg.Rank)+1))
+	d.addrs = make([]atomic.Pointer[Address], len(d.peers))
+	if err := d.openRC(&attr); err != nil {
+		return err
+	}
 	// Frames to this rank itself go through the adapter's loopback.
 	return d.connect(d.cfg.Rank, d.local)
 }
@@ -498,6 +507,7 @@ func (d *Device) connect(r hal.Rank, a Address) error {
 	}
 	d.peersMu.Lock()
 	defer d.peersMu.Unlock()
+	d.addrs[r].Store(&a)
 	if old := d.peers[r].Swap(&peer{ah: ah, qpn: a.QPN, qkey: a.QKey}); old != nil {
 		d.retired = append(d.retired, old.ah)
 	}
@@ -521,7 +531,15 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if n-hal.HeaderLen > d.caps.MTU {
 		return fmt.Errorf("verbs: frame payload of %d bytes, MTU %d: %w", n-hal.HeaderLen, d.caps.MTU, hal.ErrTooLarge)
 	}
-	dst := binary.LittleEndian.Uint32(hdr[28:])
+	return d.queue(hal.Rank(binary.LittleEndian.Uint32(hdr[28:])), hdr, payload)
+}
+
+// queueRaw queues a datagram of the device's own (a hello) to dst.
+func (d *Device) queueRaw(dst hal.Rank, b []byte) error { return d.queue(dst, b, nil) }
+
+// queue copies hdr and payload, one datagram, into the next send slot.
+func (d *Device) queue(dst hal.Rank, hdr, payload []byte) error {
+	n := len(hdr) + len(payload)
 	if uint64(dst) >= uint64(len(d.peers)) {
 		return fmt.Errorf("verbs: send to rank %d of %d: %w", dst, len(d.peers), hal.ErrUnknownPeer)
 	}
@@ -556,6 +574,11 @@ func (d *Device) Flush() error {
 		return errClosed
 	}
 	defer d.life.Leave()
+	return d.flush()
+}
+
+// flush is Flush inside the device's lifecycle guard.
+func (d *Device) flush() error {
 	t := &d.tx
 	size := uint64(len(t.desc))
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.sbuf[0])))
@@ -651,6 +674,8 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			end := off + int(c.len)
 			if c.len < grhLen || int(c.len) > rx.slotLen {
 				d.counters.Drop(hal.DropShort)
+			} else if frame := d.rbuf[off+grhLen : end]; isHello(frame) {
+				d.onHello(frame)
 			} else if frame := d.rbuf[off+grhLen : end]; d.accept(frame) {
 				frames++
 				bytes += uint64(len(frame))
@@ -704,6 +729,7 @@ func (d *Device) wake() {
 // release frees everything Open made, in dependency order; it tolerates a
 // partly opened device.
 func (d *Device) release() {
+	d.releaseRC()
 	if d.qp != nil {
 		C.ibv_destroy_qp(d.qp)
 	}

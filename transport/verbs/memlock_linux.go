@@ -60,3 +60,13 @@ func threadStatus() (capEff, locked uint64) {
 	}
 	return capEff, locked
 }
+
+// currentMemlock is RLIMIT_MEMLOCK's soft limit (RLIM_INFINITY if it
+// cannot be read).
+func currentMemlock() uint64 {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl) != nil {
+		return unix.RLIM_INFINITY
+	}
+	return rl.Cur
+}

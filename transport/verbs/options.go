@@ -43,6 +43,11 @@ type Options struct {
 	// ping-pong. 0 means DefaultSpin; negative blocks at once (mpi sets
 	// it for more ranks than cores, where spinning delays the peer).
 	Spin time.Duration
+	// RCQueue bounds the RDMA Write and Read work requests in flight over
+	// all reliable-connected queue pairs (the size of their completion
+	// queue); beyond, Write and Read return hal.ErrNoResource. 0 means
+	// DefaultRCQueue.
+	RCQueue int
 
 	// skipMemlockCheck skips the RLIMIT_MEMLOCK check before registration,
 	// so a test can see how a failing ibv_reg_mr is reported.
@@ -55,8 +60,9 @@ const (
 	DefaultRecvRing = 1024
 	// DefaultSpin is short: lapi, the device's user, has spun for 50 µs
 	// polling the device before it calls Wait.
-	DefaultSpin = 50 * time.Microsecond
-	// MaxRing bounds SendRing and RecvRing.
+	DefaultSpin    = 50 * time.Microsecond
+	DefaultRCQueue = 1024
+	// MaxRing bounds SendRing, RecvRing and RCQueue.
 	MaxRing = 32767
 )
 
@@ -80,8 +86,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RecvRing == 0 {
 		o.RecvRing = DefaultRecvRing
 	}
-	if o.SendRing < 1 || o.SendRing > MaxRing || o.RecvRing < 1 || o.RecvRing > MaxRing {
-		return o, fmt.Errorf("verbs: SendRing %d and RecvRing %d must be in 1..%d", o.SendRing, o.RecvRing, MaxRing)
+	if o.RCQueue == 0 {
+		o.RCQueue = DefaultRCQueue
+	}
+	if o.SendRing < 1 || o.SendRing > MaxRing || o.RecvRing < 1 || o.RecvRing > MaxRing || o.RCQueue < 1 || o.RCQueue > MaxRing {
+		return o, fmt.Errorf("verbs: SendRing %d, RecvRing %d and RCQueue %d must be in 1..%d", o.SendRing, o.RecvRing, o.RCQueue, MaxRing)
 	}
 	return o, nil
 }

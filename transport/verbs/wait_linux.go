@@ -49,7 +49,9 @@ func (d *Device) Wait(ctx context.Context) error {
 	}
 	got, err := d.peek()
 	d.rxMu.Unlock()
-	if got || err != nil {
+	if got || err != nil || d.oneSidedBusy() {
+		// (A Write or Read in flight completes with no event on the
+		// channel: the caller goes on polling for it.)
 		return err
 	}
 	return d.block(ctx)

@@ -1,0 +1,197 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// pair opens ranks 0 and 1 of a two-rank job on the devices named and
+// connects them to each other.
+func pair(t *testing.T, dev0, dev1 string) (d0, d1 *Device) {
+	t.Helper()
+	d0 = openRank(t, 0, 2, Options{Device: dev0})
+	d1 = openRank(t, 1, 2, Options{Device: dev1})
+	if err := d0.Connect(1, d1.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Connect(0, d0.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	return d0, d1
+}
+
+// pollBoth drives both devices' packet side once (hellos are consumed
+// there); frames are not expected.
+func pollBoth(t *testing.T, ds ...*Device) {
+	t.Helper()
+	for _, d := range ds {
+		if _, err := d.Poll(func(h *hal.Header, _ []byte) { t.Errorf("unexpected frame %+v", *h) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// connect drives both devices until d0's queue pair toward rank 1 is
+// ready, or fails after the deadline.
+func connect(t *testing.T, d0, d1 *Device) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !d0.OneSidedReady(1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("RC connection not ready after 20 s: %+v", d0.rc.peers[1])
+		}
+		pollBoth(t, d0, d1)
+	}
+}
+
+// complete posts through post and waits for its one completion.
+func complete(t *testing.T, d0, d1 *Device, post func() error) error {
+	t.Helper()
+	if err := post(); err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var got []error
+	for len(got) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion after 30 s")
+		}
+		if _, err := d0.PollOneSided(func(id uint64, err error) {
+			if id != 7 {
+				t.Errorf("completion id %d, want 7", id)
+			}
+			got = append(got, err)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pollBoth(t, d0, d1)
+	}
+	return got[0]
+}
+
+// register registers mem, pinned as lazyreg would pin it, until the test
+// ends.
+func register(t *testing.T, d *Device, mem []byte) hal.MR {
+	t.Helper()
+	var pin runtime.Pinner
+	pin.Pin(&mem[0])
+	mr, err := d.Register(mem, hal.AccessRead|hal.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = d.Deregister(mr)
+		pin.Unpin()
+	})
+	return mr
+}
+
+// TestOneSided: RDMA Write and Read between two devices, on one device
+// (rxe's loopback) and across rxe0 and rxe1, move exact data at an
+// offset into the remote region, in several work requests when larger
+// than the port's message limit; a Write under a key the target has
+// deregistered fails with hal.ErrRemoteAccess, writes nothing, and the
+// connection is rebuilt for the next one.
+func TestOneSided(t *testing.T) {
+	names := rxeDevs(t)
+	cases := [][2]string{{names[0], names[0]}}
+	if len(names) > 1 {
+		cases = append(cases, [2]string{names[0], names[1]})
+	}
+	for _, c := range cases {
+		t.Run(c[0]+"-"+c[1], func(t *testing.T) { testOneSided(t, c[0], c[1]) })
+	}
+}
+
+func testOneSided(t *testing.T, dev0, dev1 string) {
+	d0, d1 := pair(t, dev0, dev1)
+	var _ hal.OneSided = d0
+	if d0.OneSidedReady(0) {
+		t.Error("OneSidedReady toward this rank itself")
+	}
+	connect(t, d0, d1)
+	if !d1.OneSidedReady(0) {
+		// The target learnt of the connection from the last hello,
+		// which may still be on its way: drive it.
+		deadline := time.Now().Add(20 * time.Second)
+		for !d1.OneSidedReady(0) && time.Now().Before(deadline) {
+			pollBoth(t, d0, d1)
+		}
+	}
+	t.Logf("%s -> %s: max message %d, %d reads outstanding", dev0, dev1, d0.rc.maxMsg, d0.rc.rdAtomic)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	const size, off = 3<<20 + 123, 100
+	local := make([]byte, size)
+	for i := range local {
+		local[i] = byte(rng.Uint32())
+	}
+	remote := make([]byte, size+2*off)
+	lmr, rmr := register(t, d0, local), register(t, d1, remote)
+	raddr := rmr.Addr + off
+
+	// Pieces of 1 MiB: the Write goes as four work requests.
+	d0.rc.maxMsg = 1 << 20
+	err := complete(t, d0, d1, func() error { return d0.Write(1, 7, local, lmr, raddr, rmr.RKey) })
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if !bytes.Equal(remote[off:off+size], local) || !allZero(remote[:off]) || !allZero(remote[off+size:]) {
+		t.Fatal("Write: remote region differs from what was written, or was written outside it")
+	}
+
+	for i := range remote {
+		remote[i] = byte(rng.Uint32())
+	}
+	clear(local)
+	err = complete(t, d0, d1, func() error { return d0.Read(1, 7, local[:size-1], lmr, raddr+1, rmr.RKey) })
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !bytes.Equal(local[:size-1], remote[off+1:off+size]) || local[size-1] != 0 {
+		t.Fatal("Read: local region differs from the remote one, or was written past the read")
+	}
+
+	// A registration outside the local region is refused before posting.
+	if err := d0.Write(1, 7, remote, lmr, raddr, rmr.RKey); err == nil {
+		t.Error("Write of memory outside its registration posted")
+	}
+
+	// A stale key: the target deregistered the region.
+	victim := make([]byte, 1<<16)
+	vmr := register(t, d1, victim)
+	if err := d1.Deregister(vmr); err != nil {
+		t.Fatal(err)
+	}
+	err = complete(t, d0, d1, func() error { return d0.Write(1, 7, local[:len(victim)], lmr, vmr.Addr, vmr.RKey) })
+	if !errors.Is(err, hal.ErrRemoteAccess) {
+		t.Fatalf("Write under a deregistered key: %v, want hal.ErrRemoteAccess", err)
+	}
+	if !allZero(victim) {
+		t.Fatal("Write under a deregistered key changed the memory")
+	}
+	t.Log(err)
+	// The broken queue pair is replaced.
+	connect(t, d0, d1)
+	err = complete(t, d0, d1, func() error { return d0.Write(1, 7, local[:4096], lmr, raddr, rmr.RKey) })
+	if err != nil || !bytes.Equal(remote[off:off+4096], local[:4096]) {
+		t.Fatalf("Write after reconnecting: %v (data equal: %v)", err, bytes.Equal(remote[off:off+4096], local[:4096]))
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
