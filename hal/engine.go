@@ -39,6 +39,8 @@ type RDMAEngine struct {
 	stats   RDMAStats
 	streams []*RDMAStream // released read-serving streams, for reuse
 	epoch   uint32        // this rank's incarnation (low half); 0: not checked
+	repLen  int           // the largest report bitmap to send; 0: none (SetReportLen)
+	rep     []byte        // the bitmap of the report being sent
 }
 
 type xferKey struct {
@@ -92,6 +94,12 @@ const (
 	// replacing any earlier stream for the same Peer and RCxt, and give
 	// it back with ReleaseStream when done.
 	EvServeRead
+	// EvMissing: a report (FlagMissing) arrived for a write this rank
+	// originated: the drive Tid of Peer, RCxt and Key ended with the
+	// segments the bitmap Data names (from Offset; valid until the next
+	// Handle) not placed. The driver checks it against its RCxt
+	// (Current) and resends those (RDMAStream.RestartMissing).
+	EvMissing
 )
 
 // RDMAEvent is one thing the driver must act on.
@@ -125,6 +133,7 @@ type RDMAStats struct {
 	Faults     uint64 // packets that failed a protection check
 	Bad        uint64 // malformed packets
 	Completed  uint64 // transfers completed here
+	Reports    uint64 // reports of missing segments sent (FlagMissing)
 }
 
 // NewRDMAEngine makes the engine of a rank whose regions tpt holds.
@@ -136,6 +145,18 @@ func NewRDMAEngine(tpt *TPT) *RDMAEngine {
 // reintegration epoch): packets addressed to another, an earlier life of
 // the rank, are dropped as stale. 0 turns the check off.
 func (e *RDMAEngine) SetEpoch(ep uint32) { e.epoch = ep }
+
+// SetReportLen has the engine answer the last packet (FlagLast) of a
+// write's drive that leaves segments missing with a report of them, a
+// bitmap of at most n bytes (at most MaxReport; 0, the default: no
+// reports, the origin's timer finds the loss). n must fit the device's
+// frames after the RDMA header.
+func (e *RDMAEngine) SetReportLen(n int) {
+	e.repLen = min(max(n, 0), MaxReport)
+	if cap(e.rep) < e.repLen {
+		e.rep = make([]byte, e.repLen)
+	}
+}
 
 // Stats are the engine's counters.
 func (e *RDMAEngine) Stats() RDMAStats { return e.stats }
@@ -238,8 +259,12 @@ func (e *RDMAEngine) Handle(peer Rank, t FrameType, payload []byte) ([]RDMAEvent
 	case FrameRDMAReadReq:
 		e.readReq(peer, &h)
 	case FrameRDMADone:
-		e.ev = append(e.ev, RDMAEvent{Kind: EvOriginDone, Peer: peer, RCxt: h.RCxt, Key: h.Key,
-			Tid: h.Tid, Code: h.Code, Cookie: h.Cookie})
+		kind := EvOriginDone
+		if h.Flags&FlagMissing != 0 {
+			kind = EvMissing
+		}
+		e.ev = append(e.ev, RDMAEvent{Kind: kind, Peer: peer, RCxt: h.RCxt, Key: h.Key,
+			Tid: h.Tid, Code: h.Code, Cookie: h.Cookie, Offset: h.Offset, Data: h.Data})
 	}
 	return e.ev, e.out
 }
@@ -293,8 +318,20 @@ func (e *RDMAEngine) begin(k xferKey, x *xfer, key uint32, h *RDMAHdr) *xfer {
 	return x
 }
 
-// place applies the tid rules to a data packet and places it.
+// place applies the tid rules to a data packet and places it; the last
+// packet of a write's current drive that leaves segments missing is
+// answered with a report of them.
 func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
+	x := e.put(k, h, acc)
+	if x != nil && h.Flags&FlagLast != 0 && e.repLen > 0 && !k.read && !x.done && x.code == 0 &&
+		x.notify&NotifyOrigin != 0 && h.Tid == x.tid && h.Key == x.key && h.Total == x.total && h.Seg == x.seg {
+		e.report(k, x)
+	}
+}
+
+// put is place but for the report: it returns the transfer the packet
+// belongs to, or nil when the packet was stale or its transfer refused.
+func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 	x := e.get(k)
 	switch {
 	case k.read:
@@ -302,40 +339,40 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		// or for another drive, answers a read that was abandoned.
 		if x == nil || x.ended || x.key != h.Key || x.tid != h.Tid || x.total != h.Total || x.seg != h.Seg {
 			e.stats.Stale++
-			return
+			return nil
 		}
 	case x == nil:
 		x = e.begin(k, x, h.Key, h)
 		if !e.admit(k, x, acc) {
-			return
+			return nil
 		}
 	case int32(h.Tid-x.tid) < 0:
 		// Lower than the current drive, whatever its key: the origin
 		// re-keys a context each time it reuses it, but its tids only
 		// grow, so this is a packet of an earlier transfer.
 		e.stats.Stale++
-		return
+		return nil
 	case h.Tid != x.tid && (h.Base != x.base || h.Key != x.key):
 		x = e.begin(k, x, h.Key, h)
 		if !e.admit(k, x, acc) {
-			return
+			return nil
 		}
 	case h.Tid != x.tid: // a redrive of the current transfer
 		x.tid = h.Tid
 		if x.done || x.code != 0 {
 			e.answer(k.peer, k.rcxt, x) // its completion was lost
 			e.stats.Duplicates++
-			return
+			return nil
 		}
 	}
 	if x.done || x.code != 0 || h.Key != x.key || h.Total != x.total || h.Seg != x.seg {
 		e.stats.Duplicates++
-		return
+		return x
 	}
 	i := h.Offset / uint64(x.seg)
 	if x.bits[i/64]&(1<<(i%64)) != 0 {
 		e.stats.Duplicates++
-		return
+		return x
 	}
 	n := uint64(len(h.Data))
 	var mem []byte
@@ -349,7 +386,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		// The region went away (or was never this big) under the
 		// transfer: nothing more of this drive is placed.
 		e.fault(k, x, err)
-		return
+		return nil
 	}
 	x.bits[i/64] |= 1 << (i % 64)
 	x.left--
@@ -366,6 +403,7 @@ func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 		e.stats.Completed++
 		e.complete(k, x)
 	}
+	return x
 }
 
 // admit checks a new transfer's whole region before anything is placed.
@@ -390,6 +428,39 @@ func (e *RDMAEngine) fault(k xferKey, x *xfer, err error) {
 	if !k.read {
 		e.answer(k.peer, k.rcxt, x)
 	}
+}
+
+// report sends the origin of write x the segments its current drive left
+// missing: a bitmap from the first missing one, as long as the reports
+// may be, with trailing zero bytes cut.
+func (e *RDMAEngine) report(k xferKey, x *xfer) {
+	segs := Segments(x.total, x.seg)
+	first := uint64(0)
+	for first < segs && x.bits[first/64] == ^uint64(0) {
+		first += 64
+	}
+	for first < segs && x.bits[first/64]&(1<<(first%64)) != 0 {
+		first++
+	}
+	if first >= segs {
+		return // cannot happen: x is not done
+	}
+	first &^= 7 // a whole byte of the bitmap: the placed ones are zero
+	b := e.rep[:0]
+	for s := first; s < segs && len(b) < e.repLen; s += 8 {
+		v := byte(^x.bits[s/64] >> (s % 64))
+		if n := segs - s; n < 8 {
+			v &= byte(1)<<n - 1
+		}
+		b = append(b, v)
+	}
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	e.stats.Reports++
+	e.out = append(e.out, RDMAMsg{Peer: k.peer, Hdr: RDMAHdr{RCxt: k.rcxt, Key: x.key, Tid: x.tid, Base: x.base,
+		Total: x.total, Offset: first * uint64(x.seg), Seg: x.seg, Notify: NotifyOrigin, Flags: FlagMissing,
+		Cookie: x.cookie, Data: b}})
 }
 
 // complete reports a transfer whose every byte is placed.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // Wire layout of an RDMA header (little-endian), RDMAHdrLen bytes at the
@@ -22,7 +23,7 @@ import (
 //	36 notify  u8   NotifyOrigin | NotifyTarget
 //	37 place   u8   PlaceDirect or PlaceFIFO (half-RDMA)
 //	38 code    u8   done: 0, or the protection check that failed (FaultCode)
-//	39 -       u8   zero
+//	39 flags   u8   RDMAFlags: FlagLast (data packets), FlagMissing (done)
 //	40 cookie  u32  the ULP's word for the target (a counter to bump)
 //	44 arg     u32  the ULP's word for half-RDMA (an accumulate operation);
 //	                a read request's length from offset (0: to the end)
@@ -30,7 +31,11 @@ import (
 //	52 pvo     20B  the target's region (write, read request) or the
 //	                origin's (read response), at the transfer's start
 //	72 data (write, read response), the origin's region (read request:
-//	   PVOLen bytes), or nothing (done)
+//	   PVOLen bytes), nothing (done), or a bitmap of missing segments
+//	   (done with FlagMissing, 1 to MaxReport bytes: bit i, byte i/8 bit
+//	   i%8, set when segment offset/seg+i has not been placed; bits past
+//	   the transfer's last segment zero, at least one set; segments past
+//	   the bitmap are not reported on)
 //
 // Every packet says where it goes and which transfer it belongs to, so
 // packets are placed in whatever order they arrive, over any device of the
@@ -43,6 +48,27 @@ const (
 	// MaxRCxt bounds the rCxt numbers an origin may use, and so the state
 	// a peer can make a target keep.
 	MaxRCxt = 1 << 16
+	// MaxReport is the largest bitmap a report of missing segments
+	// (FlagMissing) carries: 8,192 segments from its first missing one.
+	MaxReport = 1024
+)
+
+// RDMAFlags are an RDMA header's flag bits.
+type RDMAFlags uint8
+
+// Flags.
+const (
+	// FlagLast marks the last data packet of a drive (write or read
+	// response). A target whose engine reports (SetReportLen) answers the
+	// last packet of a write's current drive at once: with the
+	// completion when the transfer is whole, else with a report of the
+	// segments still missing, so that the origin resends only those, a
+	// round trip after the loss instead of a timeout after it.
+	FlagLast RDMAFlags = 1 << iota
+	// FlagMissing marks a FrameRDMADone that is not a completion but a
+	// report: the drive it names (Tid) ended with the segments its bitmap
+	// names not placed. Its Offset is the first reported segment's.
+	FlagMissing
 )
 
 // Notify says who is told that a transfer completed.
@@ -78,12 +104,13 @@ type RDMAHdr struct {
 	Notify    Notify
 	Place     Placement
 	Code      uint8
+	Flags     RDMAFlags
 	Cookie    uint32
 	Arg       uint32
 	DstEp     uint32
 	PVO       PVO
 	Local     PVO    // read request: where the origin wants the data
-	Data      []byte // a data packet's bytes, a sub-slice of the payload
+	Data      []byte // a data packet's bytes, or a report's bitmap: a sub-slice of the payload
 }
 
 // ErrBadRDMA is wrapped by every RDMA header decoding failure.
@@ -91,7 +118,8 @@ var ErrBadRDMA = errors.New("hal: malformed RDMA packet")
 
 // EncodeRDMA writes h into b[:RDMAHdrLen] (and, for a read request, the
 // origin's PVO after it: b must then hold RDMAHdrLen+PVOLen bytes). It
-// writes neither the frame header nor the data.
+// writes neither the frame header nor the data (nor a report's bitmap:
+// see AppendReport).
 func EncodeRDMA(b []byte, t FrameType, h *RDMAHdr) {
 	_ = b[RDMAHdrLen-1]
 	le := binary.LittleEndian
@@ -102,7 +130,7 @@ func EncodeRDMA(b []byte, t FrameType, h *RDMAHdr) {
 	le.PutUint64(b[16:], h.Total)
 	le.PutUint64(b[24:], h.Offset)
 	le.PutUint32(b[32:], h.Seg)
-	b[36], b[37], b[38], b[39] = byte(h.Notify), byte(h.Place), h.Code, 0
+	b[36], b[37], b[38], b[39] = byte(h.Notify), byte(h.Place), h.Code, byte(h.Flags)
 	le.PutUint32(b[40:], h.Cookie)
 	le.PutUint32(b[44:], h.Arg)
 	le.PutUint32(b[48:], h.DstEp)
@@ -148,14 +176,14 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 	h.Tid, h.Base = le.Uint32(b[8:]), le.Uint32(b[12:])
 	h.Total, h.Offset = le.Uint64(b[16:]), le.Uint64(b[24:])
 	h.Seg = le.Uint32(b[32:])
-	h.Notify, h.Place, h.Code = Notify(b[36]), Placement(b[37]), b[38]
+	h.Notify, h.Place, h.Code, h.Flags = Notify(b[36]), Placement(b[37]), b[38], RDMAFlags(b[39])
 	h.Cookie, h.Arg, h.DstEp = le.Uint32(b[40:]), le.Uint32(b[44:]), le.Uint32(b[48:])
 	h.PVO = GetPVO(b[52:])
 	h.Local = PVO{}
 	h.Data = nil
 	switch {
-	case b[39] != 0:
-		return fmt.Errorf("%w: reserved byte %#x", ErrBadRDMA, b[39])
+	case h.Flags&^allowedFlags(t) != 0:
+		return fmt.Errorf("%w: flags %#x on a %v frame", ErrBadRDMA, h.Flags, t)
 	case h.RCxt >= MaxRCxt:
 		return fmt.Errorf("%w: rCxt %d (max %d)", ErrBadRDMA, h.RCxt, MaxRCxt-1)
 	case h.Notify > NotifyOrigin|NotifyTarget:
@@ -186,10 +214,16 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 		}
 		return nil
 	case FrameRDMADone:
+		if err := checkSeg(h); err != nil {
+			return err
+		}
+		if h.Flags&FlagMissing != 0 {
+			return checkReport(h, rest)
+		}
 		if len(rest) != 0 || h.Offset != 0 {
 			return fmt.Errorf("%w: completion with data or offset", ErrBadRDMA)
 		}
-		return checkSeg(h)
+		return nil
 	}
 	if err := checkSeg(h); err != nil {
 		return err
@@ -207,6 +241,61 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 	h.Data = rest
 	return nil
 }
+
+// allowedFlags are the flags a frame of type t may carry.
+func allowedFlags(t FrameType) RDMAFlags {
+	switch t {
+	case FrameRDMAWrite, FrameRDMAReadResp:
+		return FlagLast
+	case FrameRDMADone:
+		return FlagMissing
+	}
+	return 0
+}
+
+// checkReport checks a report's offset and bitmap (b) against its
+// transfer, and makes h.Data the bitmap.
+func checkReport(h *RDMAHdr, b []byte) error {
+	segs := Segments(h.Total, h.Seg)
+	first := h.Offset / uint64(h.Seg)
+	switch {
+	case h.Code != 0:
+		return fmt.Errorf("%w: report with fault code %d", ErrBadRDMA, h.Code)
+	case len(b) == 0 || len(b) > MaxReport:
+		return fmt.Errorf("%w: report of %d bytes (1 to %d)", ErrBadRDMA, len(b), MaxReport)
+	case h.Offset%uint64(h.Seg) != 0 || first >= segs:
+		return fmt.Errorf("%w: report from offset %d of %d (segment %d)", ErrBadRDMA, h.Offset, h.Total, h.Seg)
+	}
+	any := false
+	for i, v := range b {
+		if v == 0 {
+			continue
+		}
+		any = true
+		// Bits for segments past the transfer's last must be zero.
+		if seg := first + 8*uint64(i); seg+uint64(bits.Len8(v)) > segs {
+			return fmt.Errorf("%w: report names segment %d of %d", ErrBadRDMA, seg+uint64(bits.Len8(v))-1, segs)
+		}
+	}
+	if !any {
+		return fmt.Errorf("%w: report of no missing segment", ErrBadRDMA)
+	}
+	h.Data = b
+	return nil
+}
+
+// AppendReport appends to b the frame payload of a report (FlagMissing):
+// h encoded (with FlagMissing set and Code 0) and its bitmap, h.Data.
+func AppendReport(b []byte, h *RDMAHdr) []byte {
+	n := len(b)
+	b = append(b, zeroHdr[:]...)
+	r := *h
+	r.Flags, r.Code, r.Notify = FlagMissing, 0, NotifyOrigin
+	EncodeRDMA(b[n:], FrameRDMADone, &r)
+	return append(b, h.Data...)
+}
+
+var zeroHdr [RDMAHdrLen]byte
 
 // checkSeg checks the segment size against the transfer length.
 func checkSeg(h *RDMAHdr) error {

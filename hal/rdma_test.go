@@ -105,7 +105,8 @@ func TestDecodeRDMARejects(t *testing.T) {
 		"short":        func(b []byte) []byte { return b[:RDMAHdrLen-1] },
 		"data missing": func(b []byte) []byte { return b[:RDMAHdrLen+299] },
 		"data extra":   func(b []byte) []byte { return append(b, 0) },
-		"reserved":     func(b []byte) []byte { b[39] = 1; return b },
+		"flags":        func(b []byte) []byte { b[39] = byte(FlagMissing); return b },
+		"flag unknown": func(b []byte) []byte { b[39] = 4; return b },
 		"notify":       func(b []byte) []byte { b[36] = 4; return b },
 		"place":        func(b []byte) []byte { b[37] = 2; return b },
 		"rcxt":         func(b []byte) []byte { b[2] = 1; return b },
@@ -123,6 +124,39 @@ func TestDecodeRDMARejects(t *testing.T) {
 	if err := DecodeRDMA(FrameData, good(), &h); !errors.Is(err, ErrBadRDMA) {
 		t.Errorf("data frame: got %v", err)
 	}
+	if err := DecodeRDMA(FrameRDMAReadReq, append(make([]byte, RDMAHdrLen), make([]byte, PVOLen)...), &h); err == nil {
+		t.Errorf("read request with segment 0 accepted")
+	}
+}
+
+// TestReportRoundTrip: a report of missing segments (FlagMissing)
+// decodes to what was encoded, and malformed ones are refused.
+func TestReportRoundTrip(t *testing.T) {
+	// 10 segments of 256 bytes, the last short: segments 8..9 at offset 2048.
+	h := RDMAHdr{RCxt: 3, Key: 9, Tid: 5, Base: 4, Total: 2500, Offset: 2048, Seg: 256, Cookie: 7, Data: []byte{0b10}}
+	b := AppendReport(nil, &h)
+	var got RDMAHdr
+	if err := DecodeRDMA(FrameRDMADone, b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Flags != FlagMissing || got.Offset != 2048 || !bytes.Equal(got.Data, []byte{0b10}) || got.Tid != 5 || got.Key != 9 {
+		t.Fatalf("decoded %+v", got)
+	}
+	cases := map[string]func(b []byte) []byte{
+		"no bitmap":    func(b []byte) []byte { return b[:RDMAHdrLen] },
+		"empty bitmap": func(b []byte) []byte { b[RDMAHdrLen] = 0; return b },
+		"past the end": func(b []byte) []byte { b[RDMAHdrLen] = 0b100; return b },
+		"offset":       func(b []byte) []byte { b[24] = 1; return b },
+		"offset end":   func(b []byte) []byte { b[24], b[25] = 0xc4, 9; return b }, // 2500
+		"code":         func(b []byte) []byte { b[38] = 1; return b },
+		"too long":     func(b []byte) []byte { return append(b, make([]byte, MaxReport)...) },
+		"flag last":    func(b []byte) []byte { b[39] |= byte(FlagLast); return b },
+	}
+	for name, f := range cases {
+		if err := DecodeRDMA(FrameRDMADone, f(AppendReport(nil, &h)), &got); !errors.Is(err, ErrBadRDMA) {
+			t.Errorf("%s: got %v, want ErrBadRDMA", name, err)
+		}
+	}
 }
 
 func FuzzDecodeRDMA(f *testing.F) {
@@ -131,9 +165,11 @@ func FuzzDecodeRDMA(f *testing.F) {
 		EncodeRDMA(b, ft, &RDMAHdr{Tid: 1, Base: 1, Seg: MinSeg})
 		f.Add(uint8(ft), b)
 		b = make([]byte, RDMAHdrLen+700)
-		EncodeRDMA(b, ft, &RDMAHdr{Tid: 4, Base: 2, Total: 1700, Offset: 1000, Seg: 1000, PVO: PVO{1, 2, 3}})
+		EncodeRDMA(b, ft, &RDMAHdr{Tid: 4, Base: 2, Total: 1700, Offset: 1000, Seg: 1000, PVO: PVO{1, 2, 3}, Flags: FlagLast})
 		f.Add(uint8(ft), b)
 	}
+	f.Add(uint8(FrameRDMADone), AppendReport(nil, &RDMAHdr{Tid: 4, Base: 2, Total: 1 << 20, Offset: 1344 * 64, Seg: 1344,
+		Data: []byte{1, 0, 0x80, 0xff, 3}}))
 	f.Fuzz(func(t *testing.T, ft uint8, b []byte) {
 		var h RDMAHdr
 		if err := DecodeRDMA(FrameType(ft), b, &h); err != nil {
@@ -150,8 +186,25 @@ func FuzzDecodeRDMA(f *testing.F) {
 		if !bytes.Equal(b, c) {
 			t.Fatalf("re-encoded % x, was % x", c, b)
 		}
-		if h.Offset+uint64(len(h.Data)) > h.Total {
+		if h.Flags&FlagMissing == 0 && h.Offset+uint64(len(h.Data)) > h.Total {
 			t.Fatalf("data past the transfer: %+v", h)
+		}
+		if h.Flags&FlagMissing != 0 {
+			// A report names only segments of its transfer, at least one.
+			first, n := h.Offset/uint64(h.Seg), 0
+			for i, v := range h.Data {
+				for j := range 8 {
+					if v&(1<<j) != 0 {
+						n++
+						if first+uint64(8*i+j) >= Segments(h.Total, h.Seg) {
+							t.Fatalf("report names segment %d of %d", first+uint64(8*i+j), Segments(h.Total, h.Seg))
+						}
+					}
+				}
+			}
+			if n == 0 {
+				t.Fatalf("report of nothing accepted: %+v", h)
+			}
 		}
 		if Segments(h.Total, h.Seg) > 1<<40 {
 			t.Fatalf("segment count unbounded: %+v", h)

@@ -1,6 +1,9 @@
 package hal
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // RDMAStream is one drive of an outgoing transfer as the packets that
 // carry it: an origin's write (or half-RDMA write), a read request, or a
@@ -19,6 +22,9 @@ type RDMAStream struct {
 	start uint64 // where each drive begins (a read request: the offset asked for)
 	end   uint64 // where it stops (0: the transfer's end)
 	next  uint64
+	after uint64   // the packet after the one Next returned
+	want  []uint64 // a selective drive's segments (RestartMissing), when sel
+	sel   bool
 	done  bool
 }
 
@@ -50,7 +56,7 @@ func (s *RDMAStream) Reset(frame Header, t FrameType, h RDMAHdr, mem []byte) err
 		return err
 	}
 	frame.Type = t
-	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem}
+	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem, want: s.want}
 	return nil
 }
 
@@ -59,12 +65,21 @@ func (s *RDMAStream) Done() bool { return s.done }
 
 // Next encodes the next packet's headers into b (at least StreamBufLen
 // bytes) and returns them and the data that follows them on the wire.
-// Serving a read, it fails with the protection error of a region that was
-// deregistered (or otherwise stopped resolving) since the request.
+// The last data packet of a drive carries FlagLast. Serving a read, it
+// fails with the protection error of a region that was deregistered (or
+// otherwise stopped resolving) since the request.
 func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 	h := &s.Hdr
 	h.Offset = s.next
 	n := min(uint64(h.Seg), s.last()-min(s.next, s.last()))
+	s.after = s.next + uint64(h.Seg)
+	if s.sel {
+		s.after = s.wanted(s.next/uint64(h.Seg)+1) * uint64(h.Seg)
+	}
+	h.Flags &^= FlagLast
+	if s.Type != FrameRDMAReadReq && s.after >= s.last() {
+		h.Flags |= FlagLast
+	}
 	switch {
 	case s.Type == FrameRDMAReadReq:
 		n = 0
@@ -89,10 +104,23 @@ func (s *RDMAStream) Advance() {
 		s.done = true
 		return
 	}
-	s.next += uint64(s.Hdr.Seg)
+	s.next = s.after
 	if s.next >= s.last() {
 		s.done = true
 	}
+}
+
+// wanted is the first segment from i on that a selective drive sends, or
+// one past the last segment when there is none.
+func (s *RDMAStream) wanted(i uint64) uint64 {
+	segs := Segments(s.last(), s.Hdr.Seg)
+	for w := i / 64; w < uint64(len(s.want)) && i < segs; w++ {
+		if v := s.want[w] >> (i % 64); v != 0 {
+			return min(i+uint64(bits.TrailingZeros64(v)), segs)
+		}
+		i = (w + 1) * 64
+	}
+	return segs
 }
 
 // last is where the stream stops.
@@ -105,7 +133,55 @@ func (s *RDMAStream) last() uint64 {
 
 // Restart drives the transfer again from its first packet under tid.
 func (s *RDMAStream) Restart(tid uint32) {
-	s.Hdr.Tid, s.next, s.done = tid, s.start, false
+	s.Hdr.Tid, s.next, s.done, s.sel = tid, s.start, false, false
+}
+
+// RestartTail drives a write again under tid with its last packet alone
+// (FlagLast): a probe, after a timeout, that the target answers with the
+// completion or a report of what is missing.
+func (s *RDMAStream) RestartTail(tid uint32) {
+	s.Restart(tid)
+	if s.Type != FrameRDMAReadReq {
+		s.next = max(s.start, (Segments(s.last(), s.Hdr.Seg)-1)*uint64(s.Hdr.Seg))
+	}
+}
+
+// RestartMissing drives a write again under tid with only the segments a
+// report names (bitmap rep from offset off, as on the wire: see
+// DecodeRDMA), the last of them carrying FlagLast. It returns how many
+// packets the drive has; 0 (and nothing restarted) when the report names
+// none of the transfer's segments.
+func (s *RDMAStream) RestartMissing(tid uint32, off uint64, rep []byte) int {
+	seg := uint64(s.Hdr.Seg)
+	segs := Segments(s.last(), s.Hdr.Seg)
+	if s.Type == FrameRDMAReadReq || off%seg != 0 || off/seg >= segs {
+		return 0
+	}
+	words := int((segs + 63) / 64)
+	want := s.want
+	if cap(want) < words {
+		want = make([]uint64, words)
+	} else {
+		want = want[:words]
+		clear(want)
+	}
+	n := 0
+	first := off / seg
+	for i, v := range rep {
+		for ; v != 0; v &= v - 1 {
+			if j := first + 8*uint64(i) + uint64(bits.TrailingZeros8(v)); j < segs {
+				want[j/64] |= 1 << (j % 64)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	s.Restart(tid)
+	s.want, s.sel = want, true
+	s.next = s.wanted(0) * seg
+	return n
 }
 
 // RestartRange drives a read request again under tid, asking only for the
