@@ -183,6 +183,9 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	if c.w.closed.Load() {
 		return ErrFinalized
 	}
+	if c.freed {
+		return c.freedErr()
+	}
 	s := c.coll
 	k := s.seq.Load() + 1
 	s.callShOff = s.shOff.Load()

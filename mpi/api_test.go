@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -190,6 +191,45 @@ func TestDupSplitProbe(t *testing.T) {
 			t.Errorf("world %d: allreduce over its part = %d, want %d", c.Rank(), v[0], want)
 		}
 		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFreedComm: every kind of call on a communicator after its Free
+// fails with ErrArg naming the freed communicator, instead of sending on
+// a context no rank listens on.
+func TestFreedComm(t *testing.T) {
+	err := Run(3, func(c *Comm) error {
+		d, err := c.Dup()
+		if err != nil {
+			return err
+		}
+		if err := d.Free(); err != nil {
+			return err
+		}
+		peer := (c.Rank() + 1) % c.Size()
+		v := []int32{1}
+		calls := map[string]error{
+			"Send":      Send(d, v, peer, 0),
+			"Barrier":   d.Barrier(),
+			"Bcast":     Bcast(d, v, 0),
+			"Allreduce": Allreduce(d, v, make([]int32, 1), Sum),
+		}
+		_, calls["Recv"] = Recv(d, v, peer, 0)
+		_, calls["Isend"] = Isend(d, v, peer, 0)
+		_, _, calls["Iprobe"] = d.Iprobe(AnySource, AnyTag)
+		_, calls["Iallreduce"] = Iallreduce(d, v, make([]int32, 1), Sum)
+		_, calls["Dup"] = d.Dup()
+		_, calls["NewWin"] = NewWin(d, make([]int32, 4))
+		for name, err := range calls {
+			if !errors.Is(err, ErrArg) || !strings.Contains(fmt.Sprint(err), "was freed") {
+				return fmt.Errorf("%s on a freed communicator: %v, want ErrArg saying it was freed", name, err)
+			}
+		}
+		// The communicator it came from still works.
+		return Allreduce(c, v, v, Sum)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -171,6 +171,13 @@ func (c *Comm) Free() error {
 	return nil
 }
 
+// freedErr is the error of a call on c after Free (MPI calls it
+// erroneous): the communicator's context is gone, so a message sent on it
+// would wait unmatched at a peer that freed it too.
+func (c *Comm) freedErr() error {
+	return fmt.Errorf("mpi: communicator %d was freed: %w", c.ctx/2, ErrArg)
+}
+
 // agreeContext picks a context id no member has used: the maximum of the
 // members' next free ids. Every member then moves past it.
 func (c *Comm) agreeContext() (uint32, error) {

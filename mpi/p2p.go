@@ -175,6 +175,9 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 }
 
 func (c *Comm) checkSource(src, tag int) error {
+	if c.freed {
+		return c.freedErr()
+	}
 	if src != AnySource && (src < 0 || src >= c.size) {
 		return fmt.Errorf("mpi: source %d in a communicator of %d: %w", src, c.size, ErrRank)
 	}
@@ -185,6 +188,9 @@ func (c *Comm) checkSource(src, tag int) error {
 }
 
 func (c *Comm) checkDest(dest, tag int) error {
+	if c.freed {
+		return c.freedErr()
+	}
 	if dest < 0 || dest >= c.size {
 		return fmt.Errorf("mpi: send to rank %d in a communicator of %d: %w", dest, c.size, ErrRank)
 	}
