@@ -75,7 +75,10 @@
 // block), between one leader per node (messages), within each node again.
 //
 // MaxLoc and MinLoc reduce (value, index) pairs held side by side in the
-// slice (loc.go); every algorithm that keeps rank order takes them.
+// slice (loc.go); every algorithm that keeps rank order takes them. The
+// bitwise and logical ops BAnd, BOr, BXor, LAnd, LOr and LXor take
+// integer types only and commute, so every algorithm takes them
+// (bitop.go).
 //
 // Besides the collectives above: Scan and Exscan (recursive doubling),
 // ReduceScatterBlock (a Reduce to rank 0 then a Scatter), and the vector

@@ -40,6 +40,11 @@ type Op int
 // MPI_2DOUBLE_PRECISION hold them): the result's value is the largest
 // (smallest) and its index that of the rank it came from, the lowest
 // such index on a tie. The slice's length must be even, and T real.
+//
+// BAnd, BOr and BXor are bitwise, LAnd, LOr and LXor logical (an element
+// is true when nonzero; the result is 1 or 0, though a reduction over one
+// rank leaves its elements as they are), as MPI_BAND ... MPI_LXOR: on
+// integer types only.
 const (
 	Sum Op = iota
 	Prod
@@ -47,6 +52,12 @@ const (
 	Min
 	MaxLoc
 	MinLoc
+	BAnd
+	BOr
+	BXor
+	LAnd
+	LOr
+	LXor
 )
 
 func (o Op) String() string {
@@ -63,6 +74,18 @@ func (o Op) String() string {
 		return "MaxLoc"
 	case MinLoc:
 		return "MinLoc"
+	case BAnd:
+		return "BAnd"
+	case BOr:
+		return "BOr"
+	case BXor:
+		return "BXor"
+	case LAnd:
+		return "LAnd"
+	case LOr:
+		return "LOr"
+	case LXor:
+		return "LXor"
 	}
 	if u := lookupOp(o); u != nil {
 		return fmt.Sprintf("NewOp#%d[%v]", int(o-firstUserOp), u.elem)

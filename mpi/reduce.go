@@ -118,6 +118,12 @@ func reducerFor[T Elem](op Op, n int) (reducer, error) {
 		// split a pair. The others keep rank order, which gives the
 		// same result.
 		r.userCommutes = false
+	case BAnd, BOr, BXor, LAnd, LOr, LXor:
+		f, err := bitReducer(op, r.t)
+		if err != nil {
+			return reducer{}, err
+		}
+		r.user, r.userCommutes = f, true
 	default:
 		if u := lookupOp(op); u != nil {
 			ur, err := userReducer[T](op, u)
