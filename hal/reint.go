@@ -30,6 +30,14 @@ import (
 // that takes (the interval doubling up to ReintConfig.MaxRetry), since the
 // frames travel on an unreliable device and a rank waits for RDMA toward
 // every peer before it starts.
+//
+// A device that is ready may also rejoin one peer (Rejoin): BOOTING with a
+// new incarnation toward that peer only, whose answer must be a BOOT_ACK
+// of it (a crossing BOOTING does not count: the peer's record of our
+// incarnation would be the old one), then RDMA_READY both ways. This is
+// what a stripe member does, per peer, when its link to that peer comes
+// back or its device was replaced (package stripe); the other peers see
+// nothing of it.
 type Reintegration struct {
 	self     Rank
 	size     int
@@ -44,6 +52,9 @@ type Reintegration struct {
 	lastSent time.Time  // when BOOTING or RDMA_READY last went to the unanswered
 	rounds   int        // RDMA_READY rounds sent since ready, for the back-off
 	peerEp   []uint64   // the incarnation each peer last announced
+	ours     []uint64   // the incarnation announced to each peer: epoch, or a Rejoin's
+	rejoin   []bool     // a Rejoin toward peer is under way
+	parked   []bool     // a Rejoin toward peer gave up or was refused: no RDMA_READY until the next
 	rdmaTo   []bool     // RDMA toward peer allowed
 	owed     []bool     // peer asked for our RDMA_READY before we were ready
 	out      []ReintMsg // reused result buffers
@@ -129,9 +140,72 @@ func NewReintegration(self Rank, size int, epoch uint64, cfg ReintConfig) *Reint
 	if cfg.MaxRetry <= 0 {
 		cfg.MaxRetry = min(100*cfg.Retry, time.Second)
 	}
-	return &Reintegration{self: self, size: size, cfg: cfg, epoch: epoch,
-		answered: make([]bool, size), tries: make([]int, size),
-		peerEp: make([]uint64, size), rdmaTo: make([]bool, size), owed: make([]bool, size)}
+	r := &Reintegration{self: self, cfg: cfg, epoch: epoch}
+	r.Grow(size)
+	return r
+}
+
+// Grow makes room for peers up to size ranks (a device that learns its
+// peers as they connect). A rank added is taken as answered, with RDMA
+// toward it off until it says RDMA_READY, and this device's incarnation.
+// A smaller size changes nothing.
+func (r *Reintegration) Grow(size int) {
+	for r.size < size {
+		r.answered = append(r.answered, true)
+		r.tries = append(r.tries, 0)
+		r.peerEp = append(r.peerEp, 0)
+		r.ours = append(r.ours, r.epoch)
+		r.rejoin = append(r.rejoin, false)
+		r.parked = append(r.parked, false)
+		r.rdmaTo = append(r.rdmaTo, false)
+		r.owed = append(r.owed, false)
+		r.size++
+	}
+}
+
+// Joined makes a device that has not started ready at once, with RDMA
+// allowed toward every peer, and sends nothing: a device whose peers were
+// set up by other means (a stripe member, whose rank joined through the
+// stripe as a whole), which later uses Rejoin per peer.
+func (r *Reintegration) Joined() {
+	r.joining, r.ready, r.rounds = false, true, 0
+	for p := range r.answered {
+		r.answered[p], r.rdmaTo[p] = true, Rank(p) != r.self
+	}
+}
+
+// Rejoin has a ready device join peer again under the new incarnation
+// epoch (never 0, and not one used before): RDMA toward peer is off, and
+// BOOTING goes to it now and at each Retry until a BOOT_ACK of epoch
+// comes; then RDMA_READY, asking for one back, until it comes. Rejoining
+// reports whether this is still under way. A peer that stays silent for
+// MaxTries BOOTINGs is given up (ActGaveUp), one that answers BOOT_NACK
+// refused (ActRefused): RDMA toward it stays off until the next Rejoin.
+// A peer out of range, or this device itself, is ignored.
+func (r *Reintegration) Rejoin(peer Rank, epoch uint64, now time.Time) ([]ReintMsg, []ReintAction) {
+	r.out, r.acts = r.out[:0], r.acts[:0]
+	if int(peer) >= r.size || peer == r.self {
+		return r.out, r.acts
+	}
+	r.ours[peer], r.rejoin[peer], r.parked[peer] = epoch, true, false
+	r.answered[peer], r.rdmaTo[peer], r.owed[peer] = false, false, false
+	r.tries[peer] = 1
+	r.rounds, r.lastSent = 0, now
+	r.out = append(r.out, ReintMsg{FrameBooting, peer, epoch, false})
+	return r.out, r.acts
+}
+
+// Rejoining reports whether a Rejoin toward peer is under way: its BOOTING
+// unanswered, or its RDMA_READY not yet returned.
+func (r *Reintegration) Rejoining(peer Rank) bool {
+	return int(peer) < r.size && r.rejoin[peer]
+}
+
+// settle ends a Rejoin toward peer once both ends have said RDMA_READY.
+func (r *Reintegration) settle(peer Rank) {
+	if r.rejoin[peer] && r.answered[peer] && r.rdmaTo[peer] {
+		r.rejoin[peer] = false
+	}
 }
 
 // Start begins joining: RDMA is off until every peer is accounted for.
@@ -143,6 +217,7 @@ func (r *Reintegration) Start(now time.Time) ([]ReintMsg, []ReintAction) {
 		r.tries[p] = 0
 		r.rdmaTo[p] = false
 		r.owed[p] = false
+		r.ours[p], r.rejoin[p], r.parked[p] = r.epoch, false, false
 	}
 	r.sendBooting(now)
 	r.checkDone()
@@ -197,17 +272,23 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 			r.acts = append(r.acts, ReintAction{ActClearPeer, from})
 		}
 		r.out = append(r.out, ReintMsg{FrameBootAck, from, ep, false}) // its epoch: an answer to this boot
-		if r.joining && !r.answered[from] {
+		if r.joining && !r.answered[from] && !r.rejoin[from] {
 			r.answered[from] = true // crossing BOOTINGs answer each other
 		}
 	case FrameBootAck:
-		if r.joining && ep == r.epoch {
+		if !r.answered[from] && ep == r.ours[from] {
 			r.answered[from] = true
+			if r.rejoin[from] && r.ready {
+				r.out = append(r.out, ReintMsg{FrameRDMAReady, from, ep, true})
+			}
 		}
 	case FrameBootNack:
-		if r.joining && ep == r.epoch && !r.answered[from] {
+		if !r.answered[from] && ep == r.ours[from] {
 			r.answered[from] = true
 			r.acts = append(r.acts, ReintAction{ActRefused, from})
+			if r.rejoin[from] {
+				r.rejoin[from], r.parked[from] = false, true
+			}
 		}
 	case FrameRDMAReady:
 		if r.peerEp[from] == 0 {
@@ -216,12 +297,29 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		if ep != r.peerEp[from] || ep == 0 {
 			break // from an earlier life of that peer
 		}
+		if r.rejoin[from] && !r.answered[from] {
+			// Sent before the peer saw our Rejoin's BOOTING (an old one
+			// still on its way, or the peer's own crossing Rejoin): it
+			// says nothing of our new incarnation. The peer resends what
+			// asks for an answer.
+			break
+		}
+		again := r.rdmaTo[from]
 		if !r.rdmaTo[from] {
 			r.rdmaTo[from] = true
 			r.acts = append(r.acts, ReintAction{ActEnablePeer, from})
 		}
 		if ask && r.ready {
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.epoch, false})
+			if again && r.ours[from] != r.epoch {
+				// Asked again after a Rejoin: our answer was lost, or
+				// the peer took a BOOTING of ours from before the
+				// Rejoin (delayed on the wire) as new and ignores
+				// answers of this incarnation. A BOOTING of it mends
+				// the second case, and the peer only answers it in
+				// the first.
+				r.out = append(r.out, ReintMsg{FrameBooting, from, r.ours[from], false})
+			}
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.ours[from], false})
 		} else if ask {
 			// Not ready yet: answer once we are, or the peer learns it
 			// only from its retry timer (and a driver that sleeps on a
@@ -229,6 +327,7 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 			r.owed[from] = true
 		}
 	}
+	r.settle(from)
 	r.checkDone()
 	return r.out, r.acts
 }
@@ -252,11 +351,12 @@ func (r *Reintegration) Tick(now time.Time) ([]ReintMsg, []ReintAction, time.Tim
 			r.sendBooting(now)
 			r.checkDone()
 		case r.ready:
+			r.sendRejoins(now)
 			r.sendReady(now)
 		}
 	}
 	for p := range r.rdmaTo {
-		if r.joining && !r.answered[p] || r.ready && !r.rdmaTo[p] && Rank(p) != r.self {
+		if r.joining && !r.answered[p] || r.rejoin[p] || r.ready && !r.rdmaTo[p] && !r.parked[p] && Rank(p) != r.self {
 			pending = true
 		}
 	}
@@ -270,20 +370,48 @@ func (r *Reintegration) Tick(now time.Time) ([]ReintMsg, []ReintAction, time.Tim
 // while joining, and for RDMA_READY Retry doubled each round up to
 // MaxRetry, so that a dead peer costs little.
 func (r *Reintegration) interval() time.Duration {
-	if !r.ready || r.rounds <= 1 {
+	if !r.ready || r.rounds <= 1 || r.booting() {
 		return r.cfg.Retry
 	}
 	return min(r.cfg.Retry<<min(r.rounds-1, 20), r.cfg.MaxRetry)
 }
 
+// booting reports whether a Rejoin's BOOTING is unanswered.
+func (r *Reintegration) booting() bool {
+	for p, j := range r.rejoin {
+		if j && !r.answered[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// sendRejoins resends the BOOTING of each Rejoin not yet answered, giving
+// up on a peer that stayed silent for MaxTries.
+func (r *Reintegration) sendRejoins(now time.Time) {
+	for p, j := range r.rejoin {
+		switch {
+		case !j || r.answered[p]:
+		case r.tries[p] >= r.cfg.MaxTries:
+			r.rejoin[p], r.parked[p] = false, true
+			r.acts = append(r.acts, ReintAction{ActGaveUp, Rank(p)})
+		default:
+			r.tries[p]++
+			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false})
+		}
+	}
+	r.lastSent = now
+}
+
 // sendReady sends RDMA_READY, asking for one back, to the peers that have
-// not yet said they accept RDMA from us.
+// not yet said they accept RDMA from us (but for those a Rejoin has not
+// reached yet, or gave up on).
 func (r *Reintegration) sendReady(now time.Time) {
 	r.lastSent = now
 	r.rounds++
 	for p := range r.rdmaTo {
-		if Rank(p) != r.self && !r.rdmaTo[p] {
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.epoch, true})
+		if Rank(p) != r.self && !r.rdmaTo[p] && r.answered[p] && !r.parked[p] {
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], true})
 		}
 	}
 }
@@ -293,7 +421,7 @@ func (r *Reintegration) sendBooting(now time.Time) {
 	for p := range r.answered {
 		if !r.answered[p] {
 			r.tries[p]++
-			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.epoch, false})
+			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false})
 		}
 	}
 }
@@ -313,7 +441,7 @@ func (r *Reintegration) checkDone() {
 	r.sendReady(r.lastSent)
 	for p, o := range r.owed {
 		if o && r.rdmaTo[p] {
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.epoch, false})
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], false})
 		}
 		r.owed[p] = false
 	}

@@ -18,6 +18,7 @@ type reintNode struct {
 	next    time.Time
 	started time.Time           // this incarnation's start
 	cleared map[hal.Rank]uint64 // peer → its epoch when we last cleared it
+	acts    []hal.ReintAction   // every action, in order
 }
 
 // reintNet drives n nodes over a simulated network, checking on every
@@ -58,6 +59,7 @@ func (rn *reintNet) start(i int) {
 
 func (rn *reintNet) apply(i int, msgs []hal.ReintMsg, acts []hal.ReintAction) {
 	nd := rn.nodes[i]
+	nd.acts = append(nd.acts, acts...)
 	for _, a := range acts {
 		switch a.Kind {
 		case hal.ActClearPeer:

@@ -1,0 +1,149 @@
+package hal_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+)
+
+// count is how many of nd's actions since from are of kind k about peer.
+func count(nd *reintNode, from int, k hal.ReintActionKind, peer hal.Rank) int {
+	n := 0
+	for _, a := range nd.acts[from:] {
+		if a.Kind == k && a.Peer == peer {
+			n++
+		}
+	}
+	return n
+}
+
+// rejoin has rank i rejoin peer under epoch.
+func (rn *reintNet) rejoin(i int, peer hal.Rank, epoch uint64) {
+	msgs, acts := rn.nodes[i].r.Rejoin(peer, epoch, rn.net.Now())
+	rn.apply(i, msgs, acts)
+}
+
+// TestReintRejoin: in a joined job, rank 0 rejoins rank 1 alone (and, in
+// the crossing case, rank 1 rejoins rank 0 at the same moment), under
+// loss, duplication and reordering: RDMA between them is off until both
+// have said RDMA_READY of the new incarnations, each ends knowing the
+// other's newest, and rank 2 sees nothing of it.
+func TestReintRejoin(t *testing.T) {
+	for _, crossing := range []bool{false, true} {
+		for seed := uint64(1); seed <= 50; seed++ {
+			t.Run(fmt.Sprintf("crossing=%v/%d", crossing, seed), func(t *testing.T) {
+				spec := faults.Spec{Loss: 0.2, Reorder: 0.1, Dup: 0.05, Delay: 50 * time.Microsecond, Seed: seed}
+				rn := newReintNet(t, 3, spec)
+				for i := range rn.nodes {
+					rn.start(i)
+				}
+				rn.run(time.Second, rn.converged)
+				n0, n1, n2 := rn.nodes[0], rn.nodes[1], rn.nodes[2]
+				mark0, mark1, mark2 := len(n0.acts), len(n1.acts), len(n2.acts)
+				rn.rejoin(0, 1, 1001)
+				if crossing {
+					rn.rejoin(1, 0, 2001)
+				}
+				if n0.r.RDMATo(1) || !n0.r.Rejoining(1) || !n0.r.RDMATo(2) {
+					t.Fatalf("rank 0 after Rejoin(1): RDMA to 1 %v, rejoining %v, RDMA to 2 %v; want off, yes, on",
+						n0.r.RDMATo(1), n0.r.Rejoining(1), n0.r.RDMATo(2))
+				}
+				rn.run(time.Second, func() bool {
+					return !n0.r.Rejoining(1) && !n1.r.Rejoining(0) && rn.converged()
+				})
+				// A BOOTING from before the Rejoin, delayed on the wire,
+				// may be taken for a new incarnation and cleared too;
+				// what counts is that the last one known is the new one.
+				if got := count(n1, mark1, hal.ActClearPeer, 0); got < 1 || n1.r.PeerEpoch(0) != 1001 {
+					t.Errorf("rank 1 cleared rank 0 %d times and knows it as %d, want at least once and 1001", got, n1.r.PeerEpoch(0))
+				}
+				if got := count(n1, mark1, hal.ActEnablePeer, 0); got < 1 {
+					t.Errorf("rank 1 never re-enabled rank 0")
+				}
+				if got := count(n0, mark0, hal.ActClearPeer, 1); crossing && (got < 1 || n0.r.PeerEpoch(1) != 2001) {
+					t.Errorf("crossing: rank 0 cleared rank 1 %d times and knows it as %d, want at least once and 2001", got, n0.r.PeerEpoch(1))
+				} else if !crossing && got != 0 {
+					t.Errorf("rank 0 cleared rank 1, which did not restart or rejoin, %d times", got)
+				}
+				if count(n0, mark0, hal.ActEnablePeer, 1) < 1 {
+					t.Errorf("rank 0 never re-enabled rank 1 after its Rejoin")
+				}
+				if len(n2.acts) != mark2 {
+					t.Errorf("rank 2 acted on a rejoin between ranks 0 and 1: %+v", n2.acts[mark2:])
+				}
+				if got := count(n0, mark0, hal.ActGaveUp, 1) + count(n0, mark0, hal.ActRefused, 1); got != 0 {
+					t.Errorf("rank 0 gave up on or was refused by rank 1 %d times", got)
+				}
+			})
+		}
+	}
+}
+
+// TestReintRejoinDeadPeer: a Rejoin toward a peer that never answers gives
+// it up after MaxTries BOOTINGs (ActGaveUp, once), leaves RDMA toward it
+// off, and then sends it nothing more (Tick has nothing pending); a later
+// Rejoin, once it is back, succeeds.
+func TestReintRejoinDeadPeer(t *testing.T) {
+	rn := newReintNet(t, 3, faults.Spec{Seed: 3})
+	for i := range rn.nodes {
+		rn.start(i)
+	}
+	rn.run(time.Second, rn.converged)
+	n0 := rn.nodes[0]
+	rn.net.Isolate(2)
+	mark := len(n0.acts)
+	rn.rejoin(0, 2, 77)
+	rn.run(time.Second, func() bool { return !n0.r.Rejoining(2) })
+	if got := count(n0, mark, hal.ActGaveUp, 2); got != 1 || n0.r.RDMATo(2) {
+		t.Fatalf("gave up on the isolated rank %d times (RDMA to it %v), want once and off", got, n0.r.RDMATo(2))
+	}
+	if _, _, next := n0.r.Tick(rn.net.Now().Add(time.Hour)); !next.IsZero() {
+		t.Errorf("after giving up, Tick still wants a call at %v", next)
+	}
+	rn.net.HealAll()
+	rn.rejoin(0, 2, 78)
+	rn.run(time.Second, func() bool { return !n0.r.Rejoining(2) && rn.converged() })
+}
+
+// TestReintRejoinStale: answers to an earlier incarnation do not complete
+// a Rejoin: a BOOT_ACK of the old epoch is ignored, and an RDMA_READY from
+// the peer before its ACK (it may have left before our BOOTING arrived) is
+// not taken; the one after it ends the Rejoin.
+func TestReintRejoinStale(t *testing.T) {
+	now := time.Unix(0, 0)
+	pay := func(ep uint64, ask bool) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep, Ask: ask})
+		return b
+	}
+	r := hal.NewReintegration(0, 2, 5, hal.ReintConfig{})
+	r.Joined()
+	if !r.Ready() || !r.RDMATo(1) {
+		t.Fatal("Joined: not ready toward rank 1")
+	}
+	out, _ := r.Rejoin(1, 6, now)
+	if len(out) != 1 || out[0].Type != hal.FrameBooting || out[0].Epoch != 6 {
+		t.Fatalf("Rejoin sent %+v, want one BOOTING of epoch 6", out)
+	}
+	if out, _ := r.Handle(1, hal.FrameBootAck, pay(5, false), now); len(out) != 0 || !r.Rejoining(1) {
+		t.Fatalf("an ACK of the old incarnation answered the Rejoin: %+v", out)
+	}
+	r.Handle(1, hal.FrameRDMAReady, pay(9, false), now)
+	if !r.Rejoining(1) {
+		t.Fatal("an RDMA_READY before the ACK ended the Rejoin")
+	}
+	out, _ = r.Handle(1, hal.FrameBootAck, pay(6, false), now)
+	if len(out) != 1 || out[0].Type != hal.FrameRDMAReady || out[0].Epoch != 6 || !out[0].Ask {
+		t.Fatalf("the ACK of epoch 6 sent %+v, want RDMA_READY of epoch 6 asking back", out)
+	}
+	if !r.Rejoining(1) || r.RDMATo(1) {
+		t.Fatal("the RDMA_READY that came before the ACK counted")
+	}
+	r.Handle(1, hal.FrameRDMAReady, pay(9, false), now)
+	if r.Rejoining(1) || !r.RDMATo(1) {
+		t.Fatalf("ACK and then RDMA_READY in, still rejoining %v, RDMA to 1 %v", r.Rejoining(1), r.RDMATo(1))
+	}
+}
