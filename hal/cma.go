@@ -51,10 +51,15 @@ type TPTEntry struct {
 	Addr   uint64
 	Len    uint64
 	Access Access
+	// RKey is the key under which the owner's adapter lets peers reach
+	// the region by hardware RDMA (OneSided: an MR registration covering
+	// it, at the same addresses); 0 when the region is not registered
+	// with one, and transfers to it go another way.
+	RKey uint32
 }
 
 // tptEntryLen is an entry's encoded size in a FrameTPTUpdate payload.
-const tptEntryLen = 4 + 8 + 8 + 8 + 1
+const tptEntryLen = 4 + 8 + 8 + 8 + 1 + 4
 
 // MaxTPTEntries is how many entries one update frame of payload size mtu
 // may carry.
@@ -65,7 +70,7 @@ var ErrBadTPTUpdate = errors.New("hal: malformed TPT update")
 
 // EncodeTPTUpdate writes a FrameTPTUpdate payload carrying es into b and
 // returns its length: a u16 count, then each entry (entry u32, key u64,
-// addr u64, len u64, access u8), little-endian. b must hold
+// addr u64, len u64, access u8, rkey u32), little-endian. b must hold
 // 2+len(es)*tptEntryLen bytes.
 func EncodeTPTUpdate(b []byte, es []TPTEntry) int {
 	le := binary.LittleEndian
@@ -77,6 +82,7 @@ func EncodeTPTUpdate(b []byte, es []TPTEntry) int {
 		le.PutUint64(b[o+12:], e.Addr)
 		le.PutUint64(b[o+20:], e.Len)
 		b[o+28] = byte(e.Access)
+		le.PutUint32(b[o+29:], e.RKey)
 		o += tptEntryLen
 	}
 	return o
@@ -95,7 +101,7 @@ func DecodeTPTUpdate(b []byte, es []TPTEntry) ([]TPTEntry, error) {
 	}
 	for o := 2; o < len(b); o += tptEntryLen {
 		e := TPTEntry{Entry: le.Uint32(b[o:]), Key: le.Uint64(b[o+4:]), Addr: le.Uint64(b[o+12:]),
-			Len: le.Uint64(b[o+20:]), Access: Access(b[o+28])}
+			Len: le.Uint64(b[o+20:]), Access: Access(b[o+28]), RKey: le.Uint32(b[o+29:])}
 		if e.Access&^(AccessRead|AccessWrite) != 0 || e.Key != 0 && e.Addr+e.Len < e.Addr {
 			return es, fmt.Errorf("%w: entry %d: access %#x, %d bytes at %#x", ErrBadTPTUpdate, e.Entry, e.Access, e.Len, e.Addr)
 		}
@@ -125,6 +131,12 @@ func (r *Replica) Apply(e TPTEntry) {
 
 // Clear forgets every entry: the peer restarted.
 func (r *Replica) Clear() { clear(r.entries) }
+
+// Entry is the replica's entry for p, if it holds p's registration (Has).
+func (r *Replica) Entry(p PVO) (TPTEntry, bool) {
+	e, ok := r.entries[p.Entry]
+	return e, ok && e.Key == p.Key
+}
 
 // Has reports whether the replica holds p's registration: p's entry under
 // p's key. A miss is not a refusal: the owner's update may not have come

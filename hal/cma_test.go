@@ -6,7 +6,7 @@ import (
 )
 
 func TestTPTUpdateRoundTrip(t *testing.T) {
-	es := []TPTEntry{{1, 2, 3, 4, AccessRead}, {5, 0, 0, 0, 0}, {7, 8, 1 << 40, 1 << 20, AccessRead | AccessWrite}}
+	es := []TPTEntry{{1, 2, 3, 4, AccessRead, 0}, {5, 0, 0, 0, 0, 0}, {7, 8, 1 << 40, 1 << 20, AccessRead | AccessWrite, 0xdeadbeef}}
 	b := make([]byte, 2+len(es)*tptEntryLen)
 	if n := EncodeTPTUpdate(b, es); n != len(b) {
 		t.Fatalf("encoded %d bytes, want %d", n, len(b))
@@ -29,7 +29,7 @@ func TestTPTUpdateRoundTrip(t *testing.T) {
 
 func FuzzDecodeTPTUpdate(f *testing.F) {
 	b := make([]byte, 2+2*tptEntryLen)
-	EncodeTPTUpdate(b, []TPTEntry{{1, 2, 3, 4, AccessRead}, {5, 6, 7, 8, AccessWrite}})
+	EncodeTPTUpdate(b, []TPTEntry{{1, 2, 3, 4, AccessRead, 0}, {5, 6, 7, 8, AccessWrite, 9}})
 	f.Add(b)
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -34,6 +34,7 @@ import (
 type cmaState struct {
 	shared   hal.SharedAddressSpace // nil: peers are not in this process
 	dev      hal.CrossMemory        // nil: not available
+	keep     bool                   // replicas are kept: cross-memory attach, or hardware RDMA (native.go)
 	to       []bool                 // per peer, over a route: dev reaches it; nil: every peer
 	replicas []hal.Replica          // per peer (c.mu)
 	mu       sync.Mutex             // guards out: the TPT's watcher runs in any goroutine
@@ -74,6 +75,9 @@ func (c *Context) initCMA() {
 		return
 	}
 	cm, ok := c.dev.(hal.CrossMemory)
+	if !ok && c.initNative() {
+		return
+	}
 	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
 		return
 	}
@@ -87,7 +91,7 @@ func (c *Context) initCMA() {
 			c.cm.to[p] = ok && m.CMA()
 		}
 	}
-	c.cm.dev = cm
+	c.cm.dev, c.cm.keep = cm, true
 	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
 	c.cm.sentTo = make([]uint64, c.cfg.Size)
 	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
@@ -127,7 +131,7 @@ func (c *Context) pushTPT(peer hal.Rank) bool {
 		// others get the changes they have not had.
 		var es []hal.TPTEntry
 		if from == 0 || from < c.cm.logBase {
-			es = c.tpt.Entries()
+			es = c.withRKeys(c.tpt.Entries())
 		} else {
 			es = c.cm.log[from-c.cm.logBase:]
 		}
@@ -143,7 +147,7 @@ func (c *Context) pushTPT(peer hal.Rank) bool {
 // tptBehind reports whether peer has TPT changes of this rank still to be
 // sent (c.mu held).
 func (c *Context) tptBehind(peer hal.Rank) bool {
-	return c.cm.dev != nil && (c.cm.to == nil || c.cm.to[peer]) &&
+	return c.cm.keep && (c.cm.to == nil || c.cm.to[peer]) &&
 		(c.cm.pending.Load() || c.cm.sentTo[peer] < c.cm.logBase+uint64(len(c.cm.log)))
 }
 
@@ -151,7 +155,7 @@ func (c *Context) tptBehind(peer hal.Rank) bool {
 // grown past tptLogMax (c.mu held): peers this rank does not talk to
 // would otherwise keep it growing.
 func (c *Context) catchUpTPT() {
-	if c.cm.dev == nil {
+	if !c.cm.keep {
 		return
 	}
 	if c.takeTPTChanges() < c.cm.logBase+tptLogMax {
@@ -183,7 +187,7 @@ func (c *Context) trimTPTLog() {
 // pushTPT answers with all entries; if the device is full now, the next
 // push to peer does it.
 func (c *Context) resyncTPT(peer hal.Rank) {
-	if c.cm.dev != nil {
+	if c.cm.keep {
 		c.cm.sentTo[peer] = 0
 		c.pushTPT(peer)
 	}
@@ -222,7 +226,7 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 
 // onTPTUpdate applies a peer's TPT changes to its replica (c.mu held).
 func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
-	if c.cm.dev == nil || c.cm.to != nil && !c.cm.to[src] {
+	if !c.cm.keep || c.cm.to != nil && !c.cm.to[src] {
 		c.stats.BadPackets++
 		return
 	}
@@ -241,6 +245,9 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
 func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+	if c.nat.dev != nil {
+		return c.nativeTransfer(tgt, p, buf, write, o)
+	}
 	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold ||
 		c.cm.to != nil && !c.cm.to[tgt] {
 		return false, nil

@@ -67,6 +67,7 @@ type Context struct {
 	xchg       xchgState
 	rd         rdmaState
 	cm         cmaState
+	nat        nativeState
 	fenceMark  []uint32 // per peer: nextMsg after the last fence probe
 	fenceCntr  *Counter
 	done       []completion // completions waiting to run outside the lock

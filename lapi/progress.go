@@ -55,6 +55,7 @@ func (c *Context) afterPoll(n int) bool {
 		c.reintTick(c.pollNow)
 	}
 	c.catchUpTPT()
+	c.pollNative()
 	for _, p := range c.active {
 		if c.queues[p].head != nil {
 			c.pushLocked(p, c.pollNow)
@@ -109,7 +110,7 @@ func (c *Context) quiet() bool {
 		return false
 	}
 	// No TPT changes to take in, nor a log long enough for catchUpTPT.
-	return c.cm.dev == nil || !c.cm.pending.Load() && len(c.cm.log) < tptLogMax
+	return !c.cm.keep || !c.cm.pending.Load() && len(c.cm.log) < tptLogMax
 }
 
 // tick runs retransmission timers and sends owed acknowledgements.
@@ -471,7 +472,7 @@ func (c *Context) sendsQueuedLocked() bool {
 			return true
 		}
 	}
-	return len(c.flushed) > 0 || c.rdmaPending()
+	return len(c.flushed) > 0 || c.rdmaPending() || c.nativeBusy()
 }
 
 // block waits for something to happen: a frame, another goroutine's

@@ -61,7 +61,7 @@ func (c *Context) resetPeer(peer hal.Rank) {
 	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
 	c.dropPeer(peer, err)
 	c.rd.eng.ResetPeer(peer)
-	if c.cm.dev != nil {
+	if c.cm.keep {
 		c.cm.replicas[peer].Clear()
 	}
 	if !c.reliable {

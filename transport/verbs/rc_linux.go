@@ -511,9 +511,6 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 	r.inflight += int(posted)
 	r.busy.Store(int64(r.inflight))
 	if rc == 0 {
-		if write {
-			d.counters.BytesSent.Add(uint64(len(local)))
-		}
 		return nil
 	}
 	err := fmt.Errorf("verbs: %s: ibv_post_send (RDMA) toward rank %d: %v", d.devName, peer, syscall.Errno(rc))

@@ -1,0 +1,307 @@
+package lapi
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lazyreg"
+)
+
+// Hardware RDMA: over a device that does RDMA Write and Read itself
+// (hal.OneSided, the verbs device's reliable-connected queue pairs), large
+// Put and Get are one work request each, placed by the adapters with no
+// packet of the software engine. The origin names the target's memory by
+// address and the adapter's rkey, which it takes from its replica of the
+// target's TPT, kept as for cross-memory attach (cma.go): each rank
+// registers every region it enters in its TPT with the device too,
+// through a registration cache (lazyreg), and carries the registration's
+// rkey in the TPT update (hal.TPTEntry.RKey). The replica checks the PVO
+// (key, bounds, access) before anything is posted, and the adapter checks
+// the rkey: a PVO the replica does not hold, or an entry without an rkey,
+// goes by the software engine, which the target's own TPT decides; one
+// the replica refuses fails with ErrProtection; an rkey the target's
+// adapter no longer honours fails with ErrProtection too, and nothing is
+// written.
+//
+// The origin's own buffer is registered through the same cache for the
+// transfer, so repeated transfers from one buffer register it once. A
+// region's registration may outlive its TPT entry in the cache (lazy
+// deregistration): as with cross-memory attach, a peer whose replica has
+// not yet heard of a deregistration may still reach the memory, which the
+// cache keeps alive and pinned; deregister only what no peer is using.
+
+// nativeState is a context's hardware RDMA state.
+type nativeState struct {
+	dev   hal.OneSided // nil: not available
+	cache *lazyreg.Cache[hal.MR]
+	regs  map[uint32]nativeReg // TPT entry → its registration (c.cm.mu)
+	ops   []nativeOp           // transfers in flight, by id (c.mu)
+	free  []uint32
+	n     int // transfers in flight
+	done  func(id uint64, err error)
+	stats OneSidedStats
+}
+
+// nativeReg is the registration behind one TPT entry.
+type nativeReg struct {
+	key uint64 // the entry's TPT key
+	r   lazyreg.Region[hal.MR]
+}
+
+// nativeOp is one Put or Get in flight on the device.
+type nativeOp struct {
+	o     SendOpts
+	reg   lazyreg.Region[hal.MR]
+	peer  hal.Rank
+	n     int
+	write bool
+	used  bool
+}
+
+// OneSidedStats are a context's hardware RDMA counters.
+type OneSidedStats struct {
+	Writes, Reads uint64 // Puts and Gets the adapters moved
+	Bytes         uint64
+	Fallbacks     uint64 // large Puts and Gets that went by the software engine: no connection yet, no rkey, queue full
+	Faults        uint64 // transfers the target's adapter refused
+	Cache         lazyreg.Stats
+}
+
+// nativeSingleCopy is the default SingleCopyThreshold over a OneSided
+// device: below it the software engine's few packets cost less than a
+// registration lookup and a completion.
+const nativeSingleCopy = 64 << 10
+
+// initNative turns hardware RDMA on when the device offers it (initCMA,
+// for a device that has no cross-memory attach), and reports whether it
+// did.
+func (c *Context) initNative() bool {
+	os, ok := c.dev.(hal.OneSided)
+	if !ok || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
+		return false
+	}
+	if _, route := c.dev.(hal.Router); route {
+		return false // not per member yet
+	}
+	cache, err := lazyreg.New[hal.MR](os, lazyreg.Options{})
+	if err != nil {
+		return false
+	}
+	if c.cfg.SingleCopyThreshold == 0 {
+		c.cfg.SingleCopyThreshold = nativeSingleCopy
+	}
+	c.nat.dev, c.nat.cache = os, cache
+	c.nat.regs = make(map[uint32]nativeReg)
+	c.nat.done = c.nativeDone
+	c.cm.keep = true
+	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
+	c.cm.sentTo = make([]uint64, c.cfg.Size)
+	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
+	c.tpt.Watch(func(e hal.TPTEntry) {
+		if e.Key != 0 {
+			e.RKey = c.registerEntry(e)
+		}
+		c.cm.mu.Lock()
+		if e.Key == 0 {
+			c.releaseEntry(e.Entry)
+		}
+		c.cm.out = append(c.cm.out, e)
+		c.cm.pending.Store(true)
+		c.cm.mu.Unlock()
+	})
+	return true
+}
+
+// registerEntry registers a TPT entry's region with the device (the TPT's
+// watcher, in the registering goroutine) and returns its rkey, or 0 when
+// it cannot be registered: peers then reach it by the software engine.
+func (c *Context) registerEntry(e hal.TPTEntry) uint32 {
+	mem, err := c.tpt.Resolve(hal.PVO{Entry: e.Entry, Key: e.Key}, e.Len, e.Access)
+	if err != nil || len(mem) == 0 {
+		return 0 // deregistered meanwhile, or empty
+	}
+	r, err := c.nat.cache.Acquire(mem)
+	if err != nil {
+		return 0
+	}
+	if r.Key.Addr+r.Offset != e.Addr {
+		_ = c.nat.cache.Release(r) // cannot happen: the cache registers at the memory's own addresses
+		return 0
+	}
+	c.cm.mu.Lock()
+	c.releaseEntry(e.Entry) // a removal overtaken by this registration
+	c.nat.regs[e.Entry] = nativeReg{key: e.Key, r: r}
+	c.cm.mu.Unlock()
+	return r.Key.RKey
+}
+
+// releaseEntry gives back the registration of a TPT entry that was
+// removed (c.cm.mu held).
+func (c *Context) releaseEntry(entry uint32) {
+	if g, ok := c.nat.regs[entry]; ok {
+		delete(c.nat.regs, entry)
+		_ = c.nat.cache.Release(g.r)
+	}
+}
+
+// withRKeys fills in the rkeys of entries read from the TPT (c.mu held):
+// a peer that starts afresh gets every entry at once.
+func (c *Context) withRKeys(es []hal.TPTEntry) []hal.TPTEntry {
+	if c.nat.dev == nil {
+		return es
+	}
+	c.cm.mu.Lock()
+	for i := range es {
+		if g, ok := c.nat.regs[es[i].Entry]; ok && g.key == es[i].Key {
+			es[i].RKey = g.r.Key.RKey
+		}
+	}
+	c.cm.mu.Unlock()
+	return es
+}
+
+// nativeTransfer is Put (write) or Get by the device's hardware RDMA.
+// done is false when it does not apply (no connection yet, a PVO the
+// replica does not know or without an rkey, the device's queue full):
+// the caller takes the software engine's path.
+func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+	if tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold {
+		return false, nil
+	}
+	acc := hal.AccessRead
+	if write {
+		acc = hal.AccessWrite
+	}
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return true, ErrClosed
+	case c.peerErr[tgt] != nil:
+		c.mu.Unlock()
+		return true, c.peerErr[tgt]
+	}
+	if err := c.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return true, err
+	}
+	e, ok := c.cm.replicas[tgt].Entry(p)
+	if !ok || e.RKey == 0 || !c.nat.dev.OneSidedReady(tgt) {
+		if !ok {
+			c.rd.stats.CMAMisses++
+		}
+		c.nat.stats.Fallbacks++
+		c.mu.Unlock()
+		return false, nil
+	}
+	addr, cerr := c.cm.replicas[tgt].Check(p, uint64(len(buf)), acc)
+	if cerr != nil {
+		cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
+			tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
+		c.rd.stats.Faults++
+		c.doneHere(&o, cerr)
+		c.wakeLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+		return true, nil
+	}
+	c.mu.Unlock()
+
+	// Registration may call into the kernel: outside the lock.
+	reg, err := c.nat.cache.Acquire(buf)
+	if err != nil {
+		c.mu.Lock()
+		c.nat.stats.Fallbacks++
+		c.mu.Unlock()
+		return false, nil
+	}
+	c.mu.Lock()
+	var id uint32
+	if n := len(c.nat.free); n > 0 {
+		id = c.nat.free[n-1]
+		c.nat.free = c.nat.free[:n-1]
+	} else {
+		id = uint32(len(c.nat.ops))
+		c.nat.ops = append(c.nat.ops, nativeOp{})
+	}
+	c.nat.ops[id] = nativeOp{o: o, reg: reg, peer: tgt, n: len(buf), write: write, used: true}
+	if write {
+		err = c.nat.dev.Write(tgt, uint64(id), buf, reg.Key, uint64(addr), e.RKey)
+	} else {
+		err = c.nat.dev.Read(tgt, uint64(id), buf, reg.Key, uint64(addr), e.RKey)
+	}
+	if err != nil {
+		c.nat.ops[id] = nativeOp{}
+		c.nat.free = append(c.nat.free, id)
+		c.nat.stats.Fallbacks++
+		c.mu.Unlock()
+		_ = c.nat.cache.Release(reg)
+		if errors.Is(err, hal.ErrNoResource) || errors.Is(err, hal.ErrNotConnected) {
+			return false, nil
+		}
+		return true, fmt.Errorf("lapi: RDMA at rank %d: %w", tgt, err)
+	}
+	c.nat.n++
+	c.mu.Unlock()
+	return true, nil
+}
+
+// pollNative reports the transfers the device has completed (c.mu held):
+// a pass of the progress engine.
+func (c *Context) pollNative() {
+	if c.nat.n == 0 {
+		return
+	}
+	if _, err := c.nat.dev.PollOneSided(c.nat.done); err != nil && !c.closed {
+		c.closed = true // the device is gone: nothing more can progress
+	}
+}
+
+// nativeDone completes one transfer (c.mu held).
+func (c *Context) nativeDone(id uint64, err error) {
+	if id >= uint64(len(c.nat.ops)) || !c.nat.ops[id].used {
+		return
+	}
+	op := c.nat.ops[id]
+	c.nat.ops[id] = nativeOp{}
+	c.nat.free = append(c.nat.free, uint32(id))
+	c.nat.n--
+	_ = c.nat.cache.Release(op.reg)
+	if err != nil {
+		c.rd.stats.Faults++
+		if errors.Is(err, hal.ErrRemoteAccess) {
+			c.nat.stats.Faults++
+			err = fmt.Errorf("lapi: RDMA at rank %d refused by its adapter (a stale key): %w: %w", op.peer, ErrProtection, err)
+		} else {
+			err = fmt.Errorf("lapi: RDMA at rank %d: %w", op.peer, err)
+		}
+	} else {
+		if op.write {
+			c.nat.stats.Writes++
+		} else {
+			c.nat.stats.Reads++
+		}
+		c.nat.stats.Bytes += uint64(op.n)
+		if op.write && op.o.Target != 0 {
+			c.notifyLocked(op.peer, op.o.Target) // the data is in place: say so
+		}
+	}
+	c.doneHere(&op.o, err)
+}
+
+// nativeBusy reports whether transfers are in flight on the device (c.mu
+// held): their completions come with no frame, so a waiter keeps polling.
+func (c *Context) nativeBusy() bool { return c.nat.n > 0 }
+
+// OneSidedStats returns a snapshot of the hardware RDMA counters, with
+// the registration cache's.
+func (c *Context) OneSidedStats() OneSidedStats {
+	c.mu.Lock()
+	s := c.nat.stats
+	c.mu.Unlock()
+	if c.nat.cache != nil {
+		s.Cache = c.nat.cache.Stats()
+	}
+	return s
+}
