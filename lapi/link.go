@@ -234,6 +234,12 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(p *outPkt, rto time
 	return due, false
 }
 
+// due is when the retransmission timer of a packet sent now runs out, at
+// the timeout in force (see expire).
+func (l *link) due(now time.Time, t *linkTiming) time.Time {
+	return now.Add(min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO))
+}
+
 // unassign takes back the sequence number of p, the last one assigned,
 // when the device would not take the packet.
 func (l *link) unassign(p *outPkt) {

@@ -13,11 +13,18 @@ import (
 // RDMA in lapi: large Put and Get, and every Accumulate, travel as hal's
 // self-describing RDMA packets rather than as active messages. They bypass
 // the per-packet sequence and acknowledgement machinery of link.go: each
-// transfer is one rCxt drive, answered by one completion, and a transfer
-// whose completion does not come in time is redriven whole under a new,
-// larger tid, with the timeout doubling each time (progressive back-off).
-// The target's engine keeps what earlier drives placed, so over a lossy
-// link each drive only has to bring what the previous ones lost.
+// transfer is one rCxt drive, answered by one completion. Over an
+// unreliable device a write's target answers the last packet of each
+// drive at once, with the completion or with a report of the segments
+// still missing, and the origin drives the transfer again under a new
+// tid with those segments alone. A transfer whose answer does not come in
+// time (the last packet, the report or the completion was lost) is
+// probed: driven again with its last packet alone, which the target
+// answers the same way; when a probe goes unanswered too it is redriven
+// whole, with the timeout doubling each time (progressive back-off). A
+// read, placed by this rank, is asked again for its missing range. The
+// target's engine keeps what earlier drives placed, so each drive only
+// has to bring what the previous ones lost.
 
 // opKind is what an rdmaOp does.
 type opKind uint8
@@ -74,6 +81,8 @@ type rdmaOp struct {
 	lastGood time.Time // last sign of life: a drive's start, a read's progress
 	left     uint64    // a read's segments outstanding at the last timer
 	drives   int
+	probed   bool   // the last timeout probed (RestartTail); the next redrives whole
+	seq      uint64 // when its drive was sent: the peer's count of drives sent (rdmaState.sent)
 }
 
 // outStream is a stream waiting for the device, with the op it drives
@@ -93,7 +102,11 @@ type rdmaState struct {
 	out        []int     // per peer: bytes of chunks launched and not completed
 	cwnd       []int     // per peer over an unreliable device: the congestion window, bytes (roomFor)
 	nwait      []int     // per peer: chunks waiting (they go first, in order)
+	sent       []uint64  // per peer: drives whose packets all went to the device
+	doneSeq    []uint64  // per peer: the seq of the latest drive completed
+	doneAt     []time.Time
 	blocked    []bool    // launchWaiting's scratch
+	pushing    bool      // pushRDMA is running: a call from within it (a frame polled) leaves the queue to it
 	groups     int       // transfers not yet completed
 	rtt        []rttEstimator
 	queue      []outStream
@@ -122,6 +135,9 @@ type servKey struct {
 type RDMAStats struct {
 	Writes, Reads, Accumulates uint64 // transfers originated
 	Redrives                   uint64 // drives after the first
+	Reports                    uint64 // reports of missing segments acted on (a selective drive each)
+	Probes                     uint64 // drives of a write's last packet alone, after a timeout
+	Resent                     uint64 // packets of drives after the first
 	WindowCuts                 uint64 // congestion window halvings (a chunk's first redrive)
 	StaleCompletions           uint64 // completions of an earlier drive, ignored
 	Faults                     uint64 // accesses refused (here, or by a replica)
@@ -132,6 +148,11 @@ type RDMAStats struct {
 }
 
 // rdmaHdrSlab is how many packets may go to the device between flushes.
+// Over an unreliable device pushRDMA also polls the device and sends the
+// acknowledgements owed after each slab, so that what the peer sends this
+// way (acknowledgements, completions, reports, its protocol's messages)
+// is not held behind a whole window of bulk data, and the round trips
+// timed meanwhile are not inflated by it.
 const rdmaHdrSlab = 64
 
 func (c *Context) initRDMA() {
@@ -146,13 +167,24 @@ func (c *Context) initRDMA() {
 		r.cwnd[p] = c.cfg.RDMAWindow
 	}
 	r.nwait = make([]int, c.cfg.Size)
+	r.sent = make([]uint64, c.cfg.Size)
+	r.doneSeq = make([]uint64, c.cfg.Size)
+	r.doneAt = make([]time.Time, c.cfg.Size)
 	r.blocked = make([]bool, c.cfg.Size)
 	r.seg = (c.mtu - hal.RDMAPayloadLen(hal.FrameRDMAReadReq)) &^ 63
 	r.seg = min(r.seg, (hal.MaxPayload-hal.RDMAHdrLen)&^63)
+	slot := hal.StreamBufLen
+	if !c.reliable {
+		// Writes toward an unreliable peer are answered with reports of
+		// what they lost, which go out of a header slot like completions.
+		rep := min(c.mtu-hal.RDMAHdrLen, hal.MaxReport)
+		r.eng.SetReportLen(rep)
+		slot = max(slot, hal.HeaderLen+hal.RDMAHdrLen+rep)
+	}
 	r.hdrs = make([][]byte, rdmaHdrSlab)
-	slab := make([]byte, rdmaHdrSlab*hal.StreamBufLen)
+	slab := make([]byte, rdmaHdrSlab*slot)
 	for i := range r.hdrs {
-		r.hdrs[i] = slab[i*hal.StreamBufLen : (i+1)*hal.StreamBufLen]
+		r.hdrs[i] = slab[i*slot : (i+1)*slot]
 	}
 	if c.reint != nil {
 		r.eng.SetEpoch(uint32(c.reint.Epoch()))
@@ -296,12 +328,19 @@ func (c *Context) queueStream(o outStream) {
 }
 
 // pushRDMA hands queued RDMA packets to the device while it takes them
-// (c.mu held).
+// (c.mu held). Over an unreliable device it pauses after each slab of
+// packets to take what has arrived (pause), so now is read again there.
 func (c *Context) pushRDMA(now time.Time) {
 	r := &c.rd
+	if r.pushing {
+		return // a frame polled in a pause: the running push takes the queue
+	}
+	r.pushing = true
+	defer func() { r.pushing = false }()
 	if len(r.dones) > 0 {
 		c.pushDones()
 	}
+	pushed := 0
 	for len(r.queue) > 0 {
 		o := r.queue[0]
 		if c.peerErr[o.s.Peer] != nil {
@@ -355,12 +394,23 @@ func (c *Context) pushRDMA(now time.Time) {
 				}
 			}
 			r.used++
+			if o.op != nil && o.op.drives > 0 {
+				r.stats.Resent++
+			}
 			o.s.Advance()
+			if pushed++; pushed%rdmaHdrSlab == 0 && !c.reliable {
+				now = c.pause()
+				if len(r.queue) == 0 || r.queue[0].s != o.s {
+					goto next // what arrived finished or replaced it
+				}
+			}
 		}
 		r.popStream()
 		if op := o.op; op != nil {
 			op.queued, op.sentAll = false, true
 			if op.rto > 0 { // an unreliable device toward the peer: a timer redrives
+				r.sent[op.g.peer]++
+				op.seq = r.sent[op.g.peer]
 				op.sentAt, op.deadline = now, now.Add(op.rto)
 				c.armTimer(op.deadline)
 			}
@@ -370,6 +420,39 @@ func (c *Context) pushRDMA(now time.Time) {
 	next:
 	}
 	c.flushLocked()
+}
+
+// pause is pushRDMA's break after a slab of packets over an unreliable
+// device (c.mu held): it flushes, takes what the device has received
+// (acknowledgements, completions, reports, the peers' messages and read
+// requests, which would otherwise wait behind the whole queue), sends the
+// acknowledgements owed and the packets queued toward the peers, and
+// returns the time now, which the rest of the push uses.
+func (c *Context) pause() time.Time {
+	c.flushLocked()
+	now := c.now()
+	c.pollNow, c.stale = now, false
+	if _, err := c.dev.Poll(c.onFrameFn); err != nil && !c.closed {
+		c.closed = true
+	}
+	for _, p := range c.active {
+		if c.reliableTo(p) {
+			continue
+		}
+		l := &c.links[p]
+		if c.queues[p].head != nil {
+			c.pushLocked(p, now)
+		}
+		if l.needAck(now) {
+			c.sendAck(p)
+		}
+		// The pass's tick ran before these arrivals: a delayed
+		// acknowledgement's timer is folded in here.
+		if !l.ackDue.IsZero() {
+			c.foldTimer(l.ackDue)
+		}
+	}
+	return now
 }
 
 // hdrSlot is the next header buffer of the slab, flushing the device to
@@ -427,13 +510,18 @@ func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
 	c.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
 }
 
-// sendDone sends a header-only completion, or queues it behind those the
-// device had no room for (pushDones sends them). One lost on an
-// unreliable device is answered again when the origin redrives.
+// sendDone sends a header-only completion or a report of missing
+// segments (its bitmap in h.Data), or queues it behind those the device
+// had no room for (pushDones sends them). One lost on an unreliable
+// device is answered again when the origin probes or redrives.
 func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
 	if len(c.rd.dones) > 0 || !c.trySendDone(peer, h) {
 		// Kept, not dropped: over a reliable device nothing redrives
-		// the transfer, and its origin would wait for ever.
+		// the transfer, and its origin would wait for ever. A report's
+		// bitmap is the engine's until its next packet: copied.
+		if len(h.Data) > 0 {
+			h.Data = append([]byte(nil), h.Data...)
+		}
 		c.rd.dones = append(c.rd.dones, rdmaDone{peer, h})
 	}
 }
@@ -446,10 +534,14 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 		return false
 	}
 	h.DstEp = c.dstEpoch(peer)
-	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: hal.RDMAHdrLen}
+	if h.Flags&hal.FlagMissing != 0 {
+		b = hal.AppendReport(b[:hal.HeaderLen], &h) // the slot holds the longest (initRDMA)
+	} else {
+		hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
+		b = b[:hal.HeaderLen+hal.RDMAHdrLen]
+	}
+	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(len(b) - hal.HeaderLen)}
 	hal.EncodeHeader(b, &fh)
-	hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
-	b = b[:hal.HeaderLen+hal.RDMAHdrLen]
 	if !c.reliableTo(peer) {
 		hal.Seal(b, nil)
 	}
@@ -549,6 +641,13 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 		if err := reduceInto(ev.Dst, ev.Data, ev.Arg); err != nil {
 			c.stats.BadPackets++
 		}
+	case hal.EvMissing:
+		op := c.opFor(ev.RCxt)
+		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) || op.t != hal.FrameRDMAWrite || !op.sentAll {
+			c.rd.stats.StaleCompletions++
+			return
+		}
+		c.redriveMissing(op, ev.Offset, ev.Data)
 	case hal.EvServeRead:
 		s := ev.Stream
 		s.SetFrame(c.cfg.JobKey, c.rank)
@@ -607,9 +706,16 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 		if op.t == hal.FrameRDMAReadReq {
 			c.rd.eng.EndRead(g.peer, rc)
 		}
-		if err == nil && op.drives == 0 && op.rto > 0 && !op.sentAt.IsZero() {
-			// Karn's rule: only a first drive's completion times it.
-			c.rd.rtt[g.peer].sample(c.now().Sub(op.sentAt))
+		if err == nil && op.rto > 0 && !op.sentAt.IsZero() {
+			now := c.now()
+			if op.drives == 0 {
+				// Karn's rule: only a first drive's completion times
+				// it, from when the drives ahead of it were done.
+				c.rd.rtt[g.peer].sample(now.Sub(c.timerStart(op)))
+			}
+			if p := g.peer; op.seq > c.rd.doneSeq[p] {
+				c.rd.doneSeq[p], c.rd.doneAt[p] = op.seq, now
+			}
 		}
 		if err == nil && op.drives == 0 && op.rto > 0 {
 			c.grow(g.peer, int(op.h.Total))
@@ -748,6 +854,9 @@ func (c *Context) rdmaTick(now time.Time) {
 		if op == nil || !op.sentAll || op.rto == 0 { // (rto 0: a reliable device toward the peer)
 			continue
 		}
+		if d := c.timerStart(op).Add(op.rto); d.After(op.deadline) {
+			op.deadline = d // the drives ahead of it were done late
+		}
 		if now.Before(op.deadline) {
 			// A known deadline: a blocked waiter already sleeps until
 			// it (or sooner), so it is folded in, not woken for.
@@ -770,20 +879,75 @@ func (c *Context) rdmaTick(now time.Time) {
 	}
 }
 
-// redrive sends a transfer again under a new tid, with a doubled timeout.
-func (c *Context) redrive(op *rdmaOp, now time.Time) {
-	tid := op.rc.Redrive()
+// timerStart is when op's redrive timer runs from: when its drive's last
+// packet went to the device, or, if later, when the latest drive toward
+// the peer sent before it completed. A drive queued behind others on the
+// way (in the device, the network, the peer's receive queue) cannot be
+// answered before them, so its timer starts once they are done: its
+// timeout is then one drive's service time and a round trip, whatever
+// the queue ahead of it.
+func (c *Context) timerStart(op *rdmaOp) time.Time {
+	p := op.g.peer
+	if op.seq > c.rd.doneSeq[p] && c.rd.doneAt[p].After(op.sentAt) {
+		return c.rd.doneAt[p]
+	}
+	return op.sentAt
+}
+
+// redriveMissing drives a write again under a new tid with the segments
+// its target reported missing (bitmap rep from offset off), ahead of the
+// chunks queued after it: the report came a round trip after the loss,
+// and the timeout stays as it was.
+func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
+	tid := op.rc.Tid() + 1
+	if op.stream.RestartMissing(tid, off, rep) == 0 {
+		c.rd.stats.StaleCompletions++ // names none of its segments
+		return
+	}
+	op.rc.Redrive()
+	c.countRedrive(op, tid)
+	c.rd.stats.Reports++
+	op.probed = false
+	op.lastGood = c.pollNow
+	c.queueStreamFront(outStream{&op.stream, op})
+}
+
+// countRedrive counts a drive after a chunk's first, and cuts the window
+// toward its peer at the chunk's first.
+func (c *Context) countRedrive(op *rdmaOp, tid uint32) {
 	if op.drives == 0 {
 		c.shrink(op.g.peer) // once per chunk: its later drives are the same loss
 	}
 	op.drives++
 	c.rd.stats.Redrives++
 	c.peerStats[op.g.peer].Redrives++
-	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	if trace.On(trace.Internal) {
 		c.traceRedrive(op, tid)
 	}
 	op.stream.Hdr.DstEp = c.dstEpoch(op.g.peer)
+}
+
+// queueStreamFront queues o right behind the stream being pushed: a
+// redrive's few packets, which the peer is waiting for, do not wait
+// behind a window of new chunks.
+func (c *Context) queueStreamFront(o outStream) {
+	c.queueStream(o)
+	q := c.rd.queue
+	if n := len(q); n > 2 {
+		copy(q[2:], q[1:n-1])
+		q[1] = o
+	}
+}
+
+// redrive sends a transfer again under a new tid after a timeout, with a
+// doubled timeout: a write's last packet alone (a probe, which its target
+// answers with the completion or a report of what is missing) unless the
+// last timeout probed already, else the whole chunk; a read's missing
+// range.
+func (c *Context) redrive(op *rdmaOp, now time.Time) {
+	tid := op.rc.Redrive()
+	c.countRedrive(op, tid)
+	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	if op.t == hal.FrameRDMAReadReq {
 		// This rank places a read's data, so it knows what is missing:
 		// ask only for that.
@@ -792,10 +956,15 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 		op.h.Tid = tid
 		op.left = 0
 		c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
+	} else if !op.probed {
+		op.stream.RestartTail(tid)
+		op.probed = true
+		c.rd.stats.Probes++
 	} else {
 		op.stream.Restart(tid)
+		op.probed = false
 	}
-	c.queueStream(outStream{&op.stream, op})
+	c.queueStreamFront(outStream{&op.stream, op})
 	c.pushRDMA(now)
 }
 

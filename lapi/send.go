@@ -321,10 +321,15 @@ func (c *Context) pushLocked(peer hal.Rank, now time.Time) error {
 		q.pop()
 		if rel {
 			c.flushed = append(c.flushed, p)
-		} else if c.blocking {
-			// The goroutine blocked in Wait set its deadline before this
-			// packet had a timer: have it look again.
-			c.wakeLocked()
+		} else {
+			// Sent after the pass's tick, or outside a pass: its timer
+			// is folded into nextTick here.
+			c.foldTimer(c.links[peer].due(now, &c.timing))
+			if c.blocking {
+				// The goroutine blocked in Wait set its deadline before
+				// this packet had a timer: have it look again.
+				c.wakeLocked()
+			}
 		}
 	}
 	ferr := c.flushLocked()
