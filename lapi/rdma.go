@@ -105,9 +105,9 @@ type rdmaState struct {
 	sent       []uint64  // per peer: drives whose packets all went to the device
 	doneSeq    []uint64  // per peer: the seq of the latest drive completed
 	doneAt     []time.Time
-	blocked    []bool    // launchWaiting's scratch
-	pushing    bool      // pushRDMA is running: a call from within it (a frame polled) leaves the queue to it
-	groups     int       // transfers not yet completed
+	blocked    []bool // launchWaiting's scratch
+	pushing    bool   // pushRDMA is running: a call from within it (a frame polled) leaves the queue to it
+	groups     int    // transfers not yet completed
 	rtt        []rttEstimator
 	queue      []outStream
 	dones      []rdmaDone // completions the device had no room for, oldest first
