@@ -50,11 +50,12 @@ const (
 	FrameBootNack                          // reintegration: peer cannot answer
 	FrameRDMAReady                         // reintegration: RDMA enabled
 	FrameTPTUpdate                         // TPT entries pushed to a peer's replica
+	FrameMcast                             // multicast data, to BroadcastRank (mcast.go)
 	frameTypeEnd
 )
 
 var frameTypeNames = [...]string{"invalid", "data", "rdma-write", "rdma-read-req",
-	"rdma-read-resp", "rdma-done", "booting", "boot-ack", "boot-nack", "rdma-ready", "tpt-update"}
+	"rdma-read-resp", "rdma-done", "booting", "boot-ack", "boot-nack", "rdma-ready", "tpt-update", "mcast"}
 
 // Valid reports whether t is a frame type this version knows.
 func (t FrameType) Valid() bool { return t != 0 && t < frameTypeEnd }
@@ -159,7 +160,8 @@ func DecodeHeader(b []byte, h *Header) error {
 
 // Check decodes and validates a whole received frame for a device of the
 // given job: structure, CRC when the frame carries one (and always when
-// needCRC), and job key. It returns the payload, a sub-slice of frame.
+// needCRC), job key, and that only a multicast frame is addressed to
+// BroadcastRank (DropPeer). It returns the payload, a sub-slice of frame.
 func Check(frame []byte, jobKey uint64, needCRC bool, h *Header) ([]byte, error) {
 	if err := DecodeHeader(frame, h); err != nil {
 		return nil, err
@@ -177,6 +179,9 @@ func Check(frame []byte, jobKey uint64, needCRC bool, h *Header) ([]byte, error)
 	}
 	if h.JobKey != jobKey {
 		return nil, frameErrs[DropJobKey]
+	}
+	if h.Dst == BroadcastRank && h.Type != FrameMcast {
+		return nil, frameErrs[DropPeer]
 	}
 	return frame[HeaderLen:], nil
 }

@@ -61,8 +61,8 @@ func allTypes() []hal.FrameType {
 
 func TestFrameTypes(t *testing.T) {
 	ts := allTypes()
-	if len(ts) != 10 || ts[0] != hal.FrameData || ts[len(ts)-1] != hal.FrameTPTUpdate {
-		t.Fatalf("frame types %v: want data..tpt-update", ts)
+	if len(ts) != 11 || ts[0] != hal.FrameData || ts[len(ts)-1] != hal.FrameMcast {
+		t.Fatalf("frame types %v: want data..mcast", ts)
 	}
 	if s := hal.FrameType(0).String(); s != "invalid" {
 		t.Errorf("FrameType(0) = %q", s)
@@ -218,7 +218,7 @@ var badFrames = []badFrame{
 	{"version 0", hal.DropVersion, true, spoil(func(b []byte) []byte { b[2] = 0; return b })},
 	{"version 2", hal.DropVersion, true, spoil(func(b []byte) []byte { b[2] = hal.Version + 1; return b })},
 	{"type 0", hal.DropType, true, spoil(func(b []byte) []byte { b[3] = 0; return b })},
-	{"type past the end", hal.DropType, true, spoil(func(b []byte) []byte { b[3] = byte(hal.FrameTPTUpdate) + 1; return b })},
+	{"type past the end", hal.DropType, true, spoil(func(b []byte) []byte { b[3] = byte(hal.FrameMcast) + 1; return b })},
 	{"type 255", hal.DropType, true, spoil(func(b []byte) []byte { b[3] = 255; return b })},
 	{"payload truncated", hal.DropLength, true, spoil(func(b []byte) []byte { return b[:len(b)-1] })},
 	{"header only", hal.DropLength, true, spoil(func(b []byte) []byte { return b[:hal.HeaderLen] })},
@@ -241,12 +241,15 @@ var badFrames = []badFrame{
 		h.JobKey = ^uint64(testJobKey)
 		return buildFrame(&h, nil, false)
 	}},
+	{"data to every rank", hal.DropPeer, true, resealed(func(b []byte) { b[28], b[29], b[30], b[31] = 0xff, 0xff, 0xff, 0xff })},
 }
 
-// checkReasons are the drop reasons Check itself gives; DropPeer and
-// DropQueue are decided by a device after Check accepted the frame.
+// checkReasons are the drop reasons Check itself gives (DropPeer only for
+// a frame other than multicast to hal.BroadcastRank); DropQueue, and
+// DropPeer otherwise, are decided by a device after Check accepted the
+// frame.
 var checkReasons = []hal.DropReason{hal.DropShort, hal.DropMagic, hal.DropVersion,
-	hal.DropType, hal.DropLength, hal.DropCRC, hal.DropJobKey}
+	hal.DropType, hal.DropLength, hal.DropCRC, hal.DropJobKey, hal.DropPeer}
 
 func TestCheckDropReasons(t *testing.T) {
 	var c hal.Counters

@@ -59,8 +59,9 @@ func (d *device) stop(err error) {
 	close(d.done)
 }
 
-// Caps: unreliable and unordered, as the network it simulates.
-func (d *device) Caps() hal.Caps { return hal.Caps{MTU: d.net.cfg.mtu} }
+// Caps: unreliable and unordered, as the network it simulates, and able
+// to broadcast (SendBroadcast).
+func (d *device) Caps() hal.Caps { return hal.Caps{MTU: d.net.cfg.mtu, Broadcast: true} }
 
 // Addr is "simnet:RANK".
 func (d *device) Addr() string { return d.addr }
@@ -91,29 +92,75 @@ func (d *device) Send(hdr, payload []byte) error {
 	n := d.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	switch {
-	case d.gone != nil:
-		return d.gone
-	case len(hdr)-hal.HeaderLen+len(payload) > n.cfg.mtu:
-		return fmt.Errorf("simnet: frame payload of %d bytes, MTU %d: %w", len(hdr)-hal.HeaderLen+len(payload), n.cfg.mtu, hal.ErrTooLarge)
+	if err := d.sendable(hdr, payload, 1); err != nil {
+		return err
 	}
 	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
 	if int(dst) >= len(n.ranks) {
 		return fmt.Errorf("simnet: send to rank %d of %d: %w", dst, len(n.ranks), hal.ErrUnknownPeer)
 	}
-	src := &n.ranks[d.rank]
-	if src.inFlight >= n.cfg.inFlight {
+	d.counters.FramesSent.Add(1)
+	d.counters.BytesSent.Add(uint64(len(payload)))
+	d.sendTo(dst, hdr, payload)
+	return nil
+}
+
+// SendBroadcast (hal.Broadcaster) puts a copy of the frame toward every
+// other rank on the wire, each link's copies decided on their own by the
+// sender's decider, as Send decides one frame's: lost, duplicated,
+// corrupted and held independently. It needs room for one copy per peer
+// among the frames in flight, else hal.ErrNoResource. Counters count the
+// frame sent once.
+func (d *device) SendBroadcast(hdr, payload []byte) error {
+	if len(hdr) < hal.HeaderLen {
+		return errShortHdr
+	}
+	n := d.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := d.sendable(hdr, payload, len(n.ranks)-1); err != nil {
+		return err
+	}
+	if dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:])); dst != hal.BroadcastRank || hal.FrameType(hdr[3]) != hal.FrameMcast {
+		return fmt.Errorf("simnet: broadcast of a %v frame to rank %d: %w", hal.FrameType(hdr[3]), dst, hal.ErrBadFrame)
+	}
+	d.counters.FramesSent.Add(1)
+	d.counters.BytesSent.Add(uint64(len(payload)))
+	for r := range n.ranks {
+		if hal.Rank(r) != d.rank {
+			d.sendTo(hal.Rank(r), hdr, payload)
+		}
+	}
+	return nil
+}
+
+// sendable checks that the device may put copies more frames of hdr and
+// payload on the wire (mu held).
+func (d *device) sendable(hdr, payload []byte, copies int) error {
+	n := d.net
+	switch {
+	case d.gone != nil:
+		return d.gone
+	case len(hdr)-hal.HeaderLen+len(payload) > n.cfg.mtu:
+		return fmt.Errorf("simnet: frame payload of %d bytes, MTU %d: %w", len(hdr)-hal.HeaderLen+len(payload), n.cfg.mtu, hal.ErrTooLarge)
+	case n.ranks[d.rank].inFlight+copies > max(n.cfg.inFlight, copies):
 		d.counters.NoResource.Add(1)
 		return errInFlight
 	}
+	return nil
+}
+
+// sendTo puts the copies the sender's decider gives of one frame toward
+// dst on the wire (mu held).
+func (d *device) sendTo(dst hal.Rank, hdr, payload []byte) {
+	n := d.net
+	src := &n.ranks[d.rank]
 	size := len(hdr) + len(payload)
 	v := src.dec.Decide(size)
 	n.stats.Count(v)
-	d.counters.FramesSent.Add(1)
-	d.counters.BytesSent.Add(uint64(len(payload)))
 	if n.cut[link{d.rank, dst}] {
 		n.stats.Cut.Add(uint64(v.Copies))
-		return nil
+		return
 	}
 	for range v.Copies {
 		p := n.alloc(size)
@@ -134,7 +181,6 @@ func (d *device) Send(hdr, payload []byte) error {
 	case n.ranks[dst].dev.notify <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Flush has nothing to do: Send put the frame on the wire.

@@ -2,7 +2,8 @@
 // tests: New(size, spec) gives one hal.Device per rank, unreliable and
 // unordered, joined by links with a fixed latency, losing, duplicating,
 // corrupting and reordering frames with the same faults.Decider the real
-// devices use under WEFT_FAULTS.
+// devices use under WEFT_FAULTS. Devices also broadcast (hal.Broadcaster):
+// a multicast frame goes to every other rank, each copy decided on its own.
 //
 // # Time
 //
