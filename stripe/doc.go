@@ -1,7 +1,8 @@
 // Package stripe makes several devices that reach the same peers (one per
 // NIC) look like one hal.Device, as DESIGN.md's "stripe — several NICs as
 // one" asks: frames are spread round-robin over the healthy members, a
-// member that fails is taken out, and one that comes back is re-admitted.
+// member that fails toward a peer is taken out toward it, and one that
+// comes back is re-admitted after reintegration with that peer.
 //
 // Frames are self-describing (every frame carries its source, destination
 // and the layer above's own sequencing; RDMA packets carry their offset), so
@@ -12,59 +13,86 @@
 //
 // # Files
 //
-// stripe.go is the contract (Device, Options, New, the hal.Device methods
-// that are not sending or receiving); send.go is Send and Flush, the choice
-// of member per frame; recv.go is Poll and Wait; health.go is failure
-// detection, peer reports and re-admission; probe.go is the probe frame;
-// stats.go the per-member counters (Member, Members).
+// stripe.go is the contract (Device, Options, New, Connect, Replace, the
+// hal.Device methods that are not sending or receiving); send.go is Send
+// and Flush, the choice of member per frame; recv.go is Poll and Wait;
+// link.go is the state machine of one member toward one peer and its
+// reintegration; health.go is failure detection and peer reports;
+// probe.go is the probe frame, reintframe.go the members' reintegration
+// frame; stats.go the per-member counters (Member, Members).
 //
-// # Health
+// # Links
 //
-// A member is in (carries data frames) or out. It is taken out at once when
-// its Send, Flush or Poll fails with anything but hal.ErrNoResource (or an
-// error that is the caller's: hal.ErrTooLarge, hal.ErrUnknownPeer,
-// hal.ErrBadFrame), and when it has been silent: nothing delivered for
-// Options.Silence while the other members delivered at least
-// Options.SilenceFrames frames. An out member carries no data frames (unless
-// every member is out: then the stripe tries them all rather than stall).
+// What is judged is a link: one member toward one peer (link.go). A link
+// is in (carries data frames), out, or joining (a reintegration with the
+// peer on that member is under way). A member that fails toward one peer
+// is out toward that peer only; a device error (its Send, Flush or Poll
+// failing with anything but hal.ErrNoResource or an error that is the
+// caller's: hal.ErrTooLarge, hal.ErrUnknownPeer, hal.ErrBadFrame) takes it
+// out toward every peer. Frames go round-robin, per destination, over the
+// members whose link toward it is in (unless none is: then the stripe
+// tries them all rather than stall).
 //
-// Every member, in or out, carries probes: a small frame to each peer this
-// rank exchanged data with lately, at most once per Options.Probe, sent
-// from Poll and Flush (the stripe has no goroutine of its own). A probe is a
-// FrameData frame with flagProbe set in the header's flags (hal defines only
-// FlagCRC; the stripe claims the top bit, and the layer above must not use
-// it); Poll consumes probes and never delivers them. Probes keep an idle but
-// healthy member from looking silent, and carry the prober's report of which
-// members it hears the probed rank on: silence is seen by the receiver, but
-// only the peer can tell the sender its frames are not arriving, so a member
-// a peer reports deaf is taken out too, and a link that fails in one
-// direction is out at both ends within Silence plus a probe interval.
+// A link is taken out when it has been silent: nothing from the peer on
+// that member for Options.Silence while the peer delivered at least
+// Options.SilenceFrames frames on the others; and when the peer reports
+// it deaf. Every member, whatever its links, carries probes: a small frame
+// to each peer this rank exchanged data with lately, at most once per
+// Options.Probe, sent from Poll and Flush (the stripe has no goroutine of
+// its own). A probe is a FrameData frame with flagStripe set in the
+// header's flags (hal defines only FlagCRC; the stripe claims the top bit,
+// and the layer above must not use it); Poll consumes probes and never
+// delivers them. Probes keep an idle but healthy link from looking silent,
+// and carry the prober's report of which members it hears the probed rank
+// on: silence is seen by the receiver, but only the peer can tell the
+// sender its frames are not arriving, so a link a peer reports deaf is
+// taken out too, and a link that fails in one direction is out at both
+// ends within Silence plus a probe interval.
 //
-// An out member comes back in when it has delivered a frame within Silence
-// and no peer reports it deaf (a member taken out by a device error must
-// also have carried a probe without error since, so that a member that
-// receives but cannot send does not flap). After a link heals that takes two
-// probe rounds: one to be heard, one to say so.
+// # Reintegration
 //
-// # Reintegration: what this is and is not yet
+// A link comes back only through the reintegration protocol of DESIGN.md
+// (BOOTING / BOOT_ACK / BOOT_NACK / RDMA_READY, hal.Reintegration), run per
+// member toward that one peer (Reintegration.Rejoin, under a new
+// incarnation): an out link whose peer is heard on it again, and no
+// longer reports it deaf, sends BOOTING; the peer clears its end of the
+// link (joining: it sends nothing on it, and refuses what arrives on it)
+// and answers BOOT_ACK; then RDMA_READY goes both ways, and each end takes
+// the link back in when it has both. After a link heals that takes two
+// probe rounds (one to be heard, one to say so) and two round trips.
+// Members' reintegration frames carry flagStripe too, so they are told
+// apart from the rank's own reintegration, which the layer above runs
+// over the stripe as a whole (and which joins every member toward a peer
+// at the start: links start in).
 //
-// DESIGN.md says a device that comes back is re-admitted "after
-// reintegration": BOOTING / ACK / NACK / RDMA_READY (hal.Reintegration),
-// so that nothing stale lands in it. The probes are the liveness half of
-// that only. They are enough for packet mode, because hal's RDMA engine
-// drops stale tids and lapi discards duplicates whatever member carried
-// them, and because a member's failure here is a link failure: the process
-// and its TPT (one per rank, resolving keys for every member) lived on.
-// What is not done: a member whose device was restarted (a new incarnation
-// of the member with its own state, a new address) must run
-// hal.Reintegration per member, BOOTING / ACK per peer on that member,
-// before it carries traffic, and the stripe has no way yet to swap a member
-// device; the per-peer view (a member that fails toward one peer is taken
-// out toward all); lapi redriving, on the survivors, the unacknowledged
-// frames of a member taken out (today lapi's ordinary retransmission
-// timeout recovers them, which costs an RTO); and the weighting of members
-// by measured rate (today: by ErrNoResource back-off, which under a flood
-// gives each member a share close to its queue's).
+// A member whose device was restarted is a new incarnation with its own
+// state and, usually, a new address: Replace puts it in place, and it
+// rejoins every peer before it carries data toward it; its BOOTING carries
+// its address, and the peer connects its member to it. Data frames from a
+// peer that arrive on a joining link (sent to or by an incarnation at
+// either end before the rejoin, such as frames in flight to the old
+// device that reach the new one) are refused and counted
+// (MemberStats.Refused), never delivered. A rejoin that gets no answer
+// after 20 BOOTINGs, or a BOOT_NACK, leaves the link out; it is tried
+// again when the peer is heard after Silence.
+//
+// Keys: RDMA runs above the stripe, in hal's software engine of the rank,
+// which resolves every packet's key in the rank's one TPT whatever member
+// carried it; so a region registered once is reachable through every
+// member, packets of one transfer spread over members are placed in any
+// order, and a key the TPT does not hold is refused with a
+// hal.ProtectionError naming the check, reported to the origin, on
+// whichever member it came.
+//
+// Not done yet: members with keys of their own (native RDMA on a member,
+// such as verbs RC with a memory region per device) would need the
+// per-member key table the seed describes, with a miss asking the rank's
+// TPT before the key is refused; the stripe refuses members with
+// NativeRDMA today by offering none. lapi still redrives a member's lost
+// frames through its ordinary resend of what is in flight when Outages
+// moves (hal.Failover), not per member; and members are weighted by
+// ErrNoResource back-off (under a flood, each member's share is close to
+// its queue's), not by measured rate.
 //
 // # Caps
 //
@@ -88,6 +116,7 @@
 // mpi.Init stripes one UDP device per NIC of Options.NICs (WEFT_NICS,
 // gorun --nics) and publishes the stripe's Addr, one address per member,
 // through PMI; bench/results/stripe-2nic.md measures it across two hosts.
-// Not done yet: lapi's redrive on a member's failure, key migration beyond
-// the rank-wide TPT, and per-member reintegration (above).
+// Nothing replaces a member in mpi yet: a NIC whose device fails stays
+// out until its link works again (Replace is for a driver that reopens
+// the device).
 package stripe

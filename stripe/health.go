@@ -5,110 +5,67 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
-	"github.com/weft-hpc/weft/internal/trace"
 )
 
-// A member is judged from both ends. This end sees what arrives: a member
-// that delivers nothing while the others deliver is silent (checkSilence).
-// Only the peer sees whether what this end sends arrives: each probe
-// carries, per member, whether the prober hears the probed rank on it
-// (probe.go), and a member a peer reports deaf is taken out here too. So a
-// link that fails in one direction only is taken out at both ends, and
-// nothing is sent into it while the other members work.
+// A member's link toward a peer is judged from both ends. This end sees
+// what arrives: a link on which the peer delivers nothing while it
+// delivers on the other members is silent (heard). Only the peer sees
+// whether what this end sends arrives: each probe carries, per member,
+// whether the prober hears the probed rank on it (probe.go), and a link
+// the peer reports deaf is taken out here too. So a link that fails in one
+// direction only is taken out at both ends, and nothing is sent into it
+// while the other members work. Each peer's links are judged apart: a
+// member that fails toward one peer still carries frames toward the
+// others.
 
-// takeOut stops member m carrying data frames, for reason. err is the
-// device error, nil for silence and peer reports.
-func (d *Device) takeOut(m *member, reason OutReason, err error) {
-	if reason == ReasonSendError || reason == ReasonPollError {
-		if !m.in.Load() && m.sendFailed {
-			return // a dead member fails every call: record it once
-		}
-		m.sendFailed = true
-		m.lastErr.Store(&err)
-	}
-	if !m.in.Load() {
-		return
-	}
-	m.in.Store(false)
-	m.reason.Store(uint32(reason))
-	m.stats.outs.Add(1)
-	d.in--
-	d.outages.Add(1)
-	if trace.On(trace.Rare) {
-		why := reason.String()
-		if err != nil {
-			why += ": " + err.Error()
-		}
-		trace.Printf(trace.Rare, "stripe %d: member %d (%s) taken out (%s); %d of %d members in", d.opts.Rank, m.idx, m.dev.Addr(), why, d.in, len(d.members))
-	}
-}
-
-// Outages counts the members taken out so far (hal.Failover): the layer
-// above resends what it has in flight when it changes.
+// Outages counts the links (member, peer) taken out so far, and the
+// members replaced (hal.Failover): the layer above resends what it has in
+// flight when it changes.
 func (d *Device) Outages() uint64 { return d.outages.Load() }
 
-// heard records that m delivered a frame from src at now, and re-admits m
-// if it may come back.
-func (d *Device) heard(m *member, src hal.Rank, now time.Time) {
-	d.recvTotal++
-	m.lastRecv, m.window, m.mark = now, now, d.recvTotal
-	if int(src) < len(d.peers) && d.peers[src].connected {
-		ps := &d.peers[src]
-		ps.heard[m.idx], ps.lastAny = now, now
-	}
-	if !m.in.Load() {
-		d.maybeAdmit(m, now)
-	}
-}
-
-// maybeAdmit brings out member m back in if it has delivered a frame
-// within Silence, no peer reports it deaf, and, if a device error took it
-// out, a probe has gone out on it since without one (a member that
-// receives but cannot send would otherwise flap in and out with every
-// frame).
-func (d *Device) maybeAdmit(m *member, now time.Time) {
-	if m.sendFailed || m.deafPeers > 0 || now.Sub(m.lastRecv) >= d.opts.Silence {
+// heard records that member m delivered a frame from src at now: src's
+// link on m is fresh, and src's other links that have been silent for
+// Silence while src delivered at least SilenceFrames frames (on any
+// member) since their window started are taken out. A window restarts
+// whenever it is older than Silence without that much progress, so only
+// recent progress counts against a link: after a quiet spell a link is not
+// blamed for the first frames of a burst. An out link that is heard may
+// rejoin.
+func (d *Device) heard(m *member, src hal.Rank, ps *peerState, now time.Time) {
+	if ps == nil {
 		return
 	}
-	m.in.Store(true)
-	m.stats.ins.Add(1)
-	m.backoff, m.skipUntil = 0, 0
-	d.in++
-	if trace.On(trace.Rare) {
-		trace.Printf(trace.Rare, "stripe %d: member %d (%s) back in; %d of %d members in", d.opts.Rank, m.idx, m.dev.Addr(), d.in, len(d.members))
-	}
-}
-
-// checkSilence takes out every in member that has delivered nothing for
-// Options.Silence while the others delivered at least
-// Options.SilenceFrames frames in the current window. The window restarts
-// whenever it is older than Silence without enough progress, so only
-// recent progress of the others counts against a member: after a quiet
-// spell a member is not blamed for the first frames of a burst.
-func (d *Device) checkSilence(now time.Time) {
-	for _, m := range d.members {
-		if !m.in.Load() || now.Sub(m.lastRecv) < d.opts.Silence {
+	ps.recv++
+	ps.lastAny = now
+	l := &ps.links[m.idx]
+	l.heard, l.window, l.mark = now, now, ps.recv
+	for k := range ps.links {
+		o := &ps.links[k]
+		if k == m.idx || o.state != linkIn || now.Sub(o.heard) < d.opts.Silence {
 			continue
 		}
-		if d.recvTotal-m.mark >= uint64(d.opts.SilenceFrames) {
-			d.takeOut(m, ReasonSilence, nil)
-		} else if now.Sub(m.window) >= d.opts.Silence {
-			m.window, m.mark = now, d.recvTotal
+		if ps.recv-o.mark >= uint64(d.opts.SilenceFrames) {
+			d.takeOut(d.members[k], src, ps, ReasonSilence, now)
+		} else if now.Sub(o.window) >= d.opts.Silence {
+			o.window, o.mark = now, ps.recv
 		}
+	}
+	if l.state == linkOut {
+		d.maybeRejoin(m, src, ps, now)
 	}
 }
 
-// hears is the report for a probe to peer: bit i set unless the peer has
-// been heard lately on another member but not on member i for Silence. A
-// peer not heard lately at all gives no evidence and is reported heard.
-func (d *Device) hears(peer hal.Rank, now time.Time) uint16 {
-	ps := &d.peers[peer]
+// hears is the report for a probe to a peer: bit i set unless the peer
+// has been heard lately on another member but not on member i for
+// Silence. A peer not heard lately at all gives no evidence and is
+// reported heard.
+func (d *Device) hears(ps *peerState, now time.Time) uint16 {
 	all := uint16(1)<<len(d.members) - 1
 	if now.Sub(ps.lastAny) >= d.opts.Silence {
 		return all
 	}
-	for i, at := range ps.heard {
-		if now.Sub(at) >= d.opts.Silence {
+	for i := range ps.links {
+		if now.Sub(ps.links[i].heard) >= d.opts.Silence {
 			all &^= 1 << i
 		}
 	}
@@ -116,14 +73,13 @@ func (d *Device) hears(peer hal.Rank, now time.Time) uint16 {
 }
 
 // report takes a probe's report from src: the members on which src hears
-// us. A member newly reported deaf is taken out; one no peer reports deaf
-// any more may come back in. Reports older than the last one taken (probes
-// overtake each other on different members) are ignored.
-func (d *Device) report(src hal.Rank, payload []byte, now time.Time) {
-	if int(src) >= len(d.peers) || !d.peers[src].connected {
-		return
-	}
-	ps := &d.peers[src]
+// us. A link reported deaf is taken out, unless it came in within
+// Silence (the report may predate the reintegration, during which the
+// peer heard us on it) or is rejoining (the reintegration is the test);
+// one no longer reported deaf may rejoin. Reports
+// older than the last one taken (probes overtake each other on different
+// members) are ignored.
+func (d *Device) report(src hal.Rank, ps *peerState, payload []byte, now time.Time) {
 	round := binary.LittleEndian.Uint32(payload[8:])
 	if round-ps.round > 1<<31 && ps.round-round < 64 {
 		return // older than one already taken (a restarted peer starts low: not "older" for long)
@@ -131,17 +87,21 @@ func (d *Device) report(src hal.Rank, payload []byte, now time.Time) {
 	ps.round = round
 	deaf := ^uint32(binary.LittleEndian.Uint16(payload[6:])) & (1<<len(d.members) - 1)
 	for i, m := range d.members {
-		was, is := ps.deafTo&(1<<i) != 0, deaf&(1<<i) != 0
+		l := &ps.links[i]
+		is := deaf&(1<<i) != 0
 		switch {
-		case is && !was:
-			m.deafPeers++
-			d.takeOut(m, ReasonPeerDeaf, nil)
-		case was && !is:
-			m.deafPeers--
-			if !m.in.Load() {
-				d.maybeAdmit(m, now)
+		case is && l.state == linkIn && now.Sub(l.in) < d.opts.Silence:
+			// Stale: it came in since the peer last missed us.
+		case is && l.state == linkJoining:
+			l.deaf = true // the reintegration under way is the test
+		case is:
+			l.deaf = true
+			d.takeOut(m, src, ps, ReasonPeerDeaf, now)
+		case l.deaf:
+			l.deaf = false
+			if now.Sub(l.heard) < d.opts.Silence {
+				d.maybeRejoin(m, src, ps, now)
 			}
 		}
 	}
-	ps.deafTo = deaf
 }

@@ -8,10 +8,11 @@ import (
 	"github.com/weft-hpc/weft/hal"
 )
 
-// flagProbe marks a probe: a FrameData frame the stripe sends and consumes
-// itself. hal defines FlagCRC (bit 0) and carries unknown flags; the
-// stripe claims the top bit, which no layer above sets.
-const flagProbe uint8 = 1 << 7
+// flagStripe marks the stripe's own frames, which it sends and consumes
+// itself: probes (FrameData) and its members' reintegration frames
+// (reintframe.go). hal defines FlagCRC (bit 0) and carries unknown flags;
+// the stripe claims the top bit, which no layer above sets.
+const flagStripe uint8 = 1 << 7
 
 // Probe payload, probeLen bytes, little-endian:
 //
@@ -29,8 +30,8 @@ var probeMagic = [4]byte{'W', 'S', 'P', 'R'}
 // probe sends a round of probes when one is due: on every member, in or
 // out, to every peer a frame went to or came from in this round or the
 // last. A probe that finds a queue full is skipped (the next round
-// follows); a device error takes an in member out, and a probe sent
-// without one lets a member out for a send error be re-admitted.
+// follows); a device error fails the member, and a round sent without one
+// clears a member's device error, so that its links may rejoin.
 func (d *Device) probe(now time.Time) {
 	if d.opts.Probe < 0 || now.Sub(d.lastProbe) < d.opts.Probe {
 		return
@@ -39,14 +40,13 @@ func (d *Device) probe(now time.Time) {
 	d.round++
 	for _, m := range d.members {
 		sent := false
-		for p := range d.peers {
-			ps := &d.peers[p]
+		for p, ps := range d.peers {
 			if !ps.connected || ps.active+1 < d.round || hal.Rank(p) == d.opts.Rank {
 				continue
 			}
 			// A fresh buffer per probe: the member may hold it until its
 			// next Flush, and rounds are rare.
-			b := d.encodeProbe(m, hal.Rank(p), now)
+			b := d.encodeProbe(m, hal.Rank(p), ps, now)
 			err := m.dev.Send(b, nil)
 			if err == nil {
 				sent = true
@@ -56,9 +56,7 @@ func (d *Device) probe(now time.Time) {
 			if errors.Is(err, hal.ErrNoResource) || callerError(err) {
 				continue
 			}
-			if m.in.Load() {
-				d.takeOut(m, ReasonSendError, err)
-			}
+			d.failMember(m, ReasonSendError, err)
 			sent = false
 			break
 		}
@@ -66,22 +64,26 @@ func (d *Device) probe(now time.Time) {
 			continue
 		}
 		if err := m.dev.Flush(); err == nil || errors.Is(err, hal.ErrNoResource) {
-			m.sendFailed = false
-		} else if m.in.Load() {
-			d.takeOut(m, ReasonSendError, err)
+			if m.failed {
+				m.failed = false
+				m.ok.Store(true)
+				d.okMask |= 1 << m.idx
+			}
+		} else {
+			d.failMember(m, ReasonSendError, err)
 		}
 	}
 }
 
 // encodeProbe builds a probe frame toward peer on member m.
-func (d *Device) encodeProbe(m *member, peer hal.Rank, now time.Time) []byte {
+func (d *Device) encodeProbe(m *member, peer hal.Rank, ps *peerState, now time.Time) []byte {
 	b := make([]byte, hal.HeaderLen+probeLen)
-	hal.EncodeHeader(b, &hal.Header{Type: hal.FrameData, Flags: flagProbe, Len: probeLen,
+	hal.EncodeHeader(b, &hal.Header{Type: hal.FrameData, Flags: flagStripe, Len: probeLen,
 		JobKey: d.opts.JobKey, Src: d.opts.Rank, Dst: peer})
 	p := b[hal.HeaderLen:]
 	copy(p, probeMagic[:])
 	p[4] = byte(m.idx)
-	binary.LittleEndian.PutUint16(p[6:], d.hears(peer, now))
+	binary.LittleEndian.PutUint16(p[6:], d.hears(ps, now))
 	binary.LittleEndian.PutUint32(p[8:], uint32(d.round))
 	if !m.caps.Reliable {
 		hal.Seal(b, nil)
@@ -89,11 +91,7 @@ func (d *Device) encodeProbe(m *member, peer hal.Rank, now time.Time) []byte {
 	return b
 }
 
-// isProbe reports whether a delivered frame is a probe, and whether its
-// payload is well formed.
-func isProbe(h *hal.Header, payload []byte) (probe, ok bool) {
-	if h.Type != hal.FrameData || h.Flags&flagProbe == 0 {
-		return false, false
-	}
-	return true, len(payload) == probeLen && [4]byte(payload[:4]) == probeMagic
+// isProbe reports whether a probe's payload is well formed.
+func isProbe(payload []byte) bool {
+	return len(payload) == probeLen && [4]byte(payload[:4]) == probeMagic
 }

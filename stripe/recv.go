@@ -7,12 +7,14 @@ import (
 	"github.com/weft-hpc/weft/hal"
 )
 
-// Poll polls every member, in or out (an out member's frames are as good as
-// any, and its probes are what re-admit it), and delivers their data frames
-// to fn; probes are consumed. Frames of different members come in no
-// particular order. A member whose Poll fails is taken out and the others
-// polled; Poll fails only when every member did. Poll then takes silent
-// members out and sends the probes that are due.
+// Poll polls every member, whatever its links' state (an out link's frames
+// are as good as any, and its probes are what bring it back), and
+// delivers their data frames to fn; probes and reintegration frames are
+// consumed, and data frames from a peer whose link is joining are refused
+// (link.go). Frames of different members come in no particular order. A
+// member whose Poll fails is taken out and the others polled; Poll fails
+// only when every member did. Poll then sends the reintegration frames
+// and probes that are due.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
@@ -31,14 +33,15 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			// A dead member fails every Poll: no error is built here,
 			// only if every member failed.
 			failed, lastFailed, lastErr = failed+1, m.idx, err
-			d.takeOut(m, ReasonPollError, err)
+			d.failMember(m, ReasonPollError, err)
 		}
 	}
 	d.cur, d.userFn = nil, nil
-	d.checkSilence(d.now)
+	d.tickReint(d.now)
 	d.probe(d.now)
 	d.refresh()
-	// The count is of data frames delivered: the members counted probes too.
+	// The count is of data frames delivered: the members counted the
+	// stripe's own frames too.
 	n := int(d.delivered())
 	if failed == len(d.members) {
 		return n, fmt.Errorf("stripe: every member's Poll failed (member %d: %w)", lastFailed, lastErr)
@@ -53,18 +56,29 @@ func (d *Device) delivered() uint64 {
 	return n
 }
 
-// frame is the members' Poll callback: it consumes probes and hands data
-// frames to the caller's fn.
+// frame is the members' Poll callback: it consumes the stripe's own
+// frames, refuses data frames on a joining link, and hands the others to
+// the caller's fn.
 func (d *Device) frame(h *hal.Header, payload []byte) {
 	m := d.cur
-	d.heard(m, h.Src, d.now)
-	if probe, ok := isProbe(h, payload); probe {
-		if !ok {
+	ps := d.peer(h.Src)
+	d.heard(m, h.Src, ps, d.now)
+	if h.Flags&flagStripe != 0 {
+		switch {
+		case h.Type == hal.FrameData && isProbe(payload) && ps != nil:
+			m.stats.probesRecv.Add(1)
+			d.report(h.Src, ps, payload, d.now)
+		case h.Type >= hal.FrameBooting && h.Type <= hal.FrameRDMAReady:
+			d.reintFrame(m, h.Src, h.Type, payload, d.now)
+		case h.Type == hal.FrameData && isProbe(payload):
+			// From a rank not connected: nothing to judge.
+		default:
 			d.drops[hal.DropLength].Add(1)
-			return
 		}
-		m.stats.probesRecv.Add(1)
-		d.report(h.Src, payload, d.now)
+		return
+	}
+	if ps != nil && ps.links[m.idx].state == linkJoining {
+		m.stats.refused.Add(1)
 		return
 	}
 	size := uint64(hal.HeaderLen + len(payload))
@@ -75,20 +89,22 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 	d.pollCount++
 	// Only data makes a peer active: if probes did, two idle ranks would
 	// keep probing each other for ever.
-	d.touch(h.Src)
+	if ps != nil {
+		ps.active = d.round + 1
+	}
 	d.userFn(h, payload)
 }
 
 // Wait blocks until a member may deliver a frame, ctx is done (ctx.Err()),
 // or the stripe is closed (hal.ErrClosed). It waits on every member at
 // once (hal.WaitAny) and returns as soon as one member's Wait returns nil.
-// A member whose Wait fails (a dead device) is left out of this call;
-// when every member fails, so does Wait.
+// A member whose Wait fails (a dead device, or one Replace closed) is left
+// out of this call; when every member fails, so does Wait.
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed
 	}
-	err := hal.WaitAny(ctx, d.devs...)
+	err := hal.WaitAny(ctx, *d.devs.Load()...)
 	switch {
 	case err == nil:
 		return nil

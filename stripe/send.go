@@ -12,13 +12,16 @@ import (
 // was full is tried again at least this often.
 const maxBackoff = 64
 
-// Send queues the frame on one member: the next in round-robin order that
-// is in and not backing off after a full queue. A member whose queue is full
-// is skipped for this frame (and backs off, so that a saturated member
-// carries fewer frames); ErrNoResource is returned only when every member is
-// full. A member that fails with a device error is taken out and the next
-// one tried. The frame is never modified, and as with the members, it may be
-// referenced until the next Flush returns.
+// Send queues the frame on one member: the next in round-robin order (per
+// destination, so that each peer's frames are spread over every member
+// whatever the order of destinations) whose link toward the destination
+// is in and that is not backing off
+// after a full queue. A member whose queue is full is skipped for this
+// frame (and backs off, so that a saturated member carries fewer frames);
+// ErrNoResource is returned only when every member is full. A member that
+// fails with a device error is taken out and the next one tried. The frame
+// is never modified, and as with the members, it may be referenced until
+// the next Flush returns.
 func (d *Device) Send(hdr, payload []byte) error {
 	if d.closed.Load() {
 		return errClosed
@@ -29,6 +32,14 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if n := len(hdr) - hal.HeaderLen + len(payload); n > d.caps.MTU {
 		return fmt.Errorf("stripe: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
 	}
+	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
+	in := d.okMask // toward a rank with no links (itself, one not connected): every member that works
+	next := &d.next
+	ps := d.peer(dst)
+	if ps != nil {
+		in &= ps.mask
+		next = &ps.next
+	}
 	no := d.frameNo
 	d.frameNo++
 	full := false
@@ -36,30 +47,33 @@ func (d *Device) Send(hdr, payload []byte) error {
 	var tried uint32 // members already tried for this frame
 	// Pass 0 tries the members that are in and not backing off, pass 1
 	// those backing off (every member is tried before ErrNoResource), pass
-	// 2 the out members, only when none is in: a stripe whose members are
-	// all suspect sends on them rather than stall.
+	// 2 the others, only when none is in: a stripe whose links to the
+	// peer are all suspect sends on them rather than stall.
 	for pass := range 3 {
-		if pass == 2 && d.in > 0 {
+		if pass == 2 && in != 0 {
 			break
 		}
 		for i := range d.members {
-			k := (d.next + i) % len(d.members)
+			k := (*next + i) % len(d.members)
 			m := d.members[k]
-			if tried&(1<<k) != 0 || m.in.Load() != (pass < 2) || pass == 0 && no < m.skipUntil {
+			bit := uint32(1) << k
+			if tried&bit != 0 || (in&bit != 0) != (pass < 2) || pass == 0 && no < m.skipUntil {
 				continue
 			}
-			tried |= 1 << k
+			tried |= bit
 			err := m.dev.Send(hdr, payload)
 			switch {
 			case err == nil:
 				m.backoff = 0
-				d.next = k + 1
+				*next = k + 1
 				size := uint64(len(hdr) + len(payload))
 				m.stats.framesSent.Add(1)
 				m.stats.bytesSent.Add(size)
 				d.counters.FramesSent.Add(1)
 				d.counters.BytesSent.Add(size)
-				d.touch(hal.Rank(binary.LittleEndian.Uint32(hdr[28:])))
+				if ps != nil {
+					ps.active = d.round + 1
+				}
 				return nil
 			case errors.Is(err, hal.ErrNoResource):
 				full = true
@@ -72,7 +86,8 @@ func (d *Device) Send(hdr, payload []byte) error {
 				if d.closed.Load() {
 					return errClosed
 				}
-				d.takeOut(m, ReasonSendError, err)
+				d.failMember(m, ReasonSendError, err)
+				in &^= bit
 				failed = fmt.Errorf("stripe: member %d: %w", k, err)
 			}
 		}
@@ -90,18 +105,11 @@ func callerError(err error) bool {
 	return errors.Is(err, hal.ErrTooLarge) || errors.Is(err, hal.ErrUnknownPeer) || errors.Is(err, hal.ErrBadFrame)
 }
 
-// touch records that a frame went to or came from peer in this probe
-// round, so that probes go to it.
-func (d *Device) touch(peer hal.Rank) {
-	if int(peer) < len(d.peers) {
-		d.peers[peer].active = d.round + 1
-	}
-}
-
-// Flush flushes every member, and sends the probes that are due. It
-// returns ErrNoResource when a member's wire is full (its frames stay
-// queued on it: call Flush again); a member that fails otherwise is taken
-// out, and its queued frames are the layer above's to redrive.
+// Flush flushes every member, and sends the probes and reintegration
+// frames that are due. It returns ErrNoResource when a member's wire is
+// full (its frames stay queued on it: call Flush again); a member that
+// fails otherwise is taken out, and its queued frames are the layer
+// above's to redrive.
 func (d *Device) Flush() error {
 	if d.closed.Load() {
 		return errClosed
@@ -115,11 +123,13 @@ func (d *Device) Flush() error {
 			full = true
 		case d.closed.Load():
 			return errClosed
-		case m.in.Load():
-			d.takeOut(m, ReasonSendError, err)
+		default:
+			d.failMember(m, ReasonSendError, err)
 		}
 	}
-	d.probe(d.opts.Now())
+	now := d.opts.Now()
+	d.tickReint(now)
+	d.probe(now)
 	d.refresh()
 	if full {
 		d.counters.NoResource.Add(1)

@@ -3,12 +3,14 @@ package stripe
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Defaults of the Options.
@@ -92,25 +94,28 @@ func (o Options) withDefaults() (Options, error) {
 
 // Device is a hal.Device over several member devices that reach the same
 // peers. Like every device, Send, Flush and Poll must not be called
-// concurrently (the caller's progress lock serialises them); Wait may run
-// beside them, Close may be called from any goroutine at any time, and
-// Caps, Addr, Counters and Members are safe everywhere.
+// concurrently (the caller's progress lock serialises them), nor Connect
+// and Replace with them; Wait may run beside them, Close may be called
+// from any goroutine at any time, and Caps, Addr, Counters, Members and
+// Link are safe everywhere.
 type Device struct {
 	members []*member
-	devs    []hal.Device  // the members' devices, for hal.WaitAny
-	outages atomic.Uint64 // members taken out so far (hal.Failover)
+	devs    atomic.Pointer[[]hal.Device] // the members' devices, for hal.WaitAny
+	outages atomic.Uint64                // links taken out so far (hal.Failover)
 	opts    Options
 	caps    hal.Caps
-	addr    string
+	addr    atomic.Pointer[string]
+	reint   hal.ReintConfig // the members' reintegration timing
 
 	closed atomic.Bool
+	mmu    sync.RWMutex // guards members' dev against readers off the progress lock
+	pmu    sync.RWMutex // guards the growth of peers against Link
 
-	// The rest is progress-lock state (Send, Flush, Poll).
-	next      int    // the member the next frame tries first
+	// The rest is progress-lock state (Send, Flush, Poll, Connect, Replace).
+	next      int    // the member the next frame to a rank with no links tries first
 	frameNo   uint64 // frames sent: the clock of the ErrNoResource back-off
-	recvTotal uint64 // frames (data and probes) every member delivered
-	in        int    // members in
-	peers     []peerState
+	okMask    uint32 // members with no device error
+	peers     []*peerState
 	round     uint64    // probe rounds so far
 	lastProbe time.Time // when the last round went out
 	userFn    func(h *hal.Header, payload []byte)
@@ -118,24 +123,28 @@ type Device struct {
 	onFrame   func(h *hal.Header, payload []byte)
 	now       time.Time // the current Poll's time, for onFrame
 	pollCount uint64    // data frames the current Poll delivered
+	outbox    []outMsg  // reintegration frames to send after polling
 
 	cmu      sync.Mutex   // serialises refreshes of counters
 	counters hal.Counters // what the layer above sees; drops summed over members
 	drops    [hal.NumDropReasons]atomic.Uint64
 }
 
-// peerState is what the stripe keeps per peer: when frames last went to or
-// came from it, in probe rounds, so that probes go only where there is
-// traffic; when it was last heard on each member and on any, to tell it
-// which members of ours it is deaf to; and what it last told us about
-// hearing us.
+// peerState is what the stripe keeps per peer: its members' addresses;
+// when frames last went to or came from it, in probe rounds, so that
+// probes go only where there is traffic; how many frames it delivered and
+// when, to judge each member's link toward it; what it last told us about
+// hearing us; and each member's link toward it (link.go).
 type peerState struct {
 	connected bool
-	active    uint64      // the round of the last data frame exchanged (0: never)
-	heard     []time.Time // per member: when a frame from the peer last arrived on it
-	lastAny   time.Time   // when a frame from the peer last arrived on any member
-	deafTo    uint32      // members the peer last reported hearing nothing from us on
-	round     uint32      // the round of the peer's last probe we took
+	addrs     []string // the peer's member addresses, as last connected
+	active    uint64   // the round of the last data frame exchanged (0: never)
+	lastAny   time.Time
+	recv      uint64 // frames (data, probes, reintegration) from it on any member
+	round     uint32 // the round of the peer's last probe we took
+	mask      uint32 // members whose link toward it is in
+	next      int    // the member the next frame to it tries first
+	links     []link // per member
 }
 
 // New makes a stripe over members, which must reach the same peers: member
@@ -152,11 +161,12 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 	if len(members) > maxMembers {
 		return nil, fmt.Errorf("stripe: %d member devices, at most %d", len(members), maxMembers)
 	}
-	d := &Device{opts: opts, in: len(members)}
+	d := &Device{opts: opts}
 	d.onFrame = d.frame
+	d.reint = reintConfig(opts)
 	addrs := make([]string, len(members))
-	now := opts.Now()
 	reliable, mtu := true, hal.MaxPayload
+	devs := make([]hal.Device, len(members))
 	for i, dev := range members {
 		if dev == nil {
 			return nil, fmt.Errorf("stripe: member %d is nil", i)
@@ -171,26 +181,40 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 			return nil, fmt.Errorf("stripe: member %d (%s) has MTU %d", i, dev.Addr(), c.MTU)
 		}
 		a := dev.Addr()
-		if a == "" || strings.Contains(a, Sep) {
-			return nil, fmt.Errorf("stripe: member %d's address %q is empty or contains the separator %q", i, a, Sep)
+		if err := checkAddr(i, a); err != nil {
+			return nil, err
 		}
 		addrs[i] = a
 		reliable = reliable && c.Reliable
 		mtu = min(mtu, c.MTU)
-		m := &member{idx: i, dev: dev, caps: c, lastRecv: now, window: now}
-		m.in.Store(true)
+		m := &member{idx: i, dev: dev, caps: c}
+		m.reint = hal.NewReintegration(opts.Rank, int(opts.Rank)+1, newEpoch(), d.reint)
+		m.reint.Joined()
+		m.ok.Store(true)
 		d.members = append(d.members, m)
-		d.devs = append(d.devs, dev)
+		devs[i] = dev
+		d.okMask |= 1 << i
 	}
+	d.devs.Store(&devs)
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
-	d.addr = Scheme + strings.Join(addrs, Sep)
-	d.lastProbe = now
+	addr := Scheme + strings.Join(addrs, Sep)
+	d.addr.Store(&addr)
+	d.lastProbe = opts.Now()
 	return d, nil
 }
 
-// maxMembers bounds the members: a probe names its member in one byte, and
-// no host has more NICs than this worth striping over.
+// checkAddr refuses a member address a stripe address cannot carry.
+func checkAddr(i int, a string) error {
+	if a == "" || strings.Contains(a, Sep) || len(a) > maxAddr {
+		return fmt.Errorf("stripe: member %d's address %q is empty, longer than %d bytes or contains the separator %q", i, a, maxAddr, Sep)
+	}
+	return nil
+}
+
+// maxMembers bounds the members: a probe names its member in one byte,
+// and the members of a link are a 32-bit mask; no host has more NICs than
+// this worth striping over.
 const maxMembers = 16
 
 // Caps: the smallest member MTU; Reliable only if every member is, Ordered
@@ -198,13 +222,15 @@ const maxMembers = 16
 func (d *Device) Caps() hal.Caps { return d.caps }
 
 // Addr is Scheme followed by the members' addresses joined by Sep, in
-// member order.
-func (d *Device) Addr() string { return d.addr }
+// member order: after a Replace, the new member's.
+func (d *Device) Addr() string { return *d.addr.Load() }
 
 // Connect splits addr into the peer's member addresses and connects member
 // i to the peer's member i. An address that is not a stripe address of as
 // many members is an error naming it, wrapping ErrBadAddress and
-// hal.ErrUnknownPeer.
+// hal.ErrUnknownPeer. Each member's link toward a peer connected for the
+// first time is in: the rank's own reintegration, over the stripe as a
+// whole, joins them.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if d.closed.Load() {
 		return errClosed
@@ -221,17 +247,30 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 		}
 	}
 	if int(peer) >= len(d.peers) {
-		d.peers = append(d.peers, make([]peerState, int(peer)+1-len(d.peers))...)
+		d.pmu.Lock()
+		for len(d.peers) <= int(peer) {
+			d.peers = append(d.peers, &peerState{})
+		}
+		d.pmu.Unlock()
+		for _, m := range d.members {
+			m.reint.Grow(int(peer) + 1)
+		}
 	}
-	if ps := &d.peers[peer]; !ps.connected {
+	ps := d.peers[peer]
+	ps.addrs = parts
+	if !ps.connected {
 		// A peer is heard on every member from the moment it is known,
 		// so that it is not reported deaf before it has had the time
 		// to send on every member.
 		now := d.opts.Now()
-		ps.connected, ps.lastAny, ps.heard = true, now, make([]time.Time, len(d.members))
-		for i := range ps.heard {
-			ps.heard[i] = now
+		links := make([]link, len(d.members))
+		for i := range links {
+			links[i] = link{heard: now, window: now}
 		}
+		d.pmu.Lock()
+		ps.connected, ps.lastAny, ps.links = true, now, links
+		ps.mask = 1<<len(d.members) - 1
+		d.pmu.Unlock()
 	}
 	return nil
 }
@@ -245,11 +284,90 @@ func containsEmpty(s []string) bool {
 	return false
 }
 
+// Replace puts dev in member i's place: a new incarnation of that member
+// (a NIC whose device was reopened, at a new address, say), with its own
+// state. The old device is closed. The new one is connected to every
+// peer's member i and rejoins each peer through the reintegration protocol
+// (BOOTING carrying its address, BOOT_ACK, RDMA_READY both ways) before it
+// carries data frames toward it; data frames from a peer that arrive on it
+// before then (sent to the old incarnation) are refused and counted. The
+// layer above is told (hal.Failover) that frames in flight may be lost.
+// dev must have an MTU of at least the stripe's, and be Reliable if the
+// stripe is.
+func (d *Device) Replace(i int, dev hal.Device) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if i < 0 || i >= len(d.members) {
+		return fmt.Errorf("stripe: replace member %d of %d", i, len(d.members))
+	}
+	if dev == nil {
+		return fmt.Errorf("stripe: replace member %d with nil", i)
+	}
+	for _, m := range d.members {
+		if m.dev == dev {
+			return fmt.Errorf("stripe: replace member %d with member %d's device", i, m.idx)
+		}
+	}
+	c := dev.Caps()
+	if c.MTU < d.caps.MTU || d.caps.Reliable && !c.Reliable {
+		return fmt.Errorf("stripe: replace member %d: caps %+v, want an MTU of at least %d (and Reliable: %v)", i, c, d.caps.MTU, d.caps.Reliable)
+	}
+	a := dev.Addr()
+	if err := checkAddr(i, a); err != nil {
+		return err
+	}
+	m := d.members[i]
+	if err := m.dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
+		trace.Printf(trace.Rare, "stripe %d: close member %d's old device: %v", d.opts.Rank, i, err)
+	}
+	d.mmu.Lock()
+	m.dev, m.caps = dev, c
+	d.mmu.Unlock()
+	devs := slices.Clone(*d.devs.Load())
+	devs[i] = dev
+	d.devs.Store(&devs)
+	parts := strings.Split(strings.TrimPrefix(d.Addr(), Scheme), Sep)
+	parts[i] = a
+	addr := Scheme + strings.Join(parts, Sep)
+	d.addr.Store(&addr)
+
+	now := d.opts.Now()
+	m.reint = hal.NewReintegration(d.opts.Rank, max(len(d.peers), int(d.opts.Rank)+1), newEpoch(), d.reint)
+	m.reint.Joined()
+	m.reintDirty = true
+	m.failed, m.backoff, m.skipUntil = false, 0, 0
+	m.ok.Store(true)
+	d.okMask |= 1 << i
+	m.stats.incarnation.Add(1)
+	d.outages.Add(1)
+	var errs []error
+	for p, ps := range d.peers {
+		if !ps.connected || hal.Rank(p) == d.opts.Rank {
+			continue
+		}
+		l := &ps.links[i]
+		l.heard, l.window, l.mark, l.deaf = now, now, ps.recv, false
+		if err := dev.Connect(hal.Rank(p), ps.addrs[i]); err != nil {
+			errs = append(errs, fmt.Errorf("stripe: replace member %d: connect to rank %d at %q: %w", i, p, ps.addrs[i], err))
+			d.setLink(m, ps, linkOut)
+			continue
+		}
+		d.rejoin(m, hal.Rank(p), ps, now, m.reint.Epoch())
+	}
+	d.sendOutbox()
+	if trace.On(trace.Rare) {
+		trace.Printf(trace.Rare, "stripe %d: member %d replaced by %s (incarnation %d); rejoining its peers", d.opts.Rank, i, a, m.stats.incarnation.Load())
+	}
+	return errors.Join(errs...)
+}
+
 // Counters are what the layer above sees: frames and bytes (whole frames,
-// header included) it gave Send and Poll delivered to it, probes excluded;
-// NoResource counts the stripe's own ErrNoResource returns; Drops are the
-// members' drops summed (plus malformed probes). The sums are refreshed at
-// every Poll and Flush and by this call. Members gives each member's share.
+// header included) it gave Send and Poll delivered to it, probes and
+// reintegration frames excluded; NoResource counts the stripe's own
+// ErrNoResource returns; Drops are the members' drops summed (plus
+// malformed stripe frames). The sums are refreshed at every Poll and Flush
+// and by this call. Members gives each member's share.
 func (d *Device) Counters() *hal.Counters {
 	d.refresh()
 	return &d.counters
@@ -259,6 +377,8 @@ func (d *Device) Counters() *hal.Counters {
 func (d *Device) refresh() {
 	d.cmu.Lock()
 	defer d.cmu.Unlock()
+	d.mmu.RLock()
+	defer d.mmu.RUnlock()
 	for r := range d.counters.Drops {
 		sum := d.drops[r].Load()
 		for _, m := range d.members {
@@ -274,6 +394,8 @@ func (d *Device) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return errClosed
 	}
+	d.mmu.RLock()
+	defer d.mmu.RUnlock()
 	var errs []error
 	for i, m := range d.members {
 		if err := m.dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {

@@ -12,8 +12,9 @@ import (
 )
 
 // TestTraceFailover: at level 1 each rank traces member 1 taken out when
-// its network fails (the reason, and how many members are left in) and
-// back in when it heals; at level 0 neither is traced.
+// its network fails (the peer, the reason, and how many members are left
+// in toward it), rejoining and back in after reintegration when it heals;
+// at level 0 none is traced.
 func TestTraceFailover(t *testing.T) {
 	for _, l := range []trace.Level{trace.Error, trace.Rare} {
 		var buf bytes.Buffer
@@ -44,8 +45,9 @@ func TestTraceFailover(t *testing.T) {
 		for r := range 2 {
 			addr := regexp.QuoteMeta(s[r].Member(1).Addr)
 			for _, re := range []string{
-				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) taken out \(silence\); 1 of 2 members in`,
-				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) back in; 2 of 2 members in`,
+				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) taken out toward rank ` + strconv.Itoa(1-r) + ` \(silence\); 1 of 2 members in toward it`,
+				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) rejoining rank ` + strconv.Itoa(1-r),
+				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) back in toward rank ` + strconv.Itoa(1-r) + ` after reintegration; 2 of 2 members in toward it`,
 			} {
 				if !regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} ` + re + `$`).MatchString(out) {
 					t.Errorf("rank %d: no line matching %s in:\n%s", r, re, out)

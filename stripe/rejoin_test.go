@@ -1,0 +1,309 @@
+package stripe
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+	"github.com/weft-hpc/weft/internal/simnet"
+)
+
+// mesh drives n ranks that each send one frame to every other rank every
+// tick, and records what arrives.
+type mesh struct {
+	t      *testing.T
+	f      *fabric
+	s      []*Device
+	tick   time.Duration
+	nextID uint64
+	sentAt map[uint64]time.Time
+	got    map[uint64]int // id -> times delivered
+}
+
+func newMesh(t *testing.T, f *fabric, s []*Device) *mesh {
+	return &mesh{t: t, f: f, s: s, tick: 100 * time.Microsecond, sentAt: map[uint64]time.Time{}, got: map[uint64]int{}}
+}
+
+// run ticks until end, calling at(now) before each tick.
+func (x *mesh) run(end time.Time, at func(now time.Time)) {
+	for now := x.f.now(); now.Before(end); now = x.f.now() {
+		at(now)
+		for src := range x.s {
+			for dst := range x.s {
+				if src == dst {
+					continue
+				}
+				x.nextID++
+				hdr, payload := msg(hal.Rank(src), hal.Rank(dst), x.nextID, 64)
+				if sendOK(x.t, x.s[src], hdr, payload) {
+					x.sentAt[x.nextID] = now
+				}
+			}
+		}
+		x.f.advance(x.tick)
+		x.poll()
+	}
+}
+
+func (x *mesh) poll() {
+	for _, s := range x.s {
+		for _, id := range pollIDs(x.t, s) {
+			x.got[id]++
+		}
+	}
+}
+
+// drain delivers what is still in flight.
+func (x *mesh) drain() {
+	for x.f.step() {
+		x.poll()
+	}
+	x.poll()
+}
+
+// dups fails the test for every frame delivered more than once.
+func (x *mesh) dups() {
+	x.t.Helper()
+	for id, n := range x.got {
+		if n > 1 {
+			x.t.Errorf("frame %d delivered %d times", id, n)
+		}
+	}
+}
+
+// A member whose network fails between two ranks only is taken out toward
+// that peer only: toward the third rank it stays in and keeps carrying
+// frames. When the link heals it rejoins that peer and is back in.
+func TestPerPeerHealth(t *testing.T) {
+	f := newFabric(t, 3, []faults.Spec{{Seed: 1}, {Seed: 2}})
+	s := f.stripes(t, testOpts)
+	x := newMesh(t, f, s)
+	start := f.now()
+	cutAt, healAt := start.Add(30*time.Millisecond), start.Add(100*time.Millisecond)
+	var sentTo2AtCut, sentTo2BeforeHeal uint64
+	var during [3][3]LinkState // Link(1, peer) at each rank just before the heal
+	cut, healed := false, false
+	x.run(start.Add(160*time.Millisecond), func(now time.Time) {
+		if !cut && !now.Before(cutAt) {
+			f.nets[1].Cut(0, 1)
+			f.nets[1].Cut(1, 0)
+			sentTo2AtCut = s[0].Member(1).FramesSent
+			cut = true
+		}
+		if !healed && !now.Before(healAt) {
+			for r := range s {
+				for p := range s {
+					during[r][p] = s[r].Link(1, hal.Rank(p))
+				}
+			}
+			sentTo2BeforeHeal = s[0].Member(1).FramesSent
+			f.nets[1].HealAll()
+			healed = true
+		}
+	})
+	x.drain()
+	x.dups()
+	for r, p := range [][2]int{{0, 1}, {1, 0}} {
+		if during[p[0]][p[1]] != LinkOut {
+			t.Errorf("case %d: rank %d's member 1 toward rank %d before the heal: %v, want out", r, p[0], p[1], during[p[0]][p[1]])
+		}
+	}
+	for _, p := range [][2]int{{0, 2}, {2, 0}, {1, 2}, {2, 1}} {
+		if during[p[0]][p[1]] != LinkIn {
+			t.Errorf("rank %d's member 1 toward rank %d, whose link never failed: %v, want in", p[0], p[1], during[p[0]][p[1]])
+		}
+	}
+	// Rank 0 sent half its frames to rank 2, round-robin over two members:
+	// member 1 carried about a quarter of all while cut from rank 1.
+	if got := sentTo2BeforeHeal - sentTo2AtCut; got < 100 {
+		t.Errorf("rank 0's member 1 carried %d frames while cut from rank 1 only: want it to keep carrying rank 2's share", got)
+	}
+	for r := range s {
+		m := s[r].Member(1)
+		t.Logf("rank %d: %v", r, m)
+		wantOuts := uint64(1)
+		if r == 2 {
+			wantOuts = 0
+		}
+		if m.Outs != wantOuts || !m.In || m.Ins != wantOuts {
+			t.Errorf("rank %d member 1: %v; want %d outs and as many ins, and in toward all at the end", r, m, wantOuts)
+		}
+	}
+	// Every frame sent to or by rank 2 arrived; between 0 and 1 only those
+	// sent on member 1 before the cut was detected may be lost.
+	lost := 0
+	for id, at := range x.sentAt {
+		if x.got[id] == 0 {
+			lost++
+			if at.Before(cutAt) || at.After(cutAt.Add(testOpts.Silence+testOpts.Probe)) {
+				t.Errorf("frame %d sent at %v lost, outside the cut's detection", id, at.Sub(start))
+			}
+		}
+	}
+	t.Logf("%d frames sent, %d lost to the cut before it was detected", len(x.sentAt), lost)
+}
+
+// renamed is a member device at an address of its own (simnet's is the
+// rank's): ADDR/INCARNATION, so that a restarted member has a new address.
+// Connect takes such addresses and records the last one per peer.
+type renamed struct {
+	hal.Device
+	addr      string
+	connected map[hal.Rank]string
+}
+
+func (r *renamed) Addr() string { return r.addr }
+
+func (r *renamed) Connect(peer hal.Rank, a string) error {
+	base, _, _ := strings.Cut(a, "/")
+	if err := r.Device.Connect(peer, base); err != nil {
+		return err
+	}
+	r.connected[peer] = a
+	return nil
+}
+
+func rename(d hal.Device, inc int) *renamed {
+	return &renamed{Device: d, addr: d.Addr() + "/" + string(rune('0'+inc)), connected: map[hal.Rank]string{}}
+}
+
+// renamedStripes is fabric.stripes over renamed members.
+func (f *fabric) renamedStripes(t *testing.T, opts Options) ([]*Device, [][]*renamed) {
+	t.Helper()
+	size := f.nets[0].Size()
+	out := make([]*Device, size)
+	devs := make([][]*renamed, size)
+	for r := range out {
+		var members []hal.Device
+		for _, n := range f.nets {
+			d := rename(n.Device(hal.Rank(r)), 1)
+			devs[r] = append(devs[r], d)
+			members = append(members, d)
+		}
+		o := opts
+		o.Rank, o.JobKey, o.Now = hal.Rank(r), simnet.DefaultJobKey, f.now
+		s, err := New(members, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		out[r] = s
+	}
+	connect(t, out)
+	return out, devs
+}
+
+// A member whose device is restarted, at a new address, is put in place
+// with Replace: it rejoins the peer (BOOTING carries its address, and the
+// peer connects its member to it), is back in at both ends after the
+// reintegration, and carries frames again. With a fast restart, frames
+// the peer sent to the old incarnation reach the new one before the peer
+// learns of it: they are refused and counted, never delivered; with a slow
+// one (down for longer than Silence) the peer takes the member out first.
+// Nothing is delivered twice, and every frame sent once both ends are back
+// in arrives.
+func TestReplaceMember(t *testing.T) {
+	for _, down := range []time.Duration{0, 40 * time.Millisecond} {
+		t.Run("down="+down.String(), func(t *testing.T) {
+			f := newFabric(t, 2, []faults.Spec{{Seed: 1}, {Seed: 2}}, simnet.WithLatency(500*time.Microsecond))
+			s, devs := f.renamedStripes(t, testOpts)
+			x := newMesh(t, f, s)
+			start := f.now()
+			killAt := start.Add(30 * time.Millisecond)
+			replaceAt := killAt.Add(down)
+			killed, replaced := false, false
+			var backIn time.Time
+			var sentAtIn uint64
+			var fresh *renamed
+			x.run(start.Add(150*time.Millisecond), func(now time.Time) {
+				if !killed && !now.Before(killAt) {
+					if err := f.nets[1].Kill(1); err != nil {
+						t.Fatal(err)
+					}
+					killed = true
+				}
+				if !replaced && !now.Before(replaceAt) {
+					dev, err := f.nets[1].Restart(1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fresh = rename(dev, 2)
+					if err := s[1].Replace(1, fresh); err != nil {
+						t.Fatal(err)
+					}
+					if got := s[1].Link(1, 0); got != LinkJoining {
+						t.Errorf("right after Replace, the new member toward rank 0 is %v, want joining", got)
+					}
+					replaced = true
+				}
+				if replaced && backIn.IsZero() && s[0].Link(1, 1) == LinkIn && s[1].Link(1, 0) == LinkIn {
+					backIn = now
+					sentAtIn = s[1].Member(1).FramesSent
+				}
+			})
+			x.drain()
+			x.dups()
+			m0, m1 := s[0].Member(1), s[1].Member(1)
+			t.Logf("replaced at %v, back in at both ends %v later\nrank 0: %v\nrank 1: %v",
+				replaceAt.Sub(start), backIn.Sub(replaceAt), m0, m1)
+			if backIn.IsZero() || backIn.Sub(replaceAt) > 5*time.Millisecond {
+				t.Fatalf("the new member not back in at both ends within 5 ms of its Replace (at %v)", backIn.Sub(replaceAt))
+			}
+			if got := devs[0][1].connected[1]; got != "simnet:1/2" {
+				t.Errorf("rank 0's member 1 connected to %q for rank 1, want the new incarnation's simnet:1/2", got)
+			}
+			if !strings.Contains(s[1].Addr(), "simnet:1/2") || m1.Addr != "simnet:1/2" || m1.Incarnation != 1 {
+				t.Errorf("rank 1's stripe address %q, member %v: want the new member's address and incarnation 1", s[1].Addr(), m1)
+			}
+			if m1.FramesSent <= sentAtIn+100 || !m1.In || !m0.In || m0.Ins < 1 || m1.Ins < 1 {
+				t.Errorf("after the rejoin the new member carried %d frames: want it in at both ends and carrying frames", m1.FramesSent-sentAtIn)
+			}
+			refused := m0.Refused + m1.Refused
+			if down == 0 && refused == 0 {
+				t.Errorf("fast restart: no frame refused, want those sent to the old incarnation refused")
+			}
+			if down > 0 && (m0.Outs != 1 || m0.Reason != ReasonSilence && m0.Reason != ReasonPeerDeaf) {
+				t.Errorf("slow restart: rank 0's member 1 %v, want taken out once (silence or the peer's report)", m0)
+			}
+			for id, at := range x.sentAt {
+				if !backIn.IsZero() && at.After(backIn) && x.got[id] != 1 {
+					t.Errorf("frame %d sent at %v, after both ends were back in, delivered %d times", id, at.Sub(start), x.got[id])
+				}
+			}
+			if fresh.Device.Counters().FramesRecv.Load() == 0 {
+				t.Errorf("the new incarnation received nothing")
+			}
+		})
+	}
+}
+
+// Replace refuses what cannot be a member, and a closed stripe.
+func TestReplaceErrors(t *testing.T) {
+	f := newFabric(t, 2, make([]faults.Spec, 2))
+	s := f.stripes(t, Options{})
+	small, err := simnet.New(2, faults.Spec{}, simnet.WithMTU(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		i    int
+		dev  hal.Device
+		want string
+	}{
+		"range": {2, small.Device(0), "member 2 of 2"},
+		"nil":   {1, nil, "nil"},
+		"twin":  {1, f.nets[0].Device(0), "member 0's device"},
+		"mtu":   {1, small.Device(0), "MTU of at least"},
+	} {
+		if err := s[0].Replace(c.i, c.dev); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Replace: %v, want an error naming %q", name, err, c.want)
+		}
+	}
+	s[0].Close()
+	if err := s[0].Replace(1, small.Device(1)); !errors.Is(err, hal.ErrClosed) {
+		t.Errorf("Replace on a closed stripe: %v, want hal.ErrClosed", err)
+	}
+}
