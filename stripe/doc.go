@@ -82,7 +82,7 @@
 // member, packets of one transfer spread over members are placed in any
 // order, and a key the TPT does not hold is refused with a
 // hal.ProtectionError naming the check, reported to the origin, on
-// whichever member it came.
+// whichever member it came (lapi's TestStripeKeyMigration).
 //
 // Not done yet: members with keys of their own (native RDMA on a member,
 // such as verbs RC with a memory region per device) would need the
