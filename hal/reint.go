@@ -46,6 +46,7 @@ type Reintegration struct {
 	joining  bool
 	ready    bool
 	refusing bool // answer BOOTING with BOOT_NACK (Refuse)
+	assumed  bool // Joined: peers added by Grow are taken as joined too
 
 	answered []bool     // this incarnation's BOOTING answered by peer
 	tries    []int      // BOOTINGs sent to peer in this incarnation
@@ -146,9 +147,10 @@ func NewReintegration(self Rank, size int, epoch uint64, cfg ReintConfig) *Reint
 }
 
 // Grow makes room for peers up to size ranks (a device that learns its
-// peers as they connect). A rank added is taken as answered, with RDMA
-// toward it off until it says RDMA_READY, and this device's incarnation.
-// A smaller size changes nothing.
+// peers as they connect). A rank added is taken as answered, with this
+// device's incarnation, and with RDMA toward it off until it says
+// RDMA_READY, or on if the device was Joined. A smaller size changes
+// nothing.
 func (r *Reintegration) Grow(size int) {
 	for r.size < size {
 		r.answered = append(r.answered, true)
@@ -157,7 +159,7 @@ func (r *Reintegration) Grow(size int) {
 		r.ours = append(r.ours, r.epoch)
 		r.rejoin = append(r.rejoin, false)
 		r.parked = append(r.parked, false)
-		r.rdmaTo = append(r.rdmaTo, false)
+		r.rdmaTo = append(r.rdmaTo, r.assumed && Rank(r.size) != r.self)
 		r.owed = append(r.owed, false)
 		r.size++
 	}
@@ -166,9 +168,10 @@ func (r *Reintegration) Grow(size int) {
 // Joined makes a device that has not started ready at once, with RDMA
 // allowed toward every peer, and sends nothing: a device whose peers were
 // set up by other means (a stripe member, whose rank joined through the
-// stripe as a whole), which later uses Rejoin per peer.
+// stripe as a whole), which later uses Rejoin per peer. Peers added later
+// by Grow are taken as joined too.
 func (r *Reintegration) Joined() {
-	r.joining, r.ready, r.rounds = false, true, 0
+	r.joining, r.ready, r.rounds, r.assumed = false, true, 0, true
 	for p := range r.answered {
 		r.answered[p], r.rdmaTo[p] = true, Rank(p) != r.self
 	}

@@ -108,7 +108,8 @@ func TestReintRejoinDeadPeer(t *testing.T) {
 	rn.run(time.Second, func() bool { return !n0.r.Rejoining(2) && rn.converged() })
 }
 
-// TestReintRejoinStale: answers to an earlier incarnation do not complete
+// TestReintRejoinStale: a Joined device (grown to a second rank) has
+// nothing to send; answers to an earlier incarnation do not complete
 // a Rejoin: a BOOT_ACK of the old epoch is ignored, and an RDMA_READY from
 // the peer before its ACK (it may have left before our BOOTING arrived) is
 // not taken; the one after it ends the Rejoin.
@@ -119,10 +120,14 @@ func TestReintRejoinStale(t *testing.T) {
 		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep, Ask: ask})
 		return b
 	}
-	r := hal.NewReintegration(0, 2, 5, hal.ReintConfig{})
+	r := hal.NewReintegration(0, 1, 5, hal.ReintConfig{})
 	r.Joined()
+	r.Grow(2)
 	if !r.Ready() || !r.RDMATo(1) {
-		t.Fatal("Joined: not ready toward rank 1")
+		t.Fatal("Joined, then grown: not ready toward rank 1")
+	}
+	if out, _, next := r.Tick(now.Add(time.Hour)); len(out) != 0 || !next.IsZero() {
+		t.Fatalf("Joined: Tick sent %+v and wants a call at %v, want nothing pending", out, next)
 	}
 	out, _ := r.Rejoin(1, 6, now)
 	if len(out) != 1 || out[0].Type != hal.FrameBooting || out[0].Epoch != 6 {
