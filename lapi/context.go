@@ -200,6 +200,7 @@ func Open(cfg Config) (*Context, error) {
 	c.releaseFn = c.release
 	c.rtxFn = c.retransmit
 	c.installInternalHandlers()
+	c.handlers[hMcast] = newHandlerEntry(newMcastTable(c))
 	c.fenceMark = make([]uint32, cfg.Size)
 	c.fenceCntr = &Counter{c: c, id: 1}
 	c.counters = append(c.counters, c.fenceCntr)

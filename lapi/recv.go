@@ -55,6 +55,10 @@ func (c *Context) onFrame(h *hal.Header, payload []byte) {
 		c.onRDMA(h, payload)
 		return
 	}
+	if h.Type == hal.FrameMcast && int(h.Src) < c.cfg.Size && h.Dst == hal.BroadcastRank {
+		c.onMcast(h.Src, payload)
+		return
+	}
 	if h.Type != hal.FrameData || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
 		c.stats.BadPackets++
 		if trace.On(trace.Hot) {

@@ -1,0 +1,801 @@
+package lapi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/weft-hpc/weft/hal"
+)
+
+// Multicast RDMA (the IBM seed's): broadcast over a device that sends one
+// frame to every peer (hal.Broadcaster: IP multicast on udp), with lapi's
+// reliability repairing what each receiver lost. The receivers are the
+// ranks that posted the broadcast's id (the rCxt's role): a multicast
+// frame of an id a rank has not posted, or no longer has, is dropped and
+// counted (McastStats.Unposted), never placed.
+//
+// The protocol, for a broadcast of len(buf) bytes among a group:
+//
+//  1. Each receiver posts its buffer under the id and tells the root it
+//     is ready (an active message, exactly once, with its length).
+//  2. Once every receiver is ready, the root streams its buffer as
+//     multicast frames of one device MTU each, paced by the device: a
+//     full queue (hal.ErrNoResource) is flushed and the stream goes on
+//     once it has room, polling meanwhile.
+//  3. When the whole stream is on the wire the root tells each receiver
+//     it has ended (an active message with the PVO of the root's buffer,
+//     registered for reading while the broadcast lasts).
+//  4. Each receiver reads with Get, over lapi's reliable RDMA, every
+//     range no frame of the stream filled (a receiver that lost nothing
+//     reads nothing), then tells the root it is done.
+//  5. The root is done when every receiver is.
+//
+// A receiver stops placing frames at the end message: from then on its
+// Gets alone write into its buffer, and after its last Get nothing does.
+
+// McastOpts are a multicast broadcast's counters, all optional and of the
+// calling context (BcastOpts' meanings).
+type McastOpts struct {
+	// Landed, at a receiver, is incremented when its buffer holds the
+	// root's data.
+	Landed *Counter
+	// Done is incremented when this member no longer needs its buffer:
+	// a receiver's has landed; at the root, every receiver's has.
+	Done *Counter
+	// All, at the root, is incremented when every member has the data.
+	All *Counter
+	// Notify, if set, is told when Done would fire, or that the
+	// broadcast failed. It runs in the completion runner and must not
+	// block or call into the context.
+	Notify Completer
+}
+
+// McastStats count a context's multicast broadcasts.
+type McastStats struct {
+	// FramesSent counts the multicast frames this rank sent as root.
+	FramesSent uint64
+	// Placed counts the frames placed into a posted buffer.
+	Placed uint64
+	// Duplicates counts frames of a posted broadcast that brought nothing
+	// new (a duplicate, or a frame after the end message).
+	Duplicates uint64
+	// Unposted counts frames of a broadcast this rank has not posted (it
+	// is not a receiver, or its part is over): dropped.
+	Unposted uint64
+	// Bad counts frames whose header does not fit the posted broadcast
+	// (another length, another sender, a malformed header): dropped.
+	Bad uint64
+	// Repairs counts the Gets receivers issued for what they lost, and
+	// RepairBytes their bytes.
+	Repairs, RepairBytes uint64
+}
+
+// hMcast is lapi's handler of multicast control messages (below
+// firstUserHandler, after rma.go's).
+const hMcast = hBcast + 1
+
+// mcastBurst is how many frames the root queues on the device between two
+// flushes: each needs its own header until the flush that sends it.
+const mcastBurst = 64
+
+// CanMulticast reports whether Multicast works on this context's device:
+// it sends to every peer at once (hal.Broadcaster, with Caps.Broadcast).
+func (c *Context) CanMulticast() bool {
+	_, ok := c.broadcaster()
+	return ok
+}
+
+func (c *Context) broadcaster() (hal.Broadcaster, bool) {
+	b, ok := c.dev.(hal.Broadcaster)
+	return b, ok && c.dev.Caps().Broadcast
+}
+
+// McastStats returns a snapshot of the multicast counters.
+func (c *Context) McastStats() McastStats {
+	t := c.mcastTable()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.stats
+}
+
+// Multicast places the bytes of buf at group[root] into buf at every
+// other member of group, as Broadcast does, by the device's multicast
+// (see CanMulticast) and Gets of what each receiver lost. Every member
+// calls it with the same group, root, id and length of buf; id names the
+// broadcast among those in flight between these ranks. It does not
+// block: the counters of o tell when it is done, or fail with the reason
+// (a member failed, members that disagree about the length:
+// *BcastLengthError). buf must not be touched until o.Done fires.
+func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o McastOpts) error {
+	b, ok := c.broadcaster()
+	if !ok {
+		return fmt.Errorf("lapi: multicast: the device cannot send to every peer at once: %w", ErrBcast)
+	}
+	me := -1
+	seen := make([]bool, c.cfg.Size)
+	for i, r := range group {
+		switch {
+		case int(r) >= c.cfg.Size:
+			return fmt.Errorf("lapi: multicast to rank %d of %d: %w", r, c.cfg.Size, ErrBadRank)
+		case seen[r]:
+			return fmt.Errorf("lapi: multicast: rank %d twice in the group: %w", r, ErrBcast)
+		case r == c.rank:
+			me = i
+		}
+		seen[r] = true
+	}
+	switch {
+	case me < 0:
+		return fmt.Errorf("lapi: multicast: rank %d is not in the group: %w", c.rank, ErrBcast)
+	case root < 0 || root >= len(group):
+		return fmt.Errorf("lapi: multicast: root %d of a group of %d: %w", root, len(group), ErrBcast)
+	}
+	for _, k := range []*Counter{o.Landed, o.Done, o.All} {
+		if k != nil && k.c != c {
+			return fmt.Errorf("lapi: multicast: a counter is not this context's: %w", ErrBcast)
+		}
+	}
+	st := &mcastState{c: c, b: b, id: id, group: group, root: group[root], isRoot: me == root, buf: buf, o: o,
+		seg: uint32(min(c.dev.Caps().MTU, hal.MaxPayload) - hal.McastHdrLen)}
+	if st.isRoot && len(buf) > 0 {
+		var err error
+		if st.pvo, err = c.tpt.Register(buf, hal.AccessRead); err != nil {
+			return fmt.Errorf("lapi: multicast: %w", err)
+		}
+		st.registered = true
+	}
+	t := c.mcastTable()
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		st.releaseLocked()
+		c.mu.Unlock()
+		return ErrClosed
+	case t.live[id] != nil:
+		st.releaseLocked()
+		c.mu.Unlock()
+		return fmt.Errorf("lapi: multicast %#x is already in flight: %w", id, ErrBcast)
+	}
+	t.live[id] = st
+	var start bool
+	if st.isRoot {
+		st.kids = make(map[hal.Rank]*mcastKid, len(group)-1)
+		for _, r := range group {
+			if r != c.rank {
+				k := &mcastKid{done: c.spareCounter()}
+				st.kids[r] = k
+				c.await(r, k.done) // a receiver that fails fails the broadcast
+				st.arm(k.done, 1, st.kidDone(r))
+			}
+		}
+		for _, m := range t.early[id] {
+			st.applyLocked(m)
+		}
+		delete(t.early, id)
+		start = st.readyAllLocked()
+	} else {
+		st.end = c.spareCounter()
+		c.await(st.root, st.end) // a root that fails fails the broadcast
+		st.arm(st.end, 1, st.ended)
+		var u [mcastMsgLen]byte
+		encodeMcastMsg(u[:], mcastMsg{kind: mcastReady, id: id, total: uint64(len(buf))})
+		if err := c.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
+			st.failLocked(fmt.Errorf("ready to rank %d: %w", st.root, err))
+		}
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	if start {
+		st.stream()
+	}
+	c.runCompletions()
+	return nil
+}
+
+// AbortMulticast ends this member's part of multicast id (a caller that
+// gave up on it): no frame is placed in its buffer any more, a root's
+// buffer is released (receivers' repairs then fail with a protection
+// fault), and its counters fail with cause, wrapping ErrBcastAborted. A
+// receiver's repair Gets already issued may still land. A broadcast not
+// in flight here is left alone.
+func (c *Context) AbortMulticast(id uint64, cause error) {
+	t := c.mcastTable()
+	c.mu.Lock()
+	delete(t.early, id)
+	if st := t.live[id]; st != nil {
+		st.failLocked(fmt.Errorf("%w: %w", ErrBcastAborted, cause))
+		st.progressLocked()
+	}
+	c.mu.Unlock()
+	c.runCompletions()
+}
+
+// mcastState is one member's part of one multicast broadcast (guarded by
+// c.mu).
+type mcastState struct {
+	c          *Context
+	b          hal.Broadcaster
+	id         uint64
+	group      []hal.Rank
+	root       hal.Rank
+	isRoot     bool
+	buf        []byte
+	o          McastOpts
+	seg        uint32 // data bytes per frame (the root's; a receiver's once it has heard)
+	pvo        hal.PVO
+	registered bool
+	err        error
+	over       bool // forgotten by the table
+	finished   bool // counters told
+
+	// The root's.
+	kids      map[hal.Rank]*mcastKid
+	ready     int  // receivers ready
+	dones     int  // receivers done
+	streaming bool // the stream has started
+	next      uint64
+	queued    int // frames on the device since its last flush
+	hdrs      [][]byte
+	endsSent  bool
+
+	// A receiver's.
+	end     *Counter // the end message came
+	rx      mcastMap
+	endSeen bool
+	repairs *Counter // its Gets' origin counter
+	landed  bool
+}
+
+// mcastKid is a receiver, as its root sees it.
+type mcastKid struct {
+	ready bool
+	got   bool     // its done message came
+	done  *Counter // bumped by the done message: a trigger counts it
+}
+
+// arm has fn run (in the completion runner) once k reaches at, or fails
+// (c.mu held).
+func (st *mcastState) arm(k *Counter, at int64, fn func(error)) {
+	c := st.c
+	k.armed.Add(1)
+	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
+	c.trigDue.Store(true)
+}
+
+func (st *mcastState) failLocked(err error) {
+	if st.err == nil {
+		st.err = fmt.Errorf("lapi: multicast %#x: %w", st.id, err)
+	}
+}
+
+// releaseLocked deregisters the root's buffer (c.mu held, or before the
+// state is shared).
+func (st *mcastState) releaseLocked() {
+	if st.registered {
+		st.registered = false
+		st.c.tpt.Deregister(st.pvo)
+	}
+}
+
+// readyAllLocked reports whether the root may start its stream: every
+// receiver is ready and it has not started (c.mu held).
+func (st *mcastState) readyAllLocked() bool {
+	if st.err != nil || st.streaming || st.ready < len(st.kids) {
+		return false
+	}
+	st.streaming = true
+	return true
+}
+
+// applyLocked acts on a control message (c.mu held).
+func (st *mcastState) applyLocked(m mcastMsg) {
+	c := st.c
+	switch {
+	case m.kind == mcastReady && st.isRoot:
+		k := st.kids[m.from]
+		if k == nil || k.ready {
+			c.mcastTable().stats.Bad++
+			st.failLocked(fmt.Errorf("rank %d is not a receiver to be ready: %w", m.from, ErrBcast))
+			return
+		}
+		if m.total != uint64(len(st.buf)) {
+			var u [mcastMsgLen]byte
+			encodeMcastMsg(u[:], mcastMsg{kind: mcastRefuse, id: st.id, total: uint64(len(st.buf))})
+			c.amsendLocked(m.from, hMcast, u[:], nil, &SendOpts{})
+			st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
+			return
+		}
+		k.ready = true
+		st.ready++
+	case m.kind == mcastDone && st.isRoot:
+		if k := st.kids[m.from]; k != nil && k.ready && !k.got {
+			k.got = true
+			c.awaited(m.from, k.done)
+			k.done.incr()
+			return
+		}
+		c.mcastTable().stats.Bad++
+	case m.kind == mcastEnd && !st.isRoot && m.from == st.root && !st.endSeen:
+		st.endSeen = true
+		st.pvo, st.seg = m.pvo, m.seg
+		c.awaited(st.root, st.end)
+		st.end.incr()
+	case m.kind == mcastRefuse && !st.isRoot && m.from == st.root:
+		st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
+	default:
+		c.mcastTable().stats.Bad++
+	}
+}
+
+// stream sends the root's buffer as multicast frames, then the end
+// messages. It runs outside the progress lock (Multicast, or the
+// completion runner once the last receiver is ready) and holds it while
+// it talks to the device; when the device is full it makes progress
+// passes (acknowledgements, arrivals) until there is room.
+func (st *mcastState) stream() {
+	c := st.c
+	for {
+		c.mu.Lock()
+		if st.err != nil || st.over || c.closed {
+			c.mu.Unlock()
+			return
+		}
+		more, err := st.pumpLocked()
+		if err != nil {
+			st.failLocked(err)
+			st.progressLocked()
+			c.mu.Unlock()
+			c.runCompletions()
+			return
+		}
+		if !more {
+			st.sendEndsLocked()
+			st.progressLocked()
+			c.mu.Unlock()
+			c.runCompletions()
+			return
+		}
+		c.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+		runtime.Gosched()
+	}
+}
+
+// pumpLocked queues frames of the stream on the device and flushes them,
+// until the stream has gone (false) or the device is full (true) (c.mu
+// held).
+func (st *mcastState) pumpLocked() (more bool, err error) {
+	c := st.c
+	if st.hdrs == nil {
+		st.hdrs = make([][]byte, mcastBurst)
+		for i := range st.hdrs {
+			st.hdrs[i] = make([]byte, hal.HeaderLen+hal.McastHdrLen)
+		}
+	}
+	total := uint64(len(st.buf))
+	for st.next < total {
+		if st.queued == len(st.hdrs) {
+			if err := c.dev.Flush(); err != nil {
+				return mcastFull(err)
+			}
+			st.queued = 0
+		}
+		data := st.buf[st.next:min(st.next+uint64(st.seg), total)]
+		hdr := st.hdrs[st.queued]
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameMcast, Len: uint16(hal.McastHdrLen + len(data)),
+			JobKey: c.cfg.JobKey, Src: c.rank, Dst: hal.BroadcastRank})
+		hal.EncodeMcast(hdr[hal.HeaderLen:], &hal.McastHdr{ID: st.id, Total: total, Offset: st.next, Seg: st.seg})
+		hal.Seal(hdr, data)
+		if err := st.b.SendBroadcast(hdr, data); err != nil {
+			if !errors.Is(err, hal.ErrNoResource) {
+				return false, fmt.Errorf("send: %w", err)
+			}
+			if err := c.dev.Flush(); err != nil {
+				return mcastFull(err)
+			}
+			st.queued = 0
+			continue
+		}
+		st.queued++
+		st.next += uint64(len(data))
+		c.mcastTable().stats.FramesSent++
+	}
+	if st.queued > 0 {
+		if err := c.dev.Flush(); err != nil {
+			return mcastFull(err)
+		}
+		st.queued = 0
+	}
+	return false, nil
+}
+
+// mcastFull sorts a flush's error: a full device means more to do later,
+// anything else ends the stream.
+func mcastFull(err error) (bool, error) {
+	if errors.Is(err, hal.ErrNoResource) {
+		return true, nil
+	}
+	return false, fmt.Errorf("flush: %w", err)
+}
+
+// sendEndsLocked tells every receiver the stream has ended and where to
+// read what it lost (c.mu held).
+func (st *mcastState) sendEndsLocked() {
+	c := st.c
+	st.endsSent = true
+	var u [mcastMsgLen]byte
+	encodeMcastMsg(u[:], mcastMsg{kind: mcastEnd, id: st.id, total: uint64(len(st.buf)), pvo: st.pvo, seg: st.seg})
+	for _, r := range st.group {
+		if r == c.rank {
+			continue
+		}
+		if err := c.amsendLocked(r, hMcast, u[:], nil, &SendOpts{}); err != nil {
+			st.failLocked(fmt.Errorf("end to rank %d: %w", r, err))
+			return
+		}
+	}
+}
+
+// kidDone is the trigger of a receiver's done message at the root.
+func (st *mcastState) kidDone(r hal.Rank) func(error) {
+	return func(err error) {
+		c := st.c
+		c.mu.Lock()
+		if err != nil {
+			st.failLocked(err)
+		} else {
+			st.dones++
+		}
+		st.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+	}
+}
+
+// ended is the trigger of the end message at a receiver: it reads what
+// the stream did not bring.
+func (st *mcastState) ended(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	}
+	if st.err != nil {
+		st.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+		return
+	}
+	t := c.mcastTable()
+	type span struct{ off, end uint64 }
+	var gets []span
+	st.rx.missing(uint64(len(st.buf)), st.seg, func(off, end uint64) {
+		gets = append(gets, span{off, end})
+		t.stats.Repairs++
+		t.stats.RepairBytes += end - off
+	})
+	if len(gets) == 0 {
+		st.landed = true
+		st.progressLocked()
+		c.mu.Unlock()
+		c.runCompletions()
+		return
+	}
+	st.repairs = c.spareCounter()
+	st.arm(st.repairs, int64(len(gets)), st.repaired)
+	k, pvo := st.repairs, st.pvo
+	c.mu.Unlock()
+	for _, g := range gets {
+		if err := c.Get(st.root, pvo.Add(g.off), st.buf[g.off:g.end], SendOpts{Origin: k}); err != nil {
+			c.mu.Lock()
+			k.fail(fmt.Errorf("repair from rank %d: %w", st.root, err))
+			c.mu.Unlock()
+			break
+		}
+	}
+	c.runCompletions()
+}
+
+// repaired is the trigger of a receiver's last repair Get.
+func (st *mcastState) repaired(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	} else {
+		st.landed = true
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	c.runCompletions()
+}
+
+// progressLocked tells the counters what is done, and the root when a
+// receiver has the data (c.mu held).
+func (st *mcastState) progressLocked() {
+	c := st.c
+	if st.finished {
+		return
+	}
+	if st.err != nil {
+		st.finished = true
+		for _, k := range []*Counter{st.o.Landed, st.o.Done, st.o.All} {
+			if k != nil {
+				k.fail(st.err)
+				k.incr()
+			}
+		}
+		c.note(st.o.Notify, st.err)
+		// Triggers still armed on its own counters fire with the error
+		// and are dropped.
+		st.end.fail(st.err)
+		st.repairs.fail(st.err)
+		for _, k := range st.kids {
+			k.done.fail(st.err)
+		}
+		st.releaseLocked()
+		st.forget()
+		c.wakeLocked()
+		return
+	}
+	switch {
+	case st.isRoot && st.endsSent && st.dones == len(st.kids):
+		st.finished = true
+		st.releaseLocked()
+		if st.o.All != nil {
+			st.o.All.incr()
+		}
+		if st.o.Done != nil {
+			st.o.Done.incr()
+		}
+	case !st.isRoot && st.landed:
+		st.finished = true
+		var u [mcastMsgLen]byte
+		encodeMcastMsg(u[:], mcastMsg{kind: mcastDone, id: st.id})
+		if err := c.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
+			st.finished = false
+			st.failLocked(fmt.Errorf("done to rank %d: %w", st.root, err))
+			st.progressLocked()
+			return
+		}
+		if st.o.Landed != nil {
+			st.o.Landed.incr()
+		}
+		if st.o.Done != nil {
+			st.o.Done.incr()
+		}
+	default:
+		return
+	}
+	c.note(st.o.Notify, nil)
+	st.forget()
+	c.wakeLocked()
+}
+
+// forget drops the broadcast from the table, so that its frames are no
+// longer placed, and recycles its counters once nothing can bump them
+// (c.mu held).
+func (st *mcastState) forget() {
+	if st.over {
+		return
+	}
+	st.over = true
+	c := st.c
+	t := c.mcastTable()
+	if t.live[st.id] == st {
+		delete(t.live, st.id)
+	}
+	if st.err != nil {
+		return // a late increment could still come: left to the collector
+	}
+	for _, k := range []*Counter{st.end, st.repairs} {
+		if k != nil {
+			k.v.Store(0)
+			c.spareCntrs = append(c.spareCntrs, k)
+		}
+	}
+	for _, k := range st.kids {
+		k.done.v.Store(0)
+		c.spareCntrs = append(c.spareCntrs, k.done)
+	}
+}
+
+// onMcast takes a multicast frame from src (c.mu held, in the progress
+// pass): placed if its broadcast is posted here and it brings something
+// new, else dropped and counted.
+func (c *Context) onMcast(src hal.Rank, payload []byte) {
+	t := c.mcastTable()
+	var h hal.McastHdr
+	data, err := hal.DecodeMcast(payload, &h)
+	if err != nil {
+		t.stats.Bad++
+		return
+	}
+	st := t.live[h.ID]
+	switch {
+	case st == nil || st.isRoot || st.err != nil || st.finished:
+		t.stats.Unposted++
+	case src != st.root || h.Total != uint64(len(st.buf)) || st.rx.seg != 0 && h.Seg != st.rx.seg:
+		t.stats.Bad++
+	case st.endSeen:
+		t.stats.Duplicates++ // its Gets write the buffer now
+	case !st.rx.mark(h.Total, h.Seg, h.Offset):
+		t.stats.Duplicates++
+	default:
+		copy(st.buf[h.Offset:], data)
+		t.stats.Placed++
+	}
+}
+
+// mcastMap records which frames of a broadcast a receiver has placed.
+type mcastMap struct {
+	seg  uint32 // the stream's frame size, from its first frame; 0 before
+	have []uint64
+}
+
+// mark records frame off of a broadcast of total bytes in frames of seg
+// and reports whether it is new. A header DecodeMcast accepted is on the
+// grid and within total.
+func (m *mcastMap) mark(total uint64, seg uint32, off uint64) bool {
+	if m.seg == 0 {
+		m.seg = seg
+		m.have = make([]uint64, (frames(total, seg)+63)/64)
+	}
+	i := off / uint64(seg)
+	if m.have[i/64]&(1<<(i%64)) != 0 {
+		return false
+	}
+	m.have[i/64] |= 1 << (i % 64)
+	return true
+}
+
+// missing calls fn for each maximal range of a broadcast of total bytes
+// in frames of seg (what the end message says) that no placed frame
+// covers, in order.
+func (m *mcastMap) missing(total uint64, seg uint32, fn func(off, end uint64)) {
+	if total == 0 {
+		return
+	}
+	if m.seg != seg {
+		// No frame came, or the end names another grid (never from a
+		// root that keeps one): read everything.
+		fn(0, total)
+		return
+	}
+	n := frames(total, seg)
+	for i := uint64(0); i < n; {
+		if m.have[i/64]&(1<<(i%64)) != 0 {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && m.have[j/64]&(1<<(j%64)) == 0 {
+			j++
+		}
+		fn(i*uint64(seg), min(j*uint64(seg), total))
+		i = j
+	}
+}
+
+// frames is how many frames of seg bytes carry total bytes.
+func frames(total uint64, seg uint32) uint64 { return (total + uint64(seg) - 1) / uint64(seg) }
+
+// mcastTable holds a context's multicast broadcasts in flight, the ready
+// messages of receivers whose root has not called yet, and the counters.
+type mcastTable struct {
+	c     *Context
+	live  map[uint64]*mcastState
+	early map[uint64][]mcastMsg
+	stats McastStats
+}
+
+func (c *Context) mcastTable() *mcastTable {
+	return c.handlers[hMcast].h.(*mcastTable)
+}
+
+func newMcastTable(c *Context) *mcastTable {
+	return &mcastTable{c: c, live: make(map[uint64]*mcastState), early: make(map[uint64][]mcastMsg)}
+}
+
+// OnHeader takes a control message (c.mu held).
+func (t *mcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+	m, err := decodeMcastMsg(uhdr)
+	if err != nil || n != 0 {
+		t.stats.Bad++
+		return nil, nil
+	}
+	m.from = src
+	return nil, &m
+}
+
+// OnComplete acts on a control message (the completion runner calls it,
+// outside the progress lock).
+func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
+	m, ok := cookie.(*mcastMsg)
+	if !ok {
+		return
+	}
+	c := t.c
+	c.mu.Lock()
+	st := t.live[m.id]
+	start := false
+	switch {
+	case st == nil && m.kind == mcastReady:
+		t.early[m.id] = append(t.early[m.id], *m) // the root has not called yet
+	case st == nil:
+		t.stats.Bad++ // a part that failed and ended
+	case st.err == nil:
+		st.applyLocked(*m)
+		start = st.isRoot && st.readyAllLocked()
+		st.progressLocked()
+	}
+	c.mu.Unlock()
+	if start {
+		st.stream()
+	}
+	c.runCompletions()
+}
+
+// Wire layout of a multicast control message's user header
+// (little-endian), mcastMsgLen bytes:
+//
+//	 0 kind    u8   mcastReady, mcastEnd, mcastDone or mcastRefuse
+//	 1 id      u64  the broadcast
+//	 9 total   u64  ready: the receiver's length; end, refuse: the
+//	                root's; done: 0
+//	17 pvo     20B  end: the root's buffer (zero for 0 bytes); others: zero
+//	37 seg     u32  end: the stream's data per frame; others: 0
+//
+// These values are part of the wire protocol.
+const mcastMsgLen = 1 + 8 + 8 + hal.PVOLen + 4
+
+// Multicast control message kinds.
+const (
+	mcastReady  = 1 // a receiver has posted its buffer
+	mcastEnd    = 2 // the stream has gone: read what you lost here
+	mcastDone   = 3 // a receiver has the data
+	mcastRefuse = 4 // the root's length is not the receiver's
+)
+
+// mcastMsg is a decoded control message (from is not on the wire).
+type mcastMsg struct {
+	kind  uint8
+	id    uint64
+	total uint64
+	pvo   hal.PVO
+	seg   uint32
+	from  hal.Rank
+}
+
+// encodeMcastMsg writes m into b[:mcastMsgLen].
+func encodeMcastMsg(b []byte, m mcastMsg) {
+	_ = b[mcastMsgLen-1]
+	b[0] = m.kind
+	binary.LittleEndian.PutUint64(b[1:], m.id)
+	binary.LittleEndian.PutUint64(b[9:], m.total)
+	hal.PutPVO(b[17:], m.pvo)
+	binary.LittleEndian.PutUint32(b[37:], m.seg)
+}
+
+// decodeMcastMsg parses a control message.
+func decodeMcastMsg(b []byte) (mcastMsg, error) {
+	if len(b) != mcastMsgLen {
+		return mcastMsg{}, fmt.Errorf("%w: multicast control message of %d bytes, want %d", ErrBcast, len(b), mcastMsgLen)
+	}
+	m := mcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), total: binary.LittleEndian.Uint64(b[9:]),
+		pvo: hal.GetPVO(b[17:]), seg: binary.LittleEndian.Uint32(b[37:])}
+	switch {
+	case m.kind < mcastReady || m.kind > mcastRefuse:
+		return mcastMsg{}, fmt.Errorf("%w: multicast control message kind %d", ErrBcast, m.kind)
+	case m.kind != mcastEnd && (m.pvo != hal.PVO{} || m.seg != 0):
+		return mcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
+	case m.kind == mcastEnd && m.seg == 0:
+		return mcastMsg{}, fmt.Errorf("%w: end message without a frame size", ErrBcast)
+	case m.kind == mcastDone && m.total != 0:
+		return mcastMsg{}, fmt.Errorf("%w: done message with a length", ErrBcast)
+	}
+	return m, nil
+}
