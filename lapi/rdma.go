@@ -82,6 +82,7 @@ type rdmaOp struct {
 	left     uint64    // a read's segments outstanding at the last timer
 	drives   int
 	probed   bool   // the last timeout probed (RestartTail); the next redrives whole
+	cut      bool   // the window toward the peer was cut for this chunk's loss
 	seq      uint64 // when its drive was sent: the peer's count of drives sent (rdmaState.sent)
 }
 
@@ -658,7 +659,9 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 			c.rd.eng.ReleaseStream(old)
 		}
 		c.rd.serving[k] = s
-		c.queueStream(outStream{s: s}) // the progress pass pushes it
+		// Served ahead of this rank's own queued chunks: the reader's
+		// timer runs from its request, theirs only once they are sent.
+		c.queueStreamFront(outStream{s: s}) // the progress pass pushes it
 	}
 }
 
@@ -905,7 +908,7 @@ func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
 		return
 	}
 	op.rc.Redrive()
-	c.countRedrive(op, tid)
+	c.countRedrive(op, tid, true)
 	c.rd.stats.Reports++
 	op.probed = false
 	op.lastGood = c.pollNow
@@ -913,10 +916,12 @@ func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
 }
 
 // countRedrive counts a drive after a chunk's first, and cuts the window
-// toward its peer at the chunk's first.
-func (c *Context) countRedrive(op *rdmaOp, tid uint32) {
-	if op.drives == 0 {
-		c.shrink(op.g.peer) // once per chunk: its later drives are the same loss
+// toward its peer once per chunk (its later drives are the same loss) when
+// loss is known: not for a probe, which a late completion may answer.
+func (c *Context) countRedrive(op *rdmaOp, tid uint32, lost bool) {
+	if lost && !op.cut {
+		c.shrink(op.g.peer)
+		op.cut = true
 	}
 	op.drives++
 	c.rd.stats.Redrives++
@@ -946,7 +951,7 @@ func (c *Context) queueStreamFront(o outStream) {
 // range.
 func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	tid := op.rc.Redrive()
-	c.countRedrive(op, tid)
+	c.countRedrive(op, tid, op.t == hal.FrameRDMAReadReq || op.probed)
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	if op.t == hal.FrameRDMAReadReq {
 		// This rank places a read's data, so it knows what is missing:
