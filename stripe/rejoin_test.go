@@ -307,3 +307,43 @@ func TestReplaceErrors(t *testing.T) {
 		t.Errorf("Replace on a closed stripe: %v, want hal.ErrClosed", err)
 	}
 }
+
+// Under loss and reordering on the member's network, the rejoin after a
+// heal still converges (BOOTING and RDMA_READY are resent), at both ends,
+// for every seed; a lossy member is not taken out for its losses alone.
+func TestRejoinUnderLoss(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run("seed="+string(rune('0'+seed)), func(t *testing.T) {
+			f := newFabric(t, 2, []faults.Spec{{Seed: seed}, {Loss: 0.2, Reorder: 0.1, Delay: 300 * time.Microsecond, Seed: seed + 100}})
+			s := f.stripes(t, testOpts)
+			x := newMesh(t, f, s)
+			start := f.now()
+			failAt, healAt := start.Add(20*time.Millisecond), start.Add(80*time.Millisecond)
+			failed, healed := false, false
+			var backIn time.Time
+			x.run(start.Add(300*time.Millisecond), func(now time.Time) {
+				if !failed && !now.Before(failAt) {
+					f.nets[1].Isolate(0)
+					failed = true
+				}
+				if !healed && !now.Before(healAt) {
+					f.nets[1].HealAll()
+					healed = true
+				}
+				if healed && backIn.IsZero() && s[0].Link(1, 1) == LinkIn && s[1].Link(1, 0) == LinkIn {
+					backIn = now
+				}
+			})
+			x.drain()
+			x.dups()
+			m0, m1 := s[0].Member(1), s[1].Member(1)
+			if backIn.IsZero() || !m0.In || !m1.In {
+				t.Fatalf("member 1 not back in at both ends after the heal: %v; %v", m0, m1)
+			}
+			if m0.Outs != 1 || m1.Outs != 1 {
+				t.Errorf("member 1 taken out %d and %d times, want once at each end (for the isolation, not the losses)", m0.Outs, m1.Outs)
+			}
+			t.Logf("back in %v after the heal; %v; %v", backIn.Sub(healAt), m0, m1)
+		})
+	}
+}
