@@ -20,9 +20,14 @@
 // RDMA packets, placed by hal's engine; they bypass the per-packet
 // sequence and acknowledgement machinery. A transfer is cut into chunks of
 // up to 1 MiB, each on its own rCxt, at most RDMAWindow bytes in flight
-// per peer; a chunk whose completion does not come within a timeout
-// learned from earlier completions is redriven under a new tid with the
-// timeout doubled, and the target keeps what earlier drives placed.
+// per peer. The target keeps what earlier drives placed, and answers the
+// last packet of a write's drive at once: with the completion, or with a
+// report of the segments still missing, which the origin drives again
+// under a new tid, alone. A chunk whose answer does not come within a
+// timeout learned from earlier completions (and running from when the
+// chunks ahead of it toward the peer were done) is probed with its last
+// packet, then redriven whole, the timeout doubling each time; a read
+// asks again for its missing range.
 //
 // Broadcast (bcast.go) places one rank's buffer into the buffers of a
 // group of ranks: no device has hardware broadcast, so it is a chain or
