@@ -85,9 +85,10 @@ func (d *Device) Link(i int, peer hal.Rank) LinkState {
 	return LinkState(d.peers[peer].links[i].pub.Load() + 1)
 }
 
-// peer is src's state if it is connected, else nil.
+// peer is src's state if it is connected and not this rank, else nil:
+// frames of this rank to itself are not judged.
 func (d *Device) peer(src hal.Rank) *peerState {
-	if int(src) < len(d.peers) && d.peers[src].connected {
+	if int(src) < len(d.peers) && d.peers[src].connected && src != d.opts.Rank {
 		return d.peers[src]
 	}
 	return nil
@@ -152,7 +153,7 @@ func (d *Device) failMember(m *member, reason OutReason, err error) {
 	d.okMask &^= 1 << m.idx
 	now := d.opts.Now()
 	for p, ps := range d.peers {
-		if ps.connected {
+		if ps.connected && hal.Rank(p) != d.opts.Rank {
 			d.takeOut(m, hal.Rank(p), ps, reason, now)
 		}
 	}
