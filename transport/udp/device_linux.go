@@ -35,8 +35,15 @@ type Device struct {
 	// counts; touched only by the progress caller (Poll, Wait, SyncDrops).
 	lastDrops uint32
 	meminfo   [unix.SK_MEMINFO_VARS]uint32
-	pollfds   [2]unix.PollFd
-	efdBuf    [8]byte
+	// pollfds are the socket, the eventfd, and the group's socket if
+	// there is one (nfds of them).
+	pollfds [3]unix.PollFd
+	nfds    int
+
+	// mc is the job's multicast group's socket (mcast_linux.go), under
+	// rxMu like rx.
+	mc     mcastSocket
+	efdBuf [8]byte
 
 	counters hal.Counters
 	stats    stats
@@ -87,10 +94,22 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		unix.Close(si.fd)
 		return nil, fmt.Errorf("udp: eventfd: %w", err)
 	}
+	mc := mcastSocket{fd: -1}
+	if o.Multicast.IsValid() {
+		mfd, err := openGroup(si.fd, ep, o)
+		if err != nil {
+			mc.off = fmt.Errorf("udp: multicast off: %w", err)
+		} else {
+			mc.fd, mc.addr, mc.rx = mfd, o.Multicast, newRxRing(o.Batch, slot)
+			mc.group = new(sockaddr)
+			_ = mc.group.setAddr(unix.AF_INET, o.Multicast) // an IPv4 address: openGroup checked
+		}
+	}
 	d := &Device{
 		cfg:   cfg,
 		opts:  o,
-		caps:  hal.Caps{MTU: o.MTU},
+		mc:    mc,
+		caps:  hal.Caps{MTU: o.MTU, Broadcast: mc.fd >= 0},
 		sock:  si,
 		addr:  FormatAddr(si.local),
 		efd:   efd,
@@ -102,11 +121,17 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	d.life.Release = d.release
 	d.pollfds[0] = unix.PollFd{Fd: int32(si.fd), Events: unix.POLLIN}
 	d.pollfds[1] = unix.PollFd{Fd: int32(efd), Events: unix.POLLIN}
+	d.nfds = 2
+	if mc.fd >= 0 {
+		d.pollfds[2] = unix.PollFd{Fd: int32(mc.fd), Events: unix.POLLIN}
+		d.nfds = 3
+	}
 	return d, nil
 }
 
 // Caps reports an unreliable, unordered device: the kernel may drop
-// datagrams on a full buffer and, across a network, reorder them.
+// datagrams on a full buffer and, across a network, reorder them. It
+// broadcasts (SendBroadcast) when it joined a multicast group.
 func (d *Device) Caps() hal.Caps { return d.caps }
 
 // Addr is the published address, e.g. "udp:127.0.0.1:45678".
@@ -164,6 +189,9 @@ func (d *Device) release() {
 	// Errors from close(2) on a socket or an eventfd leave nothing to do.
 	_ = unix.Close(d.sock.fd)
 	_ = unix.Close(d.efd)
+	if d.mc.fd >= 0 {
+		_ = unix.Close(d.mc.fd)
+	}
 }
 
 // wake makes a ppoll in Wait return. Writing an eventfd never blocks here:
@@ -188,12 +216,13 @@ func (d *Device) Stats() Stats {
 	}
 }
 
-// noteDrops folds the kernel's drop counter v into the counts. v may be
+// noteDrops folds the kernel's drop counter v of a socket into the
+// counts; last is the value already folded in for that socket. v may be
 // stale (attached to an older datagram than the last reading), so only an
 // increase counts; the uint32 wraps, hence the signed difference.
-func (d *Device) noteDrops(v uint32) {
-	if delta := int32(v - d.lastDrops); delta > 0 {
-		d.lastDrops = v
+func (d *Device) noteDrops(last *uint32, v uint32) {
+	if delta := int32(v - *last); delta > 0 {
+		*last = v
 		d.counters.Drops[hal.DropQueue].Add(uint64(delta))
 		d.stats.kernelDrops.Add(uint64(delta))
 	}
@@ -218,6 +247,12 @@ func (d *Device) syncDrops() error {
 	if err != nil {
 		return fmt.Errorf("udp: SO_MEMINFO: %w", err)
 	}
-	d.noteDrops(v)
+	d.noteDrops(&d.lastDrops, v)
+	if d.mc.fd >= 0 {
+		if v, err = socketDrops(d.mc.fd, &d.meminfo); err != nil {
+			return fmt.Errorf("udp: SO_MEMINFO of the group's socket: %w", err)
+		}
+		d.noteDrops(&d.mc.lastDrops, v)
+	}
 	return nil
 }

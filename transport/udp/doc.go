@@ -22,6 +22,13 @@
 // one UDP_SEGMENT message and may arrive as one UDP_GRO buffer, so it
 // crosses the kernel's network stack once instead of once per frame.
 //
+// With Options.Multicast (WEFT_UDP_MCAST) the device also joins the job's
+// IPv4 multicast group on its bind interface, through a second socket that
+// Poll and Wait read too, and sends a frame to every peer at once
+// (hal.Broadcaster, mcast_linux.go); where multicast does not work (the
+// loopback interface has no MULTICAST flag) it opens without it and
+// Caps().Broadcast is false.
+//
 // Kernel drops are not lost from the books: SO_RXQ_OVFL reports the
 // socket's drop counter on every received datagram, SO_MEMINFO reads it when
 // the device goes idle, and the increase is counted as hal.DropQueue, so

@@ -2,6 +2,7 @@ package udp
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 
 	"github.com/weft-hpc/weft/hal"
@@ -11,6 +12,11 @@ import (
 // GSOEnvVar turns GSO (Options.GSO) on or off for the devices OpenFromEnv
 // opens: "1"/"on" or "0"/"off". Unset or empty means on.
 const GSOEnvVar = "WEFT_GSO"
+
+// McastEnvVar has the devices OpenFromEnv opens join the job's multicast
+// group (Options.Multicast = JobGroup(job key)) or not: "1"/"on" or
+// "0"/"off". Unset or empty keeps what the caller passed.
+const McastEnvVar = "WEFT_UDP_MCAST"
 
 // OpenFromEnv opens a device like Open, with the environment's settings
 // applied, and is how the bootstrap opens UDP devices, so that a user can
@@ -22,6 +28,11 @@ const GSOEnvVar = "WEFT_GSO"
 //     per 64 KiB instead of once per frame (bench/results/udp-mtu1500.md
 //     has the figures). A kernel or route that cannot segment is detected
 //     at the first send and the device falls back.
+//   - WEFT_UDP_MCAST: join the job's multicast group ("1"/"on": a frame
+//     to every peer then crosses the link once, lapi's Multicast) or not
+//     ("0"/"off"); unset keeps Options.Multicast as passed. A link where
+//     multicast does not work leaves the device without it
+//     (Device.Multicast says why), not an error.
 //   - WEFT_FAULTS: the device is wrapped with fault injection
 //     (internal/faults), which also makes it report itself unreliable
 //     whatever the rates.
@@ -39,6 +50,15 @@ func OpenFromEnv(cfg hal.Config, opts Options) (hal.Device, error) {
 		opts.GSO = false
 	default:
 		return nil, fmt.Errorf("udp: %s=%q: want 1, on, 0 or off", GSOEnvVar, v)
+	}
+	switch v := os.Getenv(McastEnvVar); v {
+	case "":
+	case "1", "on":
+		opts.Multicast = JobGroup(cfg.JobKey)
+	case "0", "off":
+		opts.Multicast = netip.AddrPort{}
+	default:
+		return nil, fmt.Errorf("udp: %s=%q: want 1, on, 0 or off", McastEnvVar, v)
 	}
 	d, err := Open(cfg, opts)
 	if err != nil {

@@ -2,6 +2,7 @@ package udp
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -46,6 +47,13 @@ type Options struct {
 	// oversubscribed rank from burning a core. 0 means DefaultSpin, negative
 	// blocks at once.
 	Spin time.Duration
+	// Multicast, if set, is the IPv4 multicast group (address and port) the
+	// device joins on its bind interface, so that it can send one frame to
+	// every device of the job at once (SendBroadcast, Caps().Broadcast);
+	// every device of a job must name the same one: JobGroup(job key).
+	// Where multicast does not work (see Device.Multicast) the device opens
+	// without it. The zero value joins nothing.
+	Multicast netip.AddrPort
 }
 
 // Defaults used for zero Options fields.

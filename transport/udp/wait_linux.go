@@ -31,7 +31,7 @@ func (d *Device) Wait(ctx context.Context) error {
 	if !d.rxMu.TryLock() {
 		return nil // another goroutine is polling: it delivers what came
 	}
-	pending := d.rx.next < d.rx.n
+	pending := d.rx.next < d.rx.n || d.mc.rx.next < d.mc.rx.n
 	d.rxMu.Unlock()
 	if pending {
 		return nil
@@ -63,7 +63,10 @@ func (d *Device) spin(ctx context.Context, done <-chan struct{}) (bool, error) {
 		if !d.rxMu.TryLock() {
 			return true, nil // someone is polling: let it deliver
 		}
-		n, err := d.recv()
+		n, err := d.recv(d.sock.fd, &d.rx)
+		if n == 0 && err == nil && d.mc.fd >= 0 {
+			n, err = d.recv(d.mc.fd, &d.mc.rx)
+		}
 		d.rxMu.Unlock()
 		if n > 0 || err != nil {
 			return true, err
@@ -117,11 +120,11 @@ func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 		if d.blockHook != nil {
 			d.blockHook()
 		}
-		d.pollfds[0].Revents, d.pollfds[1].Revents = 0, 0
+		d.pollfds[0].Revents, d.pollfds[1].Revents, d.pollfds[2].Revents = 0, 0, 0
 		// ppoll takes nanoseconds: a retransmission deadline a few hundred
 		// microseconds away must not be rounded up to a millisecond.
 		ts := unix.NsecToTimespec(int64(timeout))
-		_, err := unix.Ppoll(d.pollfds[:], &ts, nil)
+		_, err := unix.Ppoll(d.pollfds[:d.nfds], &ts, nil)
 		if err != nil && err != unix.EINTR {
 			return fmt.Errorf("udp: poll: %w", err)
 		}
@@ -132,6 +135,11 @@ func (d *Device) block(ctx context.Context, done <-chan struct{}) error {
 			// A pending socket error (an ICMP report) would keep ppoll
 			// returning at once: read it to clear it.
 			_, _ = unix.GetsockoptInt(d.sock.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		} else if s != 0 {
+			return nil
+		}
+		if s := d.pollfds[2].Revents; s&unix.POLLERR != 0 {
+			_, _ = unix.GetsockoptInt(d.mc.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		} else if s != 0 {
 			return nil
 		}
