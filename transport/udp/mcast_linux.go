@@ -23,15 +23,6 @@ import (
 // flag, a join the kernel refuses) the device opens without it,
 // Caps().Broadcast false, and Multicast says why.
 
-// JobGroup is the multicast group a job's devices join: an address in
-// 239.255.0.0/16, IPv4's organization-local scope, and a port in
-// 20000-29999, below Linux's ephemeral ports, both derived from the job
-// key, so that the jobs on a link rarely share one.
-func JobGroup(jobKey uint64) netip.AddrPort {
-	a := netip.AddrFrom4([4]byte{239, 255, byte(jobKey >> 8), byte(jobKey)})
-	return netip.AddrPortFrom(a, uint16(20000+(jobKey>>16)%10000))
-}
-
 // errNoGroup is SendBroadcast's error on a device without multicast.
 var errNoGroup = fmt.Errorf("udp: send to every peer: no multicast group joined: %w", hal.ErrUnknownPeer)
 
