@@ -24,12 +24,8 @@ import (
 func (d *Device) Outages() uint64 { return d.outages.Load() }
 
 // heard records that member m delivered a frame from src at now: src's
-// link on m is fresh, and src's other links that have been silent for
-// Silence while src delivered at least SilenceFrames frames (on any
-// member) since their window started are taken out. A window restarts
-// whenever it is older than Silence without that much progress, so only
-// recent progress counts against a link: after a quiet spell a link is not
-// blamed for the first frames of a burst. An out link that is heard may
+// link on m is fresh, and src is checked for silent links once every
+// member has been polled (checkSilence). An out link that is heard may
 // rejoin.
 func (d *Device) heard(m *member, src hal.Rank, ps *peerState, now time.Time) {
 	if ps == nil {
@@ -39,20 +35,40 @@ func (d *Device) heard(m *member, src hal.Rank, ps *peerState, now time.Time) {
 	ps.lastAny = now
 	l := &ps.links[m.idx]
 	l.heard, l.window, l.mark = now, now, ps.recv
-	for k := range ps.links {
-		o := &ps.links[k]
-		if k == m.idx || o.state != linkIn || now.Sub(o.heard) < d.opts.Silence {
-			continue
-		}
-		if ps.recv-o.mark >= uint64(d.opts.SilenceFrames) {
-			d.takeOut(d.members[k], src, ps, ReasonSilence, now)
-		} else if now.Sub(o.window) >= d.opts.Silence {
-			o.window, o.mark = now, ps.recv
-		}
+	if !ps.polled {
+		ps.polled = true
+		d.polled = append(d.polled, src)
 	}
 	if l.state == linkOut {
 		d.maybeRejoin(m, src, ps, now)
 	}
+}
+
+// checkSilence takes out, toward each peer that delivered frames in this
+// Poll, the links that have been silent for Silence while the peer
+// delivered at least SilenceFrames frames (on any member) since their
+// window started. It runs after every member was polled: after a stall,
+// the first member drained must not make the others look silent. A
+// window restarts whenever it is older than Silence without that much
+// progress, so only recent progress counts against a link: after a quiet
+// spell a link is not blamed for the first frames of a burst.
+func (d *Device) checkSilence(now time.Time) {
+	for _, src := range d.polled {
+		ps := d.peers[src]
+		ps.polled = false
+		for k := range ps.links {
+			o := &ps.links[k]
+			if o.state != linkIn || now.Sub(o.heard) < d.opts.Silence {
+				continue
+			}
+			if ps.recv-o.mark >= uint64(d.opts.SilenceFrames) {
+				d.takeOut(d.members[k], src, ps, ReasonSilence, now)
+			} else if now.Sub(o.window) >= d.opts.Silence {
+				o.window, o.mark = now, ps.recv
+			}
+		}
+	}
+	d.polled = d.polled[:0]
 }
 
 // hears is the report for a probe to a peer: bit i set unless the peer

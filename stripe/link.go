@@ -29,10 +29,13 @@ import (
 // member is out toward the peer: then the stripe tries them all rather
 // than stall), but what arrives is delivered: the link is suspect, not
 // stale. Joining: a reintegration between the member's incarnations at
-// both ends is under way; nothing is sent on it, and data frames that
-// arrive on it are refused and counted (MemberStats.Refused): they were
-// sent before the peer (or this end) cleared the link, possibly to or by
-// an incarnation that is gone.
+// both ends is under way; nothing is sent on it. What arrives on it is
+// delivered too when both ends are the incarnations they were (a link
+// coming back), but when either member is a new incarnation of its device
+// (this end's Replace, or the peer's BOOTING flagged reintRestart) the
+// link is stale until it is in: data frames that arrive on it were sent
+// to or by an incarnation that is gone, and are refused and counted
+// (MemberStats.Refused).
 type link struct {
 	state  linkState
 	pub    atomic.Uint32 // state, for Link off the progress lock
@@ -42,6 +45,8 @@ type link struct {
 	deaf   bool          // the peer's last report: it hears nothing from us here
 	in     time.Time     // when it last came in (reports older than Silence then are stale)
 	retry  time.Time     // a failed rejoin is not retried before this
+	fresh  bool          // this end's member is a new incarnation not yet joined with the peer (Replace)
+	stale  bool          // joining with a new incarnation at either end: refuse data frames
 }
 
 // linkState is a link's state.
@@ -222,6 +227,7 @@ func (d *Device) settle(m *member, peer hal.Rank, ps *peerState, now time.Time) 
 	}
 	d.setLink(m, ps, linkIn)
 	l.in, l.heard, l.window, l.mark, l.deaf = now, now, now, ps.recv, false
+	l.fresh, l.stale = false, false
 	m.stats.ins.Add(1)
 	if trace.On(trace.Rare) {
 		trace.Printf(trace.Rare, "stripe %d: member %d (%s) back in toward rank %d after reintegration; %d of %d members in toward it",
@@ -255,6 +261,9 @@ func (d *Device) reintFrame(m *member, src hal.Rank, t hal.FrameType, payload []
 	}
 	msgs, acts := m.reint.Handle(src, t, f.reint, now)
 	d.reintResult(m, msgs, acts, now)
+	if l := &ps.links[m.idx]; t == hal.FrameBooting && f.flags&reintRestart != 0 && l.state == linkJoining {
+		l.stale = true
+	}
 	d.settle(m, src, ps, now)
 }
 
@@ -290,7 +299,11 @@ func (d *Device) sendOutbox() {
 		if o.msg.Type == hal.FrameBooting {
 			addr = m.dev.Addr()
 		}
-		b := d.encodeReintFrame(m, o.msg, addr)
+		var flags uint8
+		if ps := d.peer(o.msg.Peer); ps != nil && ps.links[m.idx].fresh {
+			flags = reintRestart
+		}
+		b := d.encodeReintFrame(m, o.msg, addr, flags)
 		err := m.dev.Send(b, nil)
 		switch {
 		case err == nil:
@@ -315,12 +328,12 @@ func (d *Device) sendOutbox() {
 // encodeReintFrame builds a reintegration frame on member m: a fresh
 // buffer, since the member may hold it until its next Flush and these
 // frames are rare.
-func (d *Device) encodeReintFrame(m *member, msg hal.ReintMsg, addr string) []byte {
+func (d *Device) encodeReintFrame(m *member, msg hal.ReintMsg, addr string, flags uint8) []byte {
 	n := reintLen + len(addr)
 	b := make([]byte, hal.HeaderLen+n)
 	hal.EncodeHeader(b, &hal.Header{Type: msg.Type, Flags: flagStripe, Len: uint16(n),
 		JobKey: d.opts.JobKey, Src: d.opts.Rank, Dst: msg.Peer})
-	encodeReint(b[hal.HeaderLen:], reintFrame{member: uint8(m.idx), msg: msg, addr: []byte(addr)})
+	encodeReint(b[hal.HeaderLen:], reintFrame{member: uint8(m.idx), flags: flags, msg: msg, addr: []byte(addr)})
 	if !m.caps.Reliable {
 		hal.Seal(b, nil)
 	}

@@ -10,11 +10,11 @@ import (
 // Poll polls every member, whatever its links' state (an out link's frames
 // are as good as any, and its probes are what bring it back), and
 // delivers their data frames to fn; probes and reintegration frames are
-// consumed, and data frames from a peer whose link is joining are refused
-// (link.go). Frames of different members come in no particular order. A
+// consumed, and data frames from a peer whose link is stale (joining with
+// a new incarnation at either end) are refused (link.go). Frames of different members come in no particular order. A
 // member whose Poll fails is taken out and the others polled; Poll fails
-// only when every member did. Poll then sends the reintegration frames
-// and probes that are due.
+// only when every member did. Poll then takes silent links out and sends
+// the reintegration frames and probes that are due.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
@@ -37,6 +37,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 	}
 	d.cur, d.userFn = nil, nil
+	d.checkSilence(d.now)
 	d.tickReint(d.now)
 	d.probe(d.now)
 	d.refresh()
@@ -57,7 +58,7 @@ func (d *Device) delivered() uint64 {
 }
 
 // frame is the members' Poll callback: it consumes the stripe's own
-// frames, refuses data frames on a joining link, and hands the others to
+// frames, refuses data frames on a stale link, and hands the others to
 // the caller's fn.
 func (d *Device) frame(h *hal.Header, payload []byte) {
 	m := d.cur
@@ -77,7 +78,7 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 		}
 		return
 	}
-	if ps != nil && ps.links[m.idx].state == linkJoining {
+	if ps != nil && ps.links[m.idx].stale {
 		m.stats.refused.Add(1)
 		return
 	}

@@ -14,7 +14,7 @@ func TestReintFrameRoundTrip(t *testing.T) {
 	for _, f := range []reintFrame{
 		{member: 0, msg: hal.ReintMsg{Type: hal.FrameBootAck, Epoch: 1}},
 		{member: 15, msg: hal.ReintMsg{Type: hal.FrameRDMAReady, Epoch: 1<<64 - 1, Ask: true}},
-		{member: 3, msg: hal.ReintMsg{Type: hal.FrameBooting, Epoch: 42}, addr: []byte("udp:10.0.1.7:40123")},
+		{member: 3, flags: reintRestart, msg: hal.ReintMsg{Type: hal.FrameBooting, Epoch: 42}, addr: []byte("udp:10.0.1.7:40123")},
 		{member: 1, msg: hal.ReintMsg{Type: hal.FrameBooting, Epoch: 7}, addr: bytes.Repeat([]byte{'a'}, maxAddr)},
 	} {
 		b := make([]byte, reintLen+len(f.addr))
@@ -25,8 +25,8 @@ func TestReintFrameRoundTrip(t *testing.T) {
 		}
 		want := make([]byte, hal.ReintPayloadLen)
 		hal.EncodeReint(want, f.msg)
-		if g.member != f.member || !bytes.Equal(g.reint, want) || !bytes.Equal(g.addr, f.addr) {
-			t.Errorf("decoded %+v, want member %d, reint %x, addr %q", g, f.member, want, f.addr)
+		if g.member != f.member || g.flags != f.flags || !bytes.Equal(g.reint, want) || !bytes.Equal(g.addr, f.addr) {
+			t.Errorf("decoded %+v, want member %d, flags %d, reint %x, addr %q", g, f.member, f.flags, want, f.addr)
 		}
 	}
 	for _, bad := range [][]byte{nil, make([]byte, reintLen), append(append([]byte{}, reintMagic[:]...), make([]byte, reintLen)...)} {
@@ -52,11 +52,11 @@ func FuzzReintFrame(f *testing.F) {
 		if len(g.reint) != hal.ReintPayloadLen || len(p) != reintLen+len(g.addr) {
 			t.Fatalf("accepted %x as %+v", p, g)
 		}
-		// The reserved bytes are not checked; the rest must round-trip.
+		// The reserved byte is not checked; the rest must round-trip.
 		out := make([]byte, len(p))
-		encodeReint(out, reintFrame{member: g.member, addr: g.addr})
+		encodeReint(out, reintFrame{member: g.member, flags: g.flags, addr: g.addr})
 		copy(out[8:reintLen], g.reint)
-		out[6], out[7] = p[6], p[7]
+		out[7] = p[7]
 		if !bytes.Equal(out, p) {
 			t.Fatalf("%x decoded and encoded again: %x", p, out)
 		}

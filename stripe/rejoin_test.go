@@ -310,7 +310,8 @@ func TestReplaceErrors(t *testing.T) {
 
 // Under loss and reordering on the member's network, the rejoin after a
 // heal still converges (BOOTING and RDMA_READY are resent), at both ends,
-// for every seed; a lossy member is not taken out for its losses alone.
+// for every seed; a lossy member is not taken out for its losses alone,
+// and nothing is refused (no incarnation changed).
 func TestRejoinUnderLoss(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run("seed="+string(rune('0'+seed)), func(t *testing.T) {
@@ -340,10 +341,47 @@ func TestRejoinUnderLoss(t *testing.T) {
 			if backIn.IsZero() || !m0.In || !m1.In {
 				t.Fatalf("member 1 not back in at both ends after the heal: %v; %v", m0, m1)
 			}
+			if m0.Refused+m1.Refused != 0 {
+				t.Errorf("a link coming back refused %d frames: both ends are the incarnations they were, nothing is stale", m0.Refused+m1.Refused)
+			}
 			if m0.Outs != 1 || m1.Outs != 1 {
 				t.Errorf("member 1 taken out %d and %d times, want once at each end (for the isolation, not the losses)", m0.Outs, m1.Outs)
 			}
 			t.Logf("back in %v after the heal; %v; %v", backIn.Sub(healAt), m0, m1)
 		})
+	}
+}
+
+// A rank that stalls (polls nothing for twice Silence) while its peer
+// sends on both members finds both members' frames queued when it polls
+// again: it drains them all before judging, so the member it happens to
+// poll last is not taken out for silence.
+func TestNoSilenceAfterStall(t *testing.T) {
+	f := newFabric(t, 2, []faults.Spec{{Seed: 1}, {Seed: 2}}, simnet.WithLimits(4096, 4096))
+	s := f.stripes(t, testOpts)
+	x := newMesh(t, f, s)
+	start := f.now()
+	x.run(start.Add(20*time.Millisecond), func(time.Time) {})
+	// Rank 0 keeps sending; rank 1 neither sends nor polls.
+	for now := f.now(); now.Before(start.Add(20*time.Millisecond + 2*testOpts.Silence)); now = f.now() {
+		for range 2 {
+			x.nextID++
+			hdr, payload := msg(0, 1, x.nextID, 64)
+			if !sendOK(t, s[0], hdr, payload) {
+				t.Fatal("rank 0's queues filled")
+			}
+		}
+		f.advance(x.tick)
+		for _, id := range pollIDs(t, s[0]) {
+			x.got[id]++
+		}
+	}
+	x.run(f.now().Add(20*time.Millisecond), func(time.Time) {})
+	x.drain()
+	x.dups()
+	for r := range s {
+		if m := s[r].Member(1); m.Outs != 0 {
+			t.Errorf("rank %d: %v: taken out across a stall", r, m)
+		}
 	}
 }

@@ -121,9 +121,10 @@ type Device struct {
 	userFn    func(h *hal.Header, payload []byte)
 	cur       *member // the member Poll is draining, for onFrame
 	onFrame   func(h *hal.Header, payload []byte)
-	now       time.Time // the current Poll's time, for onFrame
-	pollCount uint64    // data frames the current Poll delivered
-	outbox    []outMsg  // reintegration frames to send after polling
+	now       time.Time  // the current Poll's time, for onFrame
+	pollCount uint64     // data frames the current Poll delivered
+	outbox    []outMsg   // reintegration frames to send after polling
+	polled    []hal.Rank // peers that delivered in this Poll, for checkSilence
 
 	cmu      sync.Mutex   // serialises refreshes of counters
 	counters hal.Counters // what the layer above sees; drops summed over members
@@ -144,6 +145,7 @@ type peerState struct {
 	round     uint32 // the round of the peer's last probe we took
 	mask      uint32 // members whose link toward it is in
 	next      int    // the member the next frame to it tries first
+	polled    bool   // in Device.polled: it delivered in this Poll
 	links     []link // per member
 }
 
@@ -348,6 +350,7 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 		}
 		l := &ps.links[i]
 		l.heard, l.window, l.mark, l.deaf = now, now, ps.recv, false
+		l.fresh, l.stale = true, true
 		if err := dev.Connect(hal.Rank(p), ps.addrs[i]); err != nil {
 			errs = append(errs, fmt.Errorf("stripe: replace member %d: connect to rank %d at %q: %w", i, p, ps.addrs[i], err))
 			d.setLink(m, ps, linkOut)

@@ -45,7 +45,7 @@ func TestTraceFailover(t *testing.T) {
 		for r := range 2 {
 			addr := regexp.QuoteMeta(s[r].Member(1).Addr)
 			for _, re := range []string{
-				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) taken out toward rank ` + strconv.Itoa(1-r) + ` \(silence\); 1 of 2 members in toward it`,
+				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) taken out toward rank ` + strconv.Itoa(1-r) + ` \((silence|peer-deaf)\); 1 of 2 members in toward it`,
 				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) rejoining rank ` + strconv.Itoa(1-r),
 				`stripe ` + strconv.Itoa(r) + `: member 1 \(` + addr + `\) back in toward rank ` + strconv.Itoa(1-r) + ` after reintegration; 2 of 2 members in toward it`,
 			} {
