@@ -35,8 +35,9 @@
 //
 // A link is taken out when it has been silent: nothing from the peer on
 // that member for Options.Silence while the peer delivered at least
-// Options.SilenceFrames frames on the others; and when the peer reports
-// it deaf. Every member, whatever its links, carries probes: a small frame
+// Options.SilenceFrames frames on the others (judged once every member
+// has been polled, so that after a stall the member drained last does not
+// look silent); and when the peer reports it deaf. Every member, whatever its links, carries probes: a small frame
 // to each peer this rank exchanged data with lately, at most once per
 // Options.Probe, sent from Poll and Flush (the stripe has no goroutine of
 // its own). A probe is a FrameData frame with flagStripe set in the
@@ -56,9 +57,9 @@
 // member toward that one peer (Reintegration.Rejoin, under a new
 // incarnation): an out link whose peer is heard on it again, and no
 // longer reports it deaf, sends BOOTING; the peer clears its end of the
-// link (joining: it sends nothing on it, and refuses what arrives on it)
-// and answers BOOT_ACK; then RDMA_READY goes both ways, and each end takes
-// the link back in when it has both. After a link heals that takes two
+// link (joining: it sends nothing on it) and answers BOOT_ACK; then
+// RDMA_READY goes both ways, and each end takes the link back in when it
+// has both. After a link heals that takes two
 // probe rounds (one to be heard, one to say so) and two round trips.
 // Members' reintegration frames carry flagStripe too, so they are told
 // apart from the rank's own reintegration, which the layer above runs
@@ -68,13 +69,14 @@
 // A member whose device was restarted is a new incarnation with its own
 // state and, usually, a new address: Replace puts it in place, and it
 // rejoins every peer before it carries data toward it; its BOOTING carries
-// its address, and the peer connects its member to it. Data frames from a
-// peer that arrive on a joining link (sent to or by an incarnation at
-// either end before the rejoin, such as frames in flight to the old
-// device that reach the new one) are refused and counted
-// (MemberStats.Refused), never delivered. A rejoin that gets no answer
-// after 20 BOOTINGs, or a BOOT_NACK, leaves the link out; it is tried
-// again when the peer is heard after Silence.
+// its address and a restart flag, and the peer connects its member to it.
+// Until such a link is back in it is stale: data frames that arrive on it
+// (sent to or by an incarnation that is gone, such as frames in flight to
+// the old device that reach the new one) are refused and counted
+// (MemberStats.Refused), never delivered. A link that comes back between
+// the same incarnations refuses nothing: what arrives on it is current.
+// A rejoin that gets no answer after 20 BOOTINGs, or a BOOT_NACK, leaves
+// the link out; it is tried again when the peer is heard after Silence.
 //
 // Keys: RDMA runs above the stripe, in hal's software engine of the rank,
 // which resolves every packet's key in the rank's one TPT whatever member
