@@ -37,10 +37,10 @@
 // that member for Options.Silence while the peer delivered at least
 // Options.SilenceFrames frames on the others (judged once every member
 // has been polled, so that after a stall the member drained last does not
-// look silent); and when the peer reports it deaf. Every member, whatever its links, carries probes: a small frame
-// to each peer this rank exchanged data with lately, at most once per
-// Options.Probe, sent from Poll and Flush (the stripe has no goroutine of
-// its own). A probe is a FrameData frame with flagStripe set in the
+// look silent); and when the peer reports it deaf. Every member, whatever
+// its links, carries probes: a small frame to each peer this rank
+// exchanged data with lately, at most once per Options.Probe, sent from
+// Poll and Flush (the stripe has no goroutine of its own). A probe is a FrameData frame with flagStripe set in the
 // header's flags (hal defines only FlagCRC; the stripe claims the top bit,
 // and the layer above must not use it); Poll consumes probes and never
 // delivers them. Probes keep an idle but healthy link from looking silent,
