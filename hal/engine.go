@@ -100,6 +100,11 @@ const (
 	// Handle) not placed. The driver checks it against its RCxt
 	// (Current) and resends those (RDMAStream.RestartMissing).
 	EvMissing
+	// EvReadMissing: the last packet (FlagLast) of the current drive of a
+	// read this rank asked for (Peer, RCxt, Key, Tid) arrived with
+	// segments still missing: the driver asks for them again
+	// (ReadMissing, RDMAStream.RestartReadMissing) at once.
+	EvReadMissing
 )
 
 // RDMAEvent is one thing the driver must act on.
@@ -219,7 +224,7 @@ func (e *RDMAEngine) EndRead(peer Rank, r *RCxt) {
 // ReleaseStream gives back a stream EvServeRead handed out, once the
 // driver is done with it (sent, replaced or abandoned).
 func (e *RDMAEngine) ReleaseStream(s *RDMAStream) {
-	*s = RDMAStream{}
+	*s = RDMAStream{want: s.want[:0]} // its selection's memory is kept
 	e.streams = append(e.streams, s)
 }
 
@@ -323,8 +328,14 @@ func (e *RDMAEngine) begin(k xferKey, x *xfer, key uint32, h *RDMAHdr) *xfer {
 // answered with a report of them.
 func (e *RDMAEngine) place(k xferKey, h *RDMAHdr, acc Access) {
 	x := e.put(k, h, acc)
-	if x != nil && h.Flags&FlagLast != 0 && e.repLen > 0 && !k.read && !x.done && x.code == 0 &&
-		x.notify&NotifyOrigin != 0 && h.Tid == x.tid && h.Key == x.key && h.Total == x.total && h.Seg == x.seg {
+	if x == nil || h.Flags&FlagLast == 0 || e.repLen == 0 || x.done || x.code != 0 ||
+		h.Tid != x.tid || h.Key != x.key || h.Total != x.total || h.Seg != x.seg {
+		return
+	}
+	switch {
+	case k.read && !x.ended:
+		e.ev = append(e.ev, RDMAEvent{Kind: EvReadMissing, Peer: k.peer, RCxt: k.rcxt, Key: x.key, Tid: x.tid})
+	case !k.read && x.notify&NotifyOrigin != 0:
 		e.report(k, x)
 	}
 }
@@ -434,6 +445,33 @@ func (e *RDMAEngine) fault(k xferKey, x *xfer, err error) {
 // missing: a bitmap from the first missing one, as long as the reports
 // may be, with trailing zero bytes cut.
 func (e *RDMAEngine) report(k xferKey, x *xfer) {
+	first, b := e.missing(x)
+	if len(b) == 0 {
+		return // cannot happen: x is not done
+	}
+	e.stats.Reports++
+	e.out = append(e.out, RDMAMsg{Peer: k.peer, Hdr: RDMAHdr{RCxt: k.rcxt, Key: x.key, Tid: x.tid, Base: x.base,
+		Total: x.total, Offset: first, Seg: x.seg, Notify: NotifyOrigin, Flags: FlagMissing,
+		Cookie: x.cookie, Data: b}})
+}
+
+// ReadMissing is what a read this rank asked for still lacks, as a read
+// request with FlagMissing asks for it: the offset of the first missing
+// segment and the bitmap from it (valid until the engine's next call;
+// empty when nothing is missing or there is no such read, or when the
+// engine does not report: SetReportLen).
+func (e *RDMAEngine) ReadMissing(peer Rank, r *RCxt) (off uint64, bitmap []byte) {
+	x := e.get(xferKey{peer, r.ID, true})
+	if x == nil || x.ended || x.left == 0 || e.repLen == 0 {
+		return 0, nil
+	}
+	return e.missing(x)
+}
+
+// missing is the bitmap of x's missing segments from the first (at a
+// whole byte of it), as long as reports may be, trailing zero bytes cut,
+// and the offset it starts at; empty when none is missing.
+func (e *RDMAEngine) missing(x *xfer) (off uint64, bitmap []byte) {
 	segs := Segments(x.total, x.seg)
 	first := uint64(0)
 	for first < segs && x.bits[first/64] == ^uint64(0) {
@@ -443,7 +481,7 @@ func (e *RDMAEngine) report(k xferKey, x *xfer) {
 		first++
 	}
 	if first >= segs {
-		return // cannot happen: x is not done
+		return 0, nil
 	}
 	first &^= 7 // a whole byte of the bitmap: the placed ones are zero
 	b := e.rep[:0]
@@ -457,10 +495,7 @@ func (e *RDMAEngine) report(k xferKey, x *xfer) {
 	for len(b) > 0 && b[len(b)-1] == 0 {
 		b = b[:len(b)-1]
 	}
-	e.stats.Reports++
-	e.out = append(e.out, RDMAMsg{Peer: k.peer, Hdr: RDMAHdr{RCxt: k.rcxt, Key: x.key, Tid: x.tid, Base: x.base,
-		Total: x.total, Offset: first * uint64(x.seg), Seg: x.seg, Notify: NotifyOrigin, Flags: FlagMissing,
-		Cookie: x.cookie, Data: b}})
+	return first * uint64(x.seg), b
 }
 
 // complete reports a transfer whose every byte is placed.
@@ -518,6 +553,10 @@ func (e *RDMAEngine) readReq(peer Rank, h *RDMAHdr) {
 		s = new(RDMAStream)
 	}
 	*s = RDMAStream{Peer: peer, Type: FrameRDMAReadResp, Hdr: r, tpt: e.tpt, src: h.PVO,
-		frame: Header{Type: FrameRDMAReadResp, Dst: peer}, start: h.Offset, next: h.Offset, end: end}
+		frame: Header{Type: FrameRDMAReadResp, Dst: peer}, start: h.Offset, next: h.Offset, end: end, want: s.want}
+	if h.Flags&FlagMissing != 0 && s.selectMissing(h.Offset, h.Data) > 0 {
+		s.sel = true
+		s.next = s.wanted(0) * uint64(s.Hdr.Seg)
+	}
 	e.ev = append(e.ev, RDMAEvent{Kind: EvServeRead, Peer: peer, RCxt: h.RCxt, Key: h.Key, Tid: h.Tid, Stream: s})
 }

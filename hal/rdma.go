@@ -35,7 +35,9 @@ import (
 //	   (done with FlagMissing, 1 to MaxReport bytes: bit i, byte i/8 bit
 //	   i%8, set when segment offset/seg+i has not been placed; bits past
 //	   the transfer's last segment zero, at least one set; segments past
-//	   the bitmap are not reported on)
+//	   the bitmap are not reported on); a read request with FlagMissing
+//	   carries such a bitmap after the origin's region, naming the
+//	   segments it wants
 //
 // Every packet says where it goes and which transfer it belongs to, so
 // packets are placed in whatever order they arrive, over any device of the
@@ -67,7 +69,9 @@ const (
 	FlagLast RDMAFlags = 1 << iota
 	// FlagMissing marks a FrameRDMADone that is not a completion but a
 	// report: the drive it names (Tid) ended with the segments its bitmap
-	// names not placed. Its Offset is the first reported segment's.
+	// names not placed. Its Offset is the first reported segment's. On a
+	// FrameRDMAReadReq (Arg 0) it asks for the segments its bitmap names
+	// alone: a read's reader knows what it lost.
 	FlagMissing
 )
 
@@ -204,6 +208,13 @@ func DecodeRDMA(t FrameType, b []byte, h *RDMAHdr) error {
 		if err := checkSeg(h); err != nil {
 			return err
 		}
+		if h.Flags&FlagMissing != 0 {
+			// Only the segments the bitmap names are wanted.
+			if h.Arg != 0 {
+				return fmt.Errorf("%w: read request of missing segments with a length", ErrBadRDMA)
+			}
+			return checkReport(h, rest)
+		}
 		switch {
 		case len(rest) != 0:
 			return fmt.Errorf("%w: read request with data", ErrBadRDMA)
@@ -247,7 +258,7 @@ func allowedFlags(t FrameType) RDMAFlags {
 	switch t {
 	case FrameRDMAWrite, FrameRDMAReadResp:
 		return FlagLast
-	case FrameRDMADone:
+	case FrameRDMADone, FrameRDMAReadReq:
 		return FlagMissing
 	}
 	return 0

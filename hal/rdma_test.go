@@ -170,6 +170,9 @@ func FuzzDecodeRDMA(f *testing.F) {
 	}
 	f.Add(uint8(FrameRDMADone), AppendReport(nil, &RDMAHdr{Tid: 4, Base: 2, Total: 1 << 20, Offset: 1344 * 64, Seg: 1344,
 		Data: []byte{1, 0, 0x80, 0xff, 3}}))
+	rr := make([]byte, RDMAHdrLen+PVOLen)
+	EncodeRDMA(rr, FrameRDMAReadReq, &RDMAHdr{Tid: 4, Base: 2, Total: 1 << 20, Offset: 1344 * 8, Seg: 1344, Flags: FlagMissing})
+	f.Add(uint8(FrameRDMAReadReq), append(rr, 1, 0, 0x80))
 	f.Fuzz(func(t *testing.T, ft uint8, b []byte) {
 		var h RDMAHdr
 		if err := DecodeRDMA(FrameType(ft), b, &h); err != nil {

@@ -25,6 +25,7 @@ type RDMAStream struct {
 	after uint64   // the packet after the one Next returned
 	want  []uint64 // a selective drive's segments (RestartMissing), when sel
 	sel   bool
+	rep   []byte // a read request's bitmap of the segments it wants (RestartReadMissing)
 	done  bool
 }
 
@@ -56,7 +57,7 @@ func (s *RDMAStream) Reset(frame Header, t FrameType, h RDMAHdr, mem []byte) err
 		return err
 	}
 	frame.Type = t
-	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem, want: s.want}
+	*s = RDMAStream{Peer: frame.Dst, Type: t, Hdr: h, frame: frame, mem: mem, want: s.want, rep: s.rep[:0]}
 	return nil
 }
 
@@ -82,7 +83,7 @@ func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 	}
 	switch {
 	case s.Type == FrameRDMAReadReq:
-		n = 0
+		n, data = 0, s.rep // empty unless it asks for missing segments
 	case s.tpt != nil:
 		data, err = s.tpt.Resolve(s.src.Add(s.next), n, AccessRead)
 		if err != nil {
@@ -92,7 +93,7 @@ func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 		data = s.mem[s.next : s.next+n]
 	}
 	hl := RDMAPayloadLen(s.Type)
-	s.frame.Len = uint16(hl + int(n))
+	s.frame.Len = uint16(hl + len(data))
 	EncodeHeader(b, &s.frame)
 	EncodeRDMA(b[HeaderLen:], s.Type, h)
 	return b[:HeaderLen+hl], data, nil
@@ -134,6 +135,8 @@ func (s *RDMAStream) last() uint64 {
 // Restart drives the transfer again from its first packet under tid.
 func (s *RDMAStream) Restart(tid uint32) {
 	s.Hdr.Tid, s.next, s.done, s.sel = tid, s.start, false, false
+	s.Hdr.Flags &^= FlagMissing
+	s.rep = s.rep[:0]
 }
 
 // RestartTail drives a write again under tid with its last packet alone
@@ -146,15 +149,45 @@ func (s *RDMAStream) RestartTail(tid uint32) {
 	}
 }
 
+// RestartReadMissing drives a read request again under tid, asking only
+// for the segments bitmap rep (from offset off, as on the wire: see
+// DecodeRDMA) names: what has not arrived. rep is copied.
+func (s *RDMAStream) RestartReadMissing(tid uint32, off uint64, rep []byte) {
+	s.Restart(tid)
+	if s.Type == FrameRDMAReadReq {
+		s.start, s.next = off, off
+		s.Hdr.Arg = 0
+		s.Hdr.Flags |= FlagMissing
+		s.rep = append(s.rep[:0], rep...)
+	}
+}
+
 // RestartMissing drives a write again under tid with only the segments a
 // report names (bitmap rep from offset off, as on the wire: see
 // DecodeRDMA), the last of them carrying FlagLast. It returns how many
 // packets the drive has; 0 (and nothing restarted) when the report names
 // none of the transfer's segments.
 func (s *RDMAStream) RestartMissing(tid uint32, off uint64, rep []byte) int {
+	if s.Type == FrameRDMAReadReq {
+		return 0
+	}
+	n := s.selectMissing(off, rep)
+	if n == 0 {
+		return 0
+	}
+	s.Restart(tid)
+	s.sel = true
+	s.next = s.wanted(0) * uint64(s.Hdr.Seg)
+	return n
+}
+
+// selectMissing sets the stream's selection (want) to the segments
+// bitmap rep from offset off names, and returns how many there are;
+// sel is left to the caller.
+func (s *RDMAStream) selectMissing(off uint64, rep []byte) int {
 	seg := uint64(s.Hdr.Seg)
 	segs := Segments(s.last(), s.Hdr.Seg)
-	if s.Type == FrameRDMAReadReq || off%seg != 0 || off/seg >= segs {
+	if off%seg != 0 || off/seg >= segs {
 		return 0
 	}
 	words := int((segs + 63) / 64)
@@ -175,12 +208,7 @@ func (s *RDMAStream) RestartMissing(tid uint32, off uint64, rep []byte) int {
 			}
 		}
 	}
-	if n == 0 {
-		return 0
-	}
-	s.Restart(tid)
-	s.want, s.sel = want, true
-	s.next = s.wanted(0) * seg
+	s.want = want
 	return n
 }
 

@@ -136,7 +136,7 @@ type servKey struct {
 type RDMAStats struct {
 	Writes, Reads, Accumulates uint64 // transfers originated
 	Redrives                   uint64 // drives after the first
-	Reports                    uint64 // reports of missing segments acted on (a selective drive each)
+	Reports                    uint64 // reports of missing segments acted on, a write's or a read's (a selective drive each)
 	Probes                     uint64 // drives of a write's last packet alone, after a timeout
 	Resent                     uint64 // packets of drives after the first
 	WindowCuts                 uint64 // congestion window halvings (a chunk's first redrive)
@@ -178,7 +178,7 @@ func (c *Context) initRDMA() {
 	if !c.reliable {
 		// Writes toward an unreliable peer are answered with reports of
 		// what they lost, which go out of a header slot like completions.
-		rep := min(c.mtu-hal.RDMAHdrLen, hal.MaxReport)
+		rep := min(c.mtu-hal.RDMAPayloadLen(hal.FrameRDMAReadReq), hal.MaxReport)
 		r.eng.SetReportLen(rep)
 		slot = max(slot, hal.HeaderLen+hal.RDMAHdrLen+rep)
 	}
@@ -642,6 +642,13 @@ func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 		if err := reduceInto(ev.Dst, ev.Data, ev.Arg); err != nil {
 			c.stats.BadPackets++
 		}
+	case hal.EvReadMissing:
+		op := c.opFor(ev.RCxt)
+		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) || op.t != hal.FrameRDMAReadReq || !op.sentAll {
+			c.rd.stats.StaleCompletions++
+			return
+		}
+		c.rereadMissing(op)
 	case hal.EvMissing:
 		op := c.opFor(ev.RCxt)
 		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) || op.t != hal.FrameRDMAWrite || !op.sentAll {
@@ -915,6 +922,34 @@ func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
 	c.queueStreamFront(outStream{&op.stream, op})
 }
 
+// reread asks again, under tid, for what a read still lacks: this rank
+// places a read's data, so it knows what is missing. The segments missing
+// when the engine reports (an unreliable device), else the range from the
+// first to the last.
+func (c *Context) reread(op *rdmaOp, tid uint32) {
+	if off, bm := c.rd.eng.ReadMissing(op.g.peer, op.rc); len(bm) > 0 {
+		op.stream.RestartReadMissing(tid, off, bm)
+	} else {
+		off, n := c.rd.eng.MissingRange(op.g.peer, op.rc)
+		op.stream.RestartRange(tid, off, n)
+	}
+	op.h.Tid = tid
+	op.left = 0
+	c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
+}
+
+// rereadMissing asks again at once for the segments a read's drive lost
+// (its last packet came with segments missing), ahead of the chunks
+// queued after it; the timeout stays as it was.
+func (c *Context) rereadMissing(op *rdmaOp) {
+	tid := op.rc.Redrive()
+	c.countRedrive(op, tid, true)
+	c.rd.stats.Reports++
+	op.lastGood = c.pollNow
+	c.reread(op, tid)
+	c.queueStreamFront(outStream{&op.stream, op})
+}
+
 // countRedrive counts a drive after a chunk's first, and cuts the window
 // toward its peer once per chunk (its later drives are the same loss) when
 // loss is known: not for a probe, which a late completion may answer.
@@ -954,13 +989,7 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 	c.countRedrive(op, tid, op.t == hal.FrameRDMAReadReq || op.probed)
 	op.rto = min(2*op.rto, c.cfg.MaxRTO)
 	if op.t == hal.FrameRDMAReadReq {
-		// This rank places a read's data, so it knows what is missing:
-		// ask only for that.
-		off, n := c.rd.eng.MissingRange(op.g.peer, op.rc)
-		op.stream.RestartRange(tid, off, n)
-		op.h.Tid = tid
-		op.left = 0
-		c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
+		c.reread(op, tid)
 	} else if !op.probed {
 		op.stream.RestartTail(tid)
 		op.probed = true
