@@ -45,7 +45,8 @@ var ErrRemoteAccess = errors.New("hal: remote access refused by the peer's adapt
 // before Close. OneSidedReady, Write, Read and PollOneSided are called as
 // Send, Flush and Poll are: never concurrently with each other or with
 // those (the caller's progress lock). None of them blocks: a full queue
-// returns ErrNoResource.
+// returns ErrNoResource. A completion wakes the device's Wait, as a frame
+// does.
 type OneSided interface {
 	// Register registers mem for local access and for the remote access
 	// acc allows, and returns its keys. The caller keeps mem alive and

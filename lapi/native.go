@@ -290,10 +290,6 @@ func (c *Context) nativeDone(id uint64, err error) {
 	c.doneHere(&op.o, err)
 }
 
-// nativeBusy reports whether transfers are in flight on the device (c.mu
-// held): their completions come with no frame, so a waiter keeps polling.
-func (c *Context) nativeBusy() bool { return c.nat.n > 0 }
-
 // OneSidedStats returns a snapshot of the hardware RDMA counters, with
 // the registration cache's.
 func (c *Context) OneSidedStats() OneSidedStats {

@@ -1,9 +1,12 @@
 // Package verbs is weft's device over rdma-core (libibverbs): frames travel
 // as unreliable datagrams (a UD queue pair), so LAPI's reliability runs
 // above it as it does over transport/udp, but sends and receives go
-// through the adapter's queues instead of the kernel's network stack. On a
-// host without an RDMA NIC, soft-RoCE (the rdma_rxe module) gives a device
-// over any Ethernet interface; the tests run on it inside a VM.
+// through the adapter's queues instead of the kernel's network stack; and
+// RDMA Write and Read on registered memory go over reliable-connected
+// queue pairs, one per peer, moved by the adapters themselves
+// (hal.OneSided). On a host without an RDMA NIC, soft-RoCE (the rdma_rxe
+// module) gives a device over any Ethernet interface; the tests run on it
+// inside a VM.
 //
 // # Building
 //
@@ -48,6 +51,31 @@
 // notification and sleeps in ppoll on the completion channel and an
 // eventfd that Close and context cancellation write.
 //
+// # Hardware RDMA
+//
+// The device implements hal.OneSided. Register and Deregister are
+// ibv_reg_mr (local write, and remote read and write as asked) and
+// ibv_dereg_mr; the caller keeps the memory pinned (lapi goes through a
+// lazyreg cache, which pins Go memory with runtime.Pinner while
+// registered). The reliable-connected queue pair toward a peer is made
+// when either side first asks OneSidedReady about the other: the devices
+// exchange queue pair numbers and first PSNs in hellos, small datagrams of
+// their own on the UD queue pair (hello.go: magic "WR", CRC32C) that Poll
+// consumes before the frame checks, and move their queue pairs INIT, RTR
+// (toward the peer's GID on the port's active MTU) and RTS; a side is
+// ready once the peer's hello says it is connected to this side's queue
+// pair, and an unanswered hello is sent again after 20 ms. Write and Read
+// post one signaled work request per port's max_msg_sz (8 MiB on rxe);
+// PollOneSided reaps one completion queue for all peers, without
+// blocking; Options.RCQueue bounds the work in flight (hal.ErrNoResource
+// beyond). A failed work request (a remote access error: an rkey the
+// peer's adapter no longer honours, wrapping hal.ErrRemoteAccess) puts
+// the queue pair in the error state: what is still posted on it completes
+// flushed, and once it has drained it is destroyed and the next
+// OneSidedReady connects afresh (the peer replaces its own on the new
+// hello). Their completion queue shares the receive queue's completion
+// channel: Wait arms both and sleeps until a frame or a completion comes.
+//
 // A frame that arrives when no receive buffer is posted is dropped by the
 // adapter, and the adapter does not count it for this queue pair, so such
 // drops are missing from hal.Counters (Options.RecvRing sets the number of
@@ -67,7 +95,12 @@
 // vmtest.sh builds the test binary with -tags verbs and runs it inside
 // the soft-RoCE VM of ../shared/rxe-vm/rxe-run (two devices, rxe0 and
 // rxe1, on a veth pair): the hal/haltest conformance suite with every rank
-// on rxe0, again across rxe0 and rxe1, and the error cases. TestVM runs
+// on rxe0, again across rxe0 and rxe1, and the error cases; RDMA Write and
+// Read between two queue pairs on rxe0 and across rxe0 and rxe1, exact,
+// with a stale key refused and the connection rebuilt (TestOneSided); lapi
+// Put and Get over the device by hardware RDMA (TestLapiOneSided); and,
+// with -test.bench RegCache, Writes from one buffer with and without the
+// registration cache. TestVM runs
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
 // and the script present) and skips saying what is missing otherwise.
 //
@@ -89,12 +122,19 @@
 //
 // # Not yet
 //
-// This is the first cut, packet mode only. Missing: RC queue pairs for
-// hardware RDMA Write and Read on registered memory (hal's software RDMA
-// engine runs over the datagrams meanwhile, so Caps.NativeRDMA is false);
-// registration of user buffers through lazyreg (the registration cache)
-// with runtime.Pinner; auto picking
-// this device; counting adapter drops (the port's hw_counters).
+// Hardware RDMA serves lapi's large Put and Get (and MPI's rendezvous,
+// which reads by Get); everything else (active messages, the rendezvous
+// of active messages, accumulate, broadcast RDMA's chunks below the
+// threshold, transfers before the connection is up) still runs on the
+// software engine over the datagrams, so Caps.NativeRDMA stays false.
+// Missing: memory windows (an rkey per TPT entry, invalidated at its
+// deregistration: today a region's rkey is its cached registration's,
+// honoured until the cache releases it); RDMA Write with immediate data
+// for target notification (lapi sends a message after the completion);
+// a queue for Writes and Reads refused with hal.ErrNoResource (lapi takes
+// the software engine for them); hardware RDMA toward a peer reached
+// through a route or stripe; auto picking this device; counting adapter
+// drops (the port's hw_counters).
 //
 // The package imports hal, golang.org/x/sys/unix and, with the tag,
 // libibverbs through cgo; nothing else in weft uses cgo.

@@ -8,9 +8,10 @@ import (
 )
 
 // A hello is the control datagram by which two devices connect their
-// reliable-connected queue pairs to each other. It travels on the UD queue pair like a frame but
-// starts with another magic ("WR"), so Poll consumes it before the frame
-// checks and the layer above never sees it. Layout, little-endian:
+// reliable-connected queue pairs to each other. It travels on the UD queue
+// pair like a frame but starts with another magic ("WR"), so Poll consumes
+// it before the frame checks and the layer above never sees it. Layout,
+// little-endian:
 //
 //	 0 magic     u16  'W','R'
 //	 2 version   u8   1

@@ -108,6 +108,8 @@ int weft_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int write, uint64_t laddr,
 	return 0;
 }
 
+int weft_req_notify(struct ibv_cq *cq);
+
 int weft_poll_rc(struct ibv_cq *cq, weft_rc_wc *out, int n) {
 	struct ibv_wc wc[32];
 	if (n > 32) n = 32;
@@ -195,7 +197,15 @@ type rcSide struct {
 	busy     atomic.Int64 // inflight, for Wait (which may run beside the caller)
 	ops      []rcOp
 	free     []uint32
+
+	// mu guards the completion queue and wc, completions taken from it
+	// but not yet reported (wc[next:n]): PollOneSided holds it; Wait,
+	// which may run beside, only tries it, to look for completions
+	// before it sleeps.
+	mu       sync.Mutex
 	wc       [batch]C.weft_rc_wc
+	next, n  int
+	armed    atomic.Bool // the CQ will signal the channel on its next completion
 	hello    hello
 	helloBuf []byte
 
@@ -217,7 +227,8 @@ func (d *Device) openRC(attr *C.struct_ibv_port_attr) error {
 	r.rdAtomic = uint8(max(1, min(16, int(da.max_qp_rd_atom), int(da.max_qp_init_rd_atom))))
 	r.maxMsg = min(uint64(attr.max_msg_sz), 1<<30)
 	r.mtu = C.int(attr.active_mtu)
-	if r.cq = C.ibv_create_cq(d.ctx, C.int(r.cqSize), nil, nil, 0); r.cq == nil {
+	// On the receive CQ's channel: a Wait wakes for a completion too.
+	if r.cq = C.ibv_create_cq(d.ctx, C.int(r.cqSize), nil, d.ch, 0); r.cq == nil {
 		return d.verbErr("ibv_create_cq (RC)")
 	}
 	r.peers = make([]rcPeer, len(d.peers))
@@ -539,13 +550,22 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 		return 0, errClosed
 	}
 	defer d.life.Leave()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	done := 0
 	for r.inflight > 0 {
-		got := C.weft_poll_rc(r.cq, &r.wc[0], batch)
-		if got < 0 {
-			return done, fmt.Errorf("verbs: %s: ibv_poll_cq (RC): %v", d.devName, syscall.Errno(-got))
+		if r.next == r.n {
+			got := C.weft_poll_rc(r.cq, &r.wc[0], batch)
+			if got < 0 {
+				return done, fmt.Errorf("verbs: %s: ibv_poll_cq (RC): %v", d.devName, syscall.Errno(-got))
+			}
+			if got == 0 {
+				break
+			}
+			r.next, r.n = 0, int(got)
 		}
-		for _, wc := range r.wc[:got] {
+		for ; r.next < r.n; r.next++ {
+			wc := r.wc[r.next]
 			slot := uint32(wc.wr_id)
 			if int(slot) >= len(r.ops) || !r.ops[slot].used {
 				continue
@@ -572,12 +592,35 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 			done++
 			fn(id, err)
 		}
-		if int(got) < batch {
-			break
-		}
 	}
 	r.busy.Store(int64(r.inflight))
 	return done, nil
+}
+
+// peekRC arms the RC completion queue if needed and reports whether
+// completions wait for PollOneSided, taking them from the queue when none
+// are held (Wait, before it sleeps).
+func (d *Device) peekRC() (bool, error) {
+	r := &d.rc
+	if !r.mu.TryLock() {
+		return true, nil // PollOneSided is at work: it reports what came
+	}
+	defer r.mu.Unlock()
+	if r.next < r.n {
+		return true, nil
+	}
+	if !r.armed.Load() {
+		if rc := C.weft_req_notify(r.cq); rc != 0 {
+			return false, fmt.Errorf("verbs: %s: ibv_req_notify_cq (RC): %v", d.devName, syscall.Errno(rc))
+		}
+		r.armed.Store(true)
+	}
+	got := C.weft_poll_rc(r.cq, &r.wc[0], batch)
+	if got < 0 {
+		return false, fmt.Errorf("verbs: %s: ibv_poll_cq (RC): %v", d.devName, syscall.Errno(-got))
+	}
+	r.next, r.n = 0, int(got)
+	return got > 0, nil
 }
 
 // wcError describes a failed RC completion; the peer's adapter refusing
@@ -591,7 +634,6 @@ func (d *Device) wcError(peer hal.Rank, st C.int32_t) error {
 	return fmt.Errorf("verbs: %s: RDMA toward rank %d completed with %s", d.devName, peer, msg)
 }
 
-// oneSidedBusy reports whether Writes or Reads are in flight: their
-// completions raise no event on the channel Wait sleeps on, so Wait does
-// not sleep meanwhile.
+// oneSidedBusy reports whether Writes or Reads are in flight, whose
+// completions Wait must look for too.
 func (d *Device) oneSidedBusy() bool { return d.rc.busy.Load() > 0 }

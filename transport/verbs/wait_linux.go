@@ -49,10 +49,15 @@ func (d *Device) Wait(ctx context.Context) error {
 	}
 	got, err := d.peek()
 	d.rxMu.Unlock()
-	if got || err != nil || d.oneSidedBusy() {
-		// (A Write or Read in flight completes with no event on the
-		// channel: the caller goes on polling for it.)
+	if got || err != nil {
 		return err
+	}
+	if d.oneSidedBusy() {
+		// Writes or Reads in flight: their completion queue is on the
+		// same channel, armed as well.
+		if got, err := d.peekRC(); got || err != nil {
+			return err
+		}
 	}
 	return d.block(ctx)
 }
@@ -163,6 +168,7 @@ func (d *Device) block(ctx context.Context) error {
 			switch rc := C.weft_get_event(d.ch); {
 			case rc > 0:
 				d.armed.Store(false)
+				d.rc.armed.Store(false) // the event may have been either queue's
 				return nil
 			case rc < 0:
 				return fmt.Errorf("verbs: %s: ibv_get_cq_event: %v", d.devName, syscall.Errno(-rc))
