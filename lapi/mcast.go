@@ -76,20 +76,43 @@ type McastStats struct {
 // firstUserHandler, after rma.go's).
 const hMcast = hBcast + 1
 
+// mcastDrainPolls bounds the polls a receiver makes, at the end message,
+// for frames of the stream still queued in the device.
+const mcastDrainPolls = 64
+
 // mcastBurst is how many frames the root queues on the device between two
 // flushes: each needs its own header until the flush that sends it.
 const mcastBurst = 64
 
 // CanMulticast reports whether Multicast works on this context's device:
-// it sends to every peer at once (hal.Broadcaster, with Caps.Broadcast).
+// it sends to every peer at once (hal.Broadcaster, with Caps.Broadcast),
+// and SetMulticast has not turned it off.
 func (c *Context) CanMulticast() bool {
 	_, ok := c.broadcaster()
 	return ok
 }
 
+// SetMulticast turns Multicast off (false), or back on where the device
+// can broadcast (true, as a context opens). A layer above whose ranks must
+// all choose alike turns it off where some member's device cannot
+// broadcast: whether one can is a property of its host's link.
+func (c *Context) SetMulticast(on bool) {
+	t := c.mcastTable()
+	c.mu.Lock()
+	t.off = !on
+	c.mu.Unlock()
+}
+
 func (c *Context) broadcaster() (hal.Broadcaster, bool) {
 	b, ok := c.dev.(hal.Broadcaster)
-	return b, ok && c.dev.Caps().Broadcast
+	if !ok || !c.dev.Caps().Broadcast {
+		return nil, false
+	}
+	t := c.mcastTable()
+	c.mu.Lock()
+	off := t.off
+	c.mu.Unlock()
+	return b, !off
 }
 
 // McastStats returns a snapshot of the multicast counters.
@@ -241,11 +264,12 @@ type mcastState struct {
 	endsSent  bool
 
 	// A receiver's.
-	end     *Counter // the end message came
-	rx      mcastMap
-	endSeen bool
-	repairs *Counter // its Gets' origin counter
-	landed  bool
+	end      *Counter // the end message came
+	rx       mcastMap
+	endHeard bool     // the end message came
+	endSeen  bool     // and the device was drained after it: frames no longer placed
+	repairs  *Counter // its Gets' origin counter
+	landed   bool
 }
 
 // mcastKid is a receiver, as its root sees it.
@@ -317,8 +341,8 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 			return
 		}
 		c.mcastTable().stats.Bad++
-	case m.kind == mcastEnd && !st.isRoot && m.from == st.root && !st.endSeen:
-		st.endSeen = true
+	case m.kind == mcastEnd && !st.isRoot && m.from == st.root && !st.endHeard:
+		st.endHeard = true // frames still placed until ended has drained the device
 		st.pvo, st.seg = m.pvo, m.seg
 		c.awaited(st.root, st.end)
 		st.end.incr()
@@ -463,6 +487,15 @@ func (st *mcastState) ended(err error) {
 	if err != nil {
 		st.failLocked(err)
 	}
+	// The stream went before the end message, but its frames may wait in
+	// another queue of the device (the group's socket) than the one that
+	// brought the end: take what is there before judging what is lost.
+	for range mcastDrainPolls {
+		if st.err != nil || c.closed || c.pollLocked() == 0 {
+			break
+		}
+	}
+	st.endSeen = true
 	if st.err != nil {
 		st.progressLocked()
 		c.mu.Unlock()
@@ -690,6 +723,7 @@ type mcastTable struct {
 	live  map[uint64]*mcastState
 	early map[uint64][]mcastMsg
 	stats McastStats
+	off   bool // SetMulticast(false)
 }
 
 func (c *Context) mcastTable() *mcastTable {
