@@ -21,6 +21,12 @@ import (
 // lapi also has a chain, where every rank receives and sends the data
 // once; with more ranks than cores (bench/results/bcast-rdma.md) the
 // chain's n-1 hops, each a wake-up, lost to the tree's log2(n).
+//
+// Where every rank's device broadcasts (Options.BcastMcast: UDP devices
+// in the job's multicast group), the same Bcasts go by lapi.Multicast
+// instead: the root sends the data once, the link carries it to every
+// rank, and each rank reads by RDMA what it lost. Init has every rank
+// choose alike (lapi.SetMulticast).
 
 // bcastRDMALarge is the default smallest Bcast (bytes) that goes by
 // broadcast RDMA, with more than 2 ranks (WEFT_BCAST_RDMA sets it; 0
@@ -51,8 +57,17 @@ func (c *Comm) bcastRDMA(n int) bool {
 	return n < bcastSingleCopyMax || w.lc.SingleCopy() <= 0 || c.spansFar()
 }
 
+// bcastMcast reports whether a Bcast of n bytes goes by multicast: the
+// sizes broadcast RDMA takes, where the job's devices broadcast (then
+// ahead of the hierarchy of hosts, which the link makes moot).
+func (c *Comm) bcastMcast(n int) bool {
+	w := c.w
+	return w.bcastRDMAMin > 0 && n >= w.bcastRDMAMin && c.size > 2 && w.lc.CanMulticast()
+}
+
 // bcastTree broadcasts b from root by lapi.Broadcast down a binomial
-// tree of the members, relative to root.
+// tree of the members, relative to root, or by lapi.Multicast where the
+// job's devices broadcast.
 func (c *Comm) bcastTree(b []byte, root int) error {
 	w := c.w
 	group := make([]hal.Rank, c.size)
@@ -64,7 +79,17 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 	k := c.coll.seq.Load()
 	id := uint64(c.ctx)<<32 | uint64(k)
 	var done bcastDone
-	if err := w.lc.Broadcast(group, root, id, b, lapi.BcastOpts{Tree: lapi.BcastBinomial, Chunk: bcastRDMAChunk, Notify: &done}); err != nil {
+	mcast := w.lc.CanMulticast()
+	abort, waitOn := w.lc.AbortBroadcast, c.parentIn(root)
+	if mcast {
+		abort, waitOn = w.lc.AbortMulticast, root
+		if c.rank == root {
+			waitOn = c.abs(1, root)
+		}
+		if err := w.lc.Multicast(group, root, id, b, lapi.McastOpts{Notify: &done}); err != nil {
+			return err
+		}
+	} else if err := w.lc.Broadcast(group, root, id, b, lapi.BcastOpts{Tree: lapi.BcastBinomial, Chunk: bcastRDMAChunk, Notify: &done}); err != nil {
 		return err
 	}
 	ctx, cancel := w.deadline(context.Background())
@@ -91,7 +116,7 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 	}
 	if err != nil {
 		// Nothing more may land in b once the call has returned.
-		w.lc.AbortBroadcast(id, err)
+		abort(id, err)
 		var le *lapi.BcastLengthError
 		switch {
 		case errors.As(err, &le):
@@ -104,7 +129,7 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 			// names are its members' buffers.
 			return fmt.Errorf("ranks disagree about the broadcast (its root?): %w (%w)", ErrArg, err)
 		}
-		return c.stepErr(ctx, err, "bcast", c.parentIn(root))
+		return c.stepErr(ctx, err, "bcast", waitOn)
 	}
 	return nil
 }

@@ -47,6 +47,9 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.size == 1 {
 		return nil
 	}
+	if c.bcastMcast(len(b)) {
+		return c.bcastTree(b, root) // the link carries it to every host at once
+	}
 	if c.hier != nil {
 		return c.hier.bcast(b, root)
 	}

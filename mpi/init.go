@@ -99,9 +99,26 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: publish address: %w", err)
 	}
+	if opts.BcastMcast {
+		// Whether this rank's device broadcasts: every rank must choose
+		// multicast alike (bcast_rdma.go).
+		can := "0"
+		if _, ok := dev.(hal.Broadcaster); ok && dev.Caps().Broadcast {
+			can = "1"
+		}
+		if err := cl.Put(mcastKey(rank), can); err != nil {
+			dev.Close()
+			return nil, fmt.Errorf("mpi: init: publish multicast: %w", err)
+		}
+	}
 	if err := cl.Fence(); err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: fence: %w", err)
+	}
+	mcast := opts.BcastMcast
+	for r := 0; mcast && r < size; r++ {
+		v, err := cl.Get(mcastKey(r))
+		mcast = err == nil && v == "1"
 	}
 	nodes := make([]int, size)
 	for r := 0; r < size; r++ {
@@ -135,6 +152,10 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
+	}
+	lc.SetMulticast(mcast) // only with WEFT_BCAST_MCAST, and where every rank's device broadcasts
+	if opts.BcastMcast {
+		trace.Printf(trace.Setup, "mpi %d: large Bcasts by multicast: %v (every rank's device broadcasts: %v)", rank, mcast && lc.CanMulticast(), mcast)
 	}
 	// Handlers first: waiting makes progress, and a fast peer's first
 	// messages may already be here.
@@ -263,7 +284,11 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 	if t == "shm" {
 		return openShm(cl, cfg, opts, nil)
 	}
-	return openNet(cl, cfg, opts, udp.Options{})
+	var o udp.Options
+	if opts.BcastMcast {
+		o.Multicast = udp.JobGroup(cfg.JobKey) // every rank of the job joins the same group
+	}
+	return openNet(cl, cfg, opts, o)
 }
 
 // openShm opens the shared-memory device toward ranks (nil: every rank).
@@ -497,6 +522,10 @@ func batchSysmon(mode, def string) error {
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }
+
+// mcastKey is the PMI key of whether a rank's device broadcasts ("1" or
+// "0"; Options.BcastMcast).
+func mcastKey(rank int) string { return "weft-mcast-" + strconv.Itoa(rank) }
 
 // bindAddr chooses the local address for the device: bind
 // (Options.Bind) if set; loopback when every rank is on this node;

@@ -112,6 +112,15 @@ type Options struct {
 	// turns it off.
 	BcastRDMA int
 
+	// BcastMcast has the Bcasts that go by broadcast RDMA (BcastRDMA)
+	// go by the network's multicast instead, where every rank's device
+	// is one UDP device that joined the job's multicast group
+	// (WEFT_BCAST_MCAST on): the data crosses the link once, and each
+	// rank reads by RDMA what it lost (lapi.Multicast). Where some rank's
+	// link does not pass multicast, every rank keeps the tree. false
+	// means the default: off.
+	BcastMcast bool
+
 	// NoShmColl keeps small collectives on messages where the ranks
 	// share memory, instead of the device's shared block (WEFT_SHMCOLL
 	// off). false means the default: the shared block.
@@ -311,6 +320,10 @@ var envVars = []envVar{
 	{"WEFT_DIRECT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Direct })},
 	{"WEFT_ACCUMULATE", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Accumulate })},
 	{"WEFT_BCAST_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.BcastRDMA })},
+	{"WEFT_BCAST_MCAST", "1 or on to broadcast large Bcasts by IP multicast over udp, 0 or off not to", func(o *Options, v string) bool {
+		o.BcastMcast = v == "1" || v == "on"
+		return slices.Contains([]string{"0", "1", "on", "off"}, v)
+	}},
 	{"WEFT_SHMCOLL", shmcollForm, func(o *Options, v string) bool {
 		o.NoShmColl = v == "off"
 		return slices.Contains([]string{"on", "off"}, v)
