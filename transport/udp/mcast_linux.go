@@ -23,6 +23,10 @@ import (
 // flag, a join the kernel refuses) the device opens without it,
 // Caps().Broadcast false, and Multicast says why.
 
+// mcastBufferFactor is the group's socket's receive buffer, in
+// Options.RecvBuffer.
+const mcastBufferFactor = 4
+
 // errNoGroup is SendBroadcast's error on a device without multicast.
 var errNoGroup = fmt.Errorf("udp: send to every peer: no multicast group joined: %w", hal.ErrUnknownPeer)
 
@@ -96,7 +100,11 @@ func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
 		}
 	}
 	if o.RecvBuffer > 0 {
-		setBuffer(mfd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RecvBuffer)
+		// A broadcast's stream comes at the rate of the fastest path,
+		// which for the ranks of the sender's host is a loopback copy,
+		// whatever the rank is doing: what overflows is lost and read
+		// again by RDMA, so this buffer is larger than the device's own.
+		setBuffer(mfd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, mcastBufferFactor*o.RecvBuffer)
 	}
 	return mfd, nil
 }
