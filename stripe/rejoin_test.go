@@ -201,8 +201,10 @@ func (f *fabric) renamedStripes(t *testing.T, opts Options) ([]*Device, [][]*ren
 // peer connects its member to it), is back in at both ends after the
 // reintegration, and carries frames again. With a fast restart, frames
 // the peer sent to the old incarnation reach the new one before the peer
-// learns of it: they are refused and counted, never delivered; with a slow
-// one (down for longer than Silence) the peer takes the member out first.
+// learns of it: they are refused and counted, never delivered, as is a
+// frame of the old incarnation that reaches the peer after the new one's
+// BOOTING; with a slow one (down for longer than Silence) the peer takes
+// the member out first.
 // Nothing is delivered twice, and every frame sent once both ends are back
 // in arrives.
 func TestReplaceMember(t *testing.T) {
@@ -218,6 +220,11 @@ func TestReplaceMember(t *testing.T) {
 			var backIn time.Time
 			var sentAtIn uint64
 			var fresh *renamed
+			// A frame of rank 1's old incarnation of member 1, delayed on
+			// the wire: injected when rank 0 has taken the restart's
+			// BOOTING, it arrives while the link is stale.
+			const staleID = 1 << 40
+			injected := false
 			x.run(start.Add(150*time.Millisecond), func(now time.Time) {
 				if !killed && !now.Before(killAt) {
 					if err := f.nets[1].Kill(1); err != nil {
@@ -238,6 +245,13 @@ func TestReplaceMember(t *testing.T) {
 						t.Errorf("right after Replace, the new member toward rank 0 is %v, want joining", got)
 					}
 					replaced = true
+				}
+				if replaced && !injected && s[0].Link(1, 1) == LinkJoining {
+					hdr, payload := msg(1, 0, staleID, 64)
+					if err := f.nets[1].Inject(1, 0, append(hdr, payload...)); err != nil {
+						t.Fatal(err)
+					}
+					injected = true
 				}
 				if replaced && backIn.IsZero() && s[0].Link(1, 1) == LinkIn && s[1].Link(1, 0) == LinkIn {
 					backIn = now
@@ -261,9 +275,12 @@ func TestReplaceMember(t *testing.T) {
 			if m1.FramesSent <= sentAtIn+100 || !m1.In || !m0.In || m0.Ins < 1 || m1.Ins < 1 {
 				t.Errorf("after the rejoin the new member carried %d frames: want it in at both ends and carrying frames", m1.FramesSent-sentAtIn)
 			}
-			refused := m0.Refused + m1.Refused
-			if down == 0 && refused == 0 {
-				t.Errorf("fast restart: no frame refused, want those sent to the old incarnation refused")
+			if down == 0 && m1.Refused == 0 {
+				t.Errorf("fast restart: the new incarnation refused no frame, want those rank 0 sent to the old one refused")
+			}
+			if !injected || x.got[staleID] != 0 || m0.Refused == 0 {
+				t.Errorf("a frame of the old incarnation arriving at rank 0 after the restart's BOOTING: injected %v, delivered %d times, rank 0 refused %d; want refused",
+					injected, x.got[staleID], m0.Refused)
 			}
 			if down > 0 && (m0.Outs != 1 || m0.Reason != ReasonSilence && m0.Reason != ReasonPeerDeaf) {
 				t.Errorf("slow restart: rank 0's member 1 %v, want taken out once (silence or the peer's report)", m0)
