@@ -410,3 +410,32 @@ func FuzzMcastMsg(f *testing.F) {
 		}
 	})
 }
+
+// TestMcastAllocs: taking a multicast frame (placed, duplicate, or of an
+// id not posted) allocates nothing.
+func TestMcastAllocs(t *testing.T) {
+	j := newRDMAJob(t, 2, faults.Spec{Seed: 1})
+	defer j.close()
+	c := j.ctxs[1]
+	const seg, total = 1000, 64000
+	if err := c.Multicast([]hal.Rank{0, 1}, 0, 5, make([]byte, total), McastOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, hal.McastHdrLen+seg)
+	off := uint64(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	allocs := testing.AllocsPerRun(200, func() {
+		hal.EncodeMcast(frame, &hal.McastHdr{ID: 5, Total: total, Offset: off % total, Seg: seg})
+		c.onMcast(0, frame)
+		hal.EncodeMcast(frame, &hal.McastHdr{ID: 6, Total: total, Offset: 0, Seg: seg})
+		c.onMcast(0, frame)
+		off += seg
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per frame", allocs)
+	}
+	if s := c.mcastTable().stats; s.Placed != total/seg || s.Unposted == 0 || s.Duplicates == 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
