@@ -19,7 +19,8 @@
 # Usage: transport/verbs/mpitest.sh [--bench]
 #   --bench         after the checks, measure (bench/results/verbs-rxe.md):
 #                   bench latency (8 B) and bench bw (1 MiB) over verbs,
-#                   and perftest's ib_send_lat and ib_write_bw on the same
+#                   and perftest's ib_send_lat, ib_write_bw and ib_read_bw
+#                   (MPI's rendezvous reads) on the same
 #                   devices, on rxe0 alone and rxe0<->rxe1, interleaved
 #                   over MPITEST_ROUNDS rounds (default 1;
 #                   one round adds ~5 min to the VM run under TCG)
@@ -124,6 +125,7 @@ if [ $guest = 1 ]; then
 				echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M"
 				./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M 2>&1 | grep -E '^[0-9]' || fail "bench bw"
 				perf rxe0 "$cdev" ib_write_bw -s 1048576 -n 200
+				perf rxe0 "$cdev" ib_read_bw -s 1048576 -n 200
 			done
 		done
 	fi
