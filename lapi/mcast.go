@@ -77,8 +77,10 @@ type McastStats struct {
 const hMcast = hBcast + 1
 
 // mcastDrainPolls bounds the polls a receiver makes, at the end message,
-// for frames of the stream still queued in the device.
-const mcastDrainPolls = 64
+// for frames of the stream still queued in the device: a 16 MiB stream is
+// 12,000 frames of an Ethernet MTU, and a poll takes at most a few
+// hundred.
+const mcastDrainPolls = 1 << 12
 
 // mcastBurst is how many frames the root queues on the device between two
 // flushes: each needs its own header until the flush that sends it.
