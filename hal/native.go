@@ -68,8 +68,11 @@ type OneSided interface {
 	// the completion tagged id is reported.
 	Read(peer Rank, id uint64, local []byte, mr MR, raddr uint64, rkey uint32) error
 	// PollOneSided calls fn for each Write and Read that has completed,
-	// without blocking, with nil or the reason it failed (ErrRemoteAccess
-	// when the peer's adapter refused it), and returns how many. Each id
-	// is reported once.
+	// without blocking, with nil or the reason it failed, and returns how
+	// many. Each id is reported once. ErrRemoteAccess: the peer's adapter
+	// refused it. ErrNotConnected: the connection broke (on another
+	// request) before this one was carried out, or while it was, so part
+	// of it may have been done; doing it again, by another path, is safe,
+	// since a Write or a Read done twice leaves what one leaves.
 	PollOneSided(fn func(id uint64, err error)) (int, error)
 }

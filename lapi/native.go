@@ -22,7 +22,9 @@ import (
 // goes by the software engine, which the target's own TPT decides; one
 // the replica refuses fails with ErrProtection; an rkey the target's
 // adapter no longer honours fails with ErrProtection too, and nothing is
-// written.
+// written. A transfer the device flushed because its connection broke
+// under it (on another transfer's fault) is done again by the software
+// engine.
 //
 // The origin's own buffer is registered through the same cache for the
 // transfer, so repeated transfers from one buffer register it once. A
@@ -53,10 +55,35 @@ type nativeReg struct {
 type nativeOp struct {
 	o     SendOpts
 	reg   lazyreg.Region[hal.MR]
+	pvo   hal.PVO
+	buf   []byte
 	peer  hal.Rank
-	n     int
 	write bool
 	used  bool
+}
+
+// nativeRetry does again, by the software engine, a transfer the device
+// gave up because its connection broke under it (hal.ErrNotConnected):
+// a Completer, so that it runs outside the progress lock.
+type nativeRetry struct {
+	c  *Context
+	op nativeOp
+}
+
+// Complete starts the retry; a failure to start it fails the transfer.
+func (r *nativeRetry) Complete(error) {
+	c, op := r.c, r.op
+	var err error
+	if op.write {
+		err = c.putRDMA(op.peer, op.pvo, op.buf, op.o)
+	} else {
+		err = c.getRDMA(op.peer, op.pvo, op.buf, op.o)
+	}
+	if err != nil {
+		c.mu.Lock()
+		c.doneHere(&op.o, err)
+		c.mu.Unlock()
+	}
 }
 
 // OneSidedStats are a context's hardware RDMA counters.
@@ -64,6 +91,7 @@ type OneSidedStats struct {
 	Writes, Reads uint64 // Puts and Gets the adapters moved
 	Bytes         uint64
 	Fallbacks     uint64 // large Puts and Gets that went by the software engine: no connection yet, no rkey, queue full
+	Retries       uint64 // transfers done again by the software engine: the connection broke under them
 	Faults        uint64 // transfers the target's adapter refused
 	Cache         lazyreg.Stats
 }
@@ -225,7 +253,7 @@ func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool
 		id = uint32(len(c.nat.ops))
 		c.nat.ops = append(c.nat.ops, nativeOp{})
 	}
-	c.nat.ops[id] = nativeOp{o: o, reg: reg, peer: tgt, n: len(buf), write: write, used: true}
+	c.nat.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, peer: tgt, write: write, used: true}
 	if write {
 		err = c.nat.dev.Write(tgt, uint64(id), buf, reg.Key, uint64(addr), e.RKey)
 	} else {
@@ -268,6 +296,12 @@ func (c *Context) nativeDone(id uint64, err error) {
 	c.nat.free = append(c.nat.free, uint32(id))
 	c.nat.n--
 	_ = c.nat.cache.Release(op.reg)
+	if errors.Is(err, hal.ErrNotConnected) && c.peerErr[op.peer] == nil && !c.closed {
+		c.nat.stats.Retries++
+		op.reg = lazyreg.Region[hal.MR]{}
+		c.note(&nativeRetry{c: c, op: op}, nil)
+		return
+	}
 	if err != nil {
 		c.rd.stats.Faults++
 		if errors.Is(err, hal.ErrRemoteAccess) {
@@ -282,7 +316,7 @@ func (c *Context) nativeDone(id uint64, err error) {
 		} else {
 			c.nat.stats.Reads++
 		}
-		c.nat.stats.Bytes += uint64(op.n)
+		c.nat.stats.Bytes += uint64(len(op.buf))
 		if op.write && op.o.Target != 0 {
 			c.notifyLocked(op.peer, op.o.Target) // the data is in place: say so
 		}

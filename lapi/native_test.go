@@ -23,6 +23,7 @@ type fakeAdapter struct {
 	mrs     map[uint32]fakeMR
 	next    uint32
 	revoked map[uint32]bool // rkeys refused although registered: a stale key
+	flush   map[uint32]bool // rkeys whose next transfer is flushed: its connection broke
 }
 
 type fakeMR struct {
@@ -100,6 +101,11 @@ func (f *fakeOneSided) post(peer hal.Rank, id uint64, local []byte, mr hal.MR, r
 		f.done = append(f.done, fakeDone{id, fmt.Errorf("fake: rkey %d: %w", rkey, hal.ErrRemoteAccess)})
 		return nil
 	}
+	if f.ad.flush[rkey] {
+		delete(f.ad.flush, rkey)
+		f.done = append(f.done, fakeDone{id, fmt.Errorf("fake: flushed: %w", hal.ErrNotConnected)})
+		return nil
+	}
 	mem := r.mem[raddr-addr(r.mem):][:len(local)]
 	if acc == hal.AccessWrite {
 		copy(mem, local)
@@ -134,7 +140,7 @@ func openOneSidedJob(t *testing.T, n int) ([]*Context, *fakeAdapter) {
 	t.Helper()
 	const key = 0x05ed
 	fab := inproc.NewFabric(n, key)
-	ad := &fakeAdapter{mrs: make(map[uint32]fakeMR), revoked: make(map[uint32]bool)}
+	ad := &fakeAdapter{mrs: make(map[uint32]fakeMR), revoked: make(map[uint32]bool), flush: make(map[uint32]bool)}
 	ctxs := make([]*Context, n)
 	for r := range ctxs {
 		d, err := fab.Open(hal.Rank(r))
@@ -237,6 +243,36 @@ func TestOneSided(t *testing.T) {
 	}
 	if s2 := c0.OneSidedStats(); s2.Writes != s.Writes {
 		t.Fatalf("a 1 KiB Put went by the adapter: %+v", s2)
+	}
+
+	// A transfer flushed because the connection broke under it is done
+	// again by the software engine.
+	for _, write := range []bool{true, false} {
+		ad.mu.Lock()
+		ad.flush[e.RKey] = true
+		ad.mu.Unlock()
+		fill(src, 9)
+		clear(back)
+		k := c0.NewCounter()
+		var err error
+		if write {
+			err = c0.Put(1, p, src, SendOpts{Completion: k})
+		} else {
+			copy(mem, src)
+			err = c0.Get(1, p, back, SendOpts{Origin: k})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Wait(ctx, 1); err != nil {
+			t.Fatalf("flushed (write %v): %v", write, err)
+		}
+		if write && !bytes.Equal(mem, src) || !write && !bytes.Equal(back, src) {
+			t.Fatalf("flushed (write %v), done again: data differs", write)
+		}
+	}
+	if s2 := c0.OneSidedStats(); s2.Retries != 2 || s2.Writes != s.Writes || s2.Reads != s.Reads {
+		t.Fatalf("stats %+v: want 2 retries and no more adapter transfers than %+v", s2, s)
 	}
 
 	// Refusals by the replica, each by its check; and by the adapter.

@@ -71,7 +71,8 @@
 // beyond). A failed work request (a remote access error: an rkey the
 // peer's adapter no longer honours, wrapping hal.ErrRemoteAccess) puts
 // the queue pair in the error state: what is still posted on it completes
-// flushed, and once it has drained it is destroyed and the next
+// flushed (wrapping hal.ErrNotConnected: lapi does it again by the
+// software engine), and once it has drained it is destroyed and the next
 // OneSidedReady connects afresh (the peer replaces its own on the new
 // hello). Their completion queue shares the receive queue's completion
 // channel: Wait arms both and sleeps until a frame or a completion comes.

@@ -630,6 +630,9 @@ func (d *Device) wcError(peer hal.Rank, st C.int32_t) error {
 	switch uint32(st) {
 	case C.IBV_WC_REM_ACCESS_ERR, C.IBV_WC_REM_INV_REQ_ERR:
 		return fmt.Errorf("verbs: %s: RDMA toward rank %d: %s: %w", d.devName, peer, msg, hal.ErrRemoteAccess)
+	case C.IBV_WC_WR_FLUSH_ERR:
+		return fmt.Errorf("verbs: %s: RDMA toward rank %d: %s (the queue pair broke on an earlier request): %w",
+			d.devName, peer, msg, hal.ErrNotConnected)
 	}
 	return fmt.Errorf("verbs: %s: RDMA toward rank %d completed with %s", d.devName, peer, msg)
 }

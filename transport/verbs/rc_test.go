@@ -173,15 +173,36 @@ func testOneSided(t *testing.T, dev0, dev1 string) {
 	if err := d1.Deregister(vmr); err != nil {
 		t.Fatal(err)
 	}
-	err = complete(t, d0, d1, func() error { return d0.Write(1, 7, local[:len(victim)], lmr, vmr.Addr, vmr.RKey) })
-	if !errors.Is(err, hal.ErrRemoteAccess) {
-		t.Fatalf("Write under a deregistered key: %v, want hal.ErrRemoteAccess", err)
+	// A valid Write posted behind it is flushed when the queue pair
+	// breaks, and says so (hal.ErrNotConnected: do it another way).
+	if err := d0.Write(1, 7, local[:len(victim)], lmr, vmr.Addr, vmr.RKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := d0.Write(1, 8, local[:4096], lmr, raddr, rmr.RKey); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[uint64]error{}
+	for deadline := time.Now().Add(30 * time.Second); len(errs) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("completions after 30 s: %v", errs)
+		}
+		if _, err := d0.PollOneSided(func(id uint64, err error) { errs[id] = err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(errs[7], hal.ErrRemoteAccess) {
+		t.Fatalf("Write under a deregistered key: %v, want hal.ErrRemoteAccess", errs[7])
+	}
+	if !errors.Is(errs[8], hal.ErrNotConnected) {
+		t.Fatalf("Write behind a failed one: %v, want hal.ErrNotConnected", errs[8])
 	}
 	if !allZero(victim) {
 		t.Fatal("Write under a deregistered key changed the memory")
 	}
-	t.Log(err)
+	t.Log(errs[7])
+	t.Log(errs[8])
 	// The broken queue pair is replaced.
+	clear(remote[off : off+4096])
 	connect(t, d0, d1)
 	err = complete(t, d0, d1, func() error { return d0.Write(1, 7, local[:4096], lmr, raddr, rmr.RKey) })
 	if err != nil || !bytes.Equal(remote[off:off+4096], local[:4096]) {
