@@ -26,8 +26,9 @@
 // under a new tid, alone. A chunk whose answer does not come within a
 // timeout learned from earlier completions (and running from when the
 // chunks ahead of it toward the peer were done) is probed with its last
-// packet, then redriven whole, the timeout doubling each time; a read
-// asks again for its missing range.
+// packet, then redriven whole, the timeout doubling each time. A read
+// asks again for the segments it lost when its drive's last packet
+// arrives, or its timer runs out.
 //
 // Broadcast (bcast.go) places one rank's buffer into the buffers of a
 // group of ranks: no device has hardware broadcast, so it is a chain or

@@ -22,7 +22,8 @@ import (
 // probed: driven again with its last packet alone, which the target
 // answers the same way; when a probe goes unanswered too it is redriven
 // whole, with the timeout doubling each time (progressive back-off). A
-// read, placed by this rank, is asked again for its missing range. The
+// read is placed by this rank, which asks again for the segments it lost
+// as soon as its drive's last packet arrives (or its timer runs out). The
 // target's engine keeps what earlier drives placed, so each drive only
 // has to bring what the previous ones lost.
 
@@ -89,8 +90,9 @@ type rdmaOp struct {
 // outStream is a stream waiting for the device, with the op it drives
 // (nil when serving a peer's read).
 type outStream struct {
-	s  *hal.RDMAStream
-	op *rdmaOp
+	s     *hal.RDMAStream
+	op    *rdmaOp
+	ahead bool // queued ahead of new chunks (queueStreamFront)
 }
 
 // rdmaState is a context's part of the RDMA engine (guarded by c.mu).
@@ -318,7 +320,7 @@ func (c *Context) start(op *rdmaOp) {
 	if trace.On(trace.Hot) {
 		c.traceRDMAStart(op)
 	}
-	c.queueStream(outStream{s, op})
+	c.queueStream(outStream{s: s, op: op})
 }
 
 func (c *Context) queueStream(o outStream) {
@@ -919,7 +921,7 @@ func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
 	c.rd.stats.Reports++
 	op.probed = false
 	op.lastGood = c.pollNow
-	c.queueStreamFront(outStream{&op.stream, op})
+	c.queueStreamFront(outStream{s: &op.stream, op: op})
 }
 
 // reread asks again, under tid, for what a read still lacks: this rank
@@ -947,7 +949,7 @@ func (c *Context) rereadMissing(op *rdmaOp) {
 	c.rd.stats.Reports++
 	op.lastGood = c.pollNow
 	c.reread(op, tid)
-	c.queueStreamFront(outStream{&op.stream, op})
+	c.queueStreamFront(outStream{s: &op.stream, op: op})
 }
 
 // countRedrive counts a drive after a chunk's first, and cuts the window
@@ -967,15 +969,23 @@ func (c *Context) countRedrive(op *rdmaOp, tid uint32, lost bool) {
 	op.stream.Hdr.DstEp = c.dstEpoch(op.g.peer)
 }
 
-// queueStreamFront queues o right behind the stream being pushed: a
-// redrive's few packets, which the peer is waiting for, do not wait
-// behind a window of new chunks.
+// queueStreamFront queues o behind the stream being pushed and the
+// streams queued so before it, in the order they came: a redrive's few
+// packets, which the peer is waiting for, and the answer to a peer's
+// read, whose timer is running, do not wait behind a window of new
+// chunks. (In the order they came: served last first, a peer's later
+// reads overtook its earlier ones, whose timers then ran out.)
 func (c *Context) queueStreamFront(o outStream) {
+	o.ahead = true
 	c.queueStream(o)
 	q := c.rd.queue
-	if n := len(q); n > 2 {
-		copy(q[2:], q[1:n-1])
-		q[1] = o
+	i := 1
+	for i < len(q)-1 && q[i].ahead {
+		i++
+	}
+	if n := len(q); i < n-1 {
+		copy(q[i+1:], q[i:n-1])
+		q[i] = o
 	}
 }
 
@@ -998,7 +1008,7 @@ func (c *Context) redrive(op *rdmaOp, now time.Time) {
 		op.stream.Restart(tid)
 		op.probed = false
 	}
-	c.queueStreamFront(outStream{&op.stream, op})
+	c.queueStreamFront(outStream{s: &op.stream, op: op})
 	c.pushRDMA(now)
 }
 
