@@ -239,6 +239,11 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 	for _, e := range es {
 		c.cm.replicas[src].Apply(e)
 	}
+	if c.nat.dev != nil {
+		// src registered memory this rank may soon reach: have the
+		// connection toward it started (a hint; the answer waits).
+		c.nat.dev.OneSidedReady(src)
+	}
 }
 
 // cmaTransfer is Put (write) or Get by cross-memory attach. done is false

@@ -161,8 +161,8 @@ func openOneSidedJob(t *testing.T, n int) ([]*Context, *fakeAdapter) {
 }
 
 // TestOneSided: over a device with hal.OneSided, large Put and Get go by
-// its Write and Read once the connection is up (the software engine
-// before, and below the threshold), to the address and rkey the target's
+// its Write and Read once the connection is up (started when the target's
+// TPT update came; the software engine below the threshold), to the address and rkey the target's
 // TPT update carried, with exact data, the target counter told, and the
 // origin's buffer registered once; the replica refuses what the target's
 // TPT would, by its check, and an rkey the target's adapter refuses fails
@@ -226,10 +226,10 @@ func TestOneSided(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := c0.OneSidedStats()
-	// The first Put found no connection (software engine); the rest went
-	// by the adapter, the origin's two buffers registered once each.
-	if s.Writes != 2 || s.Reads != 3 || s.Fallbacks != 1 || s.Cache.Registrations != 2 || s.Cache.Hits != 3 {
-		t.Fatalf("stats %+v: want 2 writes, 3 reads, 1 fallback, 2 registrations, 3 hits", s)
+	// The TPT update started the connection, so every transfer went by
+	// the adapter, the origin's two buffers registered once each.
+	if s.Writes != 3 || s.Reads != 3 || s.Fallbacks != 0 || s.Cache.Registrations != 2 || s.Cache.Hits != 4 {
+		t.Fatalf("stats %+v: want 3 writes, 3 reads, no fallback, 2 registrations, 4 hits", s)
 	}
 
 	// Below the threshold: the software engine.
