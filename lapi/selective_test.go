@@ -168,3 +168,40 @@ func TestRDMAGoodputUnderLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestRDMAPushPolls: a rank pushing a window of RDMA (8 MiB, ~6,000
+// packets at MTU 1500) takes what its peer sent meanwhile after a slab
+// of packets, not after the whole queue: the acknowledgement of the
+// peer's message leaves among the first slabs of RDMA packets.
+func TestRDMAPushPolls(t *testing.T) {
+	const n = 8 << 20
+	j := newRDMAJobCfg(t, 2, faults.Spec{Seed: 1}, func(c *Config) { c.AckEvery = 1 }, simnet.WithMTU(1500))
+	defer j.close()
+	h := j.ctxs[0].RegisterHandler(&sink{buf: make([]byte, 64)})
+	j.ctxs[1].RegisterHandler(&sink{buf: make([]byte, 64)})
+	dst := make([]byte, n)
+	p, _ := j.ctxs[1].TPT().Register(dst, hal.AccessWrite)
+	rdmaBefore, ackAt := 0, -1
+	j.net.SetFilter(func(src, _ hal.Rank, f []byte) bool {
+		switch {
+		case src != 0:
+		case hal.FrameType(f[3]) == hal.FrameRDMAWrite:
+			rdmaBefore++
+		case hal.FrameType(f[3]) == hal.FrameData && ackAt < 0:
+			ackAt = rdmaBefore
+		}
+		return true
+	})
+	// The peer's message is at rank 0's device when its push begins.
+	if err := j.ctxs[1].Amsend(0, h, nil, []byte("ping"), SendOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	j.advance(time.Millisecond)
+	src := make([]byte, n)
+	fill(src, 5)
+	putOnce(t, j, src, dst, p)
+	t.Logf("rank 0's first frame toward rank 1 other than RDMA data left after %d of %d RDMA packets", ackAt, rdmaBefore)
+	if ackAt < 0 || ackAt > 2*rdmaHdrSlab {
+		t.Fatalf("the acknowledgement left after %d RDMA packets, want at most %d", ackAt, 2*rdmaHdrSlab)
+	}
+}
