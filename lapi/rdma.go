@@ -187,7 +187,7 @@ func (c *Context) initRDMA() {
 	r.hdrs = make([][]byte, rdmaHdrSlab)
 	slab := make([]byte, rdmaHdrSlab*slot)
 	for i := range r.hdrs {
-		r.hdrs[i] = slab[i*slot : (i+1)*slot]
+		r.hdrs[i] = slab[i*slot : (i+1)*slot : (i+1)*slot] // an append past it reallocates
 	}
 	if c.reint != nil {
 		r.eng.SetEpoch(uint32(c.reint.Epoch()))
