@@ -40,7 +40,8 @@ type nativeState struct {
 	regs  map[uint32]nativeReg // TPT entry → its registration (c.cm.mu)
 	ops   []nativeOp           // transfers in flight, by id (c.mu)
 	free  []uint32
-	n     int // transfers in flight
+	n     int      // transfers in flight, posted or queued
+	queue []uint32 // transfers the device had no room for, oldest first (c.mu)
 	done  func(id uint64, err error)
 	stats OneSidedStats
 }
@@ -57,6 +58,8 @@ type nativeOp struct {
 	reg   lazyreg.Region[hal.MR]
 	pvo   hal.PVO
 	buf   []byte
+	raddr uint64 // where at the target, and under which rkey
+	rkey  uint32
 	peer  hal.Rank
 	write bool
 	used  bool
@@ -90,7 +93,8 @@ func (r *nativeRetry) Complete(error) {
 type OneSidedStats struct {
 	Writes, Reads uint64 // Puts and Gets the adapters moved
 	Bytes         uint64
-	Fallbacks     uint64 // large Puts and Gets that went by the software engine: no connection yet, no rkey, queue full
+	Fallbacks     uint64 // large Puts and Gets that went by the software engine: no connection yet, no rkey, no registration
+	Queued        uint64 // transfers that waited for room in the device (it said hal.ErrNoResource)
 	Retries       uint64 // transfers done again by the software engine: the connection broke under them
 	Faults        uint64 // transfers the target's adapter refused
 	Cache         lazyreg.Stats
@@ -253,27 +257,65 @@ func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool
 		id = uint32(len(c.nat.ops))
 		c.nat.ops = append(c.nat.ops, nativeOp{})
 	}
-	c.nat.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, peer: tgt, write: write, used: true}
-	if write {
-		err = c.nat.dev.Write(tgt, uint64(id), buf, reg.Key, uint64(addr), e.RKey)
-	} else {
-		err = c.nat.dev.Read(tgt, uint64(id), buf, reg.Key, uint64(addr), e.RKey)
+	c.nat.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, raddr: uint64(addr), rkey: e.RKey, peer: tgt, write: write, used: true}
+	c.nat.n++
+	if len(c.nat.queue) == 0 {
+		err = c.postNative(id)
+	}
+	if len(c.nat.queue) > 0 || errors.Is(err, hal.ErrNoResource) {
+		// The device is full: the transfer waits for room, behind
+		// those already waiting, and goes as completions free some.
+		c.nat.queue = append(c.nat.queue, id)
+		c.nat.stats.Queued++
+		c.mu.Unlock()
+		return true, nil
 	}
 	if err != nil {
 		c.nat.ops[id] = nativeOp{}
 		c.nat.free = append(c.nat.free, id)
+		c.nat.n--
 		c.nat.stats.Fallbacks++
 		c.mu.Unlock()
 		_ = c.nat.cache.Release(reg)
-		if errors.Is(err, hal.ErrNoResource) || errors.Is(err, hal.ErrNotConnected) {
-			return false, nil
+		if errors.Is(err, hal.ErrNotConnected) {
+			return false, nil // the connection broke since OneSidedReady
 		}
 		return true, fmt.Errorf("lapi: RDMA at rank %d: %w", tgt, err)
 	}
-	c.nat.n++
 	c.mu.Unlock()
 	return true, nil
 }
+
+// postNative hands transfer id to the device (c.mu held).
+func (c *Context) postNative(id uint32) error {
+	op := &c.nat.ops[id]
+	if op.write {
+		return c.nat.dev.Write(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
+	}
+	return c.nat.dev.Read(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
+}
+
+// postQueued hands the device the transfers that waited for room, in
+// order, until it is full again (c.mu held). One it refuses otherwise
+// completes with that error (nativeDone: a broken connection's is done
+// again by the software engine).
+func (c *Context) postQueued() {
+	for len(c.nat.queue) > 0 {
+		id := c.nat.queue[0]
+		err := c.postNative(id)
+		if errors.Is(err, hal.ErrNoResource) {
+			return
+		}
+		c.nat.queue = c.nat.queue[:copy(c.nat.queue, c.nat.queue[1:])]
+		if err != nil {
+			c.nativeDone(uint64(id), err)
+		}
+	}
+}
+
+// nativeQueued reports whether transfers wait for room in the device
+// (c.mu held): a waiter keeps polling for it rather than sleeping.
+func (c *Context) nativeQueued() bool { return len(c.nat.queue) > 0 }
 
 // pollNative reports the transfers the device has completed (c.mu held):
 // a pass of the progress engine.
@@ -283,6 +325,9 @@ func (c *Context) pollNative() {
 	}
 	if _, err := c.nat.dev.PollOneSided(c.nat.done); err != nil && !c.closed {
 		c.closed = true // the device is gone: nothing more can progress
+	}
+	if len(c.nat.queue) > 0 {
+		c.postQueued()
 	}
 }
 

@@ -24,6 +24,7 @@ type fakeAdapter struct {
 	next    uint32
 	revoked map[uint32]bool // rkeys refused although registered: a stale key
 	flush   map[uint32]bool // rkeys whose next transfer is flushed: its connection broke
+	full    int             // how many more posts to refuse with hal.ErrNoResource
 }
 
 type fakeMR struct {
@@ -91,6 +92,10 @@ func (f *fakeOneSided) post(peer hal.Rank, id uint64, local []byte, mr hal.MR, r
 	}
 	f.ad.mu.Lock()
 	defer f.ad.mu.Unlock()
+	if f.ad.full > 0 {
+		f.ad.full--
+		return hal.ErrNoResource
+	}
 	if l, ok := f.ad.mrs[mr.LKey]; !ok || l.owner != f.rank || !mr.Contains(local) {
 		return fmt.Errorf("fake: local memory outside registration %d", mr.LKey)
 	}
@@ -273,6 +278,33 @@ func TestOneSided(t *testing.T) {
 	}
 	if s2 := c0.OneSidedStats(); s2.Retries != 2 || s2.Writes != s.Writes || s2.Reads != s.Reads {
 		t.Fatalf("stats %+v: want 2 retries and no more adapter transfers than %+v", s2, s)
+	}
+
+	// A full device: the Put and the Get behind it wait for room, in
+	// order, and go by the adapter.
+	ad.mu.Lock()
+	ad.full = 3
+	ad.mu.Unlock()
+	fill(src, 10)
+	clear(back)
+	k1, k2 := c0.NewCounter(), c0.NewCounter()
+	if err := c0.Put(1, p, src, SendOpts{Completion: k1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Get(1, p, back, SendOpts{Origin: k2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k1.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := k2.Wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem, src) || !bytes.Equal(back, src) {
+		t.Fatal("queued for room: data differs")
+	}
+	if s3 := c0.OneSidedStats(); s3.Queued != 2 || s3.Writes != s.Writes+1 || s3.Reads != s.Reads+1 || s3.Fallbacks != 0 {
+		t.Fatalf("stats %+v: want 2 queued, one more write and read by the adapter than %+v", s3, s)
 	}
 
 	// Refusals by the replica, each by its check; and by the adapter.

@@ -472,7 +472,7 @@ func (c *Context) sendsQueuedLocked() bool {
 			return true
 		}
 	}
-	return len(c.flushed) > 0 || c.rdmaPending()
+	return len(c.flushed) > 0 || c.rdmaPending() || c.nativeQueued()
 }
 
 // block waits for something to happen: a frame, another goroutine's

@@ -101,7 +101,8 @@
 // with a stale key refused and the connection rebuilt (TestOneSided); lapi
 // Put and Get over the device by hardware RDMA (TestLapiOneSided); and,
 // with -test.bench RegCache, Writes from one buffer with and without the
-// registration cache. TestVM runs
+// registration cache; TestLapiOneSidedQueue has many Puts wait in lapi for
+// room in a device with Options.RCQueue 4. TestVM runs
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
 // and the script present) and skips saying what is missing otherwise.
 //
@@ -132,8 +133,7 @@
 // deregistration: today a region's rkey is its cached registration's,
 // honoured until the cache releases it); RDMA Write with immediate data
 // for target notification (lapi sends a message after the completion);
-// a queue for Writes and Reads refused with hal.ErrNoResource (lapi takes
-// the software engine for them); hardware RDMA toward a peer reached
+// hardware RDMA toward a peer reached
 // through a route or stripe; auto picking this device; counting adapter
 // drops (the port's hw_counters).
 //
