@@ -358,8 +358,10 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 // stream sends the root's buffer as multicast frames, then the end
 // messages. It runs outside the progress lock (Multicast, or the
 // completion runner once the last receiver is ready) and holds it while
-// it talks to the device; when the device is full it makes progress
-// passes (acknowledgements, arrivals) until there is room.
+// it talks to the device, for a burst of mcastBurst frames at a time;
+// between bursts, and while the device is full, it makes progress passes
+// (acknowledgements, arrivals), so that a long stream does not hold up
+// what the rank owes its peers.
 func (st *mcastState) stream() {
 	c := st.c
 	for {
@@ -383,10 +385,13 @@ func (st *mcastState) stream() {
 			c.runCompletions()
 			return
 		}
+		full := st.queued > 0 // the device said ErrNoResource, not a burst's end
 		c.progressLocked()
 		c.mu.Unlock()
 		c.runCompletions()
-		runtime.Gosched()
+		if full {
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -408,6 +413,7 @@ func (st *mcastState) pumpLocked() (more bool, err error) {
 				return mcastFull(err)
 			}
 			st.queued = 0
+			return true, nil // a progress pass between bursts: acknowledgements, readies, reads
 		}
 		data := st.buf[st.next:min(st.next+uint64(st.seg), total)]
 		hdr := st.hdrs[st.queued]
