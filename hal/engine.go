@@ -76,8 +76,8 @@ const (
 	// asked NotifyTarget completed: Peer, RCxt, Cookie, Len.
 	EvTargetDone RDMAEventKind = iota + 1
 	// EvOriginDone: a completion arrived for a transfer this rank
-	// originated (Peer, RCxt, Key, Tid; Code non-zero if the target
-	// refused it). The driver checks it against its RCxt (Current).
+	// originated (Peer, RCxt, Key, Tid, Base; Code non-zero if the target
+	// refused it). The driver checks it against its RCxt (Completes).
 	EvOriginDone
 	// EvReadDone: every byte of a read this rank asked for (ExpectRead)
 	// has been placed: Peer, RCxt, Key, Tid.
@@ -112,7 +112,7 @@ type RDMAEvent struct {
 	Kind        RDMAEventKind
 	Peer        Rank
 	RCxt, Key   uint32
-	Tid         uint32
+	Tid, Base   uint32
 	Code        uint8
 	Cookie, Arg uint32
 	Len         uint64
@@ -269,7 +269,7 @@ func (e *RDMAEngine) Handle(peer Rank, t FrameType, payload []byte) ([]RDMAEvent
 			kind = EvMissing
 		}
 		e.ev = append(e.ev, RDMAEvent{Kind: kind, Peer: peer, RCxt: h.RCxt, Key: h.Key,
-			Tid: h.Tid, Code: h.Code, Cookie: h.Cookie, Offset: h.Offset, Data: h.Data})
+			Tid: h.Tid, Base: h.Base, Code: h.Code, Cookie: h.Cookie, Offset: h.Offset, Data: h.Data})
 	}
 	return e.ev, e.out
 }

@@ -47,6 +47,16 @@ func (r *RCxt) Redrive() uint32 {
 // context's current drive; completions of earlier drives are stale.
 func (r *RCxt) Current(key, tid uint32) bool { return r.inUse && key == r.Key && tid == r.tid }
 
+// Completes reports whether a completion carrying key, base and tid ends
+// this context's current transfer: a completion is sent only once every
+// byte is placed, so one answering an earlier drive of the same transfer
+// (its base, and its key: a context is re-keyed for each transfer) ends
+// it as well as the current drive's would. A report of missing segments
+// answers only the current drive (Current).
+func (r *RCxt) Completes(key, base, tid uint32) bool {
+	return r.inUse && key == r.Key && base == r.base && int32(tid-base) >= 0 && int32(r.tid-tid) >= 0
+}
+
 // RCxtPool is a window's pool of RDMA contexts. Not safe for concurrent
 // use: the driver's progress lock guards it.
 type RCxtPool struct {

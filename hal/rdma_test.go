@@ -440,8 +440,15 @@ func TestRCxtPool(t *testing.T) {
 	if a.Redrive() <= t1 || a.Base() != t1 || !a.Current(a.Key, a.Tid()) || a.Current(a.Key, t1) {
 		t.Fatal("tids")
 	}
+	if !a.Completes(a.Key, t1, t1) || !a.Completes(a.Key, t1, a.Tid()) || a.Completes(a.Key, t1, a.Tid()+1) ||
+		a.Completes(a.Key, t1+1, a.Tid()) || a.Completes(a.Key+1, t1, t1) {
+		t.Fatal("a completion of an earlier drive of the transfer ends it; another transfer's, or a later tid's, does not")
+	}
 	key, tid := a.Key, a.Tid()
 	p.Free(a)
+	if a.Completes(key, t1, tid) {
+		t.Fatal("a freed context completes")
+	}
 	c, _ := p.Alloc()
 	if c != a || c.Key == key || c.Begin() <= tid || c.Window != 3 || p.InUse() != 2 || b.ID == c.ID {
 		t.Fatal("reuse must keep the tid sequence and change the key")

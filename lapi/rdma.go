@@ -610,8 +610,12 @@ func (c *Context) onRDMA(h *hal.Header, payload []byte) {
 func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
 	switch ev.Kind {
 	case hal.EvOriginDone, hal.EvReadDone:
+		// A completion of an earlier drive of the transfer ends it too
+		// (every byte is placed): a probe or redrive that a late
+		// completion overtook does not have to be answered.
 		op := c.opFor(ev.RCxt)
-		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) {
+		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) &&
+			(ev.Kind != hal.EvOriginDone || !op.rc.Completes(ev.Key, ev.Base, ev.Tid)) {
 			c.rd.stats.StaleCompletions++
 			if trace.On(trace.Hot) {
 				trace.Printf(trace.Hot, "lapi %d: drop rdma completion from rank %d: stale (rcxt %d tid %d, an earlier drive's)",

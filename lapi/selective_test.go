@@ -205,3 +205,48 @@ func TestRDMAPushPolls(t *testing.T) {
 		t.Fatalf("the acknowledgement left after %d RDMA packets, want at most %d", ackAt, 2*rdmaHdrSlab)
 	}
 }
+
+// TestRDMALateCompletion: a write whose completion comes late, after its
+// timer ran out and a probe went, ends with that completion: it answers
+// an earlier drive of the same transfer, every byte of which is placed,
+// and the probe's own answer (lost here) is not waited for.
+func TestRDMALateCompletion(t *testing.T) {
+	const n = 1 << 20
+	j := newRDMAJobCfg(t, 2, faults.Spec{Seed: 1}, nil, simnet.WithMTU(1500))
+	defer j.close()
+	src, dst := make([]byte, n), make([]byte, n)
+	fill(src, 8)
+	p, _ := j.ctxs[1].TPT().Register(dst, hal.AccessWrite)
+	var late []byte
+	probed, injected := false, false
+	j.net.SetFilter(func(from, _ hal.Rank, f []byte) bool {
+		h, ok := rdmaHdrOf(f)
+		switch {
+		case !ok:
+			return true
+		case hal.FrameType(f[3]) == hal.FrameRDMAWrite && h.Tid != h.Base:
+			probed = true
+		case hal.FrameType(f[3]) == hal.FrameRDMADone && from == 1 && h.Tid == h.Base && late == nil:
+			late = append([]byte(nil), f...) // held back
+			return false
+		case hal.FrameType(f[3]) == hal.FrameRDMADone && from == 1 && h.Tid != h.Base:
+			return false // the probe's answer is lost
+		}
+		return true
+	})
+	k := j.ctxs[0].NewCounter()
+	if err := j.ctxs[0].Put(1, p, src, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	j.run(time.Minute, func() {
+		if probed && late != nil && !injected {
+			injected = true
+			j.net.Inject(1, 0, late)
+		}
+	}, func() bool { return k.Value() >= 1 })
+	st := j.ctxs[0].RDMAStats()
+	if !bytes.Equal(dst, src) || st.Probes != 1 || st.Redrives != 1 || st.StaleCompletions != 0 {
+		t.Fatalf("data equal %v; probes %d, redrives %d, stale completions %d: want 1, 1, 0",
+			bytes.Equal(dst, src), st.Probes, st.Redrives, st.StaleCompletions)
+	}
+}
