@@ -100,6 +100,12 @@ type OneSidedStats struct {
 	Cache         lazyreg.Stats
 }
 
+// OneSided reports whether large Puts and Gets go by hardware RDMA (a
+// hal.OneSided device): the adapters move them, so a layer above that
+// splits a copy between the two ends' processors has no reason to, and
+// an RDMA Read may be slower than a Write (soft-RoCE's is a quarter).
+func (c *Context) OneSided() bool { return c.nat.dev != nil }
+
 // nativeSingleCopy is the default SingleCopyThreshold over a OneSided
 // device: below it the software engine's few packets cost less than a
 // registration lookup and a completion.

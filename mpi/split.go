@@ -20,6 +20,12 @@ import (
 // process_vm_readv does. The receive completes when
 // both parts are in, and its FIN releases the sender as before.
 //
+// Over hardware RDMA (lapi.Context.OneSided) there is no copy to share:
+// the adapters move the data, and a Read may be much slower than a Write
+// (soft-RoCE's runs at a quarter of it). There every rendezvous is a write
+// rendezvous instead: the CTS offers the whole buffer (split 0), the
+// receiver reads nothing, and the sender writes it all.
+//
 //	CTS    receiver → sender   sreq u32, rreq u32, split u64, end u64, pvo (hal.PVOLen)
 //	PUTFIN sender → receiver   rreq u32, sreq u32, failed u8
 
@@ -56,17 +62,21 @@ func (w *World) splits(n, from int) bool {
 }
 
 // startSplit starts a split rendezvous receive of n bytes (w.mu not
-// held): the upper part is offered to the sender, the lower part read.
+// held): the upper part is offered to the sender, the lower part read
+// (in a write rendezvous, all of it is offered and nothing read).
 func (w *World) startSplit(r *request, n int) {
 	a := r.rts
-	half := n / 2 &^ 4095 // the parts meet on a page boundary
+	half, parts := n/2&^4095, 2 // the parts meet on a page boundary
+	if w.writeRendezvous {
+		half, parts = 0, 1
+	}
 	pvo, err := w.lc.TPT().Register(r.buf[half:n], hal.AccessWrite)
 	if err != nil {
 		w.failGet(r, err)
 		return
 	}
 	w.mu.Lock()
-	r.pvo, r.sp, r.peer = pvo, &splitState{parts: 2}, int(a.from)
+	r.pvo, r.sp, r.peer = pvo, &splitState{parts: parts}, int(a.from)
 	w.reqs.add(r)
 	w.mu.Unlock()
 	var cts [ctsLen]byte
@@ -82,6 +92,9 @@ func (w *World) startSplit(r *request, n int) {
 		r.sp.parts = 1 // the sender will write nothing, and nothing is read
 		w.mu.Unlock()
 		r.Complete(fmt.Errorf("mpi: rendezvous receive from rank %d: %w", a.env.src, err))
+		return
+	}
+	if half == 0 {
 		return
 	}
 	if err := w.lc.Get(a.from, a.env.pvo, r.buf[:half], lapi.SendOpts{Notify: r}); err != nil {

@@ -124,3 +124,66 @@ func TestThresholds(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteRendezvous: with writeRendezvous (what Init sets over hardware
+// RDMA) every rendezvous offers the receiver's whole buffer and the sender
+// writes it all: messages from just above the eager limit to a few MiB,
+// and one truncated, land exactly as before, and the receiver reads
+// nothing from the sender (no Get of its own), over the in-process device
+// (one copy) and UDP (the software RDMA engine).
+func TestWriteRendezvous(t *testing.T) {
+	for _, dev := range []string{"inproc", "udp"} {
+		t.Run(dev, func(t *testing.T) {
+			var worlds []*World
+			if dev == "udp" {
+				worlds = udpWorlds(t, 2)
+			} else {
+				worlds = devWorlds(t, dev, 2)
+			}
+			for _, w := range worlds {
+				w.writeRendezvous, w.splitMin = true, w.eagerLimit+1
+			}
+			sizes := []int{worlds[0].eagerLimit + 1, 200<<10 + 3, 3<<20 + 12345}
+			err := runWorlds(worlds, func(c *Comm) error {
+				for _, n := range sizes {
+					msg := make([]byte, n)
+					for i := range msg {
+						msg[i] = byte(i*7 + n)
+					}
+					if c.Rank() == 0 {
+						if err := Send(c, msg, 1, 5); err != nil {
+							return err
+						}
+						continue
+					}
+					got := make([]byte, n)
+					if _, err := Recv(c, got, 0, 5); err != nil {
+						return err
+					}
+					if !bytes.Equal(got, msg) {
+						return fmt.Errorf("%d bytes: the message arrived changed", n)
+					}
+				}
+				// Truncated: what fits lands, and the receive says so.
+				if c.Rank() == 0 {
+					return Send(c, make([]byte, 1<<20), 1, 6)
+				}
+				short := make([]byte, 300<<10)
+				if _, err := Recv(c, short, 0, 6); !errors.Is(err, ErrTruncate) {
+					return fmt.Errorf("1 MiB into 300 KiB: %v, want ErrTruncate", err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recv, send := worlds[1].lc.RDMAStats(), worlds[0].lc.RDMAStats()
+			if reads := recv.Reads + recv.CMAReads; reads != 0 {
+				t.Errorf("the receiver read %d times from the sender, want 0: a write rendezvous reads nothing", reads)
+			}
+			if writes := send.Writes + send.CMAWrites; writes < uint64(len(sizes)) {
+				t.Errorf("the sender wrote %d times, want at least %d", writes, len(sizes))
+			}
+		})
+	}
+}

@@ -45,6 +45,7 @@ type World struct {
 	far                []bool
 	eagerFar, splitFar int
 	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
+	writeRendezvous    bool // a split rendezvous offers the whole buffer to the sender (hardware RDMA; split.go)
 	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
 	bcastRDMAMin       int  // Bcast bytes from which broadcast RDMA carries it; 0: never
@@ -144,6 +145,12 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	if sc := lc.SingleCopy(); sc > 0 {
 		// Split where each part is one copy: two cores copying at once.
 		w.splitMin = max(2*sc, splitNode)
+	}
+	if lc.OneSided() {
+		// Every rendezvous the hardware moves is written by the sender
+		// (split.go).
+		w.writeRendezvous = true
+		w.splitMin = w.eagerLimit + 1
 	}
 	w.splitMin = orDefault(opts.Split, w.splitMin)
 	w.accumulateMin = orDefault(opts.Accumulate, w.accumulateMin)
