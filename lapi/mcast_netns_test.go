@@ -1,6 +1,6 @@
 //go:build linux
 
-package lapi
+package lapi_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/transport/udp"
 	"golang.org/x/sys/unix"
 )
@@ -91,6 +92,9 @@ func openIn(t *testing.T, ns string, cfg hal.Config, o udp.Options) *udp.Device 
 	return d
 }
 
+// It is an external test package: the layering test (deps_test.go) keeps
+// x/sys/unix, which entering a namespace needs, out of lapi's own files.
+
 // TestNetnsMulticast: lapi's Multicast over UDP devices in two namespace
 // hosts on a bridge, two ranks each, with nftables dropping 5% of the UDP
 // datagrams that arrive at host b (multicast and lapi's own alike). Each
@@ -123,14 +127,14 @@ func TestNetnsMulticast(t *testing.T) {
 			t.Logf("group %v", g)
 		}
 	}
-	ctxs := make([]*Context, n)
+	ctxs := make([]*lapi.Context, n)
 	for r, d := range devs {
 		for p, q := range devs {
 			if err := d.Connect(hal.Rank(p), q.Addr()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c, err := Open(Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key})
+		c, err := lapi.Open(lapi.Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,13 +164,15 @@ func TestNetnsMulticast(t *testing.T) {
 			for i, size := range sizes {
 				for root := range n {
 					want := make([]byte, size)
-					fill(want, uint64(100*i+root))
+					for k := range want {
+						want[k] = byte(k*7 + 100*i + root)
+					}
 					buf := make([]byte, size)
 					if r == root {
 						copy(buf, want)
 					}
 					id := uint64(i*n + root + 1)
-					if err := c.Multicast(group, root, id, buf, McastOpts{Done: done}); err != nil {
+					if err := c.Multicast(group, root, id, buf, lapi.McastOpts{Done: done}); err != nil {
 						errs[r] = err
 						return
 					}
