@@ -59,10 +59,13 @@ func (c *Comm) bcastRDMA(n int) bool {
 
 // bcastMcast reports whether a Bcast of n bytes goes by multicast: the
 // sizes broadcast RDMA takes, where the job's devices broadcast (then
-// ahead of the hierarchy of hosts, which the link makes moot).
+// ahead of the hierarchy of hosts, which the link makes moot), on a
+// communicator of every rank of the job: the group is the job's, and the
+// ranks outside a smaller communicator would each receive the stream
+// only to drop it.
 func (c *Comm) bcastMcast(n int) bool {
 	w := c.w
-	return w.bcastRDMAMin > 0 && n >= w.bcastRDMAMin && c.size > 2 && w.lc.CanMulticast()
+	return w.bcastRDMAMin > 0 && n >= w.bcastRDMAMin && c.size > 2 && c.size == w.size && w.lc.CanMulticast()
 }
 
 // bcastTree broadcasts b from root by lapi.Broadcast down a binomial
