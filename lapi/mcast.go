@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Multicast RDMA (the IBM seed's): broadcast over a device that sends one
@@ -28,8 +30,9 @@ import (
 //     it has ended (an active message with the PVO of the root's buffer,
 //     registered for reading while the broadcast lasts).
 //  4. Each receiver reads with Get, over lapi's reliable RDMA, every
-//     range no frame of the stream filled (a receiver that lost nothing
-//     reads nothing), then tells the root it is done.
+//     range no frame of the stream filled, then tells the root it is
+//     done; a receiver that has every frame before the end message is
+//     done at once, and ignores the message.
 //  5. The root is done when every receiver is.
 //
 // A receiver stops placing frames at the end message: from then on its
@@ -171,6 +174,9 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 		}
 		st.registered = true
 	}
+	if trace.On(trace.Internal) {
+		st.start = time.Now()
+	}
 	t := c.mcastTable()
 	c.mu.Lock()
 	switch {
@@ -252,8 +258,9 @@ type mcastState struct {
 	pvo        hal.PVO
 	registered bool
 	err        error
-	over       bool // forgotten by the table
-	finished   bool // counters told
+	start      time.Time // when this member called, for the trace
+	over       bool      // forgotten by the table
+	finished   bool      // counters told
 
 	// The root's.
 	kids      map[hal.Rank]*mcastKid
@@ -343,7 +350,10 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 			return
 		}
 		c.mcastTable().stats.Bad++
-	case m.kind == mcastEnd && !st.isRoot && m.from == st.root && !st.endHeard:
+	case m.kind == mcastEnd && !st.isRoot && m.from == st.root:
+		if st.endHeard {
+			return // every frame came before it, and the receiver went on
+		}
 		st.endHeard = true // frames still placed until ended has drained the device
 		st.pvo, st.seg = m.pvo, m.seg
 		c.awaited(st.root, st.end)
@@ -364,6 +374,9 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 // what the rank owes its peers.
 func (st *mcastState) stream() {
 	c := st.c
+	if trace.On(trace.Internal) {
+		st.trace("every receiver ready, streaming %d bytes", len(st.buf))
+	}
 	for {
 		c.mu.Lock()
 		if st.err != nil || st.over || c.closed {
@@ -379,6 +392,9 @@ func (st *mcastState) stream() {
 			return
 		}
 		if !more {
+			if trace.On(trace.Internal) {
+				st.trace("stream sent (%d frames so far from this rank), end messages go", c.mcastTable().stats.FramesSent)
+			}
 			st.sendEndsLocked()
 			st.progressLocked()
 			c.mu.Unlock()
@@ -511,6 +527,9 @@ func (st *mcastState) ended(err error) {
 		return
 	}
 	t := c.mcastTable()
+	if trace.On(trace.Internal) {
+		st.trace("end message from rank %d", st.root)
+	}
 	type span struct{ off, end uint64 }
 	var gets []span
 	st.rx.missing(uint64(len(st.buf)), st.seg, func(off, end uint64) {
@@ -524,6 +543,9 @@ func (st *mcastState) ended(err error) {
 		c.mu.Unlock()
 		c.runCompletions()
 		return
+	}
+	if trace.On(trace.Internal) {
+		st.trace("reading %d lost ranges from rank %d", len(gets), st.root)
 	}
 	st.repairs = c.spareCounter()
 	st.arm(st.repairs, int64(len(gets)), st.repaired)
@@ -611,9 +633,22 @@ func (st *mcastState) progressLocked() {
 	default:
 		return
 	}
+	if trace.On(trace.Internal) {
+		st.trace("done")
+	}
 	c.note(st.o.Notify, nil)
 	st.forget()
 	c.wakeLocked()
+}
+
+// trace reports a step of this member's part (level 3, trace.Internal),
+// with the time since it called.
+func (st *mcastState) trace(format string, args ...any) {
+	var since time.Duration
+	if !st.start.IsZero() {
+		since = time.Since(st.start)
+	}
+	trace.Printf(trace.Internal, "lapi %d: multicast %#x (root %d) +%v: %s", st.c.rank, st.id, st.root, since, fmt.Sprintf(format, args...))
 }
 
 // forget drops the broadcast from the table, so that its frames are no
@@ -668,6 +703,14 @@ func (c *Context) onMcast(src hal.Rank, payload []byte) {
 	default:
 		copy(st.buf[h.Offset:], data)
 		t.stats.Placed++
+		if st.rx.got == frames(h.Total, h.Seg) {
+			// Every frame is here: nothing to read, so the receiver
+			// need not wait for the end message (ended runs as if it
+			// had come; the message is ignored when it does).
+			st.endHeard, st.seg = true, h.Seg
+			c.awaited(st.root, st.end)
+			st.end.incr()
+		}
 	}
 }
 
@@ -675,6 +718,7 @@ func (c *Context) onMcast(src hal.Rank, payload []byte) {
 type mcastMap struct {
 	seg  uint32 // the stream's frame size, from its first frame; 0 before
 	have []uint64
+	got  uint64 // frames marked
 }
 
 // mark records frame off of a broadcast of total bytes in frames of seg
@@ -690,6 +734,7 @@ func (m *mcastMap) mark(total uint64, seg uint32, off uint64) bool {
 		return false
 	}
 	m.have[i/64] |= 1 << (i % 64)
+	m.got++
 	return true
 }
 
@@ -767,6 +812,8 @@ func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
 	switch {
 	case st == nil && m.kind == mcastReady:
 		t.early[m.id] = append(t.early[m.id], *m) // the root has not called yet
+	case st == nil && m.kind == mcastEnd:
+		// A receiver that had every frame ended without it.
 	case st == nil:
 		t.stats.Bad++ // a part that failed and ended
 	case st.err == nil:
