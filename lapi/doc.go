@@ -31,12 +31,18 @@
 // arrives, or its timer runs out.
 //
 // Broadcast (bcast.go) places one rank's buffer into the buffers of a
-// group of ranks: no device has hardware broadcast, so it is a chain or
-// binomial tree of RDMA Puts (or, with Pull, Gets) in pipelined chunks,
+// group of ranks as a chain or binomial tree of RDMA Puts (or, with Pull, Gets) in pipelined chunks,
 // each receiver forwarding a chunk to its children by conditional RDMA
 // (PutWhen, GetWhen) as soon as it has landed, with the redrive of every
 // RDMA transfer; counters tell each member when its buffer is filled and
-// free, and the root when every member has the data.
+// free, and the root when every member has the data. Multicast
+// (mcast.go) does it over a device that can send one frame to every peer
+// (hal.Broadcaster: UDP's IP multicast group): the root streams its
+// buffer once, and each receiver Gets from it what the stream lost.
+//
+// Over a device that does RDMA in hardware (native.go: hal.OneSided, the
+// verbs device's RC queue pairs) Put and Get of 64 KiB or more are one
+// RDMA Write or Read, on memory registered through lazyreg.
 //
 // Where the device can copy straight into a peer's memory (cma.go:
 // cross-memory attach on shm, checked against a replica of the peer's TPT
