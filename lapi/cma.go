@@ -246,6 +246,32 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 	}
 }
 
+// lockForTransfer is what a one-copy transfer (cross-memory attach, or
+// hardware RDMA) checks first toward tgt: the access it needs, and
+// whether the context is closed or the peer failed. It takes c.mu and
+// holds it on return when the error is nil.
+func (c *Context) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error) {
+	acc := hal.AccessRead
+	if write {
+		acc = hal.AccessWrite
+	}
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return acc, ErrClosed
+	case c.peerErr[tgt] != nil:
+		err := c.peerErr[tgt]
+		c.mu.Unlock()
+		return acc, err
+	}
+	if err := c.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return acc, err
+	}
+	return acc, nil
+}
+
 // cmaTransfer is Put (write) or Get by cross-memory attach. done is false
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
@@ -257,21 +283,8 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 		c.cm.to != nil && !c.cm.to[tgt] {
 		return false, nil
 	}
-	acc := hal.AccessRead
-	if write {
-		acc = hal.AccessWrite
-	}
-	c.mu.Lock()
-	switch {
-	case c.closed:
-		c.mu.Unlock()
-		return true, ErrClosed
-	case c.peerErr[tgt] != nil:
-		c.mu.Unlock()
-		return true, c.peerErr[tgt]
-	}
-	if err := c.rdmaCheck(tgt); err != nil {
-		c.mu.Unlock()
+	acc, err := c.lockForTransfer(tgt, write)
+	if err != nil {
 		return true, err
 	}
 	var cerr error

@@ -207,21 +207,8 @@ func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool
 	if tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold {
 		return false, nil
 	}
-	acc := hal.AccessRead
-	if write {
-		acc = hal.AccessWrite
-	}
-	c.mu.Lock()
-	switch {
-	case c.closed:
-		c.mu.Unlock()
-		return true, ErrClosed
-	case c.peerErr[tgt] != nil:
-		c.mu.Unlock()
-		return true, c.peerErr[tgt]
-	}
-	if err := c.rdmaCheck(tgt); err != nil {
-		c.mu.Unlock()
+	acc, err := c.lockForTransfer(tgt, write)
+	if err != nil {
 		return true, err
 	}
 	e, ok := c.cm.replicas[tgt].Entry(p)
