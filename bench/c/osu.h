@@ -233,6 +233,34 @@ static inline void osu_p2p_row(long size, double v)
 	fflush(stdout);
 }
 
+/* osu_coll_header prints a collective test's title and OSU's columns
+ * (average, fastest and slowest rank, iterations), at rank 0. */
+static inline void osu_coll_header(int rank, const char *test)
+{
+	if (rank != 0)
+		return;
+	osu_title(test);
+	printf("%-*s%*s%*s%*s%*s\n", 10, "# Size", FIELD_WIDTH, "Avg Latency(us)", FIELD_WIDTH,
+	       "Min Latency(us)", FIELD_WIDTH, "Max Latency(us)", 12, "Iterations");
+	fflush(stdout);
+}
+
+/* osu_coll_row gathers every rank's mean per-call time mine (us) and
+ * prints, at rank 0, the average over ranks, the fastest and the slowest;
+ * every rank calls it. */
+static inline void osu_coll_row(int rank, int nranks, long size, double mine, int iters)
+{
+	double lo, hi, sum;
+	MPI_Reduce(&mine, &lo, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+	MPI_Reduce(&mine, &hi, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+	MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+	if (rank == 0) {
+		printf("%-*ld%*.*f%*.*f%*.*f%*d\n", 10, size, FIELD_WIDTH, osu_decimals, sum / nranks,
+		       FIELD_WIDTH, osu_decimals, lo, FIELD_WIDTH, osu_decimals, hi, 12, iters);
+		fflush(stdout);
+	}
+}
+
 /* osu_init starts MPI and reads the command line. On a bad command line,
  * or fewer than min_ranks ranks, rank 0 says why and every rank finalizes
  * and exits 2. Returns this process's rank. */
