@@ -104,6 +104,43 @@ func (e *BcastLengthError) Error() string {
 // Unwrap makes errors.Is(err, ErrBcast) true.
 func (e *BcastLengthError) Unwrap() error { return ErrBcast }
 
+// groupIndex checks the group and root of a collective (op in errors):
+// ranks of this job, none twice, this rank among them, root an index of
+// group. It returns this rank's index in group.
+func (c *Context) groupIndex(op string, group []hal.Rank, root int) (int, error) {
+	me := -1
+	seen := make([]bool, c.cfg.Size)
+	for i, r := range group {
+		switch {
+		case int(r) >= c.cfg.Size:
+			return -1, fmt.Errorf("lapi: %s to rank %d of %d: %w", op, r, c.cfg.Size, ErrBadRank)
+		case seen[r]:
+			return -1, fmt.Errorf("lapi: %s: rank %d twice in the group: %w", op, r, ErrBcast)
+		case r == c.rank:
+			me = i
+		}
+		seen[r] = true
+	}
+	switch {
+	case me < 0:
+		return -1, fmt.Errorf("lapi: %s: rank %d is not in the group: %w", op, c.rank, ErrBcast)
+	case root < 0 || root >= len(group):
+		return -1, fmt.Errorf("lapi: %s: root %d of a group of %d: %w", op, root, len(group), ErrBcast)
+	}
+	return me, nil
+}
+
+// ownCounters checks that each counter given to a collective (op in
+// errors) is nil or this context's.
+func (c *Context) ownCounters(op string, ks ...*Counter) error {
+	for _, k := range ks {
+		if k != nil && k.c != c {
+			return fmt.Errorf("lapi: %s: a counter is not this context's: %w", op, ErrBcast)
+		}
+	}
+	return nil
+}
+
 // Broadcast places the bytes of buf at group[root] into buf at every
 // other member of group (ranks of this context's job, this rank among
 // them). Every member calls it, with the same group, root, id, length of
@@ -113,18 +150,9 @@ func (e *BcastLengthError) Unwrap() error { return ErrBcast }
 // done, or fail with the reason (a member failed, a protection check). buf
 // must not be touched until o.Done fires.
 func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o BcastOpts) error {
-	me := -1
-	seen := make([]bool, c.cfg.Size)
-	for i, r := range group {
-		switch {
-		case int(r) >= c.cfg.Size:
-			return fmt.Errorf("lapi: broadcast to rank %d of %d: %w", r, c.cfg.Size, ErrBadRank)
-		case seen[r]:
-			return fmt.Errorf("lapi: broadcast: rank %d twice in the group: %w", r, ErrBcast)
-		case r == c.rank:
-			me = i
-		}
-		seen[r] = true
+	me, err := c.groupIndex("broadcast", group, root)
+	if err != nil {
+		return err
 	}
 	if o.Chunk == 0 {
 		o.Chunk = DefaultBcastChunk
@@ -133,10 +161,6 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 		o.Window = 2
 	}
 	switch {
-	case me < 0:
-		return fmt.Errorf("lapi: broadcast: rank %d is not in the group: %w", c.rank, ErrBcast)
-	case root < 0 || root >= len(group):
-		return fmt.Errorf("lapi: broadcast: root %d of a group of %d: %w", root, len(group), ErrBcast)
 	case o.Chunk < 0 || o.Chunk > rdmaChunk:
 		return fmt.Errorf("lapi: broadcast: chunk of %d bytes (at most %d): %w", o.Chunk, rdmaChunk, ErrBcast)
 	case o.Chunk > 0 && len(buf)/o.Chunk >= maxBcastChunks:
@@ -144,10 +168,8 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	case o.Tree > BcastBinomial:
 		return fmt.Errorf("lapi: broadcast: tree %d: %w", o.Tree, ErrBcast)
 	}
-	for _, k := range []*Counter{o.Landed, o.Done, o.All} {
-		if k != nil && k.c != c {
-			return fmt.Errorf("lapi: broadcast: a counter is not this context's: %w", ErrBcast)
-		}
+	if err := c.ownCounters("broadcast", o.Landed, o.Done, o.All); err != nil {
+		return err
 	}
 	p := len(group)
 	vr := (me - root + p) % p

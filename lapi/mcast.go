@@ -141,29 +141,12 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if !ok {
 		return fmt.Errorf("lapi: multicast: the device cannot send to every peer at once: %w", ErrBcast)
 	}
-	me := -1
-	seen := make([]bool, c.cfg.Size)
-	for i, r := range group {
-		switch {
-		case int(r) >= c.cfg.Size:
-			return fmt.Errorf("lapi: multicast to rank %d of %d: %w", r, c.cfg.Size, ErrBadRank)
-		case seen[r]:
-			return fmt.Errorf("lapi: multicast: rank %d twice in the group: %w", r, ErrBcast)
-		case r == c.rank:
-			me = i
-		}
-		seen[r] = true
+	me, err := c.groupIndex("multicast", group, root)
+	if err != nil {
+		return err
 	}
-	switch {
-	case me < 0:
-		return fmt.Errorf("lapi: multicast: rank %d is not in the group: %w", c.rank, ErrBcast)
-	case root < 0 || root >= len(group):
-		return fmt.Errorf("lapi: multicast: root %d of a group of %d: %w", root, len(group), ErrBcast)
-	}
-	for _, k := range []*Counter{o.Landed, o.Done, o.All} {
-		if k != nil && k.c != c {
-			return fmt.Errorf("lapi: multicast: a counter is not this context's: %w", ErrBcast)
-		}
+	if err := c.ownCounters("multicast", o.Landed, o.Done, o.All); err != nil {
+		return err
 	}
 	st := &mcastState{c: c, b: b, id: id, group: group, root: group[root], isRoot: me == root, buf: buf, o: o,
 		seg: uint32(min(c.dev.Caps().MTU, hal.MaxPayload) - hal.McastHdrLen)}
