@@ -91,16 +91,24 @@ func (c *Context) initCMA() {
 			c.cm.to[p] = ok && m.CMA()
 		}
 	}
-	c.cm.dev, c.cm.keep = cm, true
-	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
-	c.cm.sentTo = make([]uint64, c.cfg.Size)
-	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
+	c.cm.dev = cm
+	c.keepReplicas()
 	c.tpt.Watch(func(e hal.TPTEntry) {
 		c.cm.mu.Lock()
 		c.cm.out = append(c.cm.out, e)
 		c.cm.pending.Store(true)
 		c.cm.mu.Unlock()
 	})
+}
+
+// keepReplicas has the context keep a replica of each peer's TPT and send
+// the peers the changes to its own (cross-memory attach, or hardware RDMA:
+// initNative); the caller watches the TPT for them.
+func (c *Context) keepReplicas() {
+	c.cm.keep = true
+	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
+	c.cm.sentTo = make([]uint64, c.cfg.Size)
+	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
 }
 
 // takeTPTChanges moves what the watcher saw into the log (c.mu held) and

@@ -132,10 +132,7 @@ func (c *Context) initNative() bool {
 	c.nat.dev, c.nat.cache = os, cache
 	c.nat.regs = make(map[uint32]nativeReg)
 	c.nat.done = c.nativeDone
-	c.cm.keep = true
-	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
-	c.cm.sentTo = make([]uint64, c.cfg.Size)
-	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
+	c.keepReplicas()
 	c.tpt.Watch(func(e hal.TPTEntry) {
 		if e.Key != 0 {
 			e.RKey = c.registerEntry(e)
