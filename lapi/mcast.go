@@ -181,7 +181,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 				k := &mcastKid{done: c.spareCounter()}
 				st.kids[r] = k
 				c.await(r, k.done) // a receiver that fails fails the broadcast
-				st.arm(k.done, 1, st.kidDone(r))
+				st.arm(k.done, 1, st.kidDone)
 			}
 		}
 		for _, m := range t.early[id] {
@@ -471,19 +471,17 @@ func (st *mcastState) sendEndsLocked() {
 }
 
 // kidDone is the trigger of a receiver's done message at the root.
-func (st *mcastState) kidDone(r hal.Rank) func(error) {
-	return func(err error) {
-		c := st.c
-		c.mu.Lock()
-		if err != nil {
-			st.failLocked(err)
-		} else {
-			st.dones++
-		}
-		st.progressLocked()
-		c.mu.Unlock()
-		c.runCompletions()
+func (st *mcastState) kidDone(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	} else {
+		st.dones++
 	}
+	st.progressLocked()
+	c.mu.Unlock()
+	c.runCompletions()
 }
 
 // ended is the trigger of the end message at a receiver: it reads what
