@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,15 +79,7 @@ func serve(c *lapi.Context) (stop func()) {
 // target counter hears of each Put, repeated transfers from one buffer
 // hit the registration cache, and a deregistered region is refused.
 func TestLapiOneSided(t *testing.T) {
-	names := strings.Fields(os.Getenv("RXE_DEVS"))
-	if len(names) == 0 {
-		t.Skip("no RDMA devices named in RXE_DEVS: run this test binary inside the rxe VM (transport/verbs/vmtest.sh)")
-	}
-	cases := [][2]string{{names[0], names[0]}}
-	if len(names) > 1 {
-		cases = append(cases, [2]string{names[0], names[1]})
-	}
-	for _, c := range cases {
+	for _, c := range verbs.RxePairs(t) {
 		t.Run(c[0]+"-"+c[1], func(t *testing.T) { testLapiOneSided(t, c[0], c[1]) })
 	}
 }
@@ -182,10 +172,7 @@ func testLapiOneSided(t *testing.T, dev0, dev1 string) {
 // device (Options.RCQueue 4), many Puts at once wait for room in lapi
 // and all land, exact, by the adapter.
 func TestLapiOneSidedQueue(t *testing.T) {
-	names := strings.Fields(os.Getenv("RXE_DEVS"))
-	if len(names) == 0 {
-		t.Skip("no RDMA devices named in RXE_DEVS: run this test binary inside the rxe VM (transport/verbs/vmtest.sh)")
-	}
+	names := verbs.RxeDevs(t)
 	c0, c1 := lapiPair(t, names[0], names[len(names)-1], verbs.Options{RCQueue: 4})
 	stop := serve(c1)
 	defer stop()

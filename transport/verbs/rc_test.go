@@ -103,12 +103,7 @@ func register(t *testing.T, d *Device, mem []byte) hal.MR {
 // deregistered fails with hal.ErrRemoteAccess, writes nothing, and the
 // connection is rebuilt for the next one.
 func TestOneSided(t *testing.T) {
-	names := rxeDevs(t)
-	cases := [][2]string{{names[0], names[0]}}
-	if len(names) > 1 {
-		cases = append(cases, [2]string{names[0], names[1]})
-	}
-	for _, c := range cases {
+	for _, c := range rxePairs(t) {
 		t.Run(c[0]+"-"+c[1], func(t *testing.T) { testOneSided(t, c[0], c[1]) })
 	}
 }

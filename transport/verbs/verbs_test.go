@@ -26,6 +26,19 @@ func rxeDevs(t testing.TB) []string {
 	return devs
 }
 
+// rxePairs are the device pairs a two-rank test runs on: one device
+// (rxe's loopback), and the first two across the wire when RXE_DEVS names
+// two.
+func rxePairs(t testing.TB) [][2]string {
+	t.Helper()
+	names := rxeDevs(t)
+	pairs := [][2]string{{names[0], names[0]}}
+	if len(names) > 1 {
+		pairs = append(pairs, [2]string{names[0], names[1]})
+	}
+	return pairs
+}
+
 func openRank(t testing.TB, rank hal.Rank, size int, opts Options) *Device {
 	t.Helper()
 	d, err := Open(hal.Config{JobKey: testJobKey, Rank: rank, Size: size}, opts)
