@@ -213,10 +213,13 @@ func BenchmarkSendRecvCPU(b *testing.B) {
 }
 
 // devWorlds opens n worlds in this process over the named device,
-// "inproc" or "shm" (inprocWorlds, shmWorlds).
+// "inproc", "shm" or "udp" (inprocWorlds, shmWorlds, udpWorlds).
 func devWorlds(tb testing.TB, dev string, n int) []*World {
-	if dev == "shm" {
+	switch dev {
+	case "shm":
 		return shmWorlds(tb, n)
+	case "udp":
+		return udpWorlds(tb, n)
 	}
 	return inprocWorlds(tb, n)
 }

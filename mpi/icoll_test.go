@@ -379,12 +379,7 @@ func TestIcollDevices(t *testing.T) {
 	for _, dev := range []string{"shm", "udp"} {
 		t.Run(dev, func(t *testing.T) {
 			const n = 3
-			var worlds []*World
-			if dev == "udp" {
-				worlds = udpWorlds(t, n)
-			} else {
-				worlds = shmWorlds(t, n)
-			}
+			worlds := devWorlds(t, dev, n)
 			err := runWorlds(worlds, func(c *Comm) error {
 				for _, count := range []int{1, 77, 3001} {
 					if err := icollCase(c, count); err != nil {

@@ -134,12 +134,7 @@ func TestThresholds(t *testing.T) {
 func TestWriteRendezvous(t *testing.T) {
 	for _, dev := range []string{"inproc", "udp"} {
 		t.Run(dev, func(t *testing.T) {
-			var worlds []*World
-			if dev == "udp" {
-				worlds = udpWorlds(t, 2)
-			} else {
-				worlds = devWorlds(t, dev, 2)
-			}
+			worlds := devWorlds(t, dev, 2)
 			for _, w := range worlds {
 				w.writeRendezvous, w.splitMin = true, w.eagerLimit+1
 			}

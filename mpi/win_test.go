@@ -723,12 +723,7 @@ func TestWinDevices(t *testing.T) {
 	for _, dev := range []string{"shm", "udp"} {
 		t.Run(dev, func(t *testing.T) {
 			const n = 3
-			var worlds []*World
-			if dev == "udp" {
-				worlds = udpWorlds(t, n)
-			} else {
-				worlds = shmWorlds(t, n)
-			}
+			worlds := devWorlds(t, dev, n)
 			var (
 				mu       sync.Mutex
 				idleDone = make(chan struct{})
