@@ -40,6 +40,12 @@ type mcastSocket struct {
 	off       error // why multicast is off, if it was asked for
 }
 
+// sockStep is one named step of setting up a socket.
+type sockStep struct {
+	name string
+	do   func() error
+}
+
 // openGroup joins o.Multicast on the interface that owns ep for a device
 // whose socket is fd, and returns the receiving socket. An error means
 // multicast does not work here; the device then opens without it.
@@ -61,15 +67,12 @@ func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
 	mreq := &unix.IPMreqn{Multiaddr: g.Addr().As4(), Address: ep.addr.As4(), Ifindex: int32(ifi.Index)}
 	// The sending side: the device's own socket sends to the group out
 	// of the bind interface, to this link only, and to this host too.
-	for _, opt := range []struct {
-		name string
-		set  func() error
-	}{
+	for _, opt := range []sockStep{
 		{"IP_MULTICAST_IF", func() error { return unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, mreq) }},
 		{"IP_MULTICAST_TTL", func() error { return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, 1) }},
 		{"IP_MULTICAST_LOOP", func() error { return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 1) }},
 	} {
-		if err := opt.set(); err != nil {
+		if err := opt.do(); err != nil {
 			return -1, fmt.Errorf("%s: %w", opt.name, err)
 		}
 	}
@@ -77,10 +80,7 @@ func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("socket: %w", err)
 	}
-	steps := []struct {
-		name string
-		do   func() error
-	}{
+	steps := []sockStep{
 		{"SO_REUSEADDR", func() error { return unix.SetsockoptInt(mfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) }},
 		{"SO_RXQ_OVFL", func() error { return unix.SetsockoptInt(mfd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1) }},
 		{"IP_MULTICAST_ALL", func() error { return unix.SetsockoptInt(mfd, unix.IPPROTO_IP, unix.IP_MULTICAST_ALL, 0) }},
@@ -88,10 +88,7 @@ func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
 		{"IP_ADD_MEMBERSHIP", func() error { return unix.SetsockoptIPMreqn(mfd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq) }},
 	}
 	if o.GSO {
-		steps = append(steps, struct {
-			name string
-			do   func() error
-		}{"UDP_GRO", func() error { return unix.SetsockoptInt(mfd, unix.SOL_UDP, unix.UDP_GRO, 1) }})
+		steps = append(steps, sockStep{"UDP_GRO", func() error { return unix.SetsockoptInt(mfd, unix.SOL_UDP, unix.UDP_GRO, 1) }})
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
