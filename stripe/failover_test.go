@@ -13,54 +13,33 @@ import (
 // Timings of the failure tests, in the fabric's virtual time.
 var testOpts = Options{Silence: 20 * time.Millisecond, Probe: 5 * time.Millisecond, SilenceFrames: 8}
 
-// pingPong drives two ranks that each send one frame to the other every
-// tick, until the clock reaches end, calling at(now) before each tick. It
-// returns, per rank, the ids received and when each id was sent.
+// pingPong is a mesh of two ranks that also records, per rank, when
+// member 1 was first seen out and when back in afterwards.
 type pingPong struct {
-	t       *testing.T
-	f       *fabric
-	s       []*Device
-	tick    time.Duration
-	nextID  uint64
-	sentAt  map[uint64]time.Time
-	got     map[uint64]int // id -> times delivered
-	outAt   [2]time.Time   // when each rank first saw member 1 out
-	inAt    [2]time.Time   // when each rank saw it back in afterwards
-	sentOn1 [2]uint64      // member 1's FramesSent when it came back in
-	sentOut [2]uint64      // member 1's FramesSent when it was first seen out
+	*mesh
+	outAt   [2]time.Time // when each rank first saw member 1 out
+	inAt    [2]time.Time // when each rank saw it back in afterwards
+	sentOn1 [2]uint64    // member 1's FramesSent when it came back in
+	sentOut [2]uint64    // member 1's FramesSent when it was first seen out
 }
 
 func newPingPong(t *testing.T, f *fabric, s []*Device) *pingPong {
-	return &pingPong{t: t, f: f, s: s, tick: 100 * time.Microsecond,
-		sentAt: map[uint64]time.Time{}, got: map[uint64]int{}}
+	p := &pingPong{mesh: newMesh(t, f, s)}
+	p.afterTick = p.watch
+	return p
 }
 
-// run ticks until end.
-func (p *pingPong) run(end time.Time, at func(now time.Time)) {
-	t := p.t
-	for now := p.f.now(); now.Before(end); now = p.f.now() {
-		at(now)
-		for r := range hal.Rank(2) {
-			p.nextID++
-			hdr, payload := msg(r, 1-r, p.nextID, 64)
-			if sendOK(t, p.s[r], hdr, payload) {
-				p.sentAt[p.nextID] = now
-			}
-		}
-		p.f.advance(p.tick)
-		for r, s := range p.s {
-			for _, id := range pollIDs(t, s) {
-				p.got[id]++
-			}
-			m := s.Member(1)
-			switch {
-			case !m.In && p.outAt[r].IsZero():
-				p.outAt[r] = p.f.now()
-				p.sentOut[r] = m.FramesSent
-			case m.In && !p.outAt[r].IsZero() && p.inAt[r].IsZero():
-				p.inAt[r] = p.f.now()
-				p.sentOn1[r] = m.FramesSent
-			}
+// watch records member 1's changes at each rank.
+func (p *pingPong) watch() {
+	for r, s := range p.s {
+		m := s.Member(1)
+		switch {
+		case !m.In && p.outAt[r].IsZero():
+			p.outAt[r] = p.f.now()
+			p.sentOut[r] = m.FramesSent
+		case m.In && !p.outAt[r].IsZero() && p.inAt[r].IsZero():
+			p.inAt[r] = p.f.now()
+			p.sentOn1[r] = m.FramesSent
 		}
 	}
 }
@@ -123,13 +102,7 @@ func TestFailoverAndReadmission(t *testing.T) {
 	}
 	// Drain, then check delivery: nothing twice; nothing lost except what
 	// went on member 1 between the failure and its detection.
-	for f.step() {
-		for _, s := range s {
-			for _, id := range pollIDs(t, s) {
-				p.got[id]++
-			}
-		}
-	}
+	p.drain()
 	detected := p.outAt[0]
 	if p.outAt[1].After(detected) {
 		detected = p.outAt[1]
@@ -173,13 +146,7 @@ func TestOneWayFailure(t *testing.T) {
 			healed = true
 		}
 	})
-	for f.step() {
-		for _, s := range s {
-			for _, id := range pollIDs(t, s) {
-				p.got[id]++
-			}
-		}
-	}
+	p.drain()
 	m0, m1 := s[0].Member(1), s[1].Member(1)
 	t.Logf("out at %v and %v, in at %v and %v; %v; %v", p.outAt[0].Sub(start), p.outAt[1].Sub(start),
 		p.inAt[0].Sub(start), p.inAt[1].Sub(start), m0, m1)
@@ -228,13 +195,7 @@ func TestSendErrorTakesOut(t *testing.T) {
 	if m0 := s[0].Member(1); m0.In || m0.Reason != ReasonSilence && m0.Reason != ReasonPeerDeaf {
 		t.Errorf("rank 0's member 1 toward the dead device: %v, want out for silence or the peer's report", m0)
 	}
-	for f.step() {
-		for _, s := range s {
-			for _, id := range pollIDs(t, s) {
-				p.got[id]++
-			}
-		}
-	}
+	p.drain()
 	for id, at := range p.sentAt {
 		// Rank 1 sends the even ids (rank 0 sent first in each tick).
 		if id%2 == 0 && !at.Before(killAt) && p.got[id] != 1 {

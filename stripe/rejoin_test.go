@@ -21,6 +21,8 @@ type mesh struct {
 	nextID uint64
 	sentAt map[uint64]time.Time
 	got    map[uint64]int // id -> times delivered
+	// afterTick, if set, is called after each tick's frames are polled.
+	afterTick func()
 }
 
 func newMesh(t *testing.T, f *fabric, s []*Device) *mesh {
@@ -45,6 +47,9 @@ func (x *mesh) run(end time.Time, at func(now time.Time)) {
 		}
 		x.f.advance(x.tick)
 		x.poll()
+		if x.afterTick != nil {
+			x.afterTick()
+		}
 	}
 }
 
