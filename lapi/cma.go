@@ -225,8 +225,7 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 			c.failPeer(peer, err.Error())
 			return true
 		}
-		c.stats.PacketsSent++
-		c.peerStats[peer].PacketsSent++
+		c.countSent(peer, 0)
 		es = es[n:]
 	}
 	return true

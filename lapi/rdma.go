@@ -388,10 +388,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				}
 				c.stats.SendErrors++ // a loss: the redrive covers it
 			} else {
-				c.stats.PacketsSent++
-				ps := &c.peerStats[o.s.Peer]
-				ps.PacketsSent++
-				ps.BytesSent += uint64(len(data))
+				c.countSent(o.s.Peer, len(data))
 				if trace.On(trace.HotDetail) {
 					c.traceSendRDMA(hdr, len(data))
 				}
@@ -551,8 +548,7 @@ func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 	switch err := c.dev.Send(b, nil); {
 	case err == nil:
 		c.rd.used++
-		c.stats.PacketsSent++
-		c.peerStats[peer].PacketsSent++
+		c.countSent(peer, 0)
 		if trace.On(trace.HotDetail) {
 			c.traceSendRDMA(b, 0)
 		}

@@ -201,9 +201,7 @@ func (c *Context) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent b
 		c.failPeer(tgt, err.Error())
 		return true, c.peerErr[tgt]
 	}
-	c.stats.PacketsSent++
-	c.peerStats[tgt].PacketsSent++
-	c.peerStats[tgt].BytesSent += uint64(len(uhdr) + len(data))
+	c.countSent(tgt, len(uhdr)+len(data))
 	if trace.On(trace.HotDetail) {
 		c.traceSend("tiny packet", tgt, 0, len(data))
 	}
@@ -221,10 +219,7 @@ func (c *Context) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (sent 
 		return false, nil
 	}
 	if err = c.dev.Send(c.frameHeader(c.direct[:], tgt, ph, uhdr, len(data)), data); err == nil {
-		c.stats.PacketsSent++
-		ps := &c.peerStats[tgt]
-		ps.PacketsSent++
-		ps.BytesSent += uint64(len(uhdr) + len(data))
+		c.countSent(tgt, len(uhdr)+len(data))
 		if trace.On(trace.HotDetail) {
 			c.traceSend("packet", tgt, 0, len(data))
 		}
@@ -368,10 +363,7 @@ func (c *Context) transmit(p *outPkt) error {
 		}
 	}
 	if err == nil {
-		c.stats.PacketsSent++
-		ps := &c.peerStats[p.peer]
-		ps.PacketsSent++
-		ps.BytesSent += uint64(len(p.data))
+		c.countSent(p.peer, len(p.data))
 		if trace.On(trace.HotDetail) {
 			c.traceSend("packet", p.peer, p.seq, len(p.data))
 		}
@@ -536,4 +528,13 @@ func (c *Context) awaited(peer hal.Rank, k *Counter) {
 // be reached at all (no address, device closed) rather than a lost frame.
 func fatalSendErr(err error) bool {
 	return errors.Is(err, hal.ErrUnknownPeer) || errors.Is(err, hal.ErrClosed) || errors.Is(err, hal.ErrTooLarge)
+}
+
+// countSent counts a packet the device took toward peer, carrying n bytes
+// of data (c.mu held).
+func (c *Context) countSent(peer hal.Rank, n int) {
+	c.stats.PacketsSent++
+	ps := &c.peerStats[peer]
+	ps.PacketsSent++
+	ps.BytesSent += uint64(n)
 }
