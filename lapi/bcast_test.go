@@ -15,18 +15,66 @@ import (
 
 var bcastSeeds = flag.Int("bcastseeds", 8, "TestBroadcastHostile: how many seeds")
 
-// bcastCase is one broadcast of the property test, seen from every member.
-type bcastCase struct {
+// collCase is one broadcast of a property test (Broadcast's or
+// Multicast's), seen from every member.
+type collCase struct {
 	id                uint64
 	group             []hal.Rank
 	root              int
-	tree              BcastTree
-	chunk, window     int
-	pull              bool
 	bufs              [][]byte // by group index
 	want              []byte
 	landed, done, all []*Counter
 	called, checked   []bool
+}
+
+// setUp gives the case total bytes to broadcast (filled from seed), a
+// buffer per member (the root's holding them, the others other bytes) and
+// each member's counters.
+func (cc *collCase) setUp(j *simJob, total int, seed uint64) {
+	cc.want = make([]byte, total)
+	fill(cc.want, seed)
+	for g := range cc.group {
+		b := make([]byte, total)
+		if g == cc.root {
+			copy(b, cc.want)
+		} else {
+			fill(b, uint64(g)) // not the root's bytes
+		}
+		cc.bufs = append(cc.bufs, b)
+		c := j.ctxs[cc.group[g]]
+		cc.landed = append(cc.landed, c.NewCounter())
+		cc.done = append(cc.done, c.NewCounter())
+		cc.all = append(cc.all, c.NewCounter())
+	}
+	cc.called = make([]bool, len(cc.group))
+	cc.checked = make([]bool, len(cc.group))
+}
+
+// capturedFrame is a frame taken off the simulated wire, to replay.
+type capturedFrame struct {
+	src, dst hal.Rank
+	frame    []byte
+}
+
+// captureFrames has j's network keep copies of frames of type ft, up to
+// max of them, each taken when pick.IntN(every) is 0.
+func captureFrames(j *simJob, ft hal.FrameType, max, every int, pick *rand.Rand) *[]capturedFrame {
+	var captured []capturedFrame
+	j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		if len(f) > 4 && hal.FrameType(f[3]) == ft && len(captured) < max && pick.IntN(every) == 0 {
+			captured = append(captured, capturedFrame{src, dst, append([]byte(nil), f...)})
+		}
+		return true
+	})
+	return &captured
+}
+
+// bcastCase is one broadcast of TestBroadcastHostile.
+type bcastCase struct {
+	collCase
+	tree          BcastTree
+	chunk, window int
+	pull          bool
 }
 
 // TestBroadcastHostile: broadcasts over the hostile simulated network
@@ -60,45 +108,15 @@ func TestBroadcastHostile(t *testing.T) {
 			for i := range 5 {
 				size := 1 + rng.IntN(n)
 				perm := rng.Perm(n)[:size]
-				bc := &bcastCase{id: seed<<32 | uint64(i), root: rng.IntN(size), tree: BcastTree(rng.IntN(2)),
+				bc := &bcastCase{collCase: collCase{id: seed<<32 | uint64(i), root: rng.IntN(size)}, tree: BcastTree(rng.IntN(2)),
 					chunk: []int{4 << 10, 64 << 10, 1 << 20}[rng.IntN(3)], window: []int{0, -1, 1, 3}[rng.IntN(4)], pull: rng.IntN(2) == 0}
 				for _, r := range perm {
 					bc.group = append(bc.group, hal.Rank(r))
 				}
-				total := []int{0, 1, 5000, 300 << 10, 3 << 20}[rng.IntN(5)]
-				bc.want = make([]byte, total)
-				fill(bc.want, seed*1000+uint64(i))
-				for g := range bc.group {
-					b := make([]byte, total)
-					if g == bc.root {
-						copy(b, bc.want)
-					} else {
-						fill(b, uint64(g)) // not the root's bytes
-					}
-					bc.bufs = append(bc.bufs, b)
-					c := j.ctxs[bc.group[g]]
-					bc.landed = append(bc.landed, c.NewCounter())
-					bc.done = append(bc.done, c.NewCounter())
-					bc.all = append(bc.all, c.NewCounter())
-				}
-				bc.called = make([]bool, size)
-				bc.checked = make([]bool, size)
+				bc.setUp(j, []int{0, 1, 5000, 300 << 10, 3 << 20}[rng.IntN(5)], seed*1000+uint64(i))
 				cases = append(cases, bc)
 			}
-			pick := rand.New(rand.NewPCG(seed, 32))
-			var captured []struct {
-				src, dst hal.Rank
-				frame    []byte
-			}
-			j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
-				if len(f) > 4 && hal.FrameType(f[3]) == hal.FrameRDMAWrite && len(captured) < 3000 && pick.IntN(8) == 0 {
-					captured = append(captured, struct {
-						src, dst hal.Rank
-						frame    []byte
-					}{src, dst, append([]byte(nil), f...)})
-				}
-				return true
-			})
+			captured := captureFrames(j, hal.FrameRDMAWrite, 3000, 8, rand.New(rand.NewPCG(seed, 32)))
 			// The members call in a random order, a few per step.
 			type call struct{ bc, g int }
 			var calls []call
@@ -175,7 +193,7 @@ func TestBroadcastHostile(t *testing.T) {
 				}
 			}
 			for range 2 {
-				for _, f := range captured {
+				for _, f := range *captured {
 					j.net.Inject(f.src, f.dst, f.frame)
 				}
 			}
@@ -223,7 +241,7 @@ func TestBroadcastHostile(t *testing.T) {
 				}
 			}
 			t.Logf("%d broadcasts, %d captured frames replayed twice; redrives %d, stale %d, duplicates %d",
-				len(cases), len(captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
+				len(cases), len(*captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
 		})
 	}
 }

@@ -15,17 +15,6 @@ import (
 
 var mcastSeeds = flag.Int("mcastseeds", 8, "TestMulticastHostile: how many seeds")
 
-// mcastCase is one multicast broadcast of the property test.
-type mcastCase struct {
-	id                uint64
-	group             []hal.Rank
-	root              int
-	bufs              [][]byte // by group index
-	want              []byte
-	landed, done, all []*Counter
-	called, checked   []bool
-}
-
 // TestMulticastHostile: multicast broadcasts over the hostile simulated
 // network (20% loss, 10% reordering, 5% duplication, 1% corruption of
 // every copy, the multicast frames' copies decided apart per receiver),
@@ -54,49 +43,19 @@ func TestMulticastHostile(t *testing.T) {
 				t.Fatal("CanMulticast is false on simnet")
 			}
 			rng := rand.New(rand.NewPCG(seed, 41))
-			var cases []*mcastCase
+			var cases []*collCase
 			sizes := []int{0, 1, 5000, 300 << 10, 3 << 20}
 			for i := range 4 {
 				size := 2 + rng.IntN(n-2) // at least one rank stays out
 				perm := rng.Perm(n)[:size]
-				mc := &mcastCase{id: seed<<32 | uint64(i), root: rng.IntN(size)}
+				mc := &collCase{id: seed<<32 | uint64(i), root: rng.IntN(size)}
 				for _, r := range perm {
 					mc.group = append(mc.group, hal.Rank(r))
 				}
-				total := sizes[i%len(sizes)+rng.IntN(2)*(len(sizes)-1-i%len(sizes))]
-				mc.want = make([]byte, total)
-				fill(mc.want, seed*1000+uint64(i))
-				for g := range mc.group {
-					b := make([]byte, total)
-					if g == mc.root {
-						copy(b, mc.want)
-					} else {
-						fill(b, uint64(g))
-					}
-					mc.bufs = append(mc.bufs, b)
-					c := j.ctxs[mc.group[g]]
-					mc.landed = append(mc.landed, c.NewCounter())
-					mc.done = append(mc.done, c.NewCounter())
-					mc.all = append(mc.all, c.NewCounter())
-				}
-				mc.called = make([]bool, size)
-				mc.checked = make([]bool, size)
+				mc.setUp(j, sizes[i%len(sizes)+rng.IntN(2)*(len(sizes)-1-i%len(sizes))], seed*1000+uint64(i))
 				cases = append(cases, mc)
 			}
-			var captured []struct {
-				src, dst hal.Rank
-				frame    []byte
-			}
-			pick := rand.New(rand.NewPCG(seed, 42))
-			j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
-				if len(f) > 4 && hal.FrameType(f[3]) == hal.FrameMcast && len(captured) < 2000 && pick.IntN(4) == 0 {
-					captured = append(captured, struct {
-						src, dst hal.Rank
-						frame    []byte
-					}{src, dst, append([]byte(nil), f...)})
-				}
-				return true
-			})
+			captured := captureFrames(j, hal.FrameMcast, 2000, 4, rand.New(rand.NewPCG(seed, 42)))
 			type call struct{ mc, g int }
 			var calls []call
 			for ci, mc := range cases {
@@ -154,7 +113,7 @@ func TestMulticastHostile(t *testing.T) {
 				before[r] = c.McastStats()
 			}
 			for range 2 {
-				for _, f := range captured {
+				for _, f := range *captured {
 					j.net.Inject(f.src, f.dst, f.frame)
 				}
 			}
@@ -170,8 +129,8 @@ func TestMulticastHostile(t *testing.T) {
 				if s.Placed != before[r].Placed {
 					t.Errorf("rank %d placed %d replayed frames", r, s.Placed-before[r].Placed)
 				}
-				if got := s.Unposted - before[r].Unposted; got != uint64(countTo(captured, hal.Rank(r))) {
-					t.Errorf("rank %d: %d replayed frames counted unposted, %d replayed toward it", r, got, countTo(captured, hal.Rank(r)))
+				if got := s.Unposted - before[r].Unposted; got != uint64(countTo(*captured, hal.Rank(r))) {
+					t.Errorf("rank %d: %d replayed frames counted unposted, %d replayed toward it", r, got, countTo(*captured, hal.Rank(r)))
 				}
 				total.FramesSent += s.FramesSent
 				total.Placed += s.Placed
@@ -201,17 +160,14 @@ func TestMulticastHostile(t *testing.T) {
 			if total.FramesSent > 0 && (total.Repairs == 0 || total.Unposted == 0) {
 				t.Errorf("stats %+v: no repair or no unposted frame", total)
 			}
-			t.Logf("%d multicasts; stats %+v; %d captured frames replayed twice", len(cases), total, len(captured))
+			t.Logf("%d multicasts; stats %+v; %d captured frames replayed twice", len(cases), total, len(*captured))
 		})
 	}
 }
 
 // countTo counts the replays toward r of the captured frames that are
 // intact (the others are corrupted copies, dropped by the device).
-func countTo(captured []struct {
-	src, dst hal.Rank
-	frame    []byte
-}, r hal.Rank) int {
+func countTo(captured []capturedFrame, r hal.Rank) int {
 	n := 0
 	var h hal.Header
 	for _, f := range captured {
