@@ -676,7 +676,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 				d.counters.Drop(hal.DropShort)
 			} else if frame := d.rbuf[off+grhLen : end]; isHello(frame) {
 				d.onHello(frame)
-			} else if frame := d.rbuf[off+grhLen : end]; d.accept(frame) {
+			} else if d.accept(frame) {
 				frames++
 				bytes += uint64(len(frame))
 				fn(&rx.hdr, frame[hal.HeaderLen:])
