@@ -177,8 +177,13 @@ struct ibv_ah *weft_create_ah(struct ibv_pd *pd, uint8_t port, uint8_t sgid_inde
 
 struct ibv_device *weft_dev_at(struct ibv_device **list, int i) { return list[i]; }
 
-struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len) {
-	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, len, IBV_ACCESS_LOCAL_WRITE);
+// weft_reg_mr registers memory for local access, and for the peers'
+// RDMA Write and Read when write and read are set.
+struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int write, int read) {
+	int acc = IBV_ACCESS_LOCAL_WRITE;
+	if (write) acc |= IBV_ACCESS_REMOTE_WRITE;
+	if (read) acc |= IBV_ACCESS_REMOTE_READ;
+	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, len, acc);
 }
 */
 import "C"

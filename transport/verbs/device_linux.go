@@ -23,7 +23,7 @@ int weft_qp_rtr_rts(struct ibv_qp *qp);
 struct ibv_qp *weft_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, uint32_t send_wr, uint32_t recv_wr);
 struct ibv_ah *weft_create_ah(struct ibv_pd *pd, uint8_t port, uint8_t sgid_index, const uint8_t *dgid, uint16_t dlid);
 struct ibv_device *weft_dev_at(struct ibv_device **list, int i);
-struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len);
+struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int write, int read);
 */
 import "C"
 
@@ -431,14 +431,13 @@ func isIPv4Mapped(g [16]byte) bool {
 // register registers buf for local access; need is what all rings take,
 // for the error when the kernel refuses to lock it.
 func (d *Device) register(buf []byte, need uint64) (*C.struct_ibv_mr, error) {
-	mr, err := C.weft_reg_mr(d.pd, C.uint64_t(uintptr(unsafe.Pointer(&buf[0]))), C.size_t(len(buf)))
+	mr, err := C.weft_reg_mr(d.pd, C.uint64_t(uintptr(unsafe.Pointer(&buf[0]))), C.size_t(len(buf)), 0, 0)
 	if mr != nil {
 		return mr, nil
 	}
 	if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EPERM) {
-		var rl unix.Rlimit
-		if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
-			return nil, fmt.Errorf("%w (ibv_reg_mr of %d bytes: %v)", memlockError(rl.Cur, need), len(buf), err)
+		if lim := currentMemlock(); lim != unix.RLIM_INFINITY {
+			return nil, fmt.Errorf("%w (ibv_reg_mr of %d bytes: %v)", memlockError(lim, need), len(buf), err)
 		}
 	}
 	return nil, fmt.Errorf("verbs: %s: ibv_reg_mr of %d bytes: %v", d.devName, len(buf), err)

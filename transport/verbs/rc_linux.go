@@ -122,12 +122,7 @@ int weft_poll_rc(struct ibv_cq *cq, weft_rc_wc *out, int n) {
 	return got;
 }
 
-struct ibv_mr *weft_reg_mr_remote(struct ibv_pd *pd, uint64_t addr, size_t len, int write, int read) {
-	int acc = IBV_ACCESS_LOCAL_WRITE;
-	if (write) acc |= IBV_ACCESS_REMOTE_WRITE;
-	if (read) acc |= IBV_ACCESS_REMOTE_READ;
-	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, len, acc);
-}
+struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int write, int read); // cverbs.go
 */
 import "C"
 
@@ -279,7 +274,7 @@ func (d *Device) Register(mem []byte, acc hal.Access) (hal.MR, error) {
 	if acc&hal.AccessRead != 0 {
 		rd = 1
 	}
-	mr, err := C.weft_reg_mr_remote(d.pd, C.uint64_t(addr), C.size_t(len(mem)), w, rd)
+	mr, err := C.weft_reg_mr(d.pd, C.uint64_t(addr), C.size_t(len(mem)), w, rd)
 	if mr == nil {
 		if lim := currentMemlock(); (errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EPERM)) &&
 			lim != unix.RLIM_INFINITY {
