@@ -218,7 +218,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 			if o.Pull {
 				at = 1 // the child's got message
 			}
-			st.arm(k.sent, at, st.kidSent)
+			c.armFnLocked(k.sent, at, st.kidSent)
 			c.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
 		}
 	} else {
@@ -246,7 +246,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 			}
 			binary.LittleEndian.PutUint32(ids[4*i:], id)
 			c.await(st.parent, k) // a parent that fails fails the chunk
-			st.arm(k, 1, st.chunkLanded(i))
+			c.armFnLocked(k, 1, st.chunkLanded(i))
 		}
 	}
 	early := t.early[id]
@@ -376,10 +376,10 @@ type bcastKid struct {
 	has   bool
 }
 
-// arm has fn run (in the completion runner) once k reaches at, or fails
-// (c.mu held).
-func (st *bcastState) arm(k *Counter, at int64, fn func(error)) {
-	c := st.c
+// armFnLocked has fn run (in the completion runner) once k, a counter
+// of c, reaches at, or fails (c.mu held): the triggers of lapi's own
+// collectives.
+func (c *Context) armFnLocked(k *Counter, at int64, fn func(error)) {
 	k.armed.Add(1)
 	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
 	c.trigDue.Store(true) // it may have been reached already
@@ -662,7 +662,7 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		}
 		// Chunk i goes once chunk i-w has landed at the child: at
 		// most w chunks in flight to it.
-		st.arm(sent, int64(i-w+1), func(err error) {
+		c.armFnLocked(sent, int64(i-w+1), func(err error) {
 			if err == nil {
 				start()
 			}

@@ -181,7 +181,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 				k := &mcastKid{done: c.spareCounter()}
 				st.kids[r] = k
 				c.await(r, k.done) // a receiver that fails fails the broadcast
-				st.arm(k.done, 1, st.kidDone)
+				c.armFnLocked(k.done, 1, st.kidDone)
 			}
 		}
 		for _, m := range t.early[id] {
@@ -192,7 +192,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 	} else {
 		st.end = c.spareCounter()
 		c.await(st.root, st.end) // a root that fails fails the broadcast
-		st.arm(st.end, 1, st.ended)
+		c.armFnLocked(st.end, 1, st.ended)
 		var u [mcastMsgLen]byte
 		encodeMcastMsg(u[:], mcastMsg{kind: mcastReady, id: id, total: uint64(len(buf))})
 		if err := c.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
@@ -269,15 +269,6 @@ type mcastKid struct {
 	ready bool
 	got   bool     // its done message came
 	done  *Counter // bumped by the done message: a trigger counts it
-}
-
-// arm has fn run (in the completion runner) once k reaches at, or fails
-// (c.mu held).
-func (st *mcastState) arm(k *Counter, at int64, fn func(error)) {
-	c := st.c
-	k.armed.Add(1)
-	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
-	c.trigDue.Store(true)
 }
 
 func (st *mcastState) failLocked(err error) {
@@ -529,7 +520,7 @@ func (st *mcastState) ended(err error) {
 		st.trace("reading %d lost ranges from rank %d", len(gets), st.root)
 	}
 	st.repairs = c.spareCounter()
-	st.arm(st.repairs, int64(len(gets)), st.repaired)
+	c.armFnLocked(st.repairs, int64(len(gets)), st.repaired)
 	k, pvo := st.repairs, st.pvo
 	c.mu.Unlock()
 	for _, g := range gets {
