@@ -116,18 +116,14 @@ func TestSnapshotSummary(t *testing.T) {
 	ranks := []rankState{{where: "pid 10"}, {where: "pid 11"}, {where: "on host2, ssh pid 12"}, {where: "on host2, ssh pid 13"}}
 	lines := summary("--timeout", dir, snaps, ranks)
 	text := strings.Join(lines, "\n")
-	for _, want := range []string{
-		"snapshots (--timeout): 4 of 4 ranks, in " + dir + " (weft-snapshot-rank0.txt):",
+	containsAll(t, text,
+		"snapshots (--timeout): 4 of 4 ranks, in "+dir+" (weft-snapshot-rank0.txt):",
 		"  rank 0 (pid 10): waits in Barrier (collective #1 on communicator 0) for rank 3, not in it",
 		"  rank 2 (on host2, ssh pid 12): waits in Barrier (collective #1 on communicator 0) for rank 3, not in it",
 		"  rank 3 (on host2, ssh pid 13): waits in Recv from rank 0, tag 7, communicator 0; 1 pending, 1 unexpected (first from rank 1, tag 5, communicator 0, 8 bytes), toward rank 2 3 packets unacknowledged (oldest 1.5s, resent 4 times)",
 		"deadlock: ranks wait on each other in a cycle 0 → 3 → 0: rank 0 waits in Barrier (collective #1 on communicator 0) for rank 3; rank 3 waits in Recv from rank 0, tag 7, communicator 0",
 		"not in Barrier (collective #1 on communicator 0), which rank(s) 0-2 wait in: rank 3 (waits in Recv from rank 0, tag 7, communicator 0)",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("summary lacks %q:\n%s", want, text)
-		}
-	}
+	)
 	if strings.Contains(text, "not in MPI") {
 		t.Errorf("summary names a rank not in MPI; all are:\n%s", text)
 	}
@@ -138,17 +134,13 @@ func TestSnapshotSummary(t *testing.T) {
 	delete(snaps, 3)
 	snaps[1] = parseSnapshot(1, []byte(snapText(1, nil, "0,1,2,3", "0")))
 	text = strings.Join(summary("SIGQUIT", dir, snaps, ranks), "\n")
-	for _, want := range []string{
+	containsAll(t, text,
 		"snapshots (SIGQUIT): 3 of 4 ranks",
 		"  rank 1 (pid 11): in no MPI call",
 		"  rank 3 (on host2, ssh pid 13): no snapshot: not in MPI, or stuck outside it",
 		"not in Barrier (collective #1 on communicator 0), which rank(s) 0,2 wait in: rank 1 (in no MPI call), rank 3 (no snapshot: not in MPI, or stuck outside it)",
 		"not in MPI: rank 1 (in no MPI call), rank 3 (no snapshot: not in MPI, or stuck outside it)",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("summary lacks %q:\n%s", want, text)
-		}
-	}
+	)
 	if strings.Contains(text, "deadlock") {
 		t.Errorf("summary names a cycle through a rank it knows nothing of:\n%s", text)
 	}
@@ -193,6 +185,16 @@ func wantSnapshotRecord(t *testing.T, lines []string, rank int, kind string, wan
 	t.Helper()
 	if !hasRecord(lines, kind, want) {
 		t.Errorf("rank %d's snapshot has no %s record with %v:\n%s", rank, kind, want, strings.Join(lines, "\n"))
+	}
+}
+
+// containsAll fails the test for each string the summary text lacks.
+func containsAll(t *testing.T, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("summary lacks %q:\n%s", want, text)
+		}
 	}
 }
 
@@ -442,17 +444,13 @@ func TestSnapshotSummaryLarge(t *testing.T) {
 		t.Errorf("%d lines, more than a screen:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 	text := strings.Join(lines, "\n")
-	for _, want := range []string{
+	containsAll(t, text,
 		"  ... 44 more ranks (in their files)",
 		"deadlock: ranks wait on each other in a cycle 0 → 1 → 2 → ",
 		"; rank 7 waits in Recv from rank 8, tag 1, communicator 0; and 32 more",
 		"not in MPI: rank 40 (in no MPI call), ",
 		" and 12 more",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("summary lacks %q:\n%s", want, text)
-		}
-	}
+	)
 	if got := spans([]int{0, 1, 2, 4, 6, 7, 9, 10, 11, 12}); got != "0-2,4,6,7,9-12" {
 		t.Errorf("spans = %q", got)
 	}
