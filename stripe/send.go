@@ -15,13 +15,12 @@ const maxBackoff = 64
 // Send queues the frame on one member: the next in round-robin order (per
 // destination, so that each peer's frames are spread over every member
 // whatever the order of destinations) whose link toward the destination
-// is in and that is not backing off
-// after a full queue. A member whose queue is full is skipped for this
-// frame (and backs off, so that a saturated member carries fewer frames);
-// ErrNoResource is returned only when every member is full. A member that
-// fails with a device error is taken out and the next one tried. The frame
-// is never modified, and as with the members, it may be referenced until
-// the next Flush returns.
+// is in and that is not backing off after a full queue. A member whose
+// queue is full is skipped for this frame (and backs off, so that a
+// saturated member carries fewer frames); ErrNoResource is returned only
+// when every member is full. A member that fails with a device error is
+// taken out and the next one tried. The frame is never modified, and as
+// with the members, it may be referenced until the next Flush returns.
 func (d *Device) Send(hdr, payload []byte) error {
 	if d.closed.Load() {
 		return errClosed
