@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
@@ -124,7 +125,7 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 		switch {
 		case errors.As(err, &le):
 			return fmt.Errorf("ranks disagree: rank %d broadcasts %d bytes, rank %d %d: %w",
-				c.commRank(int(le.Peer)), le.Other, c.rank, le.Len, ErrArg)
+				slices.Index(c.group, int(le.Peer)), le.Other, c.rank, le.Len, ErrArg)
 		case errors.Is(err, lapi.ErrBcast) || errors.Is(err, lapi.ErrProtection):
 			// A tree that does not fit (members that disagree about the
 			// root), or a member that gave up on the call and released
@@ -135,16 +136,6 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 		return c.stepErr(ctx, err, "bcast", waitOn)
 	}
 	return nil
-}
-
-// commRank is world rank wr's rank in c, or -1.
-func (c *Comm) commRank(wr int) int {
-	for i, g := range c.group {
-		if g == wr {
-			return i
-		}
-	}
-	return -1
 }
 
 // bcastDone hears that this rank's part of a broadcast is over.
