@@ -194,7 +194,7 @@ func (l *link) needAck(now time.Time) bool {
 // (zero: nothing in flight), and reports failed when a packet has gone
 // unacknowledged for peerTimeout.
 func (l *link) expire(now time.Time, t *linkTiming, rtx func(p *outPkt, rto time.Duration)) (next time.Time, failed bool) {
-	rto := min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO)
+	rto := l.backedOffRTO(t)
 	later := 0 // packets above the current one already acknowledged
 	var oldest *outPkt
 	for s := l.nextSeq; s != l.una; {
@@ -234,11 +234,16 @@ func (l *link) expire(now time.Time, t *linkTiming, rtx func(p *outPkt, rto time
 	return due, false
 }
 
-// due is when the retransmission timer of a packet sent now runs out, at
-// the timeout in force (see expire).
-func (l *link) due(now time.Time, t *linkTiming) time.Time {
-	return now.Add(min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO))
+// backedOffRTO is the retransmission timeout in force: the estimate's,
+// doubled for each timeout since the last valid round-trip sample (see
+// expire).
+func (l *link) backedOffRTO(t *linkTiming) time.Duration {
+	return min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO)
 }
+
+// due is when the retransmission timer of a packet sent now runs out, at
+// the timeout in force.
+func (l *link) due(now time.Time, t *linkTiming) time.Time { return now.Add(l.backedOffRTO(t)) }
 
 // unassign takes back the sequence number of p, the last one assigned,
 // when the device would not take the packet.
