@@ -430,11 +430,8 @@ func (c *Context) pushRDMA(now time.Time) {
 // returns the time now, which the rest of the push uses.
 func (c *Context) pause() time.Time {
 	c.flushLocked()
-	now := c.now()
-	c.pollNow, c.stale = now, false
-	if _, err := c.dev.Poll(c.onFrameFn); err != nil && !c.closed {
-		c.closed = true
-	}
+	c.pollLocked() // it reads the clock: RDMA is queued (keepsTime)
+	now := c.pollNow
 	for _, p := range c.active {
 		if c.reliableTo(p) {
 			continue
