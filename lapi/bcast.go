@@ -376,6 +376,19 @@ type bcastKid struct {
 	has   bool
 }
 
+// failCallerLocked tells a collective's caller it failed with err: each
+// of its counters (nil ones aside) fails and fires, and n hears (c.mu
+// held).
+func (c *Context) failCallerLocked(err error, n Completer, ks ...*Counter) {
+	for _, k := range ks {
+		if k != nil {
+			k.fail(err)
+			k.incr()
+		}
+	}
+	c.note(n, err)
+}
+
 // armFnLocked has fn run (in the completion runner) once k, a counter
 // of c, reaches at, or fails (c.mu held): the triggers of lapi's own
 // collectives.
@@ -446,13 +459,7 @@ func (st *bcastState) progressLocked() {
 		// parent hears nothing more (it fails by the failed peer's
 		// error, or its waiter's deadline).
 		st.doneSent, st.haveSent = true, true
-		for _, k := range []*Counter{st.o.Landed, st.o.Done, st.o.All} {
-			if k != nil {
-				k.fail(st.err)
-				k.incr()
-			}
-		}
-		c.note(st.o.Notify, st.err)
+		c.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
 		// The triggers still armed on its own counters (forwards,
 		// reads, window) fire with the error and are dropped, rather
 		// than wait for ever for chunks that will not come.

@@ -557,13 +557,7 @@ func (st *mcastState) progressLocked() {
 	}
 	if st.err != nil {
 		st.finished = true
-		for _, k := range []*Counter{st.o.Landed, st.o.Done, st.o.All} {
-			if k != nil {
-				k.fail(st.err)
-				k.incr()
-			}
-		}
-		c.note(st.o.Notify, st.err)
+		c.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
 		// Triggers still armed on its own counters fire with the error
 		// and are dropped.
 		st.end.fail(st.err)
