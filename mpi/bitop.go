@@ -2,7 +2,6 @@ package mpi
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/weft-hpc/weft/lapi"
 )
@@ -14,19 +13,19 @@ import (
 // a logical one needs the element's width (nonzero is true; the result is
 // 1 or 0).
 
-// bitReducer returns op's reduction of byte slices of elements of type t,
-// or an error when t is not an integer type.
-func bitReducer(op Op, t lapi.ElemType) (func(inout, in []byte), error) {
-	if t < lapi.Int8 || t > lapi.Uint64 {
-		return nil, fmt.Errorf("mpi: %v is defined on integers only, not %v elements: %w", op, elemName(t), ErrArg)
-	}
+// isInteger reports whether t is one of the integer element types.
+func isInteger(t lapi.ElemType) bool { return t >= lapi.Int8 && t <= lapi.Uint64 }
+
+// bitReducer returns op's reduction of byte slices of elements of the
+// integer type t.
+func bitReducer(op Op, t lapi.ElemType) func(inout, in []byte) {
 	switch op {
 	case BAnd:
-		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x & y }) }, nil
+		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x & y }) }
 	case BOr:
-		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x | y }) }, nil
+		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x | y }) }
 	case BXor:
-		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x ^ y }) }, nil
+		return func(a, b []byte) { bitwise(a, b, func(x, y uint64) uint64 { return x ^ y }) }
 	}
 	es := t.Size()
 	var f func(x, y bool) bool
@@ -38,7 +37,7 @@ func bitReducer(op Op, t lapi.ElemType) (func(inout, in []byte), error) {
 	default: // LXor
 		f = func(x, y bool) bool { return x != y }
 	}
-	return func(a, b []byte) { logical(a, b, es, f) }, nil
+	return func(a, b []byte) { logical(a, b, es, f) }
 }
 
 // bitwise sets a = f(a, b) over the bytes, eight at a time.
@@ -76,19 +75,4 @@ func nonzero(e []byte) bool {
 		}
 	}
 	return false
-}
-
-// elemName names an element type in an error.
-func elemName(t lapi.ElemType) string {
-	switch t {
-	case lapi.Float32:
-		return "float32"
-	case lapi.Float64:
-		return "float64"
-	case lapi.Complex64:
-		return "complex64"
-	case lapi.Complex128:
-		return "complex128"
-	}
-	return fmt.Sprintf("type %d", t)
 }

@@ -119,11 +119,10 @@ func reducerFor[T Elem](op Op, n int) (reducer, error) {
 		// same result.
 		r.userCommutes = false
 	case BAnd, BOr, BXor, LAnd, LOr, LXor:
-		f, err := bitReducer(op, r.t)
-		if err != nil {
-			return reducer{}, err
+		if !isInteger(r.t) {
+			return reducer{}, fmt.Errorf("mpi: %v is defined on integers only, not %v: %w", op, reflect.TypeFor[T](), ErrArg)
 		}
-		r.user, r.userCommutes = f, true
+		r.user, r.userCommutes = bitReducer(op, r.t), true
 	default:
 		if u := lookupOp(op); u != nil {
 			ur, err := userReducer[T](op, u)

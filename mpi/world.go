@@ -148,9 +148,10 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	}
 	if lc.OneSided() {
 		// Every rendezvous the hardware moves is written by the sender
-		// (split.go).
+		// (split.go): the least split size is any size, whatever the
+		// eager limit becomes below.
 		w.writeRendezvous = true
-		w.splitMin = w.eagerLimit + 1
+		w.splitMin = 1
 	}
 	w.splitMin = orDefault(opts.Split, w.splitMin)
 	w.accumulateMin = orDefault(opts.Accumulate, w.accumulateMin)
