@@ -70,9 +70,9 @@ func (c *Comm) bcastMcast(n int) bool {
 }
 
 // bcastTree broadcasts b from root by lapi.Broadcast down a binomial
-// tree of the members, relative to root, or by lapi.Multicast where the
-// job's devices broadcast.
-func (c *Comm) bcastTree(b []byte, root int) error {
+// tree of the members, relative to root, or by lapi.Multicast when mcast
+// (bcastMcast's choice, which every member makes alike).
+func (c *Comm) bcastTree(b []byte, root int, mcast bool) error {
 	w := c.w
 	group := make([]hal.Rank, c.size)
 	for i, wr := range c.group {
@@ -83,7 +83,6 @@ func (c *Comm) bcastTree(b []byte, root int) error {
 	k := c.coll.seq.Load()
 	id := uint64(c.ctx)<<32 | uint64(k)
 	var done bcastDone
-	mcast := w.lc.CanMulticast()
 	abort, waitOn := w.lc.AbortBroadcast, c.parentIn(root)
 	if mcast {
 		abort, waitOn = w.lc.AbortMulticast, root

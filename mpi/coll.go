@@ -48,7 +48,7 @@ func (c *Comm) bcast(b []byte, root int) error {
 		return nil
 	}
 	if c.bcastMcast(len(b)) {
-		return c.bcastTree(b, root) // the link carries it to every host at once
+		return c.bcastTree(b, root, true) // the link carries it to every host at once
 	}
 	if c.hier != nil {
 		return c.hier.bcast(b, root)
@@ -57,7 +57,7 @@ func (c *Comm) bcast(b []byte, root int) error {
 		return c.sh.bcast(b, root)
 	}
 	if c.bcastRDMA(len(b)) {
-		return c.bcastTree(b, root)
+		return c.bcastTree(b, root, false)
 	}
 	if len(b) >= bcastLarge && c.size > 2 {
 		return c.bcastScatterAllgather(b, root)
