@@ -143,8 +143,8 @@ func (r *Replica) Entry(p PVO) (TPTEntry, bool) {
 // yet (the entry is missing, or still holds an earlier registration's
 // key), or p may be stale, and only the owner's own TPT can tell which.
 func (r *Replica) Has(p PVO) bool {
-	e, ok := r.entries[p.Entry]
-	return ok && e.Key == p.Key
+	_, ok := r.Entry(p)
+	return ok
 }
 
 // Check validates an access of n bytes at p with acc as the peer's TPT
