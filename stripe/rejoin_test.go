@@ -320,8 +320,8 @@ func TestReplaceErrors(t *testing.T) {
 		"twin":  {1, f.nets[0].Device(0), "member 0's device"},
 		"mtu":   {1, small.Device(0), "MTU of at least"},
 	} {
-		if err := s[0].Replace(c.i, c.dev); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: Replace: %v, want an error naming %q", name, err, c.want)
+		if err := s[0].Replace(c.i, c.dev); !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Replace: %v, want ErrBadMember naming %q", name, err, c.want)
 		}
 	}
 	s[0].Close()

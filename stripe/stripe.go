@@ -34,6 +34,11 @@ const (
 // an address that is not a stripe address of as many members as this one.
 var ErrBadAddress = errors.New("stripe: malformed address")
 
+// ErrBadMember is wrapped by New's and Replace's errors for a member
+// device that cannot be one: missing, a device already in the stripe, a
+// member index out of range, or caps that do not fit.
+var ErrBadMember = errors.New("stripe: bad member device")
+
 // Errors returned on paths that must not allocate.
 var (
 	errClosed     = fmt.Errorf("stripe: %w", hal.ErrClosed)
@@ -158,10 +163,10 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 		return nil, err
 	}
 	if len(members) == 0 {
-		return nil, errors.New("stripe: no member devices")
+		return nil, fmt.Errorf("stripe: no member devices: %w", ErrBadMember)
 	}
 	if len(members) > maxMembers {
-		return nil, fmt.Errorf("stripe: %d member devices, at most %d", len(members), maxMembers)
+		return nil, fmt.Errorf("stripe: %d member devices, at most %d: %w", len(members), maxMembers, ErrBadMember)
 	}
 	d := &Device{opts: opts}
 	d.onFrame = d.frame
@@ -171,16 +176,16 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 	devs := make([]hal.Device, len(members))
 	for i, dev := range members {
 		if dev == nil {
-			return nil, fmt.Errorf("stripe: member %d is nil", i)
+			return nil, fmt.Errorf("stripe: member %d is nil: %w", i, ErrBadMember)
 		}
 		for j := range i {
 			if members[j] == dev {
-				return nil, fmt.Errorf("stripe: members %d and %d are the same device", j, i)
+				return nil, fmt.Errorf("stripe: members %d and %d are the same device: %w", j, i, ErrBadMember)
 			}
 		}
 		c := dev.Caps()
 		if c.MTU <= 0 {
-			return nil, fmt.Errorf("stripe: member %d (%s) has MTU %d", i, dev.Addr(), c.MTU)
+			return nil, fmt.Errorf("stripe: member %d (%s) has MTU %d: %w", i, dev.Addr(), c.MTU, ErrBadMember)
 		}
 		a := dev.Addr()
 		if err := checkAddr(i, a); err != nil {
@@ -301,19 +306,19 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 		return errClosed
 	}
 	if i < 0 || i >= len(d.members) {
-		return fmt.Errorf("stripe: replace member %d of %d", i, len(d.members))
+		return fmt.Errorf("stripe: replace member %d of %d: %w", i, len(d.members), ErrBadMember)
 	}
 	if dev == nil {
-		return fmt.Errorf("stripe: replace member %d with nil", i)
+		return fmt.Errorf("stripe: replace member %d with nil: %w", i, ErrBadMember)
 	}
 	for _, m := range d.members {
 		if m.dev == dev {
-			return fmt.Errorf("stripe: replace member %d with member %d's device", i, m.idx)
+			return fmt.Errorf("stripe: replace member %d with member %d's device: %w", i, m.idx, ErrBadMember)
 		}
 	}
 	c := dev.Caps()
 	if c.MTU < d.caps.MTU || d.caps.Reliable && !c.Reliable {
-		return fmt.Errorf("stripe: replace member %d: caps %+v, want an MTU of at least %d (and Reliable: %v)", i, c, d.caps.MTU, d.caps.Reliable)
+		return fmt.Errorf("stripe: replace member %d: caps %+v, want an MTU of at least %d (and Reliable: %v): %w", i, c, d.caps.MTU, d.caps.Reliable, ErrBadMember)
 	}
 	a := dev.Addr()
 	if err := checkAddr(i, a); err != nil {
