@@ -143,15 +143,15 @@ type Device struct {
 // hearing us; and each member's link toward it (link.go).
 type peerState struct {
 	connected bool
-	addrs     []string // the peer's member addresses, as last connected
-	active    uint64   // the round of the last data frame exchanged (0: never)
-	lastAny   time.Time
-	recv      uint64 // frames (data, probes, reintegration) from it on any member
-	round     uint32 // the round of the peer's last probe we took
-	mask      uint32 // members whose link toward it is in
-	next      int    // the member the next frame to it tries first
-	polled    bool   // in Device.polled: it delivered in this Poll
-	links     []link // per member
+	addrs     []string  // the peer's member addresses, as last connected
+	active    uint64    // the round of the last data frame exchanged (0: never)
+	lastAny   time.Time // when a frame of it last came, on any member (hears)
+	recv      uint64    // frames (data, probes, reintegration) from it on any member
+	round     uint32    // the round of the peer's last probe we took
+	mask      uint32    // members whose link toward it is in
+	next      int       // the member the next frame to it tries first
+	polled    bool      // in Device.polled: it delivered in this Poll
+	links     []link    // per member
 }
 
 // New makes a stripe over members, which must reach the same peers: member
