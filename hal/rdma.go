@@ -299,14 +299,12 @@ func checkReport(h *RDMAHdr, b []byte) error {
 // h encoded (with FlagMissing set and Code 0) and its bitmap, h.Data.
 func AppendReport(b []byte, h *RDMAHdr) []byte {
 	n := len(b)
-	b = append(b, zeroHdr[:]...)
+	b = append(b, make([]byte, RDMAHdrLen)...)
 	r := *h
 	r.Flags, r.Code, r.Notify = FlagMissing, 0, NotifyOrigin
 	EncodeRDMA(b[n:], FrameRDMADone, &r)
 	return append(b, h.Data...)
 }
-
-var zeroHdr [RDMAHdrLen]byte
 
 // checkSeg checks the segment size against the transfer length.
 func checkSeg(h *RDMAHdr) error {
