@@ -389,15 +389,6 @@ func (c *Context) failCallerLocked(err error, n Completer, ks ...*Counter) {
 	c.note(n, err)
 }
 
-// armFnLocked has fn run (in the completion runner) once k, a counter
-// of c, reaches at, or fails (c.mu held): the triggers of lapi's own
-// collectives.
-func (c *Context) armFnLocked(k *Counter, at int64, fn func(error)) {
-	k.armed.Add(1)
-	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
-	c.trigDue.Store(true) // it may have been reached already
-}
-
 // chunkLanded is the trigger of chunk i's arrival at a receiver.
 func (st *bcastState) chunkLanded(i int) func(error) {
 	return func(err error) {

@@ -146,8 +146,7 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 	// (or fails) at the other rank, a trigger on it reports to the asker.
 	c.mu.Lock()
 	k := c.spareCounter()
-	k.armed.Add(1)
-	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: 1, fn: func(err error) {
+	c.armFnLocked(k, 1, func(err error) {
 		code := uint8(0)
 		if err != nil {
 			code = faultCode(err)
@@ -165,7 +164,7 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 			c.spareCntrs = append(c.spareCntrs, k)
 			c.mu.Unlock()
 		}
-	}})
+	})
 	c.mu.Unlock()
 	if r.write {
 		err = c.Put(r.other, r.remote, mem, SendOpts{Completion: k, Target: r.othercntr})
