@@ -131,7 +131,7 @@ func (c *Context) SnapshotLocked() Snapshot {
 		t := &c.timing
 		p.Unacked = l.inFlight()
 		p.Window = min(t.window, l.peerCredit, sackBits)
-		p.RTO = min(l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO)<<min(l.backoff, 10), t.maxRTO)
+		p.RTO = l.backedOffRTO(t)
 		if l.rtt.have {
 			p.SRTT = l.rtt.srtt
 		}
