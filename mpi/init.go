@@ -92,47 +92,10 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Each rank publishes its node (the lowest rank there, which every
-	// rank of the node knows from the launcher) with its address: the
-	// collectives go by node (hier.go).
-	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+"@"+dev.Addr()); err != nil {
+	nodes, mcast, err := exchangeAddrs(cl, dev, opts)
+	if err != nil {
 		dev.Close()
-		return nil, fmt.Errorf("mpi: init: publish address: %w", err)
-	}
-	if opts.BcastMcast {
-		// Whether this rank's device broadcasts: every rank must choose
-		// multicast alike (bcast_rdma.go).
-		can := "0"
-		if _, ok := dev.(hal.Broadcaster); ok && dev.Caps().Broadcast {
-			can = "1"
-		}
-		if err := cl.Put(mcastKey(rank), can); err != nil {
-			dev.Close()
-			return nil, fmt.Errorf("mpi: init: publish multicast: %w", err)
-		}
-	}
-	if err := cl.Fence(); err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("mpi: init: fence: %w", err)
-	}
-	mcast := opts.BcastMcast
-	for r := 0; mcast && r < size; r++ {
-		v, err := cl.Get(mcastKey(r))
-		mcast = err == nil && v == "1"
-	}
-	nodes := make([]int, size)
-	for r := 0; r < size; r++ {
-		v, err := cl.Get(addrKey(r))
-		if err == nil {
-			nodes[r], v, err = parseAddr(v, size)
-		}
-		if err == nil {
-			err = dev.Connect(hal.Rank(r), v)
-		}
-		if err != nil {
-			dev.Close()
-			return nil, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
-		}
+		return nil, err
 	}
 	// Every process joins by reintegration: a rank that is restarted
 	// (same rank, new process) never receives RDMA meant for its earlier
@@ -169,17 +132,72 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		lc.Close()
 		return nil, err
 	}
+	w.closeAtFinalize(cl, dev, opts)
+	trace.Printf(2, "mpi %d: init: rank %d of %d via %s, device %s", rank, rank, size, cl.Kind(), dev.Addr())
+	return w, nil
+}
+
+// exchangeAddrs publishes this rank's node and device address (and, with
+// Options.BcastMcast, whether its device broadcasts) through PMI, passes
+// the fence, and connects the device to every rank's address. It returns
+// each rank's node and whether every rank's device broadcasts.
+func exchangeAddrs(cl pmi.Client, dev hal.Device, opts Options) (nodes []int, mcast bool, err error) {
+	rank, size := cl.Rank(), cl.Size()
+	// Each rank publishes its node (the lowest rank there, which every
+	// rank of the node knows from the launcher) with its address: the
+	// collectives go by node (hier.go).
+	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+"@"+dev.Addr()); err != nil {
+		return nil, false, fmt.Errorf("mpi: init: publish address: %w", err)
+	}
+	if opts.BcastMcast {
+		// Whether this rank's device broadcasts: every rank must choose
+		// multicast alike (bcast_rdma.go).
+		can := "0"
+		if _, ok := dev.(hal.Broadcaster); ok && dev.Caps().Broadcast {
+			can = "1"
+		}
+		if err := cl.Put(mcastKey(rank), can); err != nil {
+			return nil, false, fmt.Errorf("mpi: init: publish multicast: %w", err)
+		}
+	}
+	if err := cl.Fence(); err != nil {
+		return nil, false, fmt.Errorf("mpi: init: fence: %w", err)
+	}
+	mcast = opts.BcastMcast
+	for r := 0; mcast && r < size; r++ {
+		v, err := cl.Get(mcastKey(r))
+		mcast = err == nil && v == "1"
+	}
+	nodes = make([]int, size)
+	for r := 0; r < size; r++ {
+		v, err := cl.Get(addrKey(r))
+		if err == nil {
+			nodes[r], v, err = parseAddr(v, size)
+		}
+		if err == nil {
+			err = dev.Connect(hal.Rank(r), v)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
+		}
+	}
+	return nodes, mcast, nil
+}
+
+// closeAtFinalize starts what a launched rank runs beside the job (the
+// profile, gorun's questions, the trace signals) and queues, in order,
+// what Finalize undoes.
+func (w *World) closeAtFinalize(cl pmi.Client, dev hal.Device, opts Options) {
+	rank, size := cl.Rank(), cl.Size()
 	stop := profile.StartFromEnv(rank)
 	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
 	w.onClose = append(w.onClose, w.traceAtInit()) // SIGUSR1/SIGUSR2 change the trace level (trace.go)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
 		func() error { traceDevices(rank, size, dev); return nil },
-		lc.Close,
+		w.lc.Close,
 		w.statsAtFinalize(opts.Stats), // WEFT_STATS (stats.go), after Close has brought the device's counters up to date
 		cl.Finalize)
-	trace.Printf(2, "mpi %d: init: rank %d of %d via %s, device %s", rank, rank, size, cl.Kind(), dev.Addr())
-	return w, nil
 }
 
 // waitJoined waits until RDMA is enabled toward every peer: each has

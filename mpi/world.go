@@ -50,6 +50,8 @@ type World struct {
 	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
 	bcastRDMAMin       int  // Bcast bytes from which broadcast RDMA carries it; 0: never
 	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
+	allgatherPutMin    int  // Allgather bytes per rank from which Puts carry it (allgather_rdma.go); 0: never
+	alltoallPutMin     int  // Alltoall bytes per peer from which Puts carry it (alltoall_rdma.go); 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[waitNote] // what a blocked call waits for, for reports
 	spare              *request                 // a recycled request, under lapi's lock (request.go)
@@ -126,22 +128,56 @@ func (l layout) check(rank, size int) (layout, error) {
 // newWorldLayout is newWorld with ranks placed by l.
 func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w := &World{
-		lc:            lc,
-		rank:          int(lc.Rank()),
-		size:          lc.Size(),
-		seqOut:        make([]uint32, lc.Size()),
-		nextCtx:       2,
-		eagerLimit:    64 << 10,
-		splitMin:      splitDefault,
-		accumulateMin: accumulateLarge,
-		directMin:     directLarge,
-		bcastRDMAMin:  bcastRDMALarge,
+		lc:              lc,
+		rank:            int(lc.Rank()),
+		size:            lc.Size(),
+		seqOut:          make([]uint32, lc.Size()),
+		nextCtx:         2,
+		eagerLimit:      64 << 10,
+		splitMin:        splitDefault,
+		accumulateMin:   accumulateLarge,
+		directMin:       directLarge,
+		bcastRDMAMin:    bcastRDMALarge,
+		allgatherPutMin: allgatherRDMALarge,
+		alltoallPutMin:  alltoallRDMALarge,
 	}
 	l, err := l.check(w.rank, w.size)
 	if err != nil {
 		return nil, err
 	}
 	w.nodes = l.nodes
+	w.setThresholds(opts)
+	w.timeout = opts.Timeout
+	w.trk = lc.Tracker() // Options.Track, given to lapi by Init and Run (track.go)
+	w.snap.dir = opts.SnapshotDir
+	w.m.init(w.rank, w.size)
+	w.registerHandlers()
+	w.comms = make(map[uint32]*Comm)
+	lc.OnPeerFailed(w.peerFailed)
+	if sm, ok := lc.Device().(hal.SharedMemory); ok {
+		nslots := w.size
+		if l.slots != nil {
+			nslots = l.nslots
+		}
+		b, err := newShBlock(sm.SharedBlock(), nslots, l.slots, opts.NoShmColl)
+		if err != nil {
+			return nil, err
+		}
+		w.sh = b
+	}
+	group := make([]int, w.size)
+	for i := range group {
+		group[i] = i
+	}
+	w.comm = newComm(w, 0, w.rank, group)
+	return w, nil
+}
+
+// setThresholds sets the sizes where the point-to-point protocols and
+// the large collectives change, from what the device and lapi offer,
+// then from opts.
+func (w *World) setThresholds(opts Options) {
+	lc := w.lc
 	if sc := lc.SingleCopy(); sc > 0 {
 		// Split where each part is one copy: two cores copying at once.
 		w.splitMin = max(2*sc, splitNode)
@@ -157,6 +193,8 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.accumulateMin = orDefault(opts.Accumulate, w.accumulateMin)
 	w.directMin = orDefault(opts.Direct, w.directMin)
 	w.bcastRDMAMin = orDefault(opts.BcastRDMA, w.bcastRDMAMin)
+	w.allgatherPutMin = orDefault(opts.AllgatherRDMA, w.allgatherPutMin)
+	w.alltoallPutMin = orDefault(opts.AlltoallRDMA, w.alltoallPutMin)
 	if sc := lc.SingleCopy(); sc > 0 && sc <= w.eagerLimit {
 		// A rendezvous read is one copy here: from its size up that
 		// beats copying through the device and out again, where every
@@ -179,10 +217,12 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 			}
 		}
 	}
-	w.timeout = opts.Timeout
-	w.trk = lc.Tracker() // Options.Track, given to lapi by Init and Run (track.go)
-	w.snap.dir = opts.SnapshotDir
-	w.m.init(w.rank, w.size)
+}
+
+// registerHandlers registers MPI's active-message handlers with lapi.
+// Every rank registers the same handlers in the same order.
+func (w *World) registerHandlers() {
+	lc := w.lc
 	w.hEager = lc.RegisterHandler(eagerHandler{w})
 	w.hRTS = lc.RegisterHandler(eagerHandler{w})
 	w.hFin = lc.RegisterHandler(finHandler{w})
@@ -191,25 +231,6 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.hNudge = lc.RegisterHandler(nudgeHandler{})
 	w.hAgree = lc.RegisterHandler(agreeHandler{w})
 	w.hAbort = lc.RegisterHandler(abortHandler{w})
-	w.comms = make(map[uint32]*Comm)
-	lc.OnPeerFailed(w.peerFailed)
-	if sm, ok := lc.Device().(hal.SharedMemory); ok {
-		nslots := w.size
-		if l.slots != nil {
-			nslots = l.nslots
-		}
-		b, err := newShBlock(sm.SharedBlock(), nslots, l.slots, opts.NoShmColl)
-		if err != nil {
-			return nil, err
-		}
-		w.sh = b
-	}
-	group := make([]int, w.size)
-	for i := range group {
-		group[i] = i
-	}
-	w.comm = newComm(w, 0, w.rank, group)
-	return w, nil
 }
 
 // Comm is the world communicator.
