@@ -287,6 +287,9 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 		case len(local) > 1:
 			return openRoute(cl, cfg, opts)
 		default:
+			if dev, err := autoVerbs(cl, cfg, opts, 0); dev != nil || err != nil {
+				return dev, err
+			}
 			t = "udp"
 		}
 	case "shm":
@@ -330,13 +333,7 @@ func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []hal.Rank) (hal
 // errors: a missing device, a port down, the device file, the memlock
 // limit); a binary built without -tags verbs says how to build it.
 func openVerbs(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
-	o := verbs.Options{Port: opts.VerbsPort, GIDIndex: opts.VerbsGID}
-	if oversubscribed(cl, opts.NodeCPUs) {
-		o.Spin = -1 // as on shm: spinning delays the rank that would answer
-	}
-	if n := len(opts.VerbsDevices); n > 0 {
-		o.Device = opts.VerbsDevices[localIndex(cl)%n]
-	}
+	o := verbsOptions(cl, opts, 0)
 	dev, err := verbs.Open(cfg, o)
 	if err != nil {
 		on := ""
@@ -348,6 +345,71 @@ func openVerbs(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 	trace.Printf(trace.Setup, "mpi: rank %d verbs device %s port %d GID index %d MTU %d", cfg.Rank, dev.Name(), dev.Port(), dev.GIDIndex(), dev.Caps().MTU)
 	return wrapFaults(dev)
 }
+
+// verbsOptions are the verbs device's options from opts: the device at
+// this rank's place on the node among Options.VerbsDevices, the port, the
+// GID index, and spin for Wait (blocking at once where the node is
+// oversubscribed: as on shm, spinning delays the rank that would answer).
+func verbsOptions(cl pmi.Client, opts Options, spin time.Duration) verbs.Options {
+	o := verbs.Options{Port: opts.VerbsPort, GIDIndex: opts.VerbsGID, Spin: spin}
+	if oversubscribed(cl, opts.NodeCPUs) {
+		o.Spin = -1
+	}
+	if n := len(opts.VerbsDevices); n > 0 {
+		o.Device = opts.VerbsDevices[localIndex(cl)%n]
+	}
+	return o
+}
+
+// autoVerbs is auto's choice of the network device in a binary built
+// with -tags verbs: every rank tries to open its RDMA device (as
+// Transport verbs would, with spin for the device's Wait) and publishes
+// whether it could; if every rank could, the RDMA device is this rank's
+// network device, else each closes its own and the caller opens UDP. The
+// ranks agree through one PMI fence, which binaries without the tag (the
+// same binary on every rank) skip: they return (nil, nil) at once. With
+// Options.NICs the network is the NICs' stripe, and verbs is not tried.
+func autoVerbs(cl pmi.Client, cfg hal.Config, opts Options, spin time.Duration) (hal.Device, error) {
+	if !verbs.Built || len(opts.NICs) > 0 {
+		return nil, nil
+	}
+	dev, openErr := verbs.Open(cfg, verbsOptions(cl, opts, spin))
+	can := "1"
+	if openErr != nil {
+		can = "0"
+	}
+	closeDev := func() {
+		if openErr == nil {
+			dev.Close()
+		}
+	}
+	rank := cl.Rank()
+	if err := cl.Put(verbsKey(rank), can); err != nil {
+		closeDev()
+		return nil, fmt.Errorf("mpi: init: publish whether verbs opened: %w", err)
+	}
+	if err := cl.Fence(); err != nil {
+		closeDev()
+		return nil, fmt.Errorf("mpi: init: fence (verbs): %w", err)
+	}
+	for r := range cfg.Size {
+		if v, err := cl.Get(verbsKey(r)); err != nil || v != "1" {
+			closeDev()
+			if openErr != nil {
+				trace.Printf(trace.Setup, "mpi: rank %d: auto keeps UDP: this rank's RDMA device: %v", rank, openErr)
+			} else {
+				trace.Printf(trace.Setup, "mpi: rank %d: auto keeps UDP: rank %d has no usable RDMA device", rank, r)
+			}
+			return nil, nil
+		}
+	}
+	trace.Printf(trace.Setup, "mpi: rank %d auto picked verbs device %s port %d GID index %d MTU %d", cfg.Rank, dev.Name(), dev.Port(), dev.GIDIndex(), dev.Caps().MTU)
+	return wrapFaults(dev)
+}
+
+// verbsKey is the PMI key of whether a rank opened its RDMA device ("1"
+// or "0"; auto in a build with -tags verbs).
+func verbsKey(rank int) string { return "weft-verbs-" + strconv.Itoa(rank) }
 
 // localIndex is this rank's place among the ranks of its node (its rank
 // when the launcher does not say).
@@ -379,10 +441,14 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 	if err != nil {
 		return nil, err
 	}
-	// Under a route the UDP device (or each NIC's, under a stripe) is
-	// waited on by the route's watcher only: its Wait blocks at once,
-	// leaving the spinning to lapi's waiter, which polls both devices.
-	net, err := openNet(cl, cfg, opts, udp.Options{Spin: -1})
+	// Under a route the network device (UDP, each NIC's under a stripe,
+	// or verbs) is waited on by the route's watcher only: its Wait blocks
+	// at once, leaving the spinning to lapi's waiter, which polls both
+	// devices.
+	net, err := autoVerbs(cl, cfg, opts, -1)
+	if net == nil && err == nil {
+		net, err = openNet(cl, cfg, opts, udp.Options{Spin: -1})
+	}
 	if err != nil {
 		sm.Close()
 		return nil, err

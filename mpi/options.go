@@ -23,8 +23,11 @@ type Options struct {
 	// (shared memory toward this node's ranks, UDP toward the others);
 	// "shm" and "udp" force one; "verbs" puts every rank on an RDMA
 	// device (package transport/verbs, in binaries built with -tags
-	// verbs; without the tag Init fails saying so). auto never picks
-	// verbs. Run ignores it: its ranks share the in-process device.
+	// verbs; without the tag Init fails saying so). In a binary built
+	// with the tag, auto puts the ranks of other nodes on verbs instead
+	// of UDP when every rank opens its RDMA device (one more PMI fence
+	// decides it), and keeps UDP otherwise. Run ignores it: its ranks
+	// share the in-process device.
 	Transport string
 
 	// Bind is the local address of the UDP device (WEFT_BIND); "" means

@@ -2,9 +2,11 @@ package mpi
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/weft-hpc/weft/transport/udp"
 	"github.com/weft-hpc/weft/transport/verbs"
 )
 
@@ -51,5 +53,29 @@ func TestInitVerbsNoDevice(t *testing.T) {
 	}
 	if !errors.Is(err, verbs.ErrNoDevice) || !strings.Contains(err.Error(), "nosuch0 (WEFT_VERBS_DEVICE)") {
 		t.Fatalf("InitWith verbs on nosuch0: %v; want ErrNoDevice naming the device and WEFT_VERBS_DEVICE", err)
+	}
+}
+
+// TestInitAutoVerbsFallsBack: built with the device, on a host where no
+// RDMA device opens (the case of every host but the VM), auto keeps UDP:
+// the rank publishes that it could not, and the job runs over UDP. In the
+// VM, where rxe devices open, auto takes verbs instead (mpitest.sh).
+func TestInitAutoVerbsFallsBack(t *testing.T) {
+	if !verbs.Built {
+		t.Skip("built without -tags verbs: auto never tries verbs")
+	}
+	if ents, _ := os.ReadDir("/sys/class/infiniband"); len(ents) > 0 {
+		t.Skip("this host has RDMA devices: auto may pick verbs here")
+	}
+	singleton(t)
+	w, err := InitWith(Options{Transport: "auto"})
+	if err != nil {
+		t.Fatalf("InitWith auto on a host without RDMA devices: %v", err)
+	}
+	defer w.Finalize()
+	if d, ok := w.lc.Device().(*udp.Device); !ok {
+		t.Fatalf("auto opened %T (%s), want the UDP device", w.lc.Device(), w.lc.Device().Addr())
+	} else {
+		t.Logf("auto kept UDP: %s", d.Addr())
 	}
 }
