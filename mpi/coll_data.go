@@ -121,6 +121,9 @@ func (c *Comm) allgather(send, recv []byte) error {
 	if c.shared(n) {
 		return c.sh.allgather(send, recv)
 	}
+	if c.allgatherPut(n) {
+		return c.allgatherRDMA(send, recv)
+	}
 	if len(recv) >= allgatherLarge {
 		// Ring: n-1 steps, each passing one block to the right.
 		copy(recv[c.rank*n:], send)
@@ -174,6 +177,9 @@ func (c *Comm) alltoall(send, recv []byte) error {
 	}
 	p := c.size
 	n := len(send) / p
+	if c.alltoallPut(n) {
+		return c.alltoallRDMA(send, recv)
+	}
 	copy(recv[c.rank*n:(c.rank+1)*n], send[c.rank*n:(c.rank+1)*n])
 	for i := 1; i < p; i++ {
 		dst, src := (c.rank+i)%p, (c.rank-i+p)%p

@@ -25,7 +25,10 @@ type Comm struct {
 	accOut *lapi.Counter
 	// dirCntr counts the reads of direct reductions (direct.go).
 	dirCntr *lapi.Counter
-	tmp     []byte // scratch for the collectives' receives (scratch)
+	// rput is the state of the Alltoalls and Allgathers by Puts
+	// (alltoall_rdma.go).
+	rput *putColl
+	tmp  []byte // scratch for the collectives' receives (scratch)
 	// sh runs the small collectives through the device's shared block
 	// (shmcoll.go); nil: through messages.
 	sh *shComm

@@ -115,6 +115,18 @@ type Options struct {
 	// turns it off.
 	BcastRDMA int
 
+	// AllgatherRDMA is the Allgather block (bytes per rank) from which
+	// each rank Puts its block straight into every other rank's receive
+	// buffer, instead of passing blocks round a ring of messages
+	// (WEFT_ALLGATHER_RDMA). 0 means the default; negative turns it off.
+	AllgatherRDMA int
+
+	// AlltoallRDMA is the Alltoall block (bytes per peer) from which each
+	// rank Puts its blocks straight into the peers' receive buffers,
+	// instead of exchanging them pairwise by messages
+	// (WEFT_ALLTOALL_RDMA). 0 means the default; negative turns it off.
+	AlltoallRDMA int
+
 	// BcastMcast has the Bcasts that go by broadcast RDMA (BcastRDMA)
 	// go by the network's multicast instead, where every rank's device
 	// is one UDP device that joined the job's multicast group
@@ -323,6 +335,8 @@ var envVars = []envVar{
 	{"WEFT_DIRECT", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Direct })},
 	{"WEFT_ACCUMULATE", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.Accumulate })},
 	{"WEFT_BCAST_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.BcastRDMA })},
+	{"WEFT_ALLGATHER_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.AllgatherRDMA })},
+	{"WEFT_ALLTOALL_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.AlltoallRDMA })},
 	{"WEFT_BCAST_MCAST", "1 or on to broadcast large Bcasts by IP multicast over udp, 0 or off not to", func(o *Options, v string) bool {
 		o.BcastMcast = v == "1" || v == "on"
 		return slices.Contains([]string{"0", "1", "on", "off"}, v)

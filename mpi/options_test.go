@@ -69,6 +69,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_DIRECT", []string{"4096", "0"}, []Options{{Direct: 4096}, {Direct: -1}}, []string{"junk", "-4096"}},
 		{"WEFT_ACCUMULATE", []string{"1048576", "0"}, []Options{{Accumulate: 1 << 20}, {Accumulate: -1}}, []string{"1MiB", "-1"}},
 		{"WEFT_BCAST_RDMA", []string{"4194304", "0"}, []Options{{BcastRDMA: 4 << 20}, {BcastRDMA: -1}}, []string{"4MiB", "-1"}},
+		{"WEFT_ALLGATHER_RDMA", []string{"65536", "0"}, []Options{{AllgatherRDMA: 64 << 10}, {AllgatherRDMA: -1}}, []string{"64KiB", "-1"}},
+		{"WEFT_ALLTOALL_RDMA", []string{"1048576", "0"}, []Options{{AlltoallRDMA: 1 << 20}, {AlltoallRDMA: -1}}, []string{"1M", "-5"}},
 		{"WEFT_BCAST_MCAST", []string{"1", "on", "0", "off"}, []Options{{BcastMcast: true}, {BcastMcast: true}, {}, {}}, []string{"yes", "2"}},
 		{"WEFT_SHMCOLL", []string{"off", "on"}, []Options{{NoShmColl: true}, {}}, []string{"maybe", "0"}},
 		{"WEFT_SYSMON", []string{"batch", "normal"}, []Options{{Sysmon: "batch"}, {Sysmon: "normal"}}, []string{"bogus", "idle"}},

@@ -1,0 +1,24 @@
+package mpi
+
+// Large Allgathers by RDMA Puts (putBlocks, alltoall_rdma.go): each rank
+// Puts its block into every peer's receive buffer at once. Every rank
+// sends and receives p-1 blocks, as in the ring it replaces, but in one
+// step instead of p-1 steps with a rendezvous each.
+
+// allgatherRDMALarge is the default smallest Allgather block (bytes per
+// rank) that goes by Puts (WEFT_ALLGATHER_RDMA sets it; 0 turns it off).
+const allgatherRDMALarge = 256 << 10
+
+// allgatherPut reports whether an Allgather of n bytes per rank goes by
+// Puts. Every member decides alike from the block's size and the
+// communicator's.
+func (c *Comm) allgatherPut(n int) bool {
+	m := c.w.allgatherPutMin
+	return m > 0 && n >= m && c.size > 1
+}
+
+// allgatherRDMA is Allgather by Puts: send goes to block c.rank of every
+// member's recv.
+func (c *Comm) allgatherRDMA(send, recv []byte) error {
+	return c.putBlocks("allgather", recv, len(send), func(int) []byte { return send })
+}
