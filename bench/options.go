@@ -55,6 +55,7 @@ Benchmarks, measured as the OSU micro-benchmarks measure them:
   bcast      bytes from rank 0 to all ranks (us per call)
   barrier    (us per call)
   alltoall   bytes per peer (us per call)
+  allgather  bytes per rank, gathered at every rank (us per call)
   iallreduce float32 sum, computing between Iallreduce and Wait for the pure call's time
              (overall, compute, pure us and the overlap %, averages over ranks)
   put_bw       rank 0 puts windows of 64 (32 above 8K) into rank 1's window under a shared lock, a Flush per window (MB/s)

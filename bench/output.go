@@ -224,6 +224,7 @@ var titleKeys = []struct{ key, bench string }{
 	{"barrier", "barrier"},
 	{"all-to-all", "alltoall"},
 	{"alltoall", "alltoall"},
+	{"allgather", "allgather"},
 	{"latency", "latency"},
 }
 

@@ -106,6 +106,8 @@ var benchmarks = []*benchmark{
 		minRanks: 1, elem: 0, schedule: collectiveSchedule, measure: barrier},
 	{name: "alltoall", title: "MPI All-to-All Personalized Exchange Latency Test", kind: kindCollective, defMin: 1, defMax: 1 << 20,
 		minRanks: 1, elem: 1, perPeer: true, schedule: collectiveSchedule, measure: alltoall},
+	{name: "allgather", title: "MPI Allgather Latency Test", kind: kindCollective, defMin: 1, defMax: 1 << 20,
+		minRanks: 1, elem: 1, perPeer: true, schedule: collectiveSchedule, measure: allgather},
 	{name: "iallreduce", title: "MPI Iallreduce Overlap Test", kind: kindOverlap, defMin: 4, defMax: 1 << 20,
 		minRanks: 1, elem: 4, floats: true, schedule: collectiveSchedule, measure: iallreduce},
 	{name: "put_bw", title: "MPI Put Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
