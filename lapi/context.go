@@ -48,7 +48,9 @@ type Context struct {
 	freePkt    *outPkt
 	freeMsg    *outMsg
 	nextTick   time.Time // earliest retransmission or delayed-ack deadline
-	onFail     []func(hal.Rank, error)
+	onFail     []func(*Tx, hal.Rank, error)
+	tx         Tx                      // lent to code run inside the dispatcher
+	faults     []atomic.Pointer[fault] // peerErr, for PeerErr without the lock
 	tpt        *hal.TPT
 	gets       getTable
 	stats      Stats
@@ -166,6 +168,7 @@ func Open(cfg Config) (*Context, error) {
 		acks:        make([][]byte, cfg.Size),
 		nextMsg:     make([]uint32, cfg.Size),
 		peerErr:     make([]error, cfg.Size),
+		faults:      make([]atomic.Pointer[fault], cfg.Size),
 		reasm:       make(map[reasmKey]*inMsg),
 		handlers:    make([]handlerEntry, firstUserHandler),
 		counters:    []*Counter{nil}, // ID 0 means "no counter"
@@ -196,6 +199,7 @@ func Open(cfg Config) (*Context, error) {
 	c.tpt.Track(cfg.Track)
 	c.initRDMA()
 	c.initCMA()
+	c.tx.c = c
 	c.onFrameFn = c.onFrame
 	c.releaseFn = c.release
 	c.rtxFn = c.retransmit
@@ -311,9 +315,10 @@ func newHandlerEntry(h AMHandler) handlerEntry {
 	return handlerEntry{h: h, whole: wh}
 }
 
-// OnPeerFailed registers f to run (under the progress lock: f must not call
-// back into the context) when a peer is declared failed.
-func (c *Context) OnPeerFailed(f func(peer hal.Rank, err error)) {
+// OnPeerFailed registers f to run when a peer is declared failed. f runs
+// inside the dispatcher (see Tx): it must not call the context's own
+// methods, only tx's and PeerErr.
+func (c *Context) OnPeerFailed(f func(tx *Tx, peer hal.Rank, err error)) {
 	c.mu.Lock()
 	c.onFail = append(c.onFail, f)
 	c.mu.Unlock()
@@ -327,9 +332,10 @@ func (c *Context) PeerErr(peer hal.Rank) error {
 	if c.failures.Load() == 0 {
 		return nil // the common case, without the progress lock
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.peerErr[peer]
+	if f := c.faults[peer].Load(); f != nil {
+		return f.err
+	}
+	return nil
 }
 
 // Stats returns a snapshot of the protocol counters.
@@ -507,26 +513,6 @@ func (c *Context) counter(id uint32) *Counter {
 		return nil
 	}
 	return c.counters[id]
-}
-
-// BacklogLocked is how many packets wait toward peer for room in the
-// device or the window (c.mu held): a sender that does not wait for its
-// peer (an eager message is complete once lapi has it) can use it to hold
-// back rather than queue without bound.
-func (c *Context) BacklogLocked(peer hal.Rank) int {
-	if int(peer) >= len(c.queues) {
-		return 0
-	}
-	return c.queues[peer].n
-}
-
-// PeerErrLocked is PeerErr for use inside a Wait condition, which runs with
-// the progress lock held.
-func (c *Context) PeerErrLocked(peer hal.Rank) error {
-	if int(peer) >= c.cfg.Size {
-		return fmt.Errorf("lapi: peer %d: %w", peer, ErrBadRank)
-	}
-	return c.peerErr[peer]
 }
 
 // CopyThreshold is the largest message Amsend copies: its origin buffer is

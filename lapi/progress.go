@@ -203,13 +203,14 @@ func (c *Context) failPeer(peer hal.Rank, cause string) {
 	}
 	err := &PeerError{Peer: peer, Cause: cause}
 	c.peerErr[peer] = err
+	c.faults[peer].Store(&fault{err})
 	if trace.On(trace.Rare) {
 		trace.Printf(trace.Rare, "lapi %d: rank %d failed: %s", c.rank, peer, cause)
 	}
 	c.failures.Add(1)
 	c.dropPeer(peer, err)
 	for _, f := range c.onFail {
-		f(peer, err)
+		f(&c.tx, peer, err)
 	}
 }
 
@@ -274,8 +275,9 @@ func (c *Context) Progress() {
 	c.runCompletions()
 }
 
-// Wait makes progress until cond reports done or an error; cond runs under
-// the progress lock, so it must be quick and must not call the context.
+// Wait makes progress until cond reports done or an error; cond runs
+// inside the dispatcher (see Tx), so it must be quick and must not call
+// the context (but PeerErr).
 // An error cond returns ends the wait, done or not; once cond reports done
 // with no error, Wait returns without calling it again (a condition may
 // act on the completion it sees, as mpi's gives its request back). The
@@ -294,7 +296,21 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 // ping-pong's) pays nothing for it. Counting polls instead failed: a
 // goroutine descheduled through its spin blocks after as few as 16.
 func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err error), report func()) error {
-	return c.waitFor(ctx, cond, report, c.cfg.Spin, c.cfg.Yield)
+	return c.waitFor(ctx, cond, nil, report, c.cfg.Spin, c.cfg.Yield)
+}
+
+// WaitTx is Wait whose condition is lent the dispatcher's Tx (cond runs
+// inside the dispatcher, as every Wait condition does).
+func (c *Context) WaitTx(ctx context.Context, cond func(tx *Tx) (done bool, err error)) error {
+	return c.waitFor(ctx, nil, cond, nil, c.cfg.Spin, c.cfg.Yield)
+}
+
+// test asks the condition of a wait: cond, or condTx lent the Tx.
+func (c *Context) test(cond func() (bool, error), condTx func(*Tx) (bool, error)) (bool, error) {
+	if condTx != nil {
+		return condTx(&c.tx)
+	}
+	return cond()
 }
 
 // WaitQuiet is Wait for a goroutine that runs beside the application's
@@ -302,11 +318,12 @@ func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err er
 // as a pass makes no progress, so that it takes no processor time from
 // the application's computation while nothing arrives.
 func (c *Context) WaitQuiet(ctx context.Context, cond func() (done bool, err error)) error {
-	return c.waitFor(ctx, cond, nil, -1, 0)
+	return c.waitFor(ctx, cond, nil, nil, -1, 0)
 }
 
 // waitFor is WaitReport polling for spin, then yielding for yield.
-func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error), report func(), spin, yield time.Duration) error {
+// Of cond and condTx, the one not nil is the condition.
+func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error), condTx func(*Tx) (bool, error), report func(), spin, yield time.Duration) error {
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
@@ -333,7 +350,7 @@ func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error
 		)
 		quiet := n > 0 && c.quiet()
 		if quiet {
-			done, err = cond()
+			done, err = c.test(cond, condTx)
 		}
 		if done && err == nil {
 			// What this goroutine waits for came, and the rest of the
@@ -351,7 +368,7 @@ func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error
 		if !queued && !quiet {
 			// (After a quiet poll, the pass changed nothing cond reads:
 			// cond is asked once per pass.)
-			done, err = cond()
+			done, err = c.test(cond, condTx)
 		}
 		gen := c.gen
 		c.mu.Unlock()
@@ -359,7 +376,7 @@ func (c *Context) waitFor(ctx context.Context, cond func() (done bool, err error
 			c.runCompletions()
 			did = true
 			c.mu.Lock()
-			done, err = cond()
+			done, err = c.test(cond, condTx)
 			gen = c.gen
 			c.mu.Unlock()
 		}

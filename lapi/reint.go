@@ -70,6 +70,7 @@ func (c *Context) resetPeer(peer hal.Rank) {
 	c.nextMsg[peer], c.fenceMark[peer] = 0, 0
 	if c.peerErr[peer] != nil {
 		c.peerErr[peer] = nil // alive again
+		c.faults[peer].Store(nil)
 		c.failures.Add(-1)
 	}
 }

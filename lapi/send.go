@@ -29,33 +29,13 @@ const pktBufLen = hal.HeaderLen + pktHdrLen + MaxUhdr
 // completed the message.
 func (c *Context) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
 	c.mu.Lock()
-	err := c.AmsendLocked(tgt, h, uhdr, data, o)
-	c.Unlock() // and the completions of a message to self, or of a send that finished at once
+	err := c.amsendTx(tgt, h, uhdr, data, o)
+	c.unlockRun() // and the completions of a message to self, or of a send that finished at once
 	return err
 }
 
-// Lock takes the progress lock, under which handlers' OnHeader and OnWhole
-// and OnPeerFailed callbacks run. An upper layer may guard state that its
-// handlers share with it by this lock instead of one of its own: its
-// handlers, already holding it, then take no second lock per message (an
-// 8-byte MPI message's delivery saved two locked instructions). While
-// holding it, call only the context's methods named ...Locked.
-func (c *Context) Lock() { c.mu.Lock() }
-
-// Unlock releases the progress lock, then runs the completions that what
-// was done under it queued (as Amsend does on its way out).
-func (c *Context) Unlock() {
-	pending := len(c.done) > 0
-	c.mu.Unlock()
-	if pending {
-		c.runCompletions()
-	}
-}
-
-// AmsendLocked is Amsend for a caller that holds the progress lock: it
-// may then number its messages in the order they leave, with no atomic
-// counter of its own. Completions it queues run at Unlock.
-func (c *Context) AmsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+// amsendTx is Amsend with the progress lock held.
+func (c *Context) amsendTx(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
 	if c.useRendezvous(tgt, len(data), len(uhdr)) {
 		return c.amRendezvousLocked(tgt, h, uhdr, data, o)
 	}

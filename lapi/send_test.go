@@ -169,23 +169,25 @@ func TestAmsendLocked(t *testing.T) {
 	c1.RegisterHandler(f1)
 
 	var self notified
-	c0.Lock()
-	if err := c0.AmsendLocked(0, h, nil, make([]byte, 8), SendOpts{Notify: &self}); err != nil {
-		c0.Unlock()
-		t.Fatalf("AmsendLocked to self: %v", err)
+	var (
+		held int32
+		err  error
+	)
+	c0.Atomically(func(tx *Tx) {
+		err = tx.Amsend(0, h, nil, make([]byte, 8), SendOpts{Notify: &self})
+		held = self.n.Load()
+	})
+	if err != nil {
+		t.Fatalf("Tx.Amsend to self: %v", err)
 	}
-	held := self.n.Load()
-	c0.Unlock()
 	if held != 0 || self.n.Load() != 1 || !f0.got.Load() {
-		t.Errorf("send to self: %d completions under the lock, %d after Unlock, delivered %v; want 0, 1, true", held, self.n.Load(), f0.got.Load())
+		t.Errorf("send to self: %d completions inside Atomically, %d after, delivered %v; want 0, 1, true", held, self.n.Load(), f0.got.Load())
 	}
 
 	var big notified
-	c0.Lock()
-	err := c0.AmsendLocked(1, h, nil, make([]byte, 4*rv), SendOpts{Notify: &big})
-	c0.Unlock()
+	c0.Atomically(func(tx *Tx) { err = tx.Amsend(1, h, nil, make([]byte, 4*rv), SendOpts{Notify: &big}) })
 	if err != nil {
-		t.Fatalf("AmsendLocked of %d bytes: %v", 4*rv, err)
+		t.Fatalf("Tx.Amsend of %d bytes: %v", 4*rv, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

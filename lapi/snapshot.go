@@ -81,12 +81,11 @@ type PeerSnapshot struct {
 func (c *Context) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.SnapshotLocked()
+	return c.snapshotTx()
 }
 
-// SnapshotLocked is Snapshot for a caller holding the progress lock
-// (Lock): a callback such as OnPeerFailed's, which runs under it.
-func (c *Context) SnapshotLocked() Snapshot {
+// snapshotTx is Snapshot with the progress lock held.
+func (c *Context) snapshotTx() Snapshot {
 	now := c.now()
 	s := Snapshot{Rank: c.rank, Size: c.cfg.Size, Reliable: c.reliable, Closed: c.closed,
 		Reintegrates: c.reint != nil, Ready: true,

@@ -404,9 +404,7 @@ func (c *Comm) abort(k uint32, msg string) {
 			_ = w.lc.Amsend(hal.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
 		}
 	}
-	w.lc.Lock()
-	c.aborted(k, msg)
-	w.lc.Unlock()
+	w.lc.Atomically(func(*lapi.Tx) { c.aborted(k, msg) })
 	// A wait of this rank's on the call may be asleep in the device (the
 	// abort came from a goroutine of its own, comparing signatures): no
 	// frame will wake it, so this does.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // TestSendBacklogBounded: a rank that only sends small messages (each
@@ -25,9 +26,7 @@ func TestSendBacklogBounded(t *testing.T) {
 				if err := Send(c, buf, 1, 3); err != nil {
 					return err
 				}
-				w.lc.Lock()
-				most = max(most, w.lc.BacklogLocked(hal.Rank(1)))
-				w.lc.Unlock()
+				w.lc.Atomically(func(tx *lapi.Tx) { most = max(most, tx.Backlog(hal.Rank(1))) })
 				if i == gateAt {
 					close(gate)
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Message is a message that Mprobe or Improbe took out of matching
@@ -57,9 +58,7 @@ func (c *Comm) Improbe(source, tag int) (found bool, m *Message, st Status, err 
 		return false, nil, Status{}, err
 	}
 	w.lc.Progress()
-	w.lc.Lock()
-	m, err = c.takeLocked(source, tag)
-	w.lc.Unlock()
+	w.lc.Atomically(func(*lapi.Tx) { m, err = c.takeLocked(source, tag) })
 	if m == nil {
 		return false, nil, Status{}, err
 	}
@@ -77,7 +76,7 @@ func (c *Comm) takeLocked(source, tag int) (*Message, error) {
 		return &Message{c: c, a: a, st: Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}}, nil
 	}
 	if source != AnySource {
-		return nil, w.lc.PeerErrLocked(hal.Rank(c.group[source]))
+		return nil, w.lc.PeerErr(hal.Rank(c.group[source]))
 	}
 	return nil, nil
 }
@@ -110,15 +109,21 @@ func (m *Message) recv(b []byte, elem int) (*request, error) {
 	c, a := m.c, m.a
 	m.a = nil
 	w := c.w
-	w.lc.Lock()
-	if w.closed.Load() {
-		w.lc.Unlock()
+	var (
+		r   *request
+		get bool
+	)
+	w.lc.Atomically(func(*lapi.Tx) {
+		if w.closed.Load() {
+			return
+		}
+		r = w.newRequestLocked()
+		r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, a.env.ctx, a.env.src, a.env.tag, b, elem, -1, "Mrecv"
+		get = w.bindLocked(r, a)
+	})
+	if r == nil {
 		return nil, fmt.Errorf("mpi: receive: %w", ErrFinalized)
 	}
-	r := w.newRequestLocked()
-	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, a.env.ctx, a.env.src, a.env.tag, b, elem, -1, "Mrecv"
-	get := w.bindLocked(r, a)
-	w.lc.Unlock()
 	if get {
 		w.startGet(r)
 	}

@@ -161,7 +161,7 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 			return true, nil
 		}
 		if source != AnySource {
-			if err := w.lc.PeerErrLocked(hal.Rank(c.group[source])); err != nil {
+			if err := w.lc.PeerErr(hal.Rank(c.group[source])); err != nil {
 				return false, err
 			}
 		}
@@ -232,11 +232,15 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	// holds anyway: no atomic add of its own. (isend's eager branch does
 	// the same with its options: a helper shared by both, with the
 	// options as a parameter, cost this path 25 instructions.)
-	w.lc.Lock()
-	putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
-	err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
-	behind := w.lc.BacklogLocked(hal.Rank(wd)) > maxBacklog
-	w.lc.Unlock()
+	var (
+		err    error
+		behind bool
+	)
+	w.lc.Atomically(func(tx *lapi.Tx) {
+		putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
+		err = tx.Amsend(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
+		behind = tx.Backlog(hal.Rank(wd)) > maxBacklog
+	})
 	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
@@ -258,11 +262,11 @@ const maxBacklog = 4096
 func (w *World) holdBack(wd int) error {
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
-	err := w.lc.Wait(ctx, func() (bool, error) {
-		if err := w.lc.PeerErrLocked(hal.Rank(wd)); err != nil {
+	err := w.lc.WaitTx(ctx, func(tx *lapi.Tx) (bool, error) {
+		if err := tx.PeerErr(hal.Rank(wd)); err != nil {
 			return false, err
 		}
-		return w.lc.BacklogLocked(hal.Rank(wd)) <= maxBacklog/2, nil
+		return tx.Backlog(hal.Rank(wd)) <= maxBacklog/2, nil
 	})
 	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d, %d messages behind: %w", wd, maxBacklog, err)
@@ -313,10 +317,14 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 			o.Notify = r // done when lapi no longer needs b
 		}
 		var hdr [envEagerLen]byte
-		w.lc.Lock()
-		err := w.lc.AmsendLocked(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
-		behind := copied && w.lc.BacklogLocked(hal.Rank(wd)) > maxBacklog
-		w.lc.Unlock()
+		var (
+			err    error
+			behind bool
+		)
+		w.lc.Atomically(func(tx *lapi.Tx) {
+			err = tx.Amsend(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
+			behind = copied && tx.Backlog(hal.Rank(wd)) > maxBacklog
+		})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 		}
@@ -340,12 +348,12 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	w.mu.Unlock()
 	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
-	w.lc.Lock()
-	if err = c.abortedLocked(ctx, tag); err == nil {
-		env.seq = w.nextSeqLocked(wd)
-		err = w.lc.AmsendLocked(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
-	}
-	w.lc.Unlock()
+	w.lc.Atomically(func(tx *lapi.Tx) {
+		if err = c.abortedLocked(ctx, tag); err == nil {
+			env.seq = w.nextSeqLocked(wd)
+			err = tx.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
+		}
+	})
 	if err != nil {
 		w.mu.Lock()
 		w.reqs.remove(r)
@@ -365,28 +373,34 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 	// The matcher's queues are under lapi's lock (see matcher). A peer
 	// failure is declared under it too: either this receive sees the
 	// peer's error, or peerFailed sees the receive posted.
-	w.lc.Lock()
-	if w.closed.Load() {
-		w.lc.Unlock()
-		return nil, fmt.Errorf("mpi: receive: %w", ErrFinalized)
-	}
-	if src != AnySource {
-		if err := w.lc.PeerErrLocked(hal.Rank(c.group[src])); err != nil {
-			w.lc.Unlock()
-			return nil, fmt.Errorf("mpi: receive from rank %d: %w", src, err)
+	var (
+		r   *request
+		get bool
+		err error
+	)
+	w.lc.Atomically(func(tx *lapi.Tx) {
+		if w.closed.Load() {
+			err = fmt.Errorf("mpi: receive: %w", ErrFinalized)
+			return
 		}
-	}
-	if err := c.abortedLocked(ctx, tag); err != nil {
-		w.lc.Unlock()
+		if src != AnySource {
+			if err = tx.PeerErr(hal.Rank(c.group[src])); err != nil {
+				err = fmt.Errorf("mpi: receive from rank %d: %w", src, err)
+				return
+			}
+		}
+		if err = c.abortedLocked(ctx, tag); err != nil {
+			return
+		}
+		r = w.newRequestLocked()
+		r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
+		if a := w.m.post(r); a != nil {
+			get = w.bindLocked(r, a)
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
-	r := w.newRequestLocked()
-	r.w, r.comm, r.recv, r.ctx, r.src, r.tag, r.buf, r.elem, r.peer, r.op = w, c, true, ctx, src, tag, b, elem, -1, "Recv"
-	get := false
-	if a := w.m.post(r); a != nil {
-		get = w.bindLocked(r, a)
-	}
-	w.lc.Unlock()
 	if get {
 		w.startGet(r)
 	}

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Iprobe is Probe that does not block (MPI_Iprobe): it makes progress once
@@ -19,17 +20,14 @@ func (c *Comm) Iprobe(source, tag int) (found bool, st Status, err error) {
 		return false, Status{}, err
 	}
 	w.lc.Progress()
-	w.lc.Lock()
-	defer w.lc.Unlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if a := w.m.probe(c.ctx, source, tag); a != nil {
-		return true, Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}, nil
-	}
-	if source != AnySource {
-		if err := w.lc.PeerErrLocked(hal.Rank(c.group[source])); err != nil {
-			return false, Status{}, err
+	w.lc.Atomically(func(tx *lapi.Tx) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if a := w.m.probe(c.ctx, source, tag); a != nil {
+			found, st = true, Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}
+		} else if source != AnySource {
+			err = tx.PeerErr(hal.Rank(c.group[source]))
 		}
-	}
-	return false, Status{}, nil
+	})
+	return found, st, err
 }

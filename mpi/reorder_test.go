@@ -106,14 +106,15 @@ func TestHeldRendezvousReleasedByWholeMessage(t *testing.T) {
 	// message it has not seen.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		w1.lc.Progress()
-		w1.lc.Lock()
-		w1.mu.Lock()
-		ready := len(w1.m.held) == 1
-		for _, a := range w1.m.held {
-			ready = ready && a.complete
-		}
-		w1.mu.Unlock()
-		w1.lc.Unlock()
+		ready := false
+		w1.lc.Atomically(func(*lapi.Tx) {
+			w1.mu.Lock()
+			ready = len(w1.m.held) == 1
+			for _, a := range w1.m.held {
+				ready = ready && a.complete
+			}
+			w1.mu.Unlock()
+		})
 		if ready {
 			break
 		}
@@ -121,9 +122,7 @@ func TestHeldRendezvousReleasedByWholeMessage(t *testing.T) {
 			t.Fatal("rank 1 never held the rendezvous back")
 		}
 	}
-	worlds[0].lc.Lock() // the device is driven under lapi's lock
-	err = hold.release()
-	worlds[0].lc.Unlock()
+	worlds[0].lc.Atomically(func(*lapi.Tx) { err = hold.release() }) // the device is driven inside lapi's dispatcher
 	if err != nil {
 		t.Fatal(err)
 	}

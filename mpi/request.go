@@ -8,6 +8,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/track"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Request is a nonblocking operation in progress, as Isend and Irecv
@@ -118,11 +119,11 @@ func (q *Request) Cancel() error {
 		return nil
 	}
 	w := r.w
-	w.lc.Lock()
-	if w.m.cancelPosted(r) {
-		r.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
-	}
-	w.lc.Unlock()
+	w.lc.Atomically(func(*lapi.Tx) {
+		if w.m.cancelPosted(r) {
+			r.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
+		}
+	})
 	return nil
 }
 

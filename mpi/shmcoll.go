@@ -341,7 +341,7 @@ func (s *shComm) failed() error {
 
 // peerErr is member m's failure (under lapi's lock).
 func (s *shComm) peerErr(m int) error {
-	if err := s.c.w.lc.PeerErrLocked(hal.Rank(s.c.group[m])); err != nil {
+	if err := s.c.w.lc.PeerErr(hal.Rank(s.c.group[m])); err != nil {
 		return fmt.Errorf("mpi: rank %d: %w", m, err)
 	}
 	return nil

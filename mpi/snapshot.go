@@ -58,25 +58,25 @@ func (w *World) snapTimeout(r *request) {
 // written automatically already (under
 // lapi's lock: peerFailed's, before it fails the requests, so that they
 // are seen pending).
-func (w *World) snapFatal(peer hal.Rank, err error) {
+func (w *World) snapFatal(tx *lapi.Tx, peer hal.Rank, err error) {
 	if !w.snap.on() || w.snap.auto.Swap(true) {
 		return
 	}
-	w.writeSnapshot(w.snapshotLocked(fmt.Sprintf("fatal: rank %d failed: %v", peer, err), nil), "")
+	w.writeSnapshot(w.snapshotLocked(tx, fmt.Sprintf("fatal: rank %d failed: %v", peer, err), nil), "")
 }
 
 // snapshot is the rank's snapshot, for reason; note is what it waits for
 // when the waiter is the caller (nil: World.waiting).
 func (w *World) snapshot(reason string, note *waitNote) []byte {
-	w.lc.Lock()
-	defer w.lc.Unlock()
-	return w.snapshotLocked(reason, note)
+	var b []byte
+	w.lc.Atomically(func(tx *lapi.Tx) { b = w.snapshotLocked(tx, reason, note) })
+	return b
 }
 
 // snapshotLocked is snapshot under lapi's lock, which the matcher's
 // queues are under; the arrivals' fields and the request table are
 // w.mu's, taken after it as peerFailed does.
-func (w *World) snapshotLocked(reason string, note *waitNote) []byte {
+func (w *World) snapshotLocked(tx *lapi.Tx, reason string, note *waitNote) []byte {
 	b := []byte("snapshot")
 	b = pmi.AppendField(b, "rank", strconv.Itoa(w.rank))
 	b = pmi.AppendField(b, "size", strconv.Itoa(w.size))
@@ -139,7 +139,7 @@ func (w *World) snapshotLocked(reason string, note *waitNote) []byte {
 	}
 	w.mu.Unlock()
 
-	ls := w.lc.SnapshotLocked()
+	ls := tx.Snapshot()
 	b = appendLapi(b, &ls)
 	for _, l := range statsLines(w.rank, w.statsFrom(ls.Stats, ls.RDMAStats)) {
 		b = append(append(append(b, "stats "...), l...), '\n')

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/weft-hpc/weft/internal/track"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Resource tracking (Options.Track, WEFT_TRACK): the requests Isend,
@@ -67,13 +68,13 @@ func (r *request) peerTag() string {
 // collectives' receives are on the odd contexts).
 func (w *World) postedLeft() int {
 	n := 0
-	w.lc.Lock()
-	for r := w.m.posted.head; r != nil; r = r.next {
-		if r.ctx&1 == 0 {
-			n++
+	w.lc.Atomically(func(*lapi.Tx) {
+		for r := w.m.posted.head; r != nil; r = r.next {
+			if r.ctx&1 == 0 {
+				n++
+			}
 		}
-	}
-	w.lc.Unlock()
+	})
 	return n
 }
 

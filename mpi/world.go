@@ -373,8 +373,8 @@ func (w *World) Waiting() string {
 // peerFailed runs under lapi's lock when a peer is declared failed: every
 // request that involves it fails, as do wildcard receives, which it might
 // have matched.
-func (w *World) peerFailed(peer hal.Rank, err error) {
-	w.snapFatal(peer, err) // what was pending, before it fails (snapshot.go)
+func (w *World) peerFailed(tx *lapi.Tx, peer hal.Rank, err error) {
+	w.snapFatal(tx, peer, err) // what was pending, before it fails (snapshot.go)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Receives posted from now on see lapi's error for peer (irecv).

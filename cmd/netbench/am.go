@@ -51,7 +51,7 @@ func openSession(ctx context.Context, cfg *config, d hal.Device, rank hal.Rank, 
 
 // wait makes progress until cond holds, failing if the peer does.
 func (s *session) wait(ctx context.Context, what string, cond func() bool) error {
-	err := s.c.Wait(ctx, func() (bool, error) { return cond(), s.c.PeerErrLocked(s.peer) })
+	err := s.c.Wait(ctx, func() (bool, error) { return cond(), s.c.PeerErr(s.peer) })
 	if err != nil {
 		return fmt.Errorf("%s: %w; lapi %+v", what, err, s.c.Stats())
 	}
