@@ -93,15 +93,15 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		}
 		c.mu.Lock()
 		reduceInto(mem, src, accArg(op, t))
-		if k := c.counter(o.Target); k != nil {
+		if k := c.am.counter(o.Target); k != nil {
 			k.incr()
 		}
-		c.doneHere(&o, nil)
+		c.am.doneHere(&o, nil)
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 		return nil
 	}
-	return c.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)
+	return c.rd.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)
 }
 
 // reduceInto applies the accumulate arg names to dst and src.

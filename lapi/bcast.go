@@ -8,6 +8,12 @@ import (
 	"github.com/weft-hpc/weft/hal"
 )
 
+// collectives runs a context's broadcasts (bcast.go) and multicasts
+// (mcast.go) by RDMA; their state is in their handlers' tables.
+type collectives struct {
+	c *Context
+}
+
 // Broadcast RDMA (the IBM seed's): one source region placed into a region
 // of the same length at every member of a group. No weft device has
 // hardware broadcast (hal.Caps.Broadcast), so lapi builds it as a tree of
@@ -107,7 +113,8 @@ func (e *BcastLengthError) Unwrap() error { return ErrBcast }
 // groupIndex checks the group and root of a collective (op in errors):
 // ranks of this job, none twice, this rank among them, root an index of
 // group. It returns this rank's index in group.
-func (c *Context) groupIndex(op string, group []hal.Rank, root int) (int, error) {
+func (co *collectives) groupIndex(op string, group []hal.Rank, root int) (int, error) {
+	c := co.c
 	me := -1
 	seen := make([]bool, c.cfg.Size)
 	for i, r := range group {
@@ -132,7 +139,8 @@ func (c *Context) groupIndex(op string, group []hal.Rank, root int) (int, error)
 
 // ownCounters checks that each counter given to a collective (op in
 // errors) is nil or this context's.
-func (c *Context) ownCounters(op string, ks ...*Counter) error {
+func (co *collectives) ownCounters(op string, ks ...*Counter) error {
+	c := co.c
 	for _, k := range ks {
 		if k != nil && k.c != c {
 			return fmt.Errorf("lapi: %s: a counter is not this context's: %w", op, ErrBcast)
@@ -150,7 +158,7 @@ func (c *Context) ownCounters(op string, ks ...*Counter) error {
 // done, or fail with the reason (a member failed, a protection check). buf
 // must not be touched until o.Done fires.
 func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o BcastOpts) error {
-	me, err := c.groupIndex("broadcast", group, root)
+	me, err := c.coll.groupIndex("broadcast", group, root)
 	if err != nil {
 		return err
 	}
@@ -168,7 +176,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	case o.Tree > BcastBinomial:
 		return fmt.Errorf("lapi: broadcast: tree %d: %w", o.Tree, ErrBcast)
 	}
-	if err := c.ownCounters("broadcast", o.Landed, o.Done, o.All); err != nil {
+	if err := c.coll.ownCounters("broadcast", o.Landed, o.Done, o.All); err != nil {
 		return err
 	}
 	p := len(group)
@@ -193,7 +201,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 		}
 		st.pvo, st.registered = local, true
 	}
-	t := c.bcastTable()
+	t := c.coll.bcastTable()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -213,13 +221,13 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if len(st.kids) > 0 && st.n > 0 {
 		for i := range st.kids {
 			k := &st.kids[i]
-			k.sent = c.spareCounter()
+			k.sent = c.trg.spareCounter()
 			at := int64(st.n) // every Put's completion
 			if o.Pull {
 				at = 1 // the child's got message
 			}
-			c.armFnLocked(k.sent, at, st.kidSent)
-			c.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
+			c.trg.armFnLocked(k.sent, at, st.kidSent)
+			c.am.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
 		}
 	} else {
 		st.sentAll = true
@@ -237,16 +245,16 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 			st.avail, st.has = make([]*Counter, st.n), make([]bool, st.n)
 		}
 		for i := range st.cntrs {
-			k := c.spareCounter()
+			k := c.trg.spareCounter()
 			st.cntrs[i] = k
 			id := k.id // the parent's Put bumps it
 			if o.Pull {
-				st.avail[i] = c.spareCounter()
+				st.avail[i] = c.trg.spareCounter()
 				id = st.avail[i].id // the parent's notification bumps it
 			}
 			binary.LittleEndian.PutUint32(ids[4*i:], id)
-			c.await(st.parent, k) // a parent that fails fails the chunk
-			c.armFnLocked(k, 1, st.chunkLanded(i))
+			c.am.await(st.parent, k) // a parent that fails fails the chunk
+			c.trg.armFnLocked(k, 1, st.chunkLanded(i))
 		}
 	}
 	early := t.early[id]
@@ -274,7 +282,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	for _, f := range starts {
 		f()
 	}
-	c.runCompletions()
+	c.am.runCompletions()
 	return nil
 }
 
@@ -289,7 +297,7 @@ var ErrBcastAborted = errors.New("lapi: broadcast aborted")
 // its counters fail with cause, wrapping ErrBcastAborted. A broadcast not
 // in flight here is left alone.
 func (c *Context) AbortBroadcast(id uint64, cause error) {
-	t := c.bcastTable()
+	t := c.coll.bcastTable()
 	c.mu.Lock()
 	delete(t.early, id)
 	if st := t.live[id]; st != nil {
@@ -297,7 +305,7 @@ func (c *Context) AbortBroadcast(id uint64, cause error) {
 		st.progressLocked()
 	}
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // bcastParent and bcastChildren are a tree's edges in ranks relative to
@@ -379,14 +387,15 @@ type bcastKid struct {
 // failCallerLocked tells a collective's caller it failed with err: each
 // of its counters (nil ones aside) fails and fires, and n hears (c.mu
 // held).
-func (c *Context) failCallerLocked(err error, n Completer, ks ...*Counter) {
+func (co *collectives) failCallerLocked(err error, n Completer, ks ...*Counter) {
+	c := co.c
 	for _, k := range ks {
 		if k != nil {
 			k.fail(err)
 			k.incr()
 		}
 	}
-	c.note(n, err)
+	c.am.note(n, err)
 }
 
 // chunkLanded is the trigger of chunk i's arrival at a receiver.
@@ -394,7 +403,7 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 	return func(err error) {
 		c := st.c
 		c.mu.Lock()
-		c.awaited(st.parent, st.cntrs[i])
+		c.am.awaited(st.parent, st.cntrs[i])
 		if err != nil {
 			st.failLocked(err)
 		}
@@ -403,7 +412,7 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 			st.has[i] = true
 			for _, k := range st.kids {
 				if k.ready {
-					c.notifyLocked(k.rank, k.cntrs[i]) // the child may read it
+					c.am.notifyLocked(k.rank, k.cntrs[i]) // the child may read it
 				}
 			}
 		}
@@ -416,7 +425,7 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 		}
 		st.progressLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 	}
 }
 
@@ -431,7 +440,7 @@ func (st *bcastState) kidSent(err error) {
 	st.sentAll = st.kidsSent == len(st.kids)
 	st.progressLocked()
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 func (st *bcastState) failLocked(err error) {
@@ -450,7 +459,7 @@ func (st *bcastState) progressLocked() {
 		// parent hears nothing more (it fails by the failed peer's
 		// error, or its waiter's deadline).
 		st.doneSent, st.haveSent = true, true
-		c.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
+		c.coll.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
 		// The triggers still armed on its own counters (forwards,
 		// reads, window) fire with the error and are dropped, rather
 		// than wait for ever for chunks that will not come.
@@ -468,14 +477,14 @@ func (st *bcastState) progressLocked() {
 			c.tpt.Deregister(st.pvo)
 		}
 		st.forget()
-		c.wakeLocked()
+		c.pr.wakeLocked()
 		return
 	}
 	if st.o.Pull && st.landedAll && st.vr != 0 && st.n > 0 && !st.gotSent {
 		st.gotSent = true
 		var u [bcastMsgLen]byte
 		encodeBcastMsg(u[:], bcastMsg{kind: bcastGot, id: st.id})
-		if err := c.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
+		if err := c.am.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
 			st.failLocked(fmt.Errorf("got to rank %d: %w", st.parent, err))
 			st.progressLocked()
 			return
@@ -489,7 +498,7 @@ func (st *bcastState) progressLocked() {
 		st.landedTold = true
 		if st.vr != 0 && st.o.Landed != nil {
 			st.o.Landed.incr()
-			c.wakeLocked()
+			c.pr.wakeLocked()
 		}
 	}
 	if st.landedAll && st.sentAll && st.ready == len(st.kids) && !st.doneSent {
@@ -497,8 +506,8 @@ func (st *bcastState) progressLocked() {
 		if st.o.Done != nil {
 			st.o.Done.incr()
 		}
-		c.note(st.o.Notify, nil)
-		c.wakeLocked()
+		c.am.note(st.o.Notify, nil)
+		c.pr.wakeLocked()
 	}
 	if st.landedAll && st.haves == len(st.kids) && !st.haveSent {
 		st.haveSent = true
@@ -506,11 +515,11 @@ func (st *bcastState) progressLocked() {
 			if st.o.All != nil {
 				st.o.All.incr()
 			}
-			c.wakeLocked()
+			c.pr.wakeLocked()
 		} else {
 			var u [bcastMsgLen]byte
 			encodeBcastMsg(u[:], bcastMsg{kind: bcastHave, id: st.id})
-			if err := c.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
+			if err := c.am.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}); err != nil {
 				st.failLocked(fmt.Errorf("have to rank %d: %w", st.parent, err))
 				st.progressLocked()
 				return
@@ -530,7 +539,7 @@ func (st *bcastState) forget() {
 	}
 	st.over = true
 	c := st.c
-	t := c.bcastTable()
+	t := c.coll.bcastTable()
 	if t.live[st.id] == st {
 		delete(t.live, st.id)
 	}
@@ -539,16 +548,16 @@ func (st *bcastState) forget() {
 	}
 	for _, k := range st.cntrs {
 		k.v.Store(0)
-		c.spareCntrs = append(c.spareCntrs, k)
+		c.trg.spareCntrs = append(c.trg.spareCntrs, k)
 	}
 	for _, k := range st.avail {
 		k.v.Store(0)
-		c.spareCntrs = append(c.spareCntrs, k)
+		c.trg.spareCntrs = append(c.trg.spareCntrs, k)
 	}
 	for _, k := range st.kids {
 		if k.sent != nil {
 			k.sent.v.Store(0)
-			c.spareCntrs = append(c.spareCntrs, k.sent)
+			c.trg.spareCntrs = append(c.trg.spareCntrs, k.sent)
 		}
 	}
 }
@@ -571,7 +580,7 @@ func (st *bcastState) applyLocked(m bcastMsg) []func() {
 	case bcastGot:
 		for i := range st.kids {
 			if k := &st.kids[i]; k.rank == m.from && k.ready && st.o.Pull {
-				st.c.awaited(k.rank, k.sent)
+				st.c.am.awaited(k.rank, k.sent)
 				k.sent.incr()
 				return nil
 			}
@@ -604,7 +613,7 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		// The child expects another length: it and this member fail.
 		var u [bcastMsgLen]byte
 		encodeBcastMsg(u[:], bcastMsg{kind: bcastRefuse, id: st.id, total: uint64(len(st.buf))})
-		c.amsendLocked(m.from, hBcast, u[:], nil, &SendOpts{})
+		c.am.amsendLocked(m.from, hBcast, u[:], nil, &SendOpts{})
 		st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
 		return nil
 	}
@@ -620,18 +629,18 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		// Tell the child where to read, then which chunks are here.
 		var u [bcastMsgLen]byte
 		encodeBcastMsg(u[:], bcastMsg{kind: bcastOffer, id: st.id, pvo: st.pvo})
-		if err := c.amsendLocked(k.rank, hBcast, u[:], nil, &SendOpts{}); err != nil {
+		if err := c.am.amsendLocked(k.rank, hBcast, u[:], nil, &SendOpts{}); err != nil {
 			st.failLocked(fmt.Errorf("offer to rank %d: %w", k.rank, err))
 			return nil
 		}
 		for i := range st.n {
 			if st.vr == 0 || st.has[i] {
-				c.notifyLocked(k.rank, k.cntrs[i])
+				c.am.notifyLocked(k.rank, k.cntrs[i])
 			}
 		}
 		return nil
 	}
-	c.awaited(k.rank, k.sent)
+	c.am.awaited(k.rank, k.sent)
 	var starts []func()
 	w := st.o.Window
 	for i := range st.n {
@@ -651,7 +660,7 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 				c.mu.Lock()
 				sent.fail(err)
 				c.mu.Unlock()
-				c.runCompletions()
+				c.am.runCompletions()
 			}
 		}
 		if w <= 0 || i < w {
@@ -660,7 +669,7 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		}
 		// Chunk i goes once chunk i-w has landed at the child: at
 		// most w chunks in flight to it.
-		c.armFnLocked(sent, int64(i-w+1), func(err error) {
+		c.trg.armFnLocked(sent, int64(i-w+1), func(err error) {
 			if err == nil {
 				start()
 			}
@@ -689,7 +698,7 @@ func (st *bcastState) offerLocked(m bcastMsg) []func() {
 				c.mu.Lock()
 				landed.fail(err)
 				c.mu.Unlock()
-				c.runCompletions()
+				c.am.runCompletions()
 			}
 		})
 	}
@@ -704,8 +713,9 @@ type bcastTable struct {
 	early map[uint64][]bcastMsg
 }
 
-func (c *Context) bcastTable() *bcastTable {
-	return c.handlers[hBcast].h.(*bcastTable)
+func (co *collectives) bcastTable() *bcastTable {
+	c := co.c
+	return c.am.handlers[hBcast].h.(*bcastTable)
 }
 
 func newBcastTable(c *Context) *bcastTable {
@@ -760,7 +770,7 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 	for _, f := range starts {
 		f()
 	}
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // Wire layout of a broadcast control message's user header

@@ -236,7 +236,7 @@ func TestBroadcastHostile(t *testing.T) {
 				st.Redrives += s.Redrives
 				st.Engine.Stale += s.Engine.Stale
 				st.Engine.Duplicates += s.Engine.Duplicates
-				if tb := c.bcastTable(); len(tb.live) != 0 || len(tb.early) != 0 {
+				if tb := c.coll.bcastTable(); len(tb.live) != 0 || len(tb.early) != 0 {
 					t.Errorf("rank %d: %d broadcasts still live, %d early readies kept", ci, len(tb.live), len(tb.early))
 				}
 			}
@@ -267,7 +267,7 @@ func (j *simJob) runSettled(t *testing.T, done func() bool) {
 		next, ok := j.nextEvent()
 		for _, c := range j.ctxs {
 			c.mu.Lock()
-			if tk := c.nextTick; !tk.IsZero() && (!ok || tk.Before(next)) {
+			if tk := c.rel.nextTick; !tk.IsZero() && (!ok || tk.Before(next)) {
 				next, ok = tk, true
 			}
 			c.mu.Unlock()
@@ -313,7 +313,7 @@ func TestBroadcastEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.ctxs[2].mu.Lock()
-	j.ctxs[2].failPeer(1, "test")
+	j.ctxs[2].rel.failPeer(1, "test")
 	j.ctxs[2].mu.Unlock()
 	j.run(time.Minute, nil, func() bool { return settled(landed, 1) })
 	if !errors.Is(landed.err, ErrPeerFailed) {
@@ -359,11 +359,11 @@ func TestBroadcastEdges(t *testing.T) {
 		c := j2.ctxs[1]
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.bcastTable().live[3].ready == 1 // rank 2's ready has come
+		return c.coll.bcastTable().live[3].ready == 1 // rank 2's ready has come
 	})
 	c1 := j2.ctxs[1]
 	c1.mu.Lock()
-	armed, pvo1 := len(c1.triggers), c1.bcastTable().live[3].pvo
+	armed, pvo1 := len(c1.trg.triggers), c1.coll.bcastTable().live[3].pvo
 	c1.mu.Unlock()
 	if armed == 0 {
 		t.Fatalf("rank 1 armed nothing for its child")
@@ -378,7 +378,7 @@ func TestBroadcastEdges(t *testing.T) {
 		t.Errorf("done: %v and %v, want ErrBcastAborted", done1.err, done2.err)
 	}
 	c1.mu.Lock()
-	left, live := len(c1.triggers), len(c1.bcastTable().live)
+	left, live := len(c1.trg.triggers), len(c1.coll.bcastTable().live)
 	c1.mu.Unlock()
 	if left != 0 || live != 0 {
 		t.Errorf("after the abort rank 1 has %d triggers armed (%d before) and %d broadcasts live", left, armed, live)

@@ -135,7 +135,7 @@ func BenchmarkAMLatency(b *testing.B) {
 					s0, s1 := c0.Stats(), c1.Stats()
 					b.ReportMetric(float64(s0.Retransmits+s1.Retransmits)/float64(b.N), "rtx/op")
 					c0.mu.Lock()
-					b.ReportMetric(float64(c0.links[1].rtt.rto(c0.cfg.InitRTO, c0.cfg.MinRTO, c0.cfg.MaxRTO).Microseconds()), "rto-us")
+					b.ReportMetric(float64(c0.rel.links[1].rtt.rto(c0.cfg.InitRTO, c0.cfg.MinRTO, c0.cfg.MaxRTO).Microseconds()), "rto-us")
 					c0.mu.Unlock()
 				}
 				b.StopTimer()

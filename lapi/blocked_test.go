@@ -67,7 +67,7 @@ func TestSendWhileBlocked(t *testing.T) {
 	go c1.Wait(ctx, func() (bool, error) { return ctx.Err() != nil, nil })
 	for {
 		c1.mu.Lock()
-		b := c1.blocking
+		b := c1.pr.blocking
 		c1.mu.Unlock()
 		if b {
 			break

@@ -32,6 +32,7 @@ import (
 
 // cmaState is a context's cross-memory attach state.
 type cmaState struct {
+	c        *Context
 	shared   hal.SharedAddressSpace // nil: peers are not in this process
 	dev      hal.CrossMemory        // nil: not available
 	keep     bool                   // replicas are kept: cross-memory attach, or hardware RDMA (native.go)
@@ -65,17 +66,18 @@ const (
 )
 
 // initCMA turns cross-memory attach on when the device offers it.
-func (c *Context) initCMA() {
+func (cs *cmaState) initCMA() {
+	c := cs.c
 	if sa, ok := c.dev.(hal.SharedAddressSpace); ok && c.cfg.SingleCopyThreshold >= 0 {
 		if c.cfg.SingleCopyThreshold == 0 {
 			c.cfg.SingleCopyThreshold = sharedSingleCopy
 		}
 		sa.ShareTPT(c.tpt)
-		c.cm.shared = sa
+		cs.shared = sa
 		return
 	}
 	cm, ok := c.dev.(hal.CrossMemory)
-	if !ok && c.initNative() {
+	if !ok && c.nat.initNative() {
 		return
 	}
 	if !ok || !cm.CMA() || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
@@ -85,108 +87,112 @@ func (c *Context) initCMA() {
 		c.cfg.SingleCopyThreshold = cmaSingleCopy
 	}
 	if r, ok := c.dev.(hal.Router); ok {
-		c.cm.to = make([]bool, c.cfg.Size)
-		for p := range c.cm.to {
+		cs.to = make([]bool, c.cfg.Size)
+		for p := range cs.to {
 			m, ok := r.Route(hal.Rank(p)).(hal.CrossMemory)
-			c.cm.to[p] = ok && m.CMA()
+			cs.to[p] = ok && m.CMA()
 		}
 	}
-	c.cm.dev = cm
-	c.keepReplicas()
+	cs.dev = cm
+	cs.keepReplicas()
 	c.tpt.Watch(func(e hal.TPTEntry) {
-		c.cm.mu.Lock()
-		c.cm.out = append(c.cm.out, e)
-		c.cm.pending.Store(true)
-		c.cm.mu.Unlock()
+		cs.mu.Lock()
+		cs.out = append(cs.out, e)
+		cs.pending.Store(true)
+		cs.mu.Unlock()
 	})
 }
 
 // keepReplicas has the context keep a replica of each peer's TPT and send
 // the peers the changes to its own (cross-memory attach, or hardware RDMA:
 // initNative); the caller watches the TPT for them.
-func (c *Context) keepReplicas() {
-	c.cm.keep = true
-	c.cm.replicas = make([]hal.Replica, c.cfg.Size)
-	c.cm.sentTo = make([]uint64, c.cfg.Size)
-	c.cm.buf = make([]byte, c.mtu+hal.HeaderLen)
+func (cs *cmaState) keepReplicas() {
+	c := cs.c
+	cs.keep = true
+	cs.replicas = make([]hal.Replica, c.cfg.Size)
+	cs.sentTo = make([]uint64, c.cfg.Size)
+	cs.buf = make([]byte, c.mtu+hal.HeaderLen)
 }
 
 // takeTPTChanges moves what the watcher saw into the log (c.mu held) and
 // returns the log's end.
-func (c *Context) takeTPTChanges() uint64 {
-	if c.cm.pending.Load() {
-		c.cm.mu.Lock()
-		c.cm.log = append(c.cm.log, c.cm.out...)
-		c.cm.out = c.cm.out[:0]
-		c.cm.pending.Store(false)
-		c.cm.mu.Unlock()
+func (cs *cmaState) takeTPTChanges() uint64 {
+	if cs.pending.Load() {
+		cs.mu.Lock()
+		cs.log = append(cs.log, cs.out...)
+		cs.out = cs.out[:0]
+		cs.pending.Store(false)
+		cs.mu.Unlock()
 	}
-	return c.cm.logBase + uint64(len(c.cm.log))
+	return cs.logBase + uint64(len(cs.log))
 }
 
 // pushTPT sends peer the TPT changes it has not been sent (c.mu held) and
 // reports whether none is left: callers send peer nothing else until
 // then, so no PVO overtakes its entry.
-func (c *Context) pushTPT(peer hal.Rank) bool {
-	if !c.tptBehind(peer) {
+func (cs *cmaState) pushTPT(peer hal.Rank) bool {
+	c := cs.c
+	if !cs.tptBehind(peer) {
 		return true
 	}
-	end := c.takeTPTChanges()
-	if from := c.cm.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
+	end := cs.takeTPTChanges()
+	if from := cs.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
 		// A peer that has had nothing yet, or restarted, or failed and
 		// came back after the log moved on without it, gets every entry
 		// there is (the net effect of the log, and no longer); the
 		// others get the changes they have not had.
 		var es []hal.TPTEntry
-		if from == 0 || from < c.cm.logBase {
-			es = c.withRKeys(c.tpt.Entries())
+		if from == 0 || from < cs.logBase {
+			es = c.nat.withRKeys(c.tpt.Entries())
 		} else {
-			es = c.cm.log[from-c.cm.logBase:]
+			es = cs.log[from-cs.logBase:]
 		}
-		if !c.sendTPT(peer, es) {
+		if !cs.sendTPT(peer, es) {
 			return false // the device is full: try again at the next pass
 		}
 	}
-	c.cm.sentTo[peer] = end
-	c.trimTPTLog()
+	cs.sentTo[peer] = end
+	cs.trimTPTLog()
 	return true
 }
 
 // tptBehind reports whether peer has TPT changes of this rank still to be
 // sent (c.mu held).
-func (c *Context) tptBehind(peer hal.Rank) bool {
-	return c.cm.keep && (c.cm.to == nil || c.cm.to[peer]) &&
-		(c.cm.pending.Load() || c.cm.sentTo[peer] < c.cm.logBase+uint64(len(c.cm.log)))
+func (cs *cmaState) tptBehind(peer hal.Rank) bool {
+	return cs.keep && (cs.to == nil || cs.to[peer]) &&
+		(cs.pending.Load() || cs.sentTo[peer] < cs.logBase+uint64(len(cs.log)))
 }
 
 // catchUpTPT sends every peer that lags its changes once the log has
 // grown past tptLogMax (c.mu held): peers this rank does not talk to
 // would otherwise keep it growing.
-func (c *Context) catchUpTPT() {
-	if !c.cm.keep {
+func (cs *cmaState) catchUpTPT() {
+	c := cs.c
+	if !cs.keep {
 		return
 	}
-	if c.takeTPTChanges() < c.cm.logBase+tptLogMax {
+	if cs.takeTPTChanges() < cs.logBase+tptLogMax {
 		return
 	}
 	for p := range c.cfg.Size {
-		if !c.pushTPT(hal.Rank(p)) {
+		if !cs.pushTPT(hal.Rank(p)) {
 			return
 		}
 	}
 }
 
 // trimTPTLog drops the changes every live peer has been sent.
-func (c *Context) trimTPTLog() {
-	low := c.cm.logBase + uint64(len(c.cm.log))
-	for p, s := range c.cm.sentTo {
-		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low && (c.cm.to == nil || c.cm.to[p]) {
+func (cs *cmaState) trimTPTLog() {
+	c := cs.c
+	low := cs.logBase + uint64(len(cs.log))
+	for p, s := range cs.sentTo {
+		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low && (cs.to == nil || cs.to[p]) {
 			low = s
 		}
 	}
-	if n := int(low - c.cm.logBase); n > 0 {
-		c.cm.log = c.cm.log[:copy(c.cm.log, c.cm.log[n:])]
-		c.cm.logBase = low
+	if n := int(low - cs.logBase); n > 0 {
+		cs.log = cs.log[:copy(cs.log, cs.log[n:])]
+		cs.logBase = low
 	}
 }
 
@@ -194,20 +200,21 @@ func (c *Context) trimTPTLog() {
 // restarted), every entry this rank has (c.mu held): from change 0, which
 // pushTPT answers with all entries; if the device is full now, the next
 // push to peer does it.
-func (c *Context) resyncTPT(peer hal.Rank) {
-	if c.cm.keep {
-		c.cm.sentTo[peer] = 0
-		c.pushTPT(peer)
+func (cs *cmaState) resyncTPT(peer hal.Rank) {
+	if cs.keep {
+		cs.sentTo[peer] = 0
+		cs.pushTPT(peer)
 	}
 }
 
 // sendTPT sends entries to peer's replica (c.mu held); false: the device
 // had no room (what was sent is applied again harmlessly on a retry).
-func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
+func (cs *cmaState) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
+	c := cs.c
 	per := hal.MaxTPTEntries(c.mtu)
 	for len(es) > 0 {
 		n := min(per, len(es))
-		b := c.cm.buf
+		b := cs.buf
 		l := hal.EncodeTPTUpdate(b[hal.HeaderLen:], es[:n])
 		h := hal.Header{Type: hal.FrameTPTUpdate, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(l)}
 		hal.EncodeHeader(b, &h)
@@ -222,29 +229,30 @@ func (c *Context) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 			return false
 		}
 		if err != nil {
-			c.failPeer(peer, err.Error())
+			c.rel.failPeer(peer, err.Error())
 			return true
 		}
-		c.countSent(peer, 0)
+		c.rel.countSent(peer, 0)
 		es = es[n:]
 	}
 	return true
 }
 
 // onTPTUpdate applies a peer's TPT changes to its replica (c.mu held).
-func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
-	if !c.cm.keep || c.cm.to != nil && !c.cm.to[src] {
+func (cs *cmaState) onTPTUpdate(src hal.Rank, payload []byte) {
+	c := cs.c
+	if !cs.keep || cs.to != nil && !cs.to[src] {
 		c.stats.BadPackets++
 		return
 	}
-	es, err := hal.DecodeTPTUpdate(payload, c.cm.decoded[:0])
-	c.cm.decoded = es[:0]
+	es, err := hal.DecodeTPTUpdate(payload, cs.decoded[:0])
+	cs.decoded = es[:0]
 	if err != nil {
 		c.stats.BadPackets++
 		return
 	}
 	for _, e := range es {
-		c.cm.replicas[src].Apply(e)
+		cs.replicas[src].Apply(e)
 	}
 	if c.nat.dev != nil {
 		// src registered memory this rank may soon reach: have the
@@ -257,7 +265,8 @@ func (c *Context) onTPTUpdate(src hal.Rank, payload []byte) {
 // hardware RDMA) checks first toward tgt: the access it needs, and
 // whether the context is closed or the peer failed. It takes c.mu and
 // holds it on return when the error is nil.
-func (c *Context) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error) {
+func (cs *cmaState) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error) {
+	c := cs.c
 	acc := hal.AccessRead
 	if write {
 		acc = hal.AccessWrite
@@ -272,7 +281,7 @@ func (c *Context) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error) 
 		c.mu.Unlock()
 		return acc, err
 	}
-	if err := c.rdmaCheck(tgt); err != nil {
+	if err := c.ri.rdmaCheck(tgt); err != nil {
 		c.mu.Unlock()
 		return acc, err
 	}
@@ -282,22 +291,23 @@ func (c *Context) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error) 
 // cmaTransfer is Put (write) or Get by cross-memory attach. done is false
 // when it does not apply (no CMA, a PVO the replica does not know yet):
 // the caller takes the software engine's path.
-func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+func (cs *cmaState) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+	c := cs.c
 	if c.nat.dev != nil {
-		return c.nativeTransfer(tgt, p, buf, write, o)
+		return c.nat.nativeTransfer(tgt, p, buf, write, o)
 	}
-	if c.cm.dev == nil && c.cm.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold ||
-		c.cm.to != nil && !c.cm.to[tgt] {
+	if cs.dev == nil && cs.shared == nil || tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold ||
+		cs.to != nil && !cs.to[tgt] {
 		return false, nil
 	}
-	acc, err := c.lockForTransfer(tgt, write)
+	acc, err := cs.lockForTransfer(tgt, write)
 	if err != nil {
 		return true, err
 	}
 	var cerr error
-	if c.cm.shared != nil {
+	if cs.shared != nil {
 		c.mu.Unlock()
-		t := c.cm.shared.PeerTPT(tgt)
+		t := cs.shared.PeerTPT(tgt)
 		if t == nil {
 			return false, nil // not shared (yet): the engine's frames find out
 		}
@@ -306,7 +316,7 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 				tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
 		}
 	} else {
-		rep := &c.cm.replicas[tgt]
+		rep := &cs.replicas[tgt]
 		if !rep.Has(p) {
 			// The replica has no entry under p's key: the update may
 			// still be on its way (a PVO can come by another route
@@ -323,9 +333,9 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 			cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
 				tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
 		} else if write {
-			cerr = c.cm.dev.WriteTo(tgt, addr, buf)
+			cerr = cs.dev.WriteTo(tgt, addr, buf)
 		} else {
-			cerr = c.cm.dev.ReadFrom(tgt, addr, buf)
+			cerr = cs.dev.ReadFrom(tgt, addr, buf)
 		}
 	}
 	c.mu.Lock()
@@ -338,14 +348,14 @@ func (c *Context) cmaTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o
 		c.rd.stats.CMABytes += uint64(len(buf))
 		c.peerStats[tgt].SingleCopyBytes += uint64(len(buf))
 		if o.Target != 0 {
-			c.notifyLocked(tgt, o.Target) // the data is in place: say so
+			c.am.notifyLocked(tgt, o.Target) // the data is in place: say so
 		}
 	} else {
 		c.rd.stats.Faults++
 	}
-	c.doneHere(&o, cerr) // the completer hears the error too
-	c.wakeLocked()
+	c.am.doneHere(&o, cerr) // the completer hears the error too
+	c.pr.wakeLocked()
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 	return true, nil
 }

@@ -340,7 +340,7 @@ func TestTPTPushAfterPeerFailure(t *testing.T) {
 	c0 := ctxs[0]
 	ctx := context.Background()
 	c0.mu.Lock()
-	c0.failPeer(2, "test: failed")
+	c0.rel.failPeer(2, "test: failed")
 	c0.mu.Unlock()
 	for range 10 {
 		q, _ := c0.TPT().Register(make([]byte, 64), hal.AccessRead)
@@ -352,7 +352,7 @@ func TestTPTPushAfterPeerFailure(t *testing.T) {
 	}
 	c0.mu.Lock()
 	behind := c0.cm.sentTo[2] < c0.cm.logBase
-	c0.resetPeer(2) // rank 2 is back
+	c0.ri.resetPeer(2) // rank 2 is back
 	c0.mu.Unlock()
 	if !behind {
 		t.Fatal("the log was not trimmed past the failed peer: the case is not tested")

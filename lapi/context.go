@@ -1,7 +1,6 @@
 package lapi
 
 import (
-	"context"
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -32,97 +31,43 @@ type Context struct {
 	// applies toward its reliable members only.
 	rdvReliable bool
 
-	mu         sync.Mutex // the progress lock: guards everything below
-	closed     bool
-	links      []link      // per peer; nil on a reliable device
-	queues     []sendQueue // per peer: packets waiting for window or device
-	active     []hal.Rank  // peers with queued or unacknowledged packets
-	isActive   []bool
-	flushed    []*outPkt // sent on a reliable device, released at Flush
-	acks       [][]byte  // per peer acknowledgement-only packet buffers
-	nextMsg    []uint32
-	peerErr    []error
-	reasm      map[reasmKey]*inMsg
-	handlers   []handlerEntry
-	counters   []*Counter
-	freePkt    *outPkt
-	freeMsg    *outMsg
-	nextTick   time.Time // earliest retransmission or delayed-ack deadline
-	onFail     []func(*Tx, hal.Rank, error)
-	tx         Tx                      // lent to code run inside the dispatcher
-	faults     []atomic.Pointer[fault] // peerErr, for PeerErr without the lock
-	tpt        *hal.TPT
-	gets       getTable
-	stats      Stats
-	peerStats  []PeerStats  // by peer rank
-	failures   atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
-	reint      *hal.Reintegration
-	awaiting   []map[*Counter]int // per peer: completions it still owes us
-	reintBuf   [hal.HeaderLen + hal.ReintPayloadLen]byte
-	reintIdle  bool             // the protocol has settled: no timer to run until a frame of it comes
-	direct     [pktBufLen]byte  // sendDirect's frame header
-	short      hal.ShortSender  // the device, if it sends short frames
-	shortMax   int              // and the most bytes one carries
-	prep       hal.SendPreparer // the device, if it takes hints of sends to come
-	failover   hal.Failover     // the device, if it takes members out (a stripe)
-	outages    uint64           // failover's count when last seen (c.mu)
-	xchg       xchgState
-	rd         rdmaState
-	cm         cmaState
-	nat        nativeState
-	fenceMark  []uint32 // per peer: nextMsg after the last fence probe
-	fenceCntr  *Counter
-	done       []completion // completions waiting to run outside the lock
-	spare      []completion // runCompletions' other queue, nil while it runs one
-	pollNow    time.Time
-	stale      bool        // over a route: this pass has not read the clock into pollNow (progress.go)
-	triggers   []*trigger  // operations armed on counters (trigger.go)
-	spareCntrs []*Counter  // lapi's own counters, free for another transfer (thirdparty.go)
-	trigDue    atomic.Bool // a counter with triggers was incremented
-	releaseFn  func(*outPkt)
-	rtxFn      func(*outPkt, time.Duration)
-
-	// Waiting: one goroutine at a time blocks in the device's Wait; others
-	// sleep on wake, which is closed whenever progress is made.
-	blocking    bool
-	gen         uint64 // bumped by every progress pass that did something
-	blockCancel context.CancelFunc
-	sleepers    int
-	wake        chan struct{}
-
-	onFrameFn func(*hal.Header, []byte)
-	stopBg    chan struct{}
-	bgDone    chan struct{}
+	// The progress lock: the components below, and every field after
+	// it, are guarded by it. Handlers, Wait conditions and Atomically's
+	// fn run under it (tx.go).
+	mu       sync.Mutex
+	closed   bool
+	peerErr  []error
+	onFail   []func(*Tx, hal.Rank, error)
+	tx       Tx                      // lent to code run inside the dispatcher
+	faults   []atomic.Pointer[fault] // peerErr, for PeerErr without the lock
+	tpt      *hal.TPT
+	gets     getTable
+	stats    Stats
+	failures atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
+	// peerStats is by peer rank.
+	peerStats []PeerStats
+	short     hal.ShortSender  // the device, if it sends short frames
+	shortMax  int              // and the most bytes one carries
+	prep      hal.SendPreparer // the device, if it takes hints of sends to come
+	failover  hal.Failover     // the device, if it takes members out (a stripe)
+	outages   uint64           // failover's count when last seen (c.mu)
+	fenceMark []uint32         // per peer: nextMsg after the last fence probe
+	fenceCntr *Counter
 	now       func() time.Time
-}
 
-type sendQueue struct {
-	head, tail *outPkt
-	n          int // packets queued
-}
-
-func (q *sendQueue) push(p *outPkt) {
-	q.n++
-	p.next = nil
-	if q.tail == nil {
-		q.head = p
-	} else {
-		q.tail.next = p
-	}
-	q.tail = p
-}
-
-func (q *sendQueue) pop() *outPkt {
-	p := q.head
-	if p != nil {
-		q.n--
-		q.head = p.next
-		if q.head == nil {
-			q.tail = nil
-		}
-		p.next = nil
-	}
-	return p
+	// The components, one per concern, each with its own state and
+	// methods; each reaches the others through its context.
+	rel  reliability // per-peer links, send queues, acknowledgement, retransmission
+	am   dispatcher  // active messages: sending, dispatch, reassembly, completions
+	pr   progressor  // progress passes, waiting, the background goroutine
+	rd   rdmaState   // RDMA transfers, their windows, timers and redrive
+	nat  nativeState // RDMA in the device's hardware (hal.OneSided)
+	cm   cmaState    // single-copy transfers and the TPT replicas they check
+	ri   reintDriver // the reintegration protocol
+	trg  triggerSet  // operations armed on counters, third-party transfers
+	coll collectives // broadcast and multicast by RDMA
+	tr   tracer      // trace records
+	xchg xchgState
 }
 
 // Open starts a lapi context over cfg.Device. It owns the device from now
@@ -163,17 +108,9 @@ func Open(cfg Config) (*Context, error) {
 		shortTo:     shortTo,
 		rdvReliable: rdvReliable,
 		rank:        cfg.Rank,
-		queues:      make([]sendQueue, cfg.Size),
-		isActive:    make([]bool, cfg.Size),
-		acks:        make([][]byte, cfg.Size),
-		nextMsg:     make([]uint32, cfg.Size),
 		peerErr:     make([]error, cfg.Size),
 		faults:      make([]atomic.Pointer[fault], cfg.Size),
-		reasm:       make(map[reasmKey]*inMsg),
-		handlers:    make([]handlerEntry, firstUserHandler),
-		counters:    []*Counter{nil}, // ID 0 means "no counter"
 		peerStats:   make([]PeerStats, cfg.Size),
-		wake:        make(chan struct{}),
 		tpt:         hal.NewTPT(),
 		now:         time.Now,
 		timing: linkTiming{
@@ -182,6 +119,7 @@ func Open(cfg Config) (*Context, error) {
 			peerTimeout: cfg.PeerTimeout, window: cfg.Window,
 		},
 	}
+	c.compose()
 	if cfg.Reintegrate {
 		ep := cfg.Epoch
 		for ep == 0 {
@@ -189,7 +127,7 @@ func Open(cfg Config) (*Context, error) {
 			crand.Read(b[:])
 			ep = binary.LittleEndian.Uint64(b[:])
 		}
-		c.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
+		c.ri.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 	}
 	if s, ok := cfg.Device.(hal.ShortSender); ok && (c.reliable || shortTo != nil) && s.ShortMax() > 0 {
 		c.short, c.shortMax = s, s.ShortMax()
@@ -197,38 +135,49 @@ func Open(cfg Config) (*Context, error) {
 	c.prep, _ = cfg.Device.(hal.SendPreparer)
 	c.failover, _ = cfg.Device.(hal.Failover)
 	c.tpt.Track(cfg.Track)
-	c.initRDMA()
-	c.initCMA()
-	c.tx.c = c
-	c.onFrameFn = c.onFrame
-	c.releaseFn = c.release
-	c.rtxFn = c.retransmit
-	c.installInternalHandlers()
-	c.handlers[hMcast] = newHandlerEntry(newMcastTable(c))
+	c.rd.initRDMA()
+	c.cm.initCMA()
+	c.am.onFrameFn = c.am.onFrame
+	c.rel.releaseFn = c.rel.release
+	c.rel.rtxFn = c.rel.retransmit
+	c.am.installInternalHandlers()
+	c.am.handlers[hMcast] = newHandlerEntry(newMcastTable(c))
 	c.fenceMark = make([]uint32, cfg.Size)
 	c.fenceCntr = &Counter{c: c, id: 1}
-	c.counters = append(c.counters, c.fenceCntr)
+	c.am.counters = append(c.am.counters, c.fenceCntr)
 	if cfg.Clock != nil {
 		c.now = cfg.Clock
 	}
 	if !c.reliable {
-		c.links = make([]link, cfg.Size)
-		for i := range c.links {
-			c.links[i].init(hal.Rank(i), cfg.Window)
+		c.rel.links = make([]link, cfg.Size)
+		for i := range c.rel.links {
+			c.rel.links[i].init(hal.Rank(i), cfg.Window)
 		}
 	}
-	if c.reint != nil {
+	if c.ri.reint != nil {
 		c.mu.Lock()
-		c.applyReint(c.reint.Start(c.now()))
+		c.ri.applyReint(c.ri.reint.Start(c.now()))
 		c.mu.Unlock()
 	}
 	if !c.reliable {
 		if cfg.Clock == nil {
-			c.stopBg, c.bgDone = make(chan struct{}), make(chan struct{})
-			go c.background()
+			c.pr.stopBg, c.pr.bgDone = make(chan struct{}), make(chan struct{})
+			go c.pr.background()
 		}
 	}
 	return c, nil
+}
+
+// compose points the components at c and makes their per-peer state.
+func (c *Context) compose() {
+	n := c.cfg.Size
+	c.tx.c = c
+	c.rel = reliability{c: c, queues: make([]sendQueue, n), isActive: make([]bool, n), acks: make([][]byte, n)}
+	c.am = dispatcher{c: c, nextMsg: make([]uint32, n), reasm: make(map[reasmKey]*inMsg),
+		handlers: make([]handlerEntry, firstUserHandler), counters: []*Counter{nil}} // ID 0 means "no counter"
+	c.pr = progressor{c: c, wake: make(chan struct{})}
+	c.rd.c, c.nat.c, c.cm.c = c, c, c
+	c.ri.c, c.trg.c, c.coll.c, c.tr.c = c, c, c, c
 }
 
 // peerCaps reads, from a hal.Router whose members differ in reliability,
@@ -299,8 +248,8 @@ func (c *Context) Reliable() bool { return c.reliable }
 func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.handlers = append(c.handlers, newHandlerEntry(h))
-	return HandlerID(len(c.handlers) - 1)
+	c.am.handlers = append(c.am.handlers, newHandlerEntry(h))
+	return HandlerID(len(c.am.handlers) - 1)
 }
 
 // handlerEntry is a registered handler, with its WholeHandler side found
@@ -361,19 +310,19 @@ func (c *Context) PeerStats() []PeerStats {
 func (c *Context) Close() error {
 	c.mu.Lock()
 	done, drain := c.closed, !c.reliable && c.cfg.Clock == nil
-	flush := c.reliable && c.cfg.Clock == nil && c.sendsQueuedLocked()
-	if c.reint != nil {
-		c.reint.Refuse() // a peer joining now is told this rank is going (BOOT_NACK)
+	flush := c.reliable && c.cfg.Clock == nil && c.rel.sendsQueuedLocked()
+	if c.ri.reint != nil {
+		c.ri.reint.Refuse() // a peer joining now is told this rank is going (BOOT_NACK)
 	}
 	c.mu.Unlock()
 	if done {
 		return nil
 	}
 	if drain {
-		c.drain()
+		c.rel.drain()
 	}
 	if flush {
-		c.flushQueued()
+		c.rel.flushQueued()
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -381,139 +330,19 @@ func (c *Context) Close() error {
 		return nil
 	}
 	c.closed = true
-	c.dropTriggers(ErrClosed)
-	c.wakeLocked()
+	c.trg.dropTriggers(ErrClosed)
+	c.pr.wakeLocked()
 	c.mu.Unlock()
-	c.runCompletions() // the dropped triggers' completers hear it
-	if c.stopBg != nil {
-		close(c.stopBg)
-		<-c.bgDone
+	c.am.runCompletions() // the dropped triggers' completers hear it
+	if c.pr.stopBg != nil {
+		close(c.pr.stopBg)
+		<-c.pr.bgDone
 	}
 	return c.dev.Close()
 }
 
 // closeDrainMax bounds how long Close drains and lingers.
 const closeDrainMax = 2 * time.Second
-
-// flushQueued is drain for a reliable device: packets queued because the
-// device was full (a ring toward a slow peer) still go, so that a rank
-// leaving right after a barrier does not drop the barrier's last message
-// and leave its peer waiting for ever. Bounded by closeDrainMax: a peer
-// that has stopped polling does not hold Close.
-func (c *Context) flushQueued() {
-	ctx, cancel := context.WithTimeout(context.Background(), closeDrainMax)
-	defer cancel()
-	c.Wait(ctx, func() (bool, error) { return !c.sendsQueuedLocked(), nil })
-}
-
-// drain runs before Close lets go of an unreliable device, so that a rank
-// leaving right after a barrier does not take with it what a peer still
-// needs: first it waits until every packet this rank sent is acknowledged
-// (the peer has the barrier's message), then it goes on answering until
-// nothing has arrived for a quiet period (the peer resends a packet whose
-// acknowledgement was lost, and must hear it again). Both end at
-// closeDrainMax or PeerTimeout: a peer that is gone does not hold Close.
-// With Config.Clock set the caller drives time, and Close does not wait.
-func (c *Context) drain() {
-	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.PeerTimeout, closeDrainMax))
-	defer cancel()
-	err := c.Wait(ctx, func() (bool, error) {
-		for _, p := range c.active {
-			if c.peerErr[p] == nil && (c.links[p].inFlight() > 0 || c.queues[p].head != nil) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		return
-	}
-	quiet := max(10*time.Millisecond, 4*c.cfg.InitRTO)
-	for {
-		c.mu.Lock()
-		last := c.stats.PacketsRecv
-		c.mu.Unlock()
-		qctx, qcancel := context.WithTimeout(ctx, quiet)
-		err := c.Wait(qctx, func() (bool, error) {
-			return c.stats.PacketsRecv != last, nil
-		})
-		qcancel()
-		if err != nil {
-			return // quiet for a whole period, or out of time
-		}
-	}
-}
-
-// Counter is a LAPI counter: operations increment it, Wait consumes it.
-type Counter struct {
-	c     *Context
-	id    uint32
-	v     atomic.Int64
-	armed atomic.Int32 // operations armed on it (trigger.go)
-	err   error        // guarded by c.mu: set when an operation on it failed
-}
-
-// NewCounter makes a counter of this context. Its ID may be handed to peers
-// (SendOpts.Target) to be incremented remotely.
-func (c *Context) NewCounter() *Counter {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.newCounterLocked()
-}
-
-// newCounterLocked is NewCounter with c.mu held.
-func (c *Context) newCounterLocked() *Counter {
-	k := &Counter{c: c, id: uint32(len(c.counters))}
-	c.counters = append(c.counters, k)
-	return k
-}
-
-// ID names the counter for peers.
-func (k *Counter) ID() uint32 { return k.id }
-
-// Value is the counter's current value.
-func (k *Counter) Value() int64 { return k.v.Load() }
-
-// Wait makes progress until the counter reaches val, then subtracts val
-// (LAPI_Waitcntr). It fails if an operation counted on it failed, or ctx ends.
-func (k *Counter) Wait(ctx context.Context, val int64) error {
-	err := k.c.Wait(ctx, func() (bool, error) {
-		if k.err != nil {
-			return false, k.err
-		}
-		return k.v.Load() >= val, nil
-	})
-	if err != nil {
-		return err
-	}
-	k.v.Add(-val)
-	return nil
-}
-
-func (k *Counter) incr() {
-	k.v.Add(1)
-	if k.armed.Load() != 0 {
-		k.c.trigDue.Store(true) // the next pass fires what is due (trigger.go)
-	}
-}
-
-func (k *Counter) fail(err error) {
-	if k != nil && k.err == nil {
-		k.err = err
-		if k.armed.Load() != 0 {
-			k.c.trigDue.Store(true) // what is armed on it fails (trigger.go)
-		}
-	}
-}
-
-// counter resolves a counter ID carried in a packet; unknown IDs are ignored
-// (a peer cannot name memory we did not hand out).
-func (c *Context) counter(id uint32) *Counter {
-	if id == 0 || int(id) >= len(c.counters) {
-		return nil
-	}
-	return c.counters[id]
-}
 
 // CopyThreshold is the largest message Amsend copies: its origin buffer is
 // reusable, and its origin counter has fired, when Amsend returns.

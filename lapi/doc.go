@@ -58,5 +58,21 @@
 // self-describing packets that may be placed in any order. Ordering, where
 // wanted, is the business of the layer above (mpi).
 //
+// A Context composes one component per concern, each a type of its own
+// with its files: reliability (reliability.go, failure.go, link.go: per-
+// peer links, send queues, acknowledgement, retransmission, failure),
+// dispatcher (send.go, recv.go, completion.go, rendezvous.go, rma.go:
+// active messages, their reassembly and dispatch, counters and
+// completions), progressor (progress.go, wait.go), rdmaState (rdma.go,
+// rdma_target.go, rdma_redrive.go), nativeState (native.go), cmaState
+// (cma.go), reintDriver (reint.go), triggerSet (trigger.go,
+// thirdparty.go), collectives (bcast.go, mcast.go) and tracer (trace.go).
+// They share the context's one progress lock.
+//
+// Code of an upper layer that must run atomically with the dispatcher,
+// as its handlers do (mpi's matcher), runs in Atomically, a WaitTx
+// condition or an OnPeerFailed callback, each lent a Tx (tx.go); the lock
+// itself is not exported.
+//
 // lapi may import hal, stripe, lazyreg and internal packages; never mpi.
 package lapi

@@ -163,19 +163,19 @@ func TestRDMAWindow(t *testing.T) {
 	c0.mu.Lock()
 	defer c0.mu.Unlock()
 	c0.rd.cwnd[1] = 2 * rdmaChunk
-	c0.grow(1, rdmaChunk)
-	c0.grow(1, rdmaChunk)
+	c0.rd.grow(1, rdmaChunk)
+	c0.rd.grow(1, rdmaChunk)
 	if got := c0.rd.cwnd[1]; got <= 2*rdmaChunk || got > 3*rdmaChunk {
 		t.Errorf("two clean chunks on a window of two: %d, want within (2, 3] chunks", got)
 	}
 	for range 1000 {
-		c0.grow(1, rdmaChunk)
+		c0.rd.grow(1, rdmaChunk)
 	}
 	if got := c0.rd.cwnd[1]; got != full {
 		t.Errorf("after 1000 clean chunks: window %d, want RDMAWindow %d", got, full)
 	}
 	for range 20 {
-		c0.shrink(1)
+		c0.rd.shrink(1)
 	}
 	if got := c0.rd.cwnd[1]; got != rdmaChunk {
 		t.Errorf("after 20 losses: window %d, want one chunk %d", got, rdmaChunk)

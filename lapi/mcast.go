@@ -93,7 +93,7 @@ const mcastBurst = 64
 // it sends to every peer at once (hal.Broadcaster, with Caps.Broadcast),
 // and SetMulticast has not turned it off.
 func (c *Context) CanMulticast() bool {
-	_, ok := c.broadcaster()
+	_, ok := c.coll.broadcaster()
 	return ok
 }
 
@@ -102,18 +102,19 @@ func (c *Context) CanMulticast() bool {
 // all choose alike turns it off where some member's device cannot
 // broadcast: whether one can is a property of its host's link.
 func (c *Context) SetMulticast(on bool) {
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	c.mu.Lock()
 	t.off = !on
 	c.mu.Unlock()
 }
 
-func (c *Context) broadcaster() (hal.Broadcaster, bool) {
+func (co *collectives) broadcaster() (hal.Broadcaster, bool) {
+	c := co.c
 	b, ok := c.dev.(hal.Broadcaster)
 	if !ok || !c.dev.Caps().Broadcast {
 		return nil, false
 	}
-	t := c.mcastTable()
+	t := co.mcastTable()
 	c.mu.Lock()
 	off := t.off
 	c.mu.Unlock()
@@ -122,7 +123,7 @@ func (c *Context) broadcaster() (hal.Broadcaster, bool) {
 
 // McastStats returns a snapshot of the multicast counters.
 func (c *Context) McastStats() McastStats {
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return t.stats
@@ -137,15 +138,15 @@ func (c *Context) McastStats() McastStats {
 // (a member failed, members that disagree about the length:
 // *BcastLengthError). buf must not be touched until o.Done fires.
 func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o McastOpts) error {
-	b, ok := c.broadcaster()
+	b, ok := c.coll.broadcaster()
 	if !ok {
 		return fmt.Errorf("lapi: multicast: the device cannot send to every peer at once: %w", ErrBcast)
 	}
-	me, err := c.groupIndex("multicast", group, root)
+	me, err := c.coll.groupIndex("multicast", group, root)
 	if err != nil {
 		return err
 	}
-	if err := c.ownCounters("multicast", o.Landed, o.Done, o.All); err != nil {
+	if err := c.coll.ownCounters("multicast", o.Landed, o.Done, o.All); err != nil {
 		return err
 	}
 	st := &mcastState{c: c, b: b, id: id, group: group, root: group[root], isRoot: me == root, buf: buf, o: o,
@@ -160,7 +161,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if trace.On(trace.Internal) {
 		st.start = time.Now()
 	}
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	c.mu.Lock()
 	switch {
 	case c.closed:
@@ -178,10 +179,10 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 		st.kids = make(map[hal.Rank]*mcastKid, len(group)-1)
 		for _, r := range group {
 			if r != c.rank {
-				k := &mcastKid{done: c.spareCounter()}
+				k := &mcastKid{done: c.trg.spareCounter()}
 				st.kids[r] = k
-				c.await(r, k.done) // a receiver that fails fails the broadcast
-				c.armFnLocked(k.done, 1, st.kidDone)
+				c.am.await(r, k.done) // a receiver that fails fails the broadcast
+				c.trg.armFnLocked(k.done, 1, st.kidDone)
 			}
 		}
 		for _, m := range t.early[id] {
@@ -190,12 +191,12 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 		delete(t.early, id)
 		start = st.readyAllLocked()
 	} else {
-		st.end = c.spareCounter()
-		c.await(st.root, st.end) // a root that fails fails the broadcast
-		c.armFnLocked(st.end, 1, st.ended)
+		st.end = c.trg.spareCounter()
+		c.am.await(st.root, st.end) // a root that fails fails the broadcast
+		c.trg.armFnLocked(st.end, 1, st.ended)
 		var u [mcastMsgLen]byte
 		encodeMcastMsg(u[:], mcastMsg{kind: mcastReady, id: id, total: uint64(len(buf))})
-		if err := c.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
+		if err := c.am.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
 			st.failLocked(fmt.Errorf("ready to rank %d: %w", st.root, err))
 		}
 	}
@@ -204,7 +205,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if start {
 		st.stream()
 	}
-	c.runCompletions()
+	c.am.runCompletions()
 	return nil
 }
 
@@ -215,7 +216,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 // receiver's repair Gets already issued may still land. A broadcast not
 // in flight here is left alone.
 func (c *Context) AbortMulticast(id uint64, cause error) {
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	c.mu.Lock()
 	delete(t.early, id)
 	if st := t.live[id]; st != nil {
@@ -223,7 +224,7 @@ func (c *Context) AbortMulticast(id uint64, cause error) {
 		st.progressLocked()
 	}
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // mcastState is one member's part of one multicast broadcast (guarded by
@@ -303,14 +304,14 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 	case m.kind == mcastReady && st.isRoot:
 		k := st.kids[m.from]
 		if k == nil || k.ready {
-			c.mcastTable().stats.Bad++
+			c.coll.mcastTable().stats.Bad++
 			st.failLocked(fmt.Errorf("rank %d is not a receiver to be ready: %w", m.from, ErrBcast))
 			return
 		}
 		if m.total != uint64(len(st.buf)) {
 			var u [mcastMsgLen]byte
 			encodeMcastMsg(u[:], mcastMsg{kind: mcastRefuse, id: st.id, total: uint64(len(st.buf))})
-			c.amsendLocked(m.from, hMcast, u[:], nil, &SendOpts{})
+			c.am.amsendLocked(m.from, hMcast, u[:], nil, &SendOpts{})
 			st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
 			return
 		}
@@ -319,23 +320,23 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 	case m.kind == mcastDone && st.isRoot:
 		if k := st.kids[m.from]; k != nil && k.ready && !k.got {
 			k.got = true
-			c.awaited(m.from, k.done)
+			c.am.awaited(m.from, k.done)
 			k.done.incr()
 			return
 		}
-		c.mcastTable().stats.Bad++
+		c.coll.mcastTable().stats.Bad++
 	case m.kind == mcastEnd && !st.isRoot && m.from == st.root:
 		if st.endHeard {
 			return // every frame came before it, and the receiver went on
 		}
 		st.endHeard = true // frames still placed until ended has drained the device
 		st.pvo, st.seg = m.pvo, m.seg
-		c.awaited(st.root, st.end)
+		c.am.awaited(st.root, st.end)
 		st.end.incr()
 	case m.kind == mcastRefuse && !st.isRoot && m.from == st.root:
 		st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
 	default:
-		c.mcastTable().stats.Bad++
+		c.coll.mcastTable().stats.Bad++
 	}
 }
 
@@ -362,23 +363,23 @@ func (st *mcastState) stream() {
 			st.failLocked(err)
 			st.progressLocked()
 			c.mu.Unlock()
-			c.runCompletions()
+			c.am.runCompletions()
 			return
 		}
 		if !more {
 			if trace.On(trace.Internal) {
-				st.trace("stream sent (%d frames so far from this rank), end messages go", c.mcastTable().stats.FramesSent)
+				st.trace("stream sent (%d frames so far from this rank), end messages go", c.coll.mcastTable().stats.FramesSent)
 			}
 			st.sendEndsLocked()
 			st.progressLocked()
 			c.mu.Unlock()
-			c.runCompletions()
+			c.am.runCompletions()
 			return
 		}
 		full := st.queued > 0 // the device said ErrNoResource, not a burst's end
-		c.progressLocked()
+		c.pr.progressLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 		if full {
 			runtime.Gosched()
 		}
@@ -423,7 +424,7 @@ func (st *mcastState) pumpLocked() (more bool, err error) {
 		}
 		st.queued++
 		st.next += uint64(len(data))
-		c.mcastTable().stats.FramesSent++
+		c.coll.mcastTable().stats.FramesSent++
 	}
 	if st.queued > 0 {
 		if err := c.dev.Flush(); err != nil {
@@ -454,7 +455,7 @@ func (st *mcastState) sendEndsLocked() {
 		if r == c.rank {
 			continue
 		}
-		if err := c.amsendLocked(r, hMcast, u[:], nil, &SendOpts{}); err != nil {
+		if err := c.am.amsendLocked(r, hMcast, u[:], nil, &SendOpts{}); err != nil {
 			st.failLocked(fmt.Errorf("end to rank %d: %w", r, err))
 			return
 		}
@@ -472,7 +473,7 @@ func (st *mcastState) kidDone(err error) {
 	}
 	st.progressLocked()
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // ended is the trigger of the end message at a receiver: it reads what
@@ -487,7 +488,7 @@ func (st *mcastState) ended(err error) {
 	// another queue of the device (the group's socket) than the one that
 	// brought the end: take what is there before judging what is lost.
 	for range mcastDrainPolls {
-		if st.err != nil || c.closed || c.pollLocked() == 0 {
+		if st.err != nil || c.closed || c.pr.pollLocked() == 0 {
 			break
 		}
 	}
@@ -495,10 +496,10 @@ func (st *mcastState) ended(err error) {
 	if st.err != nil {
 		st.progressLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 		return
 	}
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	if trace.On(trace.Internal) {
 		st.trace("end message from rank %d", st.root)
 	}
@@ -513,14 +514,14 @@ func (st *mcastState) ended(err error) {
 		st.landed = true
 		st.progressLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 		return
 	}
 	if trace.On(trace.Internal) {
 		st.trace("reading %d lost ranges from rank %d", len(gets), st.root)
 	}
-	st.repairs = c.spareCounter()
-	c.armFnLocked(st.repairs, int64(len(gets)), st.repaired)
+	st.repairs = c.trg.spareCounter()
+	c.trg.armFnLocked(st.repairs, int64(len(gets)), st.repaired)
 	k, pvo := st.repairs, st.pvo
 	c.mu.Unlock()
 	for _, g := range gets {
@@ -531,7 +532,7 @@ func (st *mcastState) ended(err error) {
 			break
 		}
 	}
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // repaired is the trigger of a receiver's last repair Get.
@@ -545,7 +546,7 @@ func (st *mcastState) repaired(err error) {
 	}
 	st.progressLocked()
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // progressLocked tells the counters what is done, and the root when a
@@ -557,7 +558,7 @@ func (st *mcastState) progressLocked() {
 	}
 	if st.err != nil {
 		st.finished = true
-		c.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
+		c.coll.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
 		// Triggers still armed on its own counters fire with the error
 		// and are dropped.
 		st.end.fail(st.err)
@@ -567,7 +568,7 @@ func (st *mcastState) progressLocked() {
 		}
 		st.releaseLocked()
 		st.forget()
-		c.wakeLocked()
+		c.pr.wakeLocked()
 		return
 	}
 	switch {
@@ -584,7 +585,7 @@ func (st *mcastState) progressLocked() {
 		st.finished = true
 		var u [mcastMsgLen]byte
 		encodeMcastMsg(u[:], mcastMsg{kind: mcastDone, id: st.id})
-		if err := c.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
+		if err := c.am.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
 			st.finished = false
 			st.failLocked(fmt.Errorf("done to rank %d: %w", st.root, err))
 			st.progressLocked()
@@ -602,9 +603,9 @@ func (st *mcastState) progressLocked() {
 	if trace.On(trace.Internal) {
 		st.trace("done")
 	}
-	c.note(st.o.Notify, nil)
+	c.am.note(st.o.Notify, nil)
 	st.forget()
-	c.wakeLocked()
+	c.pr.wakeLocked()
 }
 
 // trace reports a step of this member's part (level 3, trace.Internal),
@@ -626,7 +627,7 @@ func (st *mcastState) forget() {
 	}
 	st.over = true
 	c := st.c
-	t := c.mcastTable()
+	t := c.coll.mcastTable()
 	if t.live[st.id] == st {
 		delete(t.live, st.id)
 	}
@@ -636,20 +637,21 @@ func (st *mcastState) forget() {
 	for _, k := range []*Counter{st.end, st.repairs} {
 		if k != nil {
 			k.v.Store(0)
-			c.spareCntrs = append(c.spareCntrs, k)
+			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
 		}
 	}
 	for _, k := range st.kids {
 		k.done.v.Store(0)
-		c.spareCntrs = append(c.spareCntrs, k.done)
+		c.trg.spareCntrs = append(c.trg.spareCntrs, k.done)
 	}
 }
 
 // onMcast takes a multicast frame from src (c.mu held, in the progress
 // pass): placed if its broadcast is posted here and it brings something
 // new, else dropped and counted.
-func (c *Context) onMcast(src hal.Rank, payload []byte) {
-	t := c.mcastTable()
+func (co *collectives) onMcast(src hal.Rank, payload []byte) {
+	c := co.c
+	t := co.mcastTable()
 	var h hal.McastHdr
 	data, err := hal.DecodeMcast(payload, &h)
 	if err != nil {
@@ -674,7 +676,7 @@ func (c *Context) onMcast(src hal.Rank, payload []byte) {
 			// need not wait for the end message (ended runs as if it
 			// had come; the message is ignored when it does).
 			st.endHeard, st.seg = true, h.Seg
-			c.awaited(st.root, st.end)
+			c.am.awaited(st.root, st.end)
 			st.end.incr()
 		}
 	}
@@ -745,8 +747,9 @@ type mcastTable struct {
 	off   bool // SetMulticast(false)
 }
 
-func (c *Context) mcastTable() *mcastTable {
-	return c.handlers[hMcast].h.(*mcastTable)
+func (co *collectives) mcastTable() *mcastTable {
+	c := co.c
+	return c.am.handlers[hMcast].h.(*mcastTable)
 }
 
 func newMcastTable(c *Context) *mcastTable {
@@ -791,7 +794,7 @@ func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
 	if start {
 		st.stream()
 	}
-	c.runCompletions()
+	c.am.runCompletions()
 }
 
 // Wire layout of a multicast control message's user header

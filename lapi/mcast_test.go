@@ -138,7 +138,7 @@ func TestMulticastHostile(t *testing.T) {
 				total.RepairBytes += s.RepairBytes
 				total.Unposted += before[r].Unposted
 				total.Duplicates += s.Duplicates
-				if tb := c.mcastTable(); len(tb.live) != 0 || len(tb.early) != 0 {
+				if tb := c.coll.mcastTable(); len(tb.live) != 0 || len(tb.early) != 0 {
 					t.Errorf("rank %d: %d multicasts still live, %d early readies kept", r, len(tb.live), len(tb.early))
 				}
 			}
@@ -383,15 +383,15 @@ func TestMcastAllocs(t *testing.T) {
 	defer c.mu.Unlock()
 	allocs := testing.AllocsPerRun(200, func() {
 		hal.EncodeMcast(frame, &hal.McastHdr{ID: 5, Total: total, Offset: off % total, Seg: seg})
-		c.onMcast(0, frame)
+		c.coll.onMcast(0, frame)
 		hal.EncodeMcast(frame, &hal.McastHdr{ID: 6, Total: total, Offset: 0, Seg: seg})
-		c.onMcast(0, frame)
+		c.coll.onMcast(0, frame)
 		off += seg
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per frame", allocs)
 	}
-	if s := c.mcastTable().stats; s.Placed != total/seg || s.Unposted == 0 || s.Duplicates == 0 {
+	if s := c.coll.mcastTable().stats; s.Placed != total/seg || s.Unposted == 0 || s.Duplicates == 0 {
 		t.Errorf("stats %+v", s)
 	}
 }

@@ -124,10 +124,10 @@ func TestMixedRoute(t *testing.T) {
 			}
 			for r, c := range j.ctxs {
 				mate := r ^ 1
-				if l := &c.links[mate]; l.nextSeq != 0 || l.cum != 0 {
+				if l := &c.rel.links[mate]; l.nextSeq != 0 || l.cum != 0 {
 					t.Errorf("rank %d numbered packets toward its node's rank %d: next %d, cum %d", r, mate, l.nextSeq, l.cum)
 				}
-				if l := &c.links[(r+2)%4]; l.nextSeq == 0 {
+				if l := &c.rel.links[(r+2)%4]; l.nextSeq == 0 {
 					t.Errorf("rank %d sent rank %d no numbered packet", r, (r+2)%4)
 				}
 			}

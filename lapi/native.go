@@ -35,6 +35,7 @@ import (
 
 // nativeState is a context's hardware RDMA state.
 type nativeState struct {
+	c     *Context
 	dev   hal.OneSided // nil: not available
 	cache *lazyreg.Cache[hal.MR]
 	regs  map[uint32]nativeReg // TPT entry → its registration (c.cm.mu)
@@ -78,13 +79,13 @@ func (r *nativeRetry) Complete(error) {
 	c, op := r.c, r.op
 	var err error
 	if op.write {
-		err = c.putRDMA(op.peer, op.pvo, op.buf, op.o)
+		err = c.rd.putRDMA(op.peer, op.pvo, op.buf, op.o)
 	} else {
-		err = c.getRDMA(op.peer, op.pvo, op.buf, op.o)
+		err = c.rd.getRDMA(op.peer, op.pvo, op.buf, op.o)
 	}
 	if err != nil {
 		c.mu.Lock()
-		c.doneHere(&op.o, err)
+		c.am.doneHere(&op.o, err)
 		c.mu.Unlock()
 	}
 }
@@ -114,7 +115,8 @@ const nativeSingleCopy = 64 << 10
 // initNative turns hardware RDMA on when the device offers it (initCMA,
 // for a device that has no cross-memory attach), and reports whether it
 // did.
-func (c *Context) initNative() bool {
+func (nv *nativeState) initNative() bool {
+	c := nv.c
 	os, ok := c.dev.(hal.OneSided)
 	if !ok || c.cfg.Size < 2 || c.cfg.SingleCopyThreshold < 0 || hal.MaxTPTEntries(c.mtu) < 1 {
 		return false
@@ -129,17 +131,17 @@ func (c *Context) initNative() bool {
 	if c.cfg.SingleCopyThreshold == 0 {
 		c.cfg.SingleCopyThreshold = nativeSingleCopy
 	}
-	c.nat.dev, c.nat.cache = os, cache
-	c.nat.regs = make(map[uint32]nativeReg)
-	c.nat.done = c.nativeDone
-	c.keepReplicas()
+	nv.dev, nv.cache = os, cache
+	nv.regs = make(map[uint32]nativeReg)
+	nv.done = nv.nativeDone
+	c.cm.keepReplicas()
 	c.tpt.Watch(func(e hal.TPTEntry) {
 		if e.Key != 0 {
-			e.RKey = c.registerEntry(e)
+			e.RKey = nv.registerEntry(e)
 		}
 		c.cm.mu.Lock()
 		if e.Key == 0 {
-			c.releaseEntry(e.Entry)
+			nv.releaseEntry(e.Entry)
 		}
 		c.cm.out = append(c.cm.out, e)
 		c.cm.pending.Store(true)
@@ -151,44 +153,46 @@ func (c *Context) initNative() bool {
 // registerEntry registers a TPT entry's region with the device (the TPT's
 // watcher, in the registering goroutine) and returns its rkey, or 0 when
 // it cannot be registered: peers then reach it by the software engine.
-func (c *Context) registerEntry(e hal.TPTEntry) uint32 {
+func (nv *nativeState) registerEntry(e hal.TPTEntry) uint32 {
+	c := nv.c
 	mem, err := c.tpt.Resolve(hal.PVO{Entry: e.Entry, Key: e.Key}, e.Len, e.Access)
 	if err != nil || len(mem) == 0 {
 		return 0 // deregistered meanwhile, or empty
 	}
-	r, err := c.nat.cache.Acquire(mem)
+	r, err := nv.cache.Acquire(mem)
 	if err != nil {
 		return 0
 	}
 	if r.Key.Addr+r.Offset != e.Addr {
-		_ = c.nat.cache.Release(r) // cannot happen: the cache registers at the memory's own addresses
+		_ = nv.cache.Release(r) // cannot happen: the cache registers at the memory's own addresses
 		return 0
 	}
 	c.cm.mu.Lock()
-	c.releaseEntry(e.Entry) // a removal overtaken by this registration
-	c.nat.regs[e.Entry] = nativeReg{key: e.Key, r: r}
+	nv.releaseEntry(e.Entry) // a removal overtaken by this registration
+	nv.regs[e.Entry] = nativeReg{key: e.Key, r: r}
 	c.cm.mu.Unlock()
 	return r.Key.RKey
 }
 
 // releaseEntry gives back the registration of a TPT entry that was
 // removed (c.cm.mu held).
-func (c *Context) releaseEntry(entry uint32) {
-	if g, ok := c.nat.regs[entry]; ok {
-		delete(c.nat.regs, entry)
-		_ = c.nat.cache.Release(g.r)
+func (nv *nativeState) releaseEntry(entry uint32) {
+	if g, ok := nv.regs[entry]; ok {
+		delete(nv.regs, entry)
+		_ = nv.cache.Release(g.r)
 	}
 }
 
 // withRKeys fills in the rkeys of entries read from the TPT (c.mu held):
 // a peer that starts afresh gets every entry at once.
-func (c *Context) withRKeys(es []hal.TPTEntry) []hal.TPTEntry {
-	if c.nat.dev == nil {
+func (nv *nativeState) withRKeys(es []hal.TPTEntry) []hal.TPTEntry {
+	c := nv.c
+	if nv.dev == nil {
 		return es
 	}
 	c.cm.mu.Lock()
 	for i := range es {
-		if g, ok := c.nat.regs[es[i].Entry]; ok && g.key == es[i].Key {
+		if g, ok := nv.regs[es[i].Entry]; ok && g.key == es[i].Key {
 			es[i].RKey = g.r.Key.RKey
 		}
 	}
@@ -200,20 +204,21 @@ func (c *Context) withRKeys(es []hal.TPTEntry) []hal.TPTEntry {
 // done is false when it does not apply (no connection yet, a PVO the
 // replica does not know or without an rkey, the device's queue full):
 // the caller takes the software engine's path.
-func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+func (nv *nativeState) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool, o SendOpts) (done bool, err error) {
+	c := nv.c
 	if tgt == c.rank || int(tgt) >= c.cfg.Size || len(buf) < c.cfg.SingleCopyThreshold {
 		return false, nil
 	}
-	acc, err := c.lockForTransfer(tgt, write)
+	acc, err := c.cm.lockForTransfer(tgt, write)
 	if err != nil {
 		return true, err
 	}
 	e, ok := c.cm.replicas[tgt].Entry(p)
-	if !ok || e.RKey == 0 || !c.nat.dev.OneSidedReady(tgt) {
+	if !ok || e.RKey == 0 || !nv.dev.OneSidedReady(tgt) {
 		if !ok {
 			c.rd.stats.CMAMisses++
 		}
-		c.nat.stats.Fallbacks++
+		nv.stats.Fallbacks++
 		c.mu.Unlock()
 		return false, nil
 	}
@@ -222,51 +227,51 @@ func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool
 		cerr = fmt.Errorf("lapi: RDMA at rank %d: %s check failed against its TPT replica: %w",
 			tgt, hal.FaultCheck(hal.FaultCode(cerr)), ErrProtection)
 		c.rd.stats.Faults++
-		c.doneHere(&o, cerr)
-		c.wakeLocked()
+		c.am.doneHere(&o, cerr)
+		c.pr.wakeLocked()
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 		return true, nil
 	}
 	c.mu.Unlock()
 
 	// Registration may call into the kernel: outside the lock.
-	reg, err := c.nat.cache.Acquire(buf)
+	reg, err := nv.cache.Acquire(buf)
 	if err != nil {
 		c.mu.Lock()
-		c.nat.stats.Fallbacks++
+		nv.stats.Fallbacks++
 		c.mu.Unlock()
 		return false, nil
 	}
 	c.mu.Lock()
 	var id uint32
-	if n := len(c.nat.free); n > 0 {
-		id = c.nat.free[n-1]
-		c.nat.free = c.nat.free[:n-1]
+	if n := len(nv.free); n > 0 {
+		id = nv.free[n-1]
+		nv.free = nv.free[:n-1]
 	} else {
-		id = uint32(len(c.nat.ops))
-		c.nat.ops = append(c.nat.ops, nativeOp{})
+		id = uint32(len(nv.ops))
+		nv.ops = append(nv.ops, nativeOp{})
 	}
-	c.nat.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, raddr: uint64(addr), rkey: e.RKey, peer: tgt, write: write, used: true}
-	c.nat.n++
-	if len(c.nat.queue) == 0 {
-		err = c.postNative(id)
+	nv.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, raddr: uint64(addr), rkey: e.RKey, peer: tgt, write: write, used: true}
+	nv.n++
+	if len(nv.queue) == 0 {
+		err = nv.postNative(id)
 	}
-	if len(c.nat.queue) > 0 || errors.Is(err, hal.ErrNoResource) {
+	if len(nv.queue) > 0 || errors.Is(err, hal.ErrNoResource) {
 		// The device is full: the transfer waits for room, behind
 		// those already waiting, and goes as completions free some.
-		c.nat.queue = append(c.nat.queue, id)
-		c.nat.stats.Queued++
+		nv.queue = append(nv.queue, id)
+		nv.stats.Queued++
 		c.mu.Unlock()
 		return true, nil
 	}
 	if err != nil {
-		c.nat.ops[id] = nativeOp{}
-		c.nat.free = append(c.nat.free, id)
-		c.nat.n--
-		c.nat.stats.Fallbacks++
+		nv.ops[id] = nativeOp{}
+		nv.free = append(nv.free, id)
+		nv.n--
+		nv.stats.Fallbacks++
 		c.mu.Unlock()
-		_ = c.nat.cache.Release(reg)
+		_ = nv.cache.Release(reg)
 		if errors.Is(err, hal.ErrNotConnected) {
 			return false, nil // the connection broke since OneSidedReady
 		}
@@ -277,86 +282,88 @@ func (c *Context) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write bool
 }
 
 // postNative hands transfer id to the device (c.mu held).
-func (c *Context) postNative(id uint32) error {
-	op := &c.nat.ops[id]
+func (nv *nativeState) postNative(id uint32) error {
+	op := &nv.ops[id]
 	if op.write {
-		return c.nat.dev.Write(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
+		return nv.dev.Write(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
 	}
-	return c.nat.dev.Read(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
+	return nv.dev.Read(op.peer, uint64(id), op.buf, op.reg.Key, op.raddr, op.rkey)
 }
 
 // postQueued hands the device the transfers that waited for room, in
 // order, until it is full again (c.mu held). One it refuses otherwise
 // completes with that error (nativeDone: a broken connection's is done
 // again by the software engine).
-func (c *Context) postQueued() {
-	for len(c.nat.queue) > 0 {
-		id := c.nat.queue[0]
-		err := c.postNative(id)
+func (nv *nativeState) postQueued() {
+	for len(nv.queue) > 0 {
+		id := nv.queue[0]
+		err := nv.postNative(id)
 		if errors.Is(err, hal.ErrNoResource) {
 			return
 		}
-		c.nat.queue = c.nat.queue[:copy(c.nat.queue, c.nat.queue[1:])]
+		nv.queue = nv.queue[:copy(nv.queue, nv.queue[1:])]
 		if err != nil {
-			c.nativeDone(uint64(id), err)
+			nv.nativeDone(uint64(id), err)
 		}
 	}
 }
 
 // nativeQueued reports whether transfers wait for room in the device
 // (c.mu held): a waiter keeps polling for it rather than sleeping.
-func (c *Context) nativeQueued() bool { return len(c.nat.queue) > 0 }
+func (nv *nativeState) nativeQueued() bool { return len(nv.queue) > 0 }
 
 // pollNative reports the transfers the device has completed (c.mu held):
 // a pass of the progress engine.
-func (c *Context) pollNative() {
-	if c.nat.n == 0 {
+func (nv *nativeState) pollNative() {
+	c := nv.c
+	if nv.n == 0 {
 		return
 	}
-	if _, err := c.nat.dev.PollOneSided(c.nat.done); err != nil && !c.closed {
+	if _, err := nv.dev.PollOneSided(nv.done); err != nil && !c.closed {
 		c.closed = true // the device is gone: nothing more can progress
 	}
-	if len(c.nat.queue) > 0 {
-		c.postQueued()
+	if len(nv.queue) > 0 {
+		nv.postQueued()
 	}
 }
 
 // nativeDone completes one transfer (c.mu held).
-func (c *Context) nativeDone(id uint64, err error) {
-	if id >= uint64(len(c.nat.ops)) || !c.nat.ops[id].used {
+func (nv *nativeState) nativeDone(id uint64, err error) {
+	c := nv.c
+	if id >= uint64(len(nv.ops)) || !nv.ops[id].used {
 		return
 	}
-	op := c.nat.ops[id]
-	c.nat.ops[id] = nativeOp{}
-	c.nat.free = append(c.nat.free, uint32(id))
-	c.nat.n--
-	_ = c.nat.cache.Release(op.reg)
+	op := nv.ops[id]
+	nv.ops[id] = nativeOp{}
+	nv.free = append(nv.free, uint32(id))
+	nv.n--
+	_ = nv.cache.Release(op.reg)
 	if errors.Is(err, hal.ErrNotConnected) && c.peerErr[op.peer] == nil && !c.closed {
-		c.nat.stats.Retries++
+		nv.stats.Retries++
 		op.reg = lazyreg.Region[hal.MR]{}
-		c.note(&nativeRetry{c: c, op: op}, nil)
+		c.am.note(&nativeRetry{c: c, op: op}, nil)
 		return
 	}
 	if err != nil {
 		c.rd.stats.Faults++
 		if errors.Is(err, hal.ErrRemoteAccess) {
-			c.nat.stats.Faults++
+			nv.stats.Faults++
 			err = fmt.Errorf("lapi: RDMA at rank %d refused by its adapter (a stale key): %w: %w", op.peer, ErrProtection, err)
 		} else {
 			err = fmt.Errorf("lapi: RDMA at rank %d: %w", op.peer, err)
 		}
 	} else {
 		if op.write {
-			c.nat.stats.Writes++
+			nv.stats.Writes++
 		} else {
-			c.nat.stats.Reads++
+			nv.stats.Reads++
 		}
-		c.nat.stats.Bytes += uint64(len(op.buf))
+		nv.stats.Bytes += uint64(len(op.buf))
 		if op.write && op.o.Target != 0 {
-			c.notifyLocked(op.peer, op.o.Target) // the data is in place: say so
+			c.am.notifyLocked(op.peer, op.o.Target) // the data is in place: say so
 		}
 	}
-	c.doneHere(&op.o, err)
+	c.am.doneHere(&op.o, err)
 }
 
 // OneSidedStats returns a snapshot of the hardware RDMA counters, with

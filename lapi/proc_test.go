@@ -195,7 +195,7 @@ func TestRestartAcrossProcesses(t *testing.T) {
 			t.Fatal("a write with the earlier life's key succeeded")
 		case errors.Is(err, ErrNotReady):
 			refused++
-			c.Wait(ctx, func() (bool, error) { return c.rdmaCheck(1) == nil, nil }) // runs locked
+			c.Wait(ctx, func() (bool, error) { return c.ri.rdmaCheck(1) == nil, nil }) // runs locked
 		case errors.Is(err, ErrPeerRestarted):
 			restarted++
 		case errors.Is(err, ErrProtection) && strings.Contains(err.Error(), "key check failed"):

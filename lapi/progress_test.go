@@ -34,7 +34,7 @@ func TestWaitEndingInPollSendsQueued(t *testing.T) {
 		t.Fatalf("handler ids %d and %d", h, h1)
 	}
 	msg := make([]byte, 8)
-	for i := 0; !c0.sendsQueued(); i++ {
+	for i := 0; !c0.rel.sendsQueued(); i++ {
 		if i == 1<<16 {
 			t.Fatal("the ring to rank 1 never filled")
 		}
@@ -56,7 +56,7 @@ func TestWaitEndingInPollSendsQueued(t *testing.T) {
 	if err := c0.Wait(ctx, func() (bool, error) { return f0.got.Load(), nil }); err != nil {
 		t.Fatal(err)
 	}
-	if c0.sendsQueued() {
+	if c0.rel.sendsQueued() {
 		t.Error("the wait returned with sends still queued behind a ring that had room")
 	}
 }
@@ -68,7 +68,7 @@ func blockedWaiters(t *testing.T, c *Context, sleepers int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c.mu.Lock()
-		ok := c.blocking && c.sleepers >= sleepers
+		ok := c.pr.blocking && c.pr.sleepers >= sleepers
 		c.mu.Unlock()
 		if ok {
 			return

@@ -97,6 +97,7 @@ type outStream struct {
 
 // rdmaState is a context's part of the RDMA engine (guarded by c.mu).
 type rdmaState struct {
+	c          *Context
 	eng        *hal.RDMAEngine
 	pool       *hal.RCxtPool
 	ops        []*rdmaOp // by rCxt ID
@@ -158,8 +159,8 @@ type RDMAStats struct {
 // timed meanwhile are not inflated by it.
 const rdmaHdrSlab = 64
 
-func (c *Context) initRDMA() {
-	r := &c.rd
+func (r *rdmaState) initRDMA() {
+	c := r.c
 	r.eng = hal.NewRDMAEngine(c.tpt)
 	r.pool = hal.NewRCxtPool(c.cfg.MaxRCxt, 0)
 	r.serving = make(map[servKey]*hal.RDMAStream)
@@ -189,8 +190,8 @@ func (c *Context) initRDMA() {
 	for i := range r.hdrs {
 		r.hdrs[i] = slab[i*slot : (i+1)*slot : (i+1)*slot] // an append past it reallocates
 	}
-	if c.reint != nil {
-		r.eng.SetEpoch(uint32(c.reint.Epoch()))
+	if c.ri.reint != nil {
+		r.eng.SetEpoch(uint32(c.ri.reint.Epoch()))
 	}
 }
 
@@ -204,7 +205,8 @@ func (c *Context) RDMAStats() RDMAStats {
 }
 
 // useRDMA reports whether a transfer of n bytes to tgt goes by RDMA.
-func (c *Context) useRDMA(tgt hal.Rank, n int) bool {
+func (r *rdmaState) useRDMA(tgt hal.Rank, n int) bool {
+	c := r.c
 	return tgt != c.rank && c.cfg.RDMAThreshold >= 0 && n >= c.cfg.RDMAThreshold
 }
 
@@ -216,14 +218,15 @@ const rdmaChunk = 1 << 20
 
 // startTransfer begins a transfer of h.Total bytes (c.mu held): its chunks
 // get an rCxt each (or wait for one) and are queued for the device.
-func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, mem []byte) error {
+func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, mem []byte) error {
+	c := r.c
 	switch {
 	case c.closed:
 		return ErrClosed
 	case c.peerErr[g.peer] != nil:
 		return c.peerErr[g.peer]
 	}
-	if err := c.rdmaCheck(g.peer); err != nil {
+	if err := c.ri.rdmaCheck(g.peer); err != nil {
 		return err
 	}
 	h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
@@ -233,25 +236,25 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 		h.Notify &^= hal.NotifyTarget
 		g.tcntr = h.Cookie
 	}
-	c.rd.groups++
+	r.groups++
 	if t := c.cfg.Track; t != nil {
 		g.trk = t.Add(fmt.Sprintf("RDMA %s of %d bytes to rank %d (rCxts in flight)", g.kind, h.Total, g.peer), 0)
 	}
 	switch g.kind {
 	case opWrite:
-		c.rd.stats.Writes++
+		r.stats.Writes++
 	case opRead:
-		c.rd.stats.Reads++
+		r.stats.Reads++
 	case opAcc:
-		c.rd.stats.Accumulates++
+		r.stats.Accumulates++
 	}
 	for off := uint64(0); ; off += rdmaChunk {
 		n := min(rdmaChunk, h.Total-off)
-		op := c.rd.freeOps
+		op := r.freeOps
 		if op == nil {
 			op = new(rdmaOp)
 		} else {
-			c.rd.freeOps = op.next
+			r.freeOps = op.next
 		}
 		*op = rdmaOp{g: g, t: t, h: h}
 		op.h.Total, op.h.PVO, op.h.Local = n, h.PVO.Add(off), h.Local.Add(off)
@@ -259,7 +262,7 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 			op.mem = mem[off : off+n]
 		}
 		g.left++
-		c.launch(op)
+		r.launch(op)
 		if off+n >= h.Total {
 			break
 		}
@@ -268,80 +271,82 @@ func (c *Context) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, me
 	if !c.reliable {
 		now = c.now() // only redrive timers keep time
 	}
-	c.pushRDMA(now)
+	r.pushRDMA(now)
 	return nil
 }
 
 // launch gives a chunk an rCxt and queues its first drive, or has it wait
 // for an rCxt (c.mu held).
-func (c *Context) launch(op *rdmaOp) {
+func (r *rdmaState) launch(op *rdmaOp) {
+	c := r.c
 	peer := op.g.peer
-	if c.rd.nwait[peer] > 0 || !c.roomFor(op) || c.rd.pool.InUse() >= c.cfg.MaxRCxt {
-		c.wait(op)
+	if r.nwait[peer] > 0 || !r.roomFor(op) || r.pool.InUse() >= c.cfg.MaxRCxt {
+		r.wait(op)
 		return
 	}
-	c.start(op)
+	r.start(op)
 }
 
 // start gives a chunk that has room an rCxt and queues its first drive.
-func (c *Context) start(op *rdmaOp) {
+func (r *rdmaState) start(op *rdmaOp) {
+	c := r.c
 	peer := op.g.peer
-	rc, err := c.rd.pool.Alloc()
+	rc, err := r.pool.Alloc()
 	if err != nil { // cannot happen: the caller checked MaxRCxt
-		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
+		r.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
 		return
 	}
-	c.rd.out[peer] += int(op.h.Total)
+	r.out[peer] += int(op.h.Total)
 	op.rc = rc
 	h := op.h
 	h.RCxt, h.Key, h.Tid = rc.ID, rc.Key, rc.Begin()
-	h.Base, h.Seg, h.DstEp = h.Tid, uint32(c.rd.seg), c.dstEpoch(peer)
+	h.Base, h.Seg, h.DstEp = h.Tid, uint32(r.seg), c.ri.dstEpoch(peer)
 	s := &op.stream
 	if err := s.Reset(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer}, op.t, h, op.mem); err != nil {
 		// cannot happen: lapi built h
-		c.rd.pool.Free(rc)
+		r.pool.Free(rc)
 		op.rc = nil
-		c.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
+		r.finishOp(op, fmt.Errorf("lapi: RDMA to rank %d: %w", peer, err))
 		return
 	}
 	op.h = h
 	if op.t == hal.FrameRDMAReadReq {
-		c.rd.eng.ExpectRead(peer, rc, &op.h)
+		r.eng.ExpectRead(peer, rc, &op.h)
 	}
-	for int(rc.ID) >= len(c.rd.ops) {
-		c.rd.ops = append(c.rd.ops, nil)
+	for int(rc.ID) >= len(r.ops) {
+		r.ops = append(r.ops, nil)
 	}
-	c.rd.ops[rc.ID] = op
+	r.ops[rc.ID] = op
 	if !c.reliableTo(peer) {
 		op.lastGood = c.now()
-		link := c.links[peer].rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
-		op.rto = max(2*link, c.rd.rtt[peer].rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO))
+		link := c.rel.links[peer].rtt.rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO)
+		op.rto = max(2*link, r.rtt[peer].rto(c.cfg.InitRTO, c.cfg.MinRTO, c.cfg.MaxRTO))
 	}
 	if trace.On(trace.Hot) {
-		c.traceRDMAStart(op)
+		c.tr.traceRDMAStart(op)
 	}
-	c.queueStream(outStream{s: s, op: op})
+	r.queueStream(outStream{s: s, op: op})
 }
 
-func (c *Context) queueStream(o outStream) {
+func (r *rdmaState) queueStream(o outStream) {
 	if o.op != nil {
 		o.op.queued, o.op.sentAll = true, false
 	}
-	c.rd.queue = append(c.rd.queue, o)
+	r.queue = append(r.queue, o)
 }
 
 // pushRDMA hands queued RDMA packets to the device while it takes them
 // (c.mu held). Over an unreliable device it pauses after each slab of
 // packets to take what has arrived (pause), so now is read again there.
-func (c *Context) pushRDMA(now time.Time) {
-	r := &c.rd
+func (r *rdmaState) pushRDMA(now time.Time) {
+	c := r.c
 	if r.pushing {
 		return // a frame polled in a pause: the running push takes the queue
 	}
 	r.pushing = true
 	defer func() { r.pushing = false }()
 	if len(r.dones) > 0 {
-		c.pushDones()
+		r.pushDones()
 	}
 	pushed := 0
 	for len(r.queue) > 0 {
@@ -350,11 +355,11 @@ func (c *Context) pushRDMA(now time.Time) {
 			r.popStream()
 			continue
 		}
-		if !c.pushTPT(o.s.Peer) {
+		if !c.cm.pushTPT(o.s.Peer) {
 			return // TPT changes go first; progress retries
 		}
 		for !o.s.Done() {
-			slot := c.hdrSlot()
+			slot := r.hdrSlot()
 			if slot == nil {
 				return // the device still holds the headers
 			}
@@ -363,8 +368,8 @@ func (c *Context) pushRDMA(now time.Time) {
 				// Serving a read whose region was deregistered under
 				// it: tell the origin which check failed.
 				r.popStream()
-				c.rdmaFault(o.s, err)
-				c.served(o.s)
+				r.rdmaFault(o.s, err)
+				r.served(o.s)
 				goto next
 			}
 			if !c.reliableTo(o.s.Peer) {
@@ -375,7 +380,7 @@ func (c *Context) pushRDMA(now time.Time) {
 				// Flush and start the packet again: a flush that
 				// succeeds hands the header slab back, so the packet
 				// is encoded afresh into the slot now current.
-				if !c.reclaimHdrs() {
+				if !r.reclaimHdrs() {
 					return // still full: progress retries this packet
 				}
 				continue
@@ -383,14 +388,14 @@ func (c *Context) pushRDMA(now time.Time) {
 			if err != nil {
 				if c.reliableTo(o.s.Peer) || fatalSendErr(err) {
 					r.popStream()
-					c.failPeer(o.s.Peer, err.Error())
+					c.rel.failPeer(o.s.Peer, err.Error())
 					goto next
 				}
 				c.stats.SendErrors++ // a loss: the redrive covers it
 			} else {
-				c.countSent(o.s.Peer, len(data))
+				c.rel.countSent(o.s.Peer, len(data))
 				if trace.On(trace.HotDetail) {
-					c.traceSendRDMA(hdr, len(data))
+					c.tr.traceSendRDMA(hdr, len(data))
 				}
 			}
 			r.used++
@@ -399,7 +404,7 @@ func (c *Context) pushRDMA(now time.Time) {
 			}
 			o.s.Advance()
 			if pushed++; pushed%rdmaHdrSlab == 0 && !c.reliable {
-				now = c.pause()
+				now = r.pause()
 				if len(r.queue) == 0 || r.queue[0].s != o.s {
 					goto next // what arrived finished or replaced it
 				}
@@ -412,14 +417,14 @@ func (c *Context) pushRDMA(now time.Time) {
 				r.sent[op.g.peer]++
 				op.seq = r.sent[op.g.peer]
 				op.sentAt, op.deadline = now, now.Add(op.rto)
-				c.armTimer(op.deadline)
+				r.armTimer(op.deadline)
 			}
 		} else {
-			c.served(o.s)
+			r.served(o.s)
 		}
 	next:
 	}
-	c.flushLocked()
+	c.rel.flushLocked()
 }
 
 // pause is pushRDMA's break after a slab of packets over an unreliable
@@ -428,25 +433,26 @@ func (c *Context) pushRDMA(now time.Time) {
 // requests, which would otherwise wait behind the whole queue), sends the
 // acknowledgements owed and the packets queued toward the peers, and
 // returns the time now, which the rest of the push uses.
-func (c *Context) pause() time.Time {
-	c.flushLocked()
-	c.pollLocked() // it reads the clock: RDMA is queued (keepsTime)
-	now := c.pollNow
-	for _, p := range c.active {
+func (r *rdmaState) pause() time.Time {
+	c := r.c
+	c.rel.flushLocked()
+	c.pr.pollLocked() // it reads the clock: RDMA is queued (keepsTime)
+	now := c.pr.pollNow
+	for _, p := range c.rel.active {
 		if c.reliableTo(p) {
 			continue
 		}
-		l := &c.links[p]
-		if c.queues[p].head != nil {
-			c.pushLocked(p, now)
+		l := &c.rel.links[p]
+		if c.rel.queues[p].head != nil {
+			c.rel.pushLocked(p, now)
 		}
 		if l.needAck(now) {
-			c.sendAck(p)
+			c.rel.sendAck(p)
 		}
 		// The pass's tick ran before these arrivals: a delayed
 		// acknowledgement's timer is folded in here.
 		if !l.ackDue.IsZero() {
-			c.foldTimer(l.ackDue)
+			r.foldTimer(l.ackDue)
 		}
 	}
 	return now
@@ -455,9 +461,9 @@ func (c *Context) pause() time.Time {
 // hdrSlot is the next header buffer of the slab, flushing the device to
 // get the slab back when it is used up; nil while the device still holds
 // them. A packet sent from it must be counted in rd.used.
-func (c *Context) hdrSlot() []byte {
-	r := &c.rd
-	if r.used == len(r.hdrs) && (c.flushLocked() != nil || r.used != 0) {
+func (r *rdmaState) hdrSlot() []byte {
+	c := r.c
+	if r.used == len(r.hdrs) && (c.rel.flushLocked() != nil || r.used != 0) {
 		return nil
 	}
 	return r.hdrs[r.used]
@@ -466,9 +472,10 @@ func (c *Context) hdrSlot() []byte {
 // reclaimHdrs flushes the device after it refused a packet, and reports
 // whether that handed the header slab back, so that the packet is worth
 // encoding again into the slot now current.
-func (c *Context) reclaimHdrs() bool {
-	used := c.rd.used
-	return c.flushLocked() == nil && c.rd.used != used
+func (r *rdmaState) reclaimHdrs() bool {
+	c := r.c
+	used := r.used
+	return c.rel.flushLocked() == nil && r.used != used
 }
 
 // popStream drops the stream at the head of the queue. The queue is short
@@ -480,221 +487,31 @@ func (r *rdmaState) popStream() {
 	r.queue = r.queue[:n]
 }
 
-// armTimer makes sure a waiter wakes by t, a new deadline (unreliable
-// devices only).
-func (c *Context) armTimer(t time.Time) {
-	if c.foldTimer(t) && c.blocking {
-		c.wakeLocked() // it set its deadline before this timer existed
-	}
-}
-
-// foldTimer brings nextTick forward to t if t is sooner, and reports
-// whether it did.
-func (c *Context) foldTimer(t time.Time) bool {
-	if c.reliable || !c.nextTick.IsZero() && !t.Before(c.nextTick) {
-		return false
-	}
-	c.nextTick = t
-	return true
-}
-
 // rdmaFault tells the origin of a served read that it failed a check.
-func (c *Context) rdmaFault(s *hal.RDMAStream, err error) {
-	c.rd.stats.Faults++
+func (r *rdmaState) rdmaFault(s *hal.RDMAStream, err error) {
+	c := r.c
+	r.stats.Faults++
 	if trace.On(trace.Internal) {
-		c.traceFault("read by", s.Peer, s.Hdr.RCxt, s.Hdr.Tid, hal.FaultCheck(hal.FaultCode(err)))
+		c.tr.traceFault("read by", s.Peer, s.Hdr.RCxt, s.Hdr.Tid, hal.FaultCheck(hal.FaultCode(err)))
 	}
-	c.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
+	r.sendDone(s.Peer, s.Hdr.Completion(hal.FaultCode(err)))
 }
 
-// sendDone sends a header-only completion or a report of missing
-// segments (its bitmap in h.Data), or queues it behind those the device
-// had no room for (pushDones sends them). One lost on an unreliable
-// device is answered again when the origin probes or redrives.
-func (c *Context) sendDone(peer hal.Rank, h hal.RDMAHdr) {
-	if len(c.rd.dones) > 0 || !c.trySendDone(peer, h) {
-		// Kept, not dropped: over a reliable device nothing redrives
-		// the transfer, and its origin would wait for ever. A report's
-		// bitmap is the engine's until its next packet: copied.
-		if len(h.Data) > 0 {
-			h.Data = append([]byte(nil), h.Data...)
-		}
-		c.rd.dones = append(c.rd.dones, rdmaDone{peer, h})
-	}
-}
-
-// trySendDone sends a completion to peer's origin, reporting false when
-// the device has no room for it yet (c.mu held).
-func (c *Context) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
-	b := c.hdrSlot()
-	if b == nil {
-		return false
-	}
-	h.DstEp = c.dstEpoch(peer)
-	if h.Flags&hal.FlagMissing != 0 {
-		b = hal.AppendReport(b[:hal.HeaderLen], &h) // the slot holds the longest (initRDMA)
-	} else {
-		hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
-		b = b[:hal.HeaderLen+hal.RDMAHdrLen]
-	}
-	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(len(b) - hal.HeaderLen)}
-	hal.EncodeHeader(b, &fh)
-	if !c.reliableTo(peer) {
-		hal.Seal(b, nil)
-	}
-	switch err := c.dev.Send(b, nil); {
-	case err == nil:
-		c.rd.used++
-		c.countSent(peer, 0)
-		if trace.On(trace.HotDetail) {
-			c.traceSendRDMA(b, 0)
-		}
-	case errors.Is(err, hal.ErrNoResource):
-		return false
-	case c.reliableTo(peer) || fatalSendErr(err):
-		c.failPeer(peer, err.Error())
-	default:
-		c.stats.SendErrors++ // a loss: the origin's redrive covers it
-	}
-	return true
-}
-
-// pushDones sends the completions the device had no room for, in order
-// (c.mu held).
-func (c *Context) pushDones() {
-	r := &c.rd
-	n := 0
-	for ; n < len(r.dones); n++ {
-		d := r.dones[n]
-		if c.peerErr[d.peer] == nil && !c.trySendDone(d.peer, d.h) {
-			if !c.reclaimHdrs() || !c.trySendDone(d.peer, d.h) {
-				break // still full: progress retries
-			}
-		}
-	}
-	r.dones = r.dones[:copy(r.dones, r.dones[n:])]
-}
-
-// onRDMA is onFrame for RDMA frames (c.mu held).
-func (c *Context) onRDMA(h *hal.Header, payload []byte) {
-	if c.peerErr[h.Src] != nil {
-		return
-	}
-	var was hal.RDMAStats
-	tracing := trace.On(trace.Hot)
-	if tracing {
-		was = c.rd.eng.Stats()
-	}
-	evs, msgs := c.rd.eng.Handle(h.Src, h.Type, payload)
-	if tracing {
-		c.traceRDMADrops(h.Src, h.Type, payload, was)
-	}
-	for i := range evs {
-		c.rdmaEvent(&evs[i])
-	}
-	for _, m := range msgs {
-		c.sendDone(m.Peer, m.Hdr)
-	}
-	if len(msgs) > 0 {
-		c.flushLocked() // a completion waits for nothing else to ride with
-	}
-}
-
-func (c *Context) rdmaEvent(ev *hal.RDMAEvent) {
-	switch ev.Kind {
-	case hal.EvOriginDone, hal.EvReadDone:
-		// A completion of an earlier drive of the transfer ends it too
-		// (every byte is placed): a probe or redrive that a late
-		// completion overtook does not have to be answered.
-		op := c.opFor(ev.RCxt)
-		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) &&
-			(ev.Kind != hal.EvOriginDone || !op.rc.Completes(ev.Key, ev.Base, ev.Tid)) {
-			c.rd.stats.StaleCompletions++
-			if trace.On(trace.Hot) {
-				trace.Printf(trace.Hot, "lapi %d: drop rdma completion from rank %d: stale (rcxt %d tid %d, an earlier drive's)",
-					c.rank, ev.Peer, ev.RCxt, ev.Tid)
-			}
-			return
-		}
-		var err error
-		if ev.Code != 0 {
-			if trace.On(trace.Internal) {
-				c.traceFault("refused by", ev.Peer, ev.RCxt, ev.Tid, hal.FaultCheck(ev.Code))
-			}
-			err = fmt.Errorf("lapi: RDMA at rank %d: %s check failed: %w", ev.Peer, hal.FaultCheck(ev.Code), ErrProtection)
-		}
-		c.finishOp(op, err)
-	case hal.EvTargetDone:
-		if k := c.counter(ev.Cookie); k != nil {
-			k.incr()
-		}
-	case hal.EvFault:
-		c.rd.stats.Faults++
-		if trace.On(trace.Internal) {
-			c.traceFault("from", ev.Peer, ev.RCxt, ev.Tid, hal.FaultCheck(ev.Code))
-		}
-		if k := c.counter(ev.Cookie); k != nil {
-			k.fail(fmt.Errorf("lapi: RDMA from rank %d: %w", ev.Peer, ev.Err))
-			k.incr()
-		}
-	case hal.EvFIFO:
-		if err := reduceInto(ev.Dst, ev.Data, ev.Arg); err != nil {
-			c.stats.BadPackets++
-		}
-	case hal.EvReadMissing:
-		op := c.opFor(ev.RCxt)
-		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) || op.t != hal.FrameRDMAReadReq || !op.sentAll {
-			c.rd.stats.StaleCompletions++
-			return
-		}
-		c.rereadMissing(op)
-	case hal.EvMissing:
-		op := c.opFor(ev.RCxt)
-		if op == nil || op.g.peer != ev.Peer || !op.rc.Current(ev.Key, ev.Tid) || op.t != hal.FrameRDMAWrite || !op.sentAll {
-			c.rd.stats.StaleCompletions++
-			return
-		}
-		c.redriveMissing(op, ev.Offset, ev.Data)
-	case hal.EvServeRead:
-		s := ev.Stream
-		s.SetFrame(c.cfg.JobKey, c.rank)
-		s.Hdr.DstEp = c.dstEpoch(ev.Peer)
-		k := servKey{ev.Peer, ev.RCxt}
-		if old := c.rd.serving[k]; old != nil {
-			c.unqueue(old) // a redrive replaces the earlier drive
-			c.rd.eng.ReleaseStream(old)
-		}
-		c.rd.serving[k] = s
-		// Served ahead of this rank's own queued chunks: the reader's
-		// timer runs from its request, theirs only once they are sent.
-		c.queueStreamFront(outStream{s: s}) // the progress pass pushes it
-	}
-}
-
-// served forgets a read-serving stream that has sent its last packet.
-func (c *Context) served(s *hal.RDMAStream) {
-	k := servKey{s.Peer, s.Hdr.RCxt}
-	if c.rd.serving[k] == s {
-		delete(c.rd.serving, k)
-	}
-	c.rd.eng.ReleaseStream(s)
-}
-
-func (c *Context) opFor(id uint32) *rdmaOp {
-	if int(id) >= len(c.rd.ops) {
+func (r *rdmaState) opFor(id uint32) *rdmaOp {
+	if int(id) >= len(r.ops) {
 		return nil
 	}
-	return c.rd.ops[id]
+	return r.ops[id]
 }
 
 // unqueue removes a stream from the send queue.
-func (c *Context) unqueue(s *hal.RDMAStream) {
-	q := c.rd.queue
+func (r *rdmaState) unqueue(s *hal.RDMAStream) {
+	q := r.queue
 	for i := range q {
 		if q[i].s == s {
 			n := copy(q[i:], q[i+1:]) + i
 			q[n] = outStream{}
-			c.rd.queue = q[:n]
+			r.queue = q[:n]
 			return
 		}
 	}
@@ -702,47 +519,48 @@ func (c *Context) unqueue(s *hal.RDMAStream) {
 
 // finishOp completes a chunk, successfully or with err, and releases its
 // rCxt to the next chunk waiting for one (c.mu held).
-func (c *Context) finishOp(op *rdmaOp, err error) {
+func (r *rdmaState) finishOp(op *rdmaOp, err error) {
+	c := r.c
 	g := op.g
 	if op.queued {
-		c.unqueue(&op.stream)
+		r.unqueue(&op.stream)
 		op.queued = false
 	}
 	if rc := op.rc; rc != nil {
 		if trace.On(trace.Hot) {
-			c.traceRDMADone(op, err)
+			c.tr.traceRDMADone(op, err)
 		}
 		if op.t == hal.FrameRDMAReadReq {
-			c.rd.eng.EndRead(g.peer, rc)
+			r.eng.EndRead(g.peer, rc)
 		}
 		if err == nil && op.rto > 0 && !op.sentAt.IsZero() {
 			now := c.now()
 			if op.drives == 0 {
 				// Karn's rule: only a first drive's completion times
 				// it, from when the drives ahead of it were done.
-				c.rd.rtt[g.peer].sample(now.Sub(c.timerStart(op)))
+				r.rtt[g.peer].sample(now.Sub(r.timerStart(op)))
 			}
-			if p := g.peer; op.seq > c.rd.doneSeq[p] {
-				c.rd.doneSeq[p], c.rd.doneAt[p] = op.seq, now
+			if p := g.peer; op.seq > r.doneSeq[p] {
+				r.doneSeq[p], r.doneAt[p] = op.seq, now
 			}
 		}
 		if err == nil && op.drives == 0 && op.rto > 0 {
-			c.grow(g.peer, int(op.h.Total))
+			r.grow(g.peer, int(op.h.Total))
 		}
-		c.rd.ops[rc.ID] = nil
-		c.rd.pool.Free(rc)
-		c.rd.out[g.peer] -= int(op.h.Total)
+		r.ops[rc.ID] = nil
+		r.pool.Free(rc)
+		r.out[g.peer] -= int(op.h.Total)
 		op.rc = nil
-		c.launchWaiting()
+		r.launchWaiting()
 	}
 	if err != nil && g.err == nil {
 		g.err = err
 	}
 	if g.left--; g.left == 0 {
-		c.finishGroup(g)
+		r.finishGroup(g)
 	}
-	*op = rdmaOp{next: c.rd.freeOps}
-	c.rd.freeOps = op
+	*op = rdmaOp{next: r.freeOps}
+	r.freeOps = op
 }
 
 // roomFor reports whether op's bytes fit the window toward its peer (a
@@ -750,9 +568,9 @@ func (c *Context) finishOp(op *rdmaOp, err error) {
 // unreliable device running ahead of the receiver loses packets; on a
 // reliable one it only grows the frames in flight past the caches (a
 // quarter of 64 MiB Puts' bandwidth over inproc).
-func (c *Context) roomFor(op *rdmaOp) bool {
-	out := c.rd.out[op.g.peer]
-	return out == 0 || out+int(op.h.Total) <= c.rd.cwnd[op.g.peer]
+func (r *rdmaState) roomFor(op *rdmaOp) bool {
+	out := r.out[op.g.peer]
+	return out == 0 || out+int(op.h.Total) <= r.cwnd[op.g.peer]
 }
 
 // Congestion control of RDMA toward a peer over an unreliable device,
@@ -767,56 +585,59 @@ func (c *Context) roomFor(op *rdmaOp) bool {
 
 // grow opens peer's window after a chunk of n bytes completed at its
 // first drive (c.mu held).
-func (c *Context) grow(peer hal.Rank, n int) {
-	w := &c.rd.cwnd[peer]
+func (r *rdmaState) grow(peer hal.Rank, n int) {
+	c := r.c
+	w := &r.cwnd[peer]
 	if *w < c.cfg.RDMAWindow {
 		*w = min(*w+max(n*n / *w, 1), c.cfg.RDMAWindow)
 	}
 }
 
 // shrink halves peer's window after a loss (a redrive; c.mu held).
-func (c *Context) shrink(peer hal.Rank) {
-	w := &c.rd.cwnd[peer]
+func (r *rdmaState) shrink(peer hal.Rank) {
+	w := &r.cwnd[peer]
 	*w = max(*w/2, rdmaChunk)
-	c.rd.stats.WindowCuts++
+	r.stats.WindowCuts++
 }
 
-func (c *Context) wait(op *rdmaOp) {
-	c.rd.waiting = append(c.rd.waiting, op)
-	c.rd.nwait[op.g.peer]++
+func (r *rdmaState) wait(op *rdmaOp) {
+	r.waiting = append(r.waiting, op)
+	r.nwait[op.g.peer]++
 }
 
 // launchWaiting launches, oldest first, the waiting chunks that now have
 // an rCxt and room toward their peer; toward each peer they go in order.
-func (c *Context) launchWaiting() {
-	if len(c.rd.waiting) == 0 {
+func (r *rdmaState) launchWaiting() {
+	c := r.c
+	if len(r.waiting) == 0 {
 		return
 	}
-	w := c.rd.waiting
-	keep := c.rd.spare[:0]
-	blocked := c.rd.blocked
+	w := r.waiting
+	keep := r.spare[:0]
+	blocked := r.blocked
 	clear(blocked)
 	for i, op := range w {
-		if c.rd.pool.InUse() >= c.cfg.MaxRCxt {
+		if r.pool.InUse() >= c.cfg.MaxRCxt {
 			keep = append(keep, w[i:]...)
 			break
 		}
 		p := op.g.peer
-		if blocked[p] || !c.roomFor(op) {
+		if blocked[p] || !r.roomFor(op) {
 			blocked[p] = true
 			keep = append(keep, op)
 			continue
 		}
-		c.rd.nwait[p]--
-		c.start(op)
+		r.nwait[p]--
+		r.start(op)
 	}
 	clear(w)
-	c.rd.waiting, c.rd.spare = keep, w[:0]
+	r.waiting, r.spare = keep, w[:0]
 }
 
 // finishGroup reports a whole transfer done (c.mu held).
-func (c *Context) finishGroup(g *rdmaGroup) {
-	c.rd.groups--
+func (r *rdmaState) finishGroup(g *rdmaGroup) {
+	c := r.c
+	r.groups--
 	if g.trk != 0 {
 		c.cfg.Track.Remove(g.trk)
 	}
@@ -827,7 +648,7 @@ func (c *Context) finishGroup(g *rdmaGroup) {
 		g.org.fail(err)
 		g.cmp.fail(err)
 	} else if g.tcntr != 0 {
-		c.notifyLocked(g.peer, g.tcntr)
+		c.am.notifyLocked(g.peer, g.tcntr)
 	}
 	if g.org != nil {
 		g.org.incr()
@@ -835,239 +656,59 @@ func (c *Context) finishGroup(g *rdmaGroup) {
 	if g.cmp != nil {
 		g.cmp.incr()
 	}
-	c.note(g.notify, g.err)
-	c.wakeLocked()
-	*g = rdmaGroup{next: c.rd.freeGroups}
-	c.rd.freeGroups = g
+	c.am.note(g.notify, g.err)
+	c.pr.wakeLocked()
+	*g = rdmaGroup{next: r.freeGroups}
+	r.freeGroups = g
 }
 
 // newGroup takes a transfer's state from the free list.
-func (c *Context) newGroup(kind opKind, peer hal.Rank, o *SendOpts) *rdmaGroup {
-	g := c.rd.freeGroups
+func (r *rdmaState) newGroup(kind opKind, peer hal.Rank, o *SendOpts) *rdmaGroup {
+	g := r.freeGroups
 	if g == nil {
 		g = new(rdmaGroup)
 	} else {
-		c.rd.freeGroups = g.next
+		r.freeGroups = g.next
 	}
 	*g = rdmaGroup{kind: kind, peer: peer, org: o.Origin, cmp: o.Completion, notify: o.Notify}
 	return g
 }
 
-// rdmaTick redrives transfers whose completion is overdue and folds the
-// next deadline into nextTick (c.mu held; unreliable devices).
-func (c *Context) rdmaTick(now time.Time) {
-	if c.rd.groups == 0 {
-		return
-	}
-	for _, op := range c.rd.ops {
-		if op == nil || !op.sentAll || op.rto == 0 { // (rto 0: a reliable device toward the peer)
-			continue
-		}
-		if d := c.timerStart(op).Add(op.rto); d.After(op.deadline) {
-			op.deadline = d // the drives ahead of it were done late
-		}
-		if now.Before(op.deadline) {
-			// A known deadline: a blocked waiter already sleeps until
-			// it (or sooner), so it is folded in, not woken for.
-			c.foldTimer(op.deadline)
-			continue
-		}
-		if op.t == hal.FrameRDMAReadReq {
-			if left := c.rd.eng.ReadLeft(op.g.peer, op.rc); left != 0 && (op.left == 0 || left < op.left) {
-				op.left, op.lastGood = left, now // still arriving
-				op.deadline = now.Add(op.rto)
-				c.foldTimer(op.deadline) // later than the one it replaces
-				continue
-			}
-		}
-		if now.Sub(op.lastGood) > c.cfg.PeerTimeout {
-			c.failPeer(op.g.peer, fmt.Sprintf("RDMA transfer unanswered for %v", c.cfg.PeerTimeout))
-			continue
-		}
-		c.redrive(op, now)
-	}
-}
-
-// timerStart is when op's redrive timer runs from: when its drive's last
-// packet went to the device, or, if later, when the latest drive toward
-// the peer sent before it completed. A drive queued behind others on the
-// way (in the device, the network, the peer's receive queue) cannot be
-// answered before them, so its timer starts once they are done: its
-// timeout is then one drive's service time and a round trip, whatever
-// the queue ahead of it.
-func (c *Context) timerStart(op *rdmaOp) time.Time {
-	p := op.g.peer
-	if op.seq > c.rd.doneSeq[p] && c.rd.doneAt[p].After(op.sentAt) {
-		return c.rd.doneAt[p]
-	}
-	return op.sentAt
-}
-
-// redriveMissing drives a write again under a new tid with the segments
-// its target reported missing (bitmap rep from offset off), ahead of the
-// chunks queued after it: the report came a round trip after the loss,
-// and the timeout stays as it was.
-func (c *Context) redriveMissing(op *rdmaOp, off uint64, rep []byte) {
-	tid := op.rc.Tid() + 1
-	if op.stream.RestartMissing(tid, off, rep) == 0 {
-		c.rd.stats.StaleCompletions++ // names none of its segments
-		return
-	}
-	op.rc.Redrive()
-	c.countRedrive(op, tid, true)
-	c.rd.stats.Reports++
-	op.probed = false
-	op.lastGood = c.pollNow
-	c.queueStreamFront(outStream{s: &op.stream, op: op})
-}
-
-// reread asks again, under tid, for what a read still lacks: this rank
-// places a read's data, so it knows what is missing. The segments missing
-// when the engine reports (an unreliable device), else the range from the
-// first to the last.
-func (c *Context) reread(op *rdmaOp, tid uint32) {
-	if off, bm := c.rd.eng.ReadMissing(op.g.peer, op.rc); len(bm) > 0 {
-		op.stream.RestartReadMissing(tid, off, bm)
-	} else {
-		off, n := c.rd.eng.MissingRange(op.g.peer, op.rc)
-		op.stream.RestartRange(tid, off, n)
-	}
-	op.h.Tid = tid
-	op.left = 0
-	c.rd.eng.ExpectRead(op.g.peer, op.rc, &op.h)
-}
-
-// rereadMissing asks again at once for the segments a read's drive lost
-// (its last packet came with segments missing), ahead of the chunks
-// queued after it; the timeout stays as it was.
-func (c *Context) rereadMissing(op *rdmaOp) {
-	tid := op.rc.Redrive()
-	c.countRedrive(op, tid, true)
-	c.rd.stats.Reports++
-	op.lastGood = c.pollNow
-	c.reread(op, tid)
-	c.queueStreamFront(outStream{s: &op.stream, op: op})
-}
-
-// countRedrive counts a drive after a chunk's first, and cuts the window
-// toward its peer once per chunk (its later drives are the same loss) when
-// loss is known: not for a probe, which a late completion may answer.
-func (c *Context) countRedrive(op *rdmaOp, tid uint32, lost bool) {
-	if lost && !op.cut {
-		c.shrink(op.g.peer)
-		op.cut = true
-	}
-	op.drives++
-	c.rd.stats.Redrives++
-	c.peerStats[op.g.peer].Redrives++
-	if trace.On(trace.Internal) {
-		c.traceRedrive(op, tid)
-	}
-	op.stream.Hdr.DstEp = c.dstEpoch(op.g.peer)
-}
-
-// queueStreamFront queues o behind the stream being pushed and the
-// streams queued so before it, in the order they came: a redrive's few
-// packets, which the peer is waiting for, and the answer to a peer's
-// read, whose timer is running, do not wait behind a window of new
-// chunks. (In the order they came: served last first, a peer's later
-// reads overtook its earlier ones, whose timers then ran out.)
-func (c *Context) queueStreamFront(o outStream) {
-	o.ahead = true
-	c.queueStream(o)
-	q := c.rd.queue
-	i := 1
-	for i < len(q)-1 && q[i].ahead {
-		i++
-	}
-	if n := len(q); i < n-1 {
-		copy(q[i+1:], q[i:n-1])
-		q[i] = o
-	}
-}
-
-// redrive sends a transfer again under a new tid after a timeout, with a
-// doubled timeout: a write's last packet alone (a probe, which its target
-// answers with the completion or a report of what is missing) unless the
-// last timeout probed already, else the whole chunk; a read's missing
-// range.
-func (c *Context) redrive(op *rdmaOp, now time.Time) {
-	tid := op.rc.Redrive()
-	c.countRedrive(op, tid, op.t == hal.FrameRDMAReadReq || op.probed)
-	op.rto = min(2*op.rto, c.cfg.MaxRTO)
-	if op.t == hal.FrameRDMAReadReq {
-		c.reread(op, tid)
-	} else if !op.probed {
-		op.stream.RestartTail(tid)
-		op.probed = true
-		c.rd.stats.Probes++
-	} else {
-		op.stream.Restart(tid)
-		op.probed = false
-	}
-	c.queueStreamFront(outStream{s: &op.stream, op: op})
-	c.pushRDMA(now)
-}
-
-// dropRDMA fails every transfer with peer, and stops serving its reads
-// (c.mu held): it failed or restarted.
-func (c *Context) dropRDMA(peer hal.Rank, err error) {
-	for _, op := range c.rd.ops {
-		if op != nil && op.g.peer == peer {
-			c.finishOp(op, err)
-		}
-	}
-	var keep []*rdmaOp
-	for _, op := range c.rd.waiting {
-		if op.g.peer == peer {
-			c.finishOp(op, err)
-		} else {
-			keep = append(keep, op)
-		}
-	}
-	c.rd.waiting, c.rd.nwait[peer] = keep, 0
-	for k, s := range c.rd.serving {
-		if k.peer == peer {
-			c.unqueue(s)
-			delete(c.rd.serving, k)
-			c.rd.eng.ReleaseStream(s)
-		}
-	}
-}
-
 // rdmaPending reports whether RDMA packets wait for the device.
-func (c *Context) rdmaPending() bool { return len(c.rd.queue) > 0 || len(c.rd.dones) > 0 }
+func (r *rdmaState) rdmaPending() bool { return len(r.queue) > 0 || len(r.dones) > 0 }
 
 // putRDMA is Put by RDMA write.
-func (c *Context) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	return c.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
+func (r *rdmaState) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	return r.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
 }
 
 // write starts an RDMA write of src described by h (direct or half-RDMA)
 // with o's counters.
-func (c *Context) write(kind opKind, tgt hal.Rank, h hal.RDMAHdr, src []byte, o *SendOpts) error {
+func (r *rdmaState) write(kind opKind, tgt hal.Rank, h hal.RDMAHdr, src []byte, o *SendOpts) error {
+	c := r.c
 	h.Total, h.Cookie = uint64(len(src)), o.Target
 	if o.Target != 0 {
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := c.startTransfer(c.newGroup(kind, tgt, o), hal.FrameRDMAWrite, h, src)
+	err := r.startTransfer(r.newGroup(kind, tgt, o), hal.FrameRDMAWrite, h, src)
 	c.mu.Unlock()
 	return err
 }
 
 // getRDMA is Get by RDMA read: dst is registered for the transfer, so the
 // answer is placed like any RDMA write, checked against this rank's TPT.
-func (c *Context) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+func (r *rdmaState) getRDMA(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+	c := r.c
 	local, err := c.tpt.RegisterLocal(dst, hal.AccessWrite)
 	if err != nil {
 		return fmt.Errorf("lapi: get: %w", err)
 	}
 	h := hal.RDMAHdr{Total: uint64(len(dst)), PVO: src, Local: local}
 	c.mu.Lock()
-	g := c.newGroup(opRead, tgt, &o)
+	g := r.newGroup(opRead, tgt, &o)
 	g.cmp, g.local = nil, local // a get's Completion is its Origin
-	err = c.startTransfer(g, hal.FrameRDMAReadReq, h, nil)
+	err = r.startTransfer(g, hal.FrameRDMAReadReq, h, nil)
 	c.mu.Unlock()
 	if err != nil {
 		c.tpt.Deregister(local)

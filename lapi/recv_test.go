@@ -56,7 +56,7 @@ func TestTinyPacket(t *testing.T) {
 	deliver := func(hdr hal.Header, p []byte) {
 		t.Helper()
 		c.mu.Lock()
-		c.onFrame(&hdr, p)
+		c.am.onFrame(&hdr, p)
 		c.mu.Unlock()
 	}
 	good := hal.Header{Type: hal.FrameData, Src: 0, Dst: 1}
@@ -71,7 +71,7 @@ func TestTinyPacket(t *testing.T) {
 
 	rec.decline = true
 	deliver(good, tinyPacket(h, uhdr, data))
-	c.runCompletions()
+	c.am.runCompletions()
 	if rec.headers != 1 || rec.completes != 1 || !slices.Equal(rec.buf, data) || !slices.Equal(rec.uhdr, uhdr) {
 		t.Fatalf("declined: OnHeader %d, OnComplete %d, buffer %q, uhdr %q", rec.headers, rec.completes, rec.buf, rec.uhdr)
 	}

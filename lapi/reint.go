@@ -9,6 +9,16 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
+// reintDriver runs the reintegration protocol (hal.Reintegration) of a
+// context that reintegrates: epochs, joins, and the reset of a peer that
+// restarted.
+type reintDriver struct {
+	c         *Context
+	reint     *hal.Reintegration
+	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
+	reintIdle bool // the protocol has settled: no timer to run until a frame of it comes
+}
+
 // isReintFrame reports whether a frame belongs to the reintegration
 // protocol rather than to lapi's packets.
 func isReintFrame(t hal.FrameType) bool {
@@ -16,26 +26,27 @@ func isReintFrame(t hal.FrameType) bool {
 }
 
 // applyReint sends the protocol's frames and performs its actions.
-func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
+func (rg *reintDriver) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
+	c := rg.c
 	for _, a := range acts {
 		if trace.On(trace.Rare) {
-			c.traceReintAct(a) // a give-up at level 1, the other steps at 3
+			c.tr.traceReintAct(a) // a give-up at level 1, the other steps at 3
 		}
 		switch a.Kind {
 		case hal.ActClearPeer:
-			c.resetPeer(a.Peer)
+			rg.resetPeer(a.Peer)
 		case hal.ActEnablePeer:
-			c.resyncTPT(a.Peer) // its replica of us starts afresh
-			c.wakeLocked()      // waiters for RDMAReady
+			c.cm.resyncTPT(a.Peer) // its replica of us starts afresh
+			c.pr.wakeLocked()      // waiters for RDMAReady
 		case hal.ActReady:
-			c.wakeLocked()
+			c.pr.wakeLocked()
 		case hal.ActRefused:
-			c.failPeer(a.Peer, "it refused this rank's join (BOOT_NACK): its device is shutting down")
-			c.wakeLocked()
+			c.rel.failPeer(a.Peer, "it refused this rank's join (BOOT_NACK): its device is shutting down")
+			c.pr.wakeLocked()
 		}
 	}
 	for _, m := range msgs {
-		b := c.reintBuf[:]
+		b := rg.reintBuf[:]
 		h := hal.Header{Type: m.Type, JobKey: c.cfg.JobKey, Src: c.rank, Dst: m.Peer, Len: hal.ReintPayloadLen}
 		hal.EncodeHeader(b, &h)
 		hal.EncodeReint(b[hal.HeaderLen:], m)
@@ -48,7 +59,7 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 			c.dev.Flush()
 		}
 		if trace.On(trace.Internal) {
-			c.traceReintSend(m, err)
+			c.tr.traceReintSend(m, err)
 		}
 	}
 }
@@ -57,17 +68,18 @@ func (c *Context) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 // or in flight toward it fails with ErrPeerRestarted, its half-received
 // messages are dropped, and both sequence spaces start again from zero, as
 // the new life's do.
-func (c *Context) resetPeer(peer hal.Rank) {
+func (rg *reintDriver) resetPeer(peer hal.Rank) {
+	c := rg.c
 	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
-	c.dropPeer(peer, err)
+	c.rel.dropPeer(peer, err)
 	c.rd.eng.ResetPeer(peer)
 	if c.cm.keep {
 		c.cm.replicas[peer].Clear()
 	}
 	if !c.reliable {
-		c.links[peer].init(peer, c.cfg.Window)
+		c.rel.links[peer].init(peer, c.cfg.Window)
 	}
-	c.nextMsg[peer], c.fenceMark[peer] = 0, 0
+	c.am.nextMsg[peer], c.fenceMark[peer] = 0, 0
 	if c.peerErr[peer] != nil {
 		c.peerErr[peer] = nil // alive again
 		c.faults[peer].Store(nil)
@@ -79,18 +91,19 @@ func (c *Context) resetPeer(peer hal.Rank) {
 // reintegration protocol has finished here and at peer (always true when
 // the context does not reintegrate).
 func (c *Context) RDMAReady(peer hal.Rank) bool {
-	if c.reint == nil {
+	if c.ri.reint == nil {
 		return true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return peer == c.rank && c.reint.Ready() || c.reint.RDMATo(peer)
+	return peer == c.rank && c.ri.reint.Ready() || c.ri.reint.RDMATo(peer)
 }
 
 // rdmaCheck refuses an RDMA-style operation toward a peer that is not
 // ready (c.mu held).
-func (c *Context) rdmaCheck(peer hal.Rank) error {
-	if c.reint == nil || peer == c.rank && c.reint.Ready() || c.reint.RDMATo(peer) {
+func (rg *reintDriver) rdmaCheck(peer hal.Rank) error {
+	c := rg.c
+	if rg.reint == nil || peer == c.rank && rg.reint.Ready() || rg.reint.RDMATo(peer) {
 		return nil
 	}
 	return fmt.Errorf("lapi: RDMA to rank %d: %w", peer, ErrNotReady)
@@ -104,33 +117,34 @@ func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
 		if int(peer) < len(c.peerErr) && c.peerErr[peer] != nil {
 			return false, c.peerErr[peer] // failed, or refused this rank's join
 		}
-		return c.rdmaCheck(peer) == nil, nil
+		return c.ri.rdmaCheck(peer) == nil, nil
 	})
 }
 
 // reintTick runs the protocol's timer (c.mu held) and folds its deadline
 // into nextTick.
-func (c *Context) reintTick(now time.Time) {
-	msgs, acts, next := c.reint.Tick(now)
-	c.reintIdle = next.IsZero() && len(msgs) == 0 && len(acts) == 0
-	c.applyReint(msgs, acts)
-	if !next.IsZero() && (c.nextTick.IsZero() || next.Before(c.nextTick)) {
-		c.nextTick = next
+func (rg *reintDriver) reintTick(now time.Time) {
+	c := rg.c
+	msgs, acts, next := rg.reint.Tick(now)
+	rg.reintIdle = next.IsZero() && len(msgs) == 0 && len(acts) == 0
+	rg.applyReint(msgs, acts)
+	if !next.IsZero() && (c.rel.nextTick.IsZero() || next.Before(c.rel.nextTick)) {
+		c.rel.nextTick = next
 	}
 }
 
 // dstEpoch is the incarnation of peer to address packets to (c.mu held):
 // the low half of what the reintegration protocol has heard, 0 if nothing.
-func (c *Context) dstEpoch(peer hal.Rank) uint32 {
-	if c.reint == nil {
+func (rg *reintDriver) dstEpoch(peer hal.Rank) uint32 {
+	if rg.reint == nil {
 		return 0
 	}
-	return uint32(c.reint.PeerEpoch(peer))
+	return uint32(rg.reint.PeerEpoch(peer))
 }
 
 // staleEpoch reports whether a packet whose header names the
 // destination's epoch dstEp was addressed to an earlier life of this rank
 // (c.mu held).
-func (c *Context) staleEpoch(dstEp uint32) bool {
-	return c.reint != nil && dstEp != 0 && dstEp != uint32(c.reint.Epoch())
+func (rg *reintDriver) staleEpoch(dstEp uint32) bool {
+	return rg.reint != nil && dstEp != 0 && dstEp != uint32(rg.reint.Epoch())
 }

@@ -159,7 +159,7 @@ func TestRestartRefused(t *testing.T) {
 	j.run(time.Second, nil, func() bool { return j.ctxs[2].RDMAReady(1) && j.ctxs[2].RDMAReady(0) })
 	c1 := j.ctxs[1]
 	c1.mu.Lock()
-	c1.reint.Refuse() // what Close does first
+	c1.ri.reint.Refuse() // what Close does first
 	c1.mu.Unlock()
 	j.ctxs[2].Close()
 	dev, err := net.Restart(2)

@@ -24,39 +24,6 @@ const (
 	rvFinLen = 5 // ID, fault code
 )
 
-// useRendezvous reports whether an active message goes by rendezvous.
-func (c *Context) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
-	return tgt != c.rank && int(tgt) < c.cfg.Size && c.cfg.AMRendezvous >= 0 &&
-		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen && (!c.rdvReliable || c.relTo[tgt])
-}
-
-// amRendezvousLocked is AmsendLocked for a large message. The
-// registration's lock and the TPT watcher's come after the progress lock,
-// as everywhere (see takeTPTChanges).
-func (c *Context) amRendezvousLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
-	local, err := c.tpt.Register(data, hal.AccessRead)
-	if err != nil {
-		return fmt.Errorf("lapi: send to %d: %w", tgt, err)
-	}
-	var u [MaxUhdr]byte
-	binary.LittleEndian.PutUint16(u[0:], uint16(h))
-	binary.LittleEndian.PutUint32(u[6:], o.Target)
-	binary.LittleEndian.PutUint64(u[10:], uint64(len(data)))
-	hal.PutPVO(u[18:], local)
-	n := rtsLen + copy(u[rtsLen:], uhdr)
-	id := c.gets.take(getSlot{peer: tgt, rv: true, local: local, cntr: o.Origin, cmp: o.Completion, notify: o.Notify})
-	binary.LittleEndian.PutUint32(u[2:], id)
-	err = c.amsendLocked(tgt, hRTS, u[:n], nil, &SendOpts{})
-	if err != nil {
-		c.tpt.Deregister(local)
-		c.gets.put(c.gets.lookup(id))
-	}
-	if trace.On(trace.Internal) {
-		trace.Printf(trace.Internal, "lapi %d: rendezvous %d to rank %d: RTS for %d bytes sent (err %v)", c.rank, id, tgt, len(data), err)
-	}
-	return err
-}
-
 // rtsHandler takes an RTS at the target: it asks the user's handler for a
 // buffer and reads the data into it.
 type rtsHandler struct{ c *Context }
@@ -78,11 +45,11 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 		return nil, nil
 	}
 	hid := HandlerID(binary.LittleEndian.Uint16(uhdr))
-	if int(hid) >= len(c.handlers) || hid < firstUserHandler || c.handlers[hid].h == nil {
+	if int(hid) >= len(c.am.handlers) || hid < firstUserHandler || c.am.handlers[hid].h == nil {
 		c.stats.BadPackets++
 		return nil, nil
 	}
-	rv := &rvRecv{c: c, src: src, h: c.handlers[hid].h, id: binary.LittleEndian.Uint32(uhdr[2:]),
+	rv := &rvRecv{c: c, src: src, h: c.am.handlers[hid].h, id: binary.LittleEndian.Uint32(uhdr[2:]),
 		tcntr: binary.LittleEndian.Uint32(uhdr[6:])}
 	total := binary.LittleEndian.Uint64(uhdr[10:])
 	remote := hal.GetPVO(uhdr[18:])
@@ -93,19 +60,19 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 		trace.Printf(trace.Internal, "lapi %d: rendezvous %d from rank %d: RTS for %d bytes, reading %d", c.rank, rv.id, src, total, n)
 	}
 	if n == 0 {
-		c.note(rv, nil) // nothing to read: complete at once
+		c.am.note(rv, nil) // nothing to read: complete at once
 		return nil, nil
 	}
 	local, err := c.tpt.RegisterLocal(buf[:n], hal.AccessWrite)
 	if err != nil {
-		c.note(rv, err)
+		c.am.note(rv, err)
 		return nil, nil
 	}
-	g := c.newGroup(opRead, src, &SendOpts{Notify: rv})
+	g := c.rd.newGroup(opRead, src, &SendOpts{Notify: rv})
 	g.local = local
-	if err := c.startTransfer(g, hal.FrameRDMAReadReq, hal.RDMAHdr{Total: n, PVO: remote, Local: local}, nil); err != nil {
+	if err := c.rd.startTransfer(g, hal.FrameRDMAReadReq, hal.RDMAHdr{Total: n, PVO: remote, Local: local}, nil); err != nil {
 		c.tpt.Deregister(local)
-		c.note(rv, err)
+		c.am.note(rv, err)
 	}
 	return nil, nil
 }
@@ -129,10 +96,10 @@ func (rv *rvRecv) Complete(err error) {
 	if trace.On(trace.Internal) {
 		trace.Printf(trace.Internal, "lapi %d: rendezvous %d from rank %d: read finished (err %v), FIN sent", c.rank, rv.id, rv.src, err)
 	}
-	if k := c.counter(rv.tcntr); k != nil && err == nil {
+	if k := c.am.counter(rv.tcntr); k != nil && err == nil {
 		k.incr()
 	}
-	c.amsendLocked(rv.src, hRvFin, u[:], nil, &SendOpts{})
+	c.am.amsendLocked(rv.src, hRvFin, u[:], nil, &SendOpts{})
 	c.mu.Unlock()
 }
 
@@ -158,8 +125,43 @@ func (r rvFinHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	}
 	s.finish(c)
 	c.gets.put(s)
-	c.wakeLocked()
+	c.pr.wakeLocked()
 	return nil, nil
 }
 
 func (rvFinHandler) OnComplete(hal.Rank, any) {}
+
+// useRendezvous reports whether an active message goes by rendezvous.
+func (ad *dispatcher) useRendezvous(tgt hal.Rank, n, uhdr int) bool {
+	c := ad.c
+	return tgt != c.rank && int(tgt) < c.cfg.Size && c.cfg.AMRendezvous >= 0 &&
+		n >= c.cfg.AMRendezvous && uhdr <= MaxUhdr-rtsLen && (!c.rdvReliable || c.relTo[tgt])
+}
+
+// amRendezvousLocked is amsendTx for a large message. The
+// registration's lock and the TPT watcher's come after the progress lock,
+// as everywhere (see takeTPTChanges).
+func (ad *dispatcher) amRendezvousLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
+	c := ad.c
+	local, err := c.tpt.Register(data, hal.AccessRead)
+	if err != nil {
+		return fmt.Errorf("lapi: send to %d: %w", tgt, err)
+	}
+	var u [MaxUhdr]byte
+	binary.LittleEndian.PutUint16(u[0:], uint16(h))
+	binary.LittleEndian.PutUint32(u[6:], o.Target)
+	binary.LittleEndian.PutUint64(u[10:], uint64(len(data)))
+	hal.PutPVO(u[18:], local)
+	n := rtsLen + copy(u[rtsLen:], uhdr)
+	id := c.gets.take(getSlot{peer: tgt, rv: true, local: local, cntr: o.Origin, cmp: o.Completion, notify: o.Notify})
+	binary.LittleEndian.PutUint32(u[2:], id)
+	err = ad.amsendLocked(tgt, hRTS, u[:n], nil, &SendOpts{})
+	if err != nil {
+		c.tpt.Deregister(local)
+		c.gets.put(c.gets.lookup(id))
+	}
+	if trace.On(trace.Internal) {
+		trace.Printf(trace.Internal, "lapi %d: rendezvous %d to rank %d: RTS for %d bytes sent (err %v)", c.rank, id, tgt, len(data), err)
+	}
+	return err
+}

@@ -64,50 +64,15 @@ func faultErr(peer hal.Rank, code uint8) error {
 	return fmt.Errorf("lapi: remote access at rank %d: %s check failed: %w", peer, check, ErrProtection)
 }
 
-func (c *Context) installInternalHandlers() {
-	c.handlers[hNotify] = newHandlerEntry(notifyHandler{c})
-	c.handlers[hPut] = newHandlerEntry(putHandler{c})
-	c.handlers[hGet] = newHandlerEntry(getHandler{c})
-	c.handlers[hReply] = newHandlerEntry(replyHandler{c})
-	c.handlers[hRmw] = newHandlerEntry(rmwHandler{c})
-	c.handlers[hXchg] = newHandlerEntry(&c.xchg)
-	c.handlers[hFence] = newHandlerEntry(nopHandler{})
-	c.handlers[hRTS] = newHandlerEntry(rtsHandler{c})
-	c.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
-	c.handlers[hThird] = newHandlerEntry(thirdHandler{c})
-	c.handlers[hBcast] = newHandlerEntry(newBcastTable(c))
-	c.xchg.c = c
-}
-
-// notifyLocked tells peer's counter id that a message completed (code 0) or
-// faulted.
-func (c *Context) notifyLocked(peer hal.Rank, id uint32) { c.notifyCode(peer, id, 0) }
-
-func (c *Context) notifyCode(peer hal.Rank, id uint32, code uint8) {
-	if peer == c.rank {
-		if k := c.counter(id); k != nil {
-			if code != 0 {
-				k.fail(faultErr(peer, code))
-			}
-			k.incr()
-		}
-		return
-	}
-	var u [5]byte
-	binary.LittleEndian.PutUint32(u[:], id)
-	u[4] = code
-	c.amsendLocked(peer, hNotify, u[:], nil, &SendOpts{})
-}
-
 type notifyHandler struct{ c *Context }
 
 func (h notifyHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	if len(uhdr) != 5 {
 		return nil, nil
 	}
-	k := h.c.counter(binary.LittleEndian.Uint32(uhdr))
+	k := h.c.am.counter(binary.LittleEndian.Uint32(uhdr))
 	if k != nil {
-		h.c.awaited(src, k)
+		h.c.am.awaited(src, k)
 		if uhdr[4] != 0 {
 			k.fail(faultErr(src, uhdr[4]))
 		}
@@ -130,11 +95,11 @@ func (nopHandler) OnComplete(hal.Rank, any)                     {}
 // may be reused, o.Completion when the data is in place at tgt (or with an
 // error naming the failed protection check).
 func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	if done, err := c.cmaTransfer(tgt, dst, src, true, o); done {
+	if done, err := c.cm.cmaTransfer(tgt, dst, src, true, o); done {
 		return err
 	}
-	if c.useRDMA(tgt, len(src)) {
-		return c.putRDMA(tgt, dst, src, o)
+	if c.rd.useRDMA(tgt, len(src)) {
+		return c.rd.putRDMA(tgt, dst, src, o)
 	}
 	var u [hal.PVOLen + 4]byte
 	hal.PutPVO(u[:], dst)
@@ -144,9 +109,9 @@ func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	o2 := o
 	o2.Completion = nil // the put handler answers itself, with a fault code if need be
 	c.mu.Lock()
-	err := c.rdmaCheck(tgt)
+	err := c.ri.rdmaCheck(tgt)
 	if err == nil && o.Completion != nil {
-		c.await(tgt, o.Completion) // the put handler owes it, not lapi's generic path
+		c.am.await(tgt, o.Completion) // the put handler owes it, not lapi's generic path
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -155,7 +120,7 @@ func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	if err := c.Amsend(tgt, hPut, u[:], src, o2); err != nil {
 		if o.Completion != nil {
 			c.mu.Lock()
-			c.awaited(tgt, o.Completion)
+			c.am.awaited(tgt, o.Completion)
 			c.mu.Unlock()
 		}
 		return err
@@ -190,7 +155,7 @@ func (h putHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 func (h putHandler) OnComplete(src hal.Rank, cookie any) {
 	if d, ok := cookie.(putDone); ok {
 		h.c.mu.Lock()
-		h.c.notifyCode(src, d.ccntr, d.code)
+		h.c.am.notifyCode(src, d.ccntr, d.code)
 		h.c.mu.Unlock()
 	}
 }
@@ -227,7 +192,7 @@ func (s *getSlot) finish(c *Context) {
 	if s.cmp != nil {
 		s.cmp.incr()
 	}
-	c.note(s.notify, s.err)
+	c.am.note(s.notify, s.err)
 }
 
 // getTable holds outstanding gets, rmws and rendezvous sends, named by
@@ -290,37 +255,16 @@ func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	if uint64(len(dst)) > 1<<32-1 {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
 	}
-	if done, err := c.cmaTransfer(tgt, src, dst, false, o); done {
+	if done, err := c.cm.cmaTransfer(tgt, src, dst, false, o); done {
 		return err
 	}
-	if c.useRDMA(tgt, len(dst)) {
-		return c.getRDMA(tgt, src, dst, o)
+	if c.rd.useRDMA(tgt, len(dst)) {
+		return c.rd.getRDMA(tgt, src, dst, o)
 	}
 	var u [hal.PVOLen + 8]byte
 	hal.PutPVO(u[:], src)
 	binary.LittleEndian.PutUint32(u[hal.PVOLen:], uint32(len(dst)))
-	return c.request(tgt, hGet, u[:], hal.PVOLen+4, dst, nil, o)
-}
-
-// request sends a get or rmw: it takes a reply slot, writes its ID into
-// uhdr at idAt, and sends; the slot is given back if the send fails.
-func (c *Context) request(tgt hal.Rank, h HandlerID, uhdr []byte, idAt int, buf []byte, prev *int64, o SendOpts) error {
-	c.mu.Lock()
-	if err := c.rdmaCheck(tgt); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	id := c.gets.take(getSlot{peer: tgt, buf: buf, prev: prev, cntr: o.Origin, notify: o.Notify})
-	binary.LittleEndian.PutUint32(uhdr[idAt:], id)
-	err := c.amsendLocked(tgt, h, uhdr, nil, &SendOpts{})
-	if err != nil {
-		c.gets.put(c.gets.lookup(id))
-	}
-	c.mu.Unlock()
-	if err == nil && tgt == c.rank {
-		c.runCompletions()
-	}
-	return err
+	return c.am.request(tgt, hGet, u[:], hal.PVOLen+4, dst, nil, o)
 }
 
 // getReq is the target-side state of a get or rmw between its header and
@@ -350,20 +294,8 @@ func (h getHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 
 func (h getHandler) OnComplete(src hal.Rank, cookie any) {
 	if r, ok := cookie.(*getReq); ok {
-		h.c.reply(src, r, r.mem)
+		h.c.am.reply(src, r, r.mem)
 	}
-}
-
-// reply answers a get or rmw: the request's ID, its fault code, the
-// previous value (rmw), and the data (get).
-func (c *Context) reply(src hal.Rank, r *getReq, data []byte) {
-	var u [replyLen]byte
-	binary.LittleEndian.PutUint32(u[:], r.id)
-	u[4] = r.code
-	binary.LittleEndian.PutUint64(u[5:], uint64(r.old))
-	c.mu.Lock()
-	c.amsendLocked(src, hReply, u[:], data, &SendOpts{})
-	c.mu.Unlock()
 }
 
 const replyLen = 13
@@ -399,9 +331,9 @@ func (h replyHandler) OnComplete(_ hal.Rank, cookie any) {
 		s.finish(h.c)
 		h.c.gets.put(s)
 	}
-	h.c.wakeLocked()
+	h.c.pr.wakeLocked()
 	h.c.mu.Unlock()
-	h.c.runCompletions()
+	h.c.am.runCompletions()
 }
 
 // Rmw applies op to the int64 at dst on tgt and stores the previous value
@@ -415,7 +347,7 @@ func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int6
 	u[hal.PVOLen] = byte(op)
 	binary.LittleEndian.PutUint64(u[hal.PVOLen+1:], uint64(operand))
 	binary.LittleEndian.PutUint64(u[hal.PVOLen+9:], uint64(compare))
-	return c.request(tgt, hRmw, u[:], hal.PVOLen+17, nil, prev, o)
+	return c.am.request(tgt, hRmw, u[:], hal.PVOLen+17, nil, prev, o)
 }
 
 type rmwHandler struct{ c *Context }
@@ -458,7 +390,7 @@ func (h rmwHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 
 func (h rmwHandler) OnComplete(src hal.Rank, cookie any) {
 	if r, ok := cookie.(*getReq); ok {
-		h.c.reply(src, r, nil)
+		h.c.am.reply(src, r, nil)
 	}
 }
 
@@ -477,8 +409,8 @@ func (c *Context) Fence(ctx context.Context) error {
 		// On an unordered device a probe could overtake earlier packets:
 		// first wait until every packet is acknowledged, hence placed.
 		err := c.Wait(ctx, func() (bool, error) {
-			for _, p := range c.active {
-				if c.links[p].inFlight() > 0 || c.queues[p].head != nil {
+			for _, p := range c.rel.active {
+				if c.rel.links[p].inFlight() > 0 || c.rel.queues[p].head != nil {
 					return false, nil
 				}
 			}
@@ -495,9 +427,9 @@ func (c *Context) Fence(ctx context.Context) error {
 		if hal.Rank(p) == c.rank || c.peerErr[p] != nil {
 			continue
 		}
-		if c.nextMsg[p] != c.fenceMark[p] || c.tptBehind(hal.Rank(p)) {
-			c.fenceMark[p] = c.nextMsg[p] + 1
-			if err := c.amsendLocked(hal.Rank(p), hFence, nil, nil, &SendOpts{Completion: k}); err != nil {
+		if c.am.nextMsg[p] != c.fenceMark[p] || c.cm.tptBehind(hal.Rank(p)) {
+			c.fenceMark[p] = c.am.nextMsg[p] + 1
+			if err := c.am.amsendLocked(hal.Rank(p), hFence, nil, nil, &SendOpts{Completion: k}); err != nil {
 				c.mu.Unlock()
 				return err
 			}
@@ -506,4 +438,76 @@ func (c *Context) Fence(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	return k.Wait(ctx, int64(n))
+}
+
+func (ad *dispatcher) installInternalHandlers() {
+	c := ad.c
+	ad.handlers[hNotify] = newHandlerEntry(notifyHandler{c})
+	ad.handlers[hPut] = newHandlerEntry(putHandler{c})
+	ad.handlers[hGet] = newHandlerEntry(getHandler{c})
+	ad.handlers[hReply] = newHandlerEntry(replyHandler{c})
+	ad.handlers[hRmw] = newHandlerEntry(rmwHandler{c})
+	ad.handlers[hXchg] = newHandlerEntry(&c.xchg)
+	ad.handlers[hFence] = newHandlerEntry(nopHandler{})
+	ad.handlers[hRTS] = newHandlerEntry(rtsHandler{c})
+	ad.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
+	ad.handlers[hThird] = newHandlerEntry(thirdHandler{c})
+	ad.handlers[hBcast] = newHandlerEntry(newBcastTable(c))
+	c.xchg.c = c
+}
+
+// notifyLocked tells peer's counter id that a message completed (code 0) or
+// faulted.
+func (ad *dispatcher) notifyLocked(peer hal.Rank, id uint32) { ad.notifyCode(peer, id, 0) }
+
+func (ad *dispatcher) notifyCode(peer hal.Rank, id uint32, code uint8) {
+	c := ad.c
+	if peer == c.rank {
+		if k := ad.counter(id); k != nil {
+			if code != 0 {
+				k.fail(faultErr(peer, code))
+			}
+			k.incr()
+		}
+		return
+	}
+	var u [5]byte
+	binary.LittleEndian.PutUint32(u[:], id)
+	u[4] = code
+	ad.amsendLocked(peer, hNotify, u[:], nil, &SendOpts{})
+}
+
+// request sends a get or rmw: it takes a reply slot, writes its ID into
+// uhdr at idAt, and sends; the slot is given back if the send fails.
+func (ad *dispatcher) request(tgt hal.Rank, h HandlerID, uhdr []byte, idAt int, buf []byte, prev *int64, o SendOpts) error {
+	c := ad.c
+	c.mu.Lock()
+	if err := c.ri.rdmaCheck(tgt); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	id := c.gets.take(getSlot{peer: tgt, buf: buf, prev: prev, cntr: o.Origin, notify: o.Notify})
+	binary.LittleEndian.PutUint32(uhdr[idAt:], id)
+	err := ad.amsendLocked(tgt, h, uhdr, nil, &SendOpts{})
+	if err != nil {
+		c.gets.put(c.gets.lookup(id))
+	}
+	c.mu.Unlock()
+	if err == nil && tgt == c.rank {
+		ad.runCompletions()
+	}
+	return err
+}
+
+// reply answers a get or rmw: the request's ID, its fault code, the
+// previous value (rmw), and the data (get).
+func (ad *dispatcher) reply(src hal.Rank, r *getReq, data []byte) {
+	c := ad.c
+	var u [replyLen]byte
+	binary.LittleEndian.PutUint32(u[:], r.id)
+	u[4] = r.code
+	binary.LittleEndian.PutUint64(u[5:], uint64(r.old))
+	c.mu.Lock()
+	ad.amsendLocked(src, hReply, u[:], data, &SendOpts{})
+	c.mu.Unlock()
 }

@@ -140,13 +140,13 @@ func (k *notified) Complete(err error) {
 	}
 }
 
-// TestAmsendLocked: a caller holding the progress lock sends with
-// AmsendLocked, and the completions its sends queue run at Unlock, not
+// TestTxAmsend: code run by Atomically sends with Tx.Amsend, and the
+// completions its sends queue run when Atomically returns, not
 // under the lock; a message of rendezvous size, whose registration takes
 // the TPT's lock and the watcher's after the progress lock, goes too. Open
 // keeps CopyThreshold below AMRendezvous, since a message rendezvous reads
 // is not copied.
-func TestAmsendLocked(t *testing.T) {
+func TestTxAmsend(t *testing.T) {
 	const key, rv = 0xa10c, 4096
 	fab := inproc.NewFabric(2, key)
 	ctxs := make([]*Context, 2)

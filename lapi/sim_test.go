@@ -94,7 +94,7 @@ func (j *simJob) run(limit time.Duration, step func(), done func() bool) {
 		next, ok := j.nextEvent()
 		for _, c := range j.ctxs {
 			c.mu.Lock()
-			if t := c.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
+			if t := c.rel.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
 				next, ok = t, true
 			}
 			c.mu.Unlock()
@@ -114,9 +114,9 @@ func (j *simJob) dump() string {
 	var b bytes.Buffer
 	for r, c := range j.ctxs {
 		c.mu.Lock()
-		fmt.Fprintf(&b, "rank %d: active %v reasm %d done %d stats %+v\n", r, c.active, len(c.reasm), len(c.done), c.stats)
-		if c.reint != nil {
-			fmt.Fprintf(&b, "  reint: %+v\n", *c.reint)
+		fmt.Fprintf(&b, "rank %d: active %v reasm %d done %d stats %+v\n", r, c.rel.active, len(c.am.reasm), len(c.am.done), c.stats)
+		if c.ri.reint != nil {
+			fmt.Fprintf(&b, "  reint: %+v\n", *c.ri.reint)
 		}
 		fmt.Fprintf(&b, "  rdma: groups %d waiting %d queued %d serving %d stats %+v engine %+v\n",
 			c.rd.groups, len(c.rd.waiting), len(c.rd.queue), len(c.rd.serving), c.rd.stats, c.rd.eng.Stats())
@@ -126,10 +126,10 @@ func (j *simJob) dump() string {
 					op.rc.ID, op.t, op.g.peer, op.h.Total, op.queued, op.sentAll, op.deadline.Sub(simnet.Epoch), op.drives)
 			}
 		}
-		for p := range c.links {
-			l := &c.links[p]
+		for p := range c.rel.links {
+			l := &c.rel.links[p]
 			q := 0
-			for x := c.queues[p].head; x != nil; x = x.next {
+			for x := c.rel.queues[p].head; x != nil; x = x.next {
 				q++
 			}
 			if l.inFlight() > 0 || q > 0 || l.ackOwed > 0 || !l.ackDue.IsZero() {
@@ -151,7 +151,7 @@ func (j *simJob) step() {
 	next, ok := j.nextEvent()
 	for _, c := range j.ctxs {
 		c.mu.Lock()
-		if t := c.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
+		if t := c.rel.nextTick; !t.IsZero() && (!ok || t.Before(next)) {
 			next, ok = t, true
 		}
 		c.mu.Unlock()

@@ -88,9 +88,9 @@ func (c *Context) Snapshot() Snapshot {
 func (c *Context) snapshotTx() Snapshot {
 	now := c.now()
 	s := Snapshot{Rank: c.rank, Size: c.cfg.Size, Reliable: c.reliable, Closed: c.closed,
-		Reintegrates: c.reint != nil, Ready: true,
+		Reintegrates: c.ri.reint != nil, Ready: true,
 		Transfers: c.rd.groups, ChunksWaiting: len(c.rd.waiting), Serving: len(c.rd.serving),
-		Reassembling: len(c.reasm), Stats: c.stats, RDMAStats: c.rd.stats}
+		Reassembling: len(c.am.reasm), Stats: c.stats, RDMAStats: c.rd.stats}
 	s.RDMAStats.Engine = c.rd.eng.Stats()
 	if c.rd.pool != nil {
 		s.RCxtsInUse = c.rd.pool.InUse()
@@ -100,33 +100,33 @@ func (c *Context) snapshotTx() Snapshot {
 			s.Outstanding++
 		}
 	}
-	if c.reint != nil {
-		s.Epoch, s.Ready = c.reint.Epoch(), c.reint.Ready()
+	if c.ri.reint != nil {
+		s.Epoch, s.Ready = c.ri.reint.Epoch(), c.ri.reint.Ready()
 	}
 	s.Peers = make([]PeerSnapshot, c.cfg.Size)
 	for i := range s.Peers {
 		p := &s.Peers[i]
 		peer := hal.Rank(i)
 		p.Peer = peer
-		if c.reint == nil {
+		if c.ri.reint == nil {
 			p.RDMAReady = true
 		} else {
-			p.RDMAReady = peer == c.rank && c.reint.Ready() || c.reint.RDMATo(peer)
-			p.PeerEpoch = c.reint.PeerEpoch(peer)
+			p.RDMAReady = peer == c.rank && c.ri.reint.Ready() || c.ri.reint.RDMATo(peer)
+			p.PeerEpoch = c.ri.reint.PeerEpoch(peer)
 		}
 		if i < len(c.peerErr) && c.peerErr[i] != nil {
 			p.Failed = c.peerErr[i].Error()
 		}
-		if i < len(c.queues) {
-			p.Queued = c.queues[i].n
+		if i < len(c.rel.queues) {
+			p.Queued = c.rel.queues[i].n
 		}
 		if i < len(c.rd.out) {
 			p.RDMABytes, p.RDMAWindow, p.RDMAWaiting = c.rd.out[i], c.rd.cwnd[i], c.rd.nwait[i]
 		}
-		if c.links == nil || peer == c.rank {
+		if c.rel.links == nil || peer == c.rank {
 			continue
 		}
-		l := &c.links[i]
+		l := &c.rel.links[i]
 		t := &c.timing
 		p.Unacked = l.inFlight()
 		p.Window = min(t.window, l.peerCredit, sackBits)

@@ -80,15 +80,15 @@ func (c *Context) ThirdParty(by hal.Rank, local hal.PVO, other hal.Rank, remote 
 	binary.LittleEndian.PutUint32(b[21:], o.OtherTarget)
 	c.mu.Lock()
 	if o.Completion != nil {
-		c.await(by, o.Completion) // fails if by does
+		c.am.await(by, o.Completion) // fails if by does
 	}
-	err := c.amsendLocked(by, hThird, u[:], nil, &SendOpts{})
+	err := c.am.amsendLocked(by, hThird, u[:], nil, &SendOpts{})
 	if err != nil && o.Completion != nil {
-		c.awaited(by, o.Completion)
+		c.am.awaited(by, o.Completion)
 	}
 	c.mu.Unlock()
 	if by == c.rank {
-		c.runCompletions() // the request to itself was delivered at once
+		c.am.runCompletions() // the request to itself was delivered at once
 	}
 	if err != nil {
 		return fmt.Errorf("lapi: third party: %w", err)
@@ -135,18 +135,18 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 	}
 	mem, err := c.tpt.Resolve(r.local, r.n, acc)
 	if err != nil {
-		c.thirdDone(r, faultCode(err))
+		c.trg.thirdDone(r, faultCode(err))
 		return
 	}
 	if int(r.other) >= c.cfg.Size || r.other == c.rank {
-		c.thirdDone(r, codeFailed)
+		c.trg.thirdDone(r, codeFailed)
 		return
 	}
 	// A counter of this rank's own counts the transfer; when it is done
 	// (or fails) at the other rank, a trigger on it reports to the asker.
 	c.mu.Lock()
-	k := c.spareCounter()
-	c.armFnLocked(k, 1, func(err error) {
+	k := c.trg.spareCounter()
+	c.trg.armFnLocked(k, 1, func(err error) {
 		code := uint8(0)
 		if err != nil {
 			code = faultCode(err)
@@ -154,14 +154,14 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 				code = codeFailed
 			}
 		}
-		c.thirdDone(r, code)
+		c.trg.thirdDone(r, code)
 		if err == nil {
 			// Incremented once, by the transfer's end, and never
 			// again: it may count another. (A failed one is left to
 			// the collector: a late increment could still come.)
 			c.mu.Lock()
 			k.v.Store(0)
-			c.spareCntrs = append(c.spareCntrs, k)
+			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
 			c.mu.Unlock()
 		}
 	})
@@ -175,33 +175,35 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 		c.mu.Lock()
 		k.fail(err)
 		c.mu.Unlock()
-		c.runCompletions()
+		c.am.runCompletions()
 	}
 }
 
 // spareCounter is a counter for lapi's own use, recycled (c.mu held).
-func (c *Context) spareCounter() *Counter {
-	if n := len(c.spareCntrs); n > 0 {
-		k := c.spareCntrs[n-1]
-		c.spareCntrs = c.spareCntrs[:n-1]
+func (ts *triggerSet) spareCounter() *Counter {
+	c := ts.c
+	if n := len(ts.spareCntrs); n > 0 {
+		k := ts.spareCntrs[n-1]
+		ts.spareCntrs = ts.spareCntrs[:n-1]
 		return k
 	}
-	return c.newCounterLocked()
+	return c.am.newCounterLocked()
 }
 
 // thirdDone reports a third-party transfer to the rank that asked, and
 // counts it here.
-func (c *Context) thirdDone(r *thirdReq, code uint8) {
+func (ts *triggerSet) thirdDone(r *thirdReq, code uint8) {
+	c := ts.c
 	c.mu.Lock()
 	if code == 0 && r.bycntr != 0 {
-		if k := c.counter(r.bycntr); k != nil {
+		if k := c.am.counter(r.bycntr); k != nil {
 			k.incr()
 		}
 	}
 	if r.ccntr != 0 {
-		c.notifyCode(r.from, r.ccntr, code)
+		c.am.notifyCode(r.from, r.ccntr, code)
 	}
-	c.wakeLocked()
+	c.pr.wakeLocked()
 	c.mu.Unlock()
-	c.runCompletions()
+	c.am.runCompletions()
 }

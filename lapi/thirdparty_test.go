@@ -34,7 +34,7 @@ func TestThirdParty(t *testing.T) {
 					pvos[r], _ = c.TPT().Register(bufs[r], hal.AccessRead|hal.AccessWrite)
 				}
 				want1 := bytes.Clone(bufs[1])
-				tables := len(j.ctxs[1].counters)
+				tables := len(j.ctxs[1].am.counters)
 				for round := range 4 {
 					write := round%2 == 0
 					by := hal.Rank(1)
@@ -71,7 +71,7 @@ func TestThirdParty(t *testing.T) {
 						t.Fatalf("read by the asker: rank 0's region is not rank 2's")
 					}
 				}
-				if grew := len(j.ctxs[1].counters) - tables; grew > 4 {
+				if grew := len(j.ctxs[1].am.counters) - tables; grew > 4 {
 					t.Errorf("the carrier's counter table grew by %d over 3 transfers, 3 of them the test's: its own are not recycled", grew)
 				}
 			})

@@ -8,6 +8,11 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
+// tracer writes a context's trace records (internal/trace).
+type tracer struct {
+	c *Context
+}
+
 // lapi's trace points, by level (WEFT_TRACE; see internal/trace):
 //
 //	1 a peer declared failed, and why; reintegration giving up on a peer
@@ -31,44 +36,50 @@ import (
 
 // traceRetransmit reports a packet sent again: a hole's repair (rto 0) or
 // the retransmission timer running out, with the timeout now in force.
-func (c *Context) traceRetransmit(p *outPkt, rto time.Duration) {
+func (tc *tracer) traceRetransmit(p *outPkt, rto time.Duration) {
+	c := tc.c
 	if rto == 0 {
 		trace.Printf(trace.Internal, "lapi %d: retransmit to rank %d: seq %d (try %d), repairing a hole: later packets acknowledged",
 			c.rank, p.peer, p.seq, p.retries)
 		return
 	}
 	trace.Printf(trace.Internal, "lapi %d: retransmit timeout to rank %d: seq %d resent (try %d), rto now %v (backoff %d)",
-		c.rank, p.peer, p.seq, p.retries, rto, c.links[p.peer].backoff)
+		c.rank, p.peer, p.seq, p.retries, rto, c.rel.links[p.peer].backoff)
 }
 
 // traceRTO reports the RTO toward peer back at its estimate: a packet sent
 // once was acknowledged, which ends a back-off.
-func (c *Context) traceRTO(peer hal.Rank) {
-	l := &c.links[peer]
+func (tc *tracer) traceRTO(peer hal.Rank) {
+	c := tc.c
+	l := &c.rel.links[peer]
 	t := &c.timing
 	trace.Printf(trace.Internal, "lapi %d: rto to rank %d back to %v (srtt %v): back-off ended by a valid sample",
 		c.rank, peer, l.rtt.rto(t.initRTO, t.minRTO, t.maxRTO), l.rtt.srtt)
 }
 
 // traceAck reports an acknowledgement from peer that released n packets.
-func (c *Context) traceAck(peer hal.Rank, ph *pktHdr, n int) {
+func (tc *tracer) traceAck(peer hal.Rank, ph *pktHdr, n int) {
+	c := tc.c
 	trace.Printf(trace.Hot, "lapi %d: ack from rank %d: cum %d, %d released, %d in flight, credit %d",
-		c.rank, peer, ph.ackCum, n, c.links[peer].inFlight(), ph.credit)
+		c.rank, peer, ph.ackCum, n, c.rel.links[peer].inFlight(), ph.credit)
 }
 
 // traceDrop reports one packet from peer discarded, and why.
-func (c *Context) traceDrop(peer hal.Rank, why string, seq uint32) {
+func (tc *tracer) traceDrop(peer hal.Rank, why string, seq uint32) {
+	c := tc.c
 	trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d: %s (seq %d)", c.rank, peer, why, seq)
 }
 
 // traceStale reports a packet addressed to an earlier life of this rank.
-func (c *Context) traceStale(peer hal.Rank, dstEp uint32) {
+func (tc *tracer) traceStale(peer hal.Rank, dstEp uint32) {
+	c := tc.c
 	trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d: stale epoch %#x (this life is %#x)",
-		c.rank, peer, dstEp, uint32(c.reint.Epoch()))
+		c.rank, peer, dstEp, uint32(c.ri.reint.Epoch()))
 }
 
 // traceRecv reports a frame as it arrives.
-func (c *Context) traceRecv(h *hal.Header, payload []byte) {
+func (tc *tracer) traceRecv(h *hal.Header, payload []byte) {
+	c := tc.c
 	var ph pktHdr
 	var rh hal.RDMAHdr
 	switch {
@@ -89,13 +100,15 @@ func decodeOK(payload []byte, ph *pktHdr) bool {
 }
 
 // traceSend reports a packet of lapi's own handed to the device.
-func (c *Context) traceSend(what string, peer hal.Rank, seq uint32, n int) {
+func (tc *tracer) traceSend(what string, peer hal.Rank, seq uint32, n int) {
+	c := tc.c
 	trace.Printf(trace.HotDetail, "lapi %d: send %s to rank %d: seq %d, %d data bytes", c.rank, what, peer, seq, n)
 }
 
 // traceSendRDMA reports an RDMA frame handed to the device: hdr is its
 // frame and RDMA headers as encoded (the data goes separately, n bytes).
-func (c *Context) traceSendRDMA(hdr []byte, n int) {
+func (tc *tracer) traceSendRDMA(hdr []byte, n int) {
+	c := tc.c
 	if len(hdr) < hal.HeaderLen+hal.RDMAHdrLen {
 		return
 	}
@@ -106,7 +119,8 @@ func (c *Context) traceSendRDMA(hdr []byte, n int) {
 }
 
 // traceReintRecv reports a reintegration frame as it arrives.
-func (c *Context) traceReintRecv(from hal.Rank, t hal.FrameType, payload []byte) {
+func (tc *tracer) traceReintRecv(from hal.Rank, t hal.FrameType, payload []byte) {
+	c := tc.c
 	var ep uint64
 	if len(payload) >= 8 {
 		ep = binary.LittleEndian.Uint64(payload)
@@ -115,7 +129,8 @@ func (c *Context) traceReintRecv(from hal.Rank, t hal.FrameType, payload []byte)
 }
 
 // traceReintSend reports a reintegration frame sent.
-func (c *Context) traceReintSend(m hal.ReintMsg, err error) {
+func (tc *tracer) traceReintSend(m hal.ReintMsg, err error) {
+	c := tc.c
 	ask := ""
 	if m.Ask {
 		ask = ", answer asked"
@@ -128,15 +143,16 @@ func (c *Context) traceReintSend(m hal.ReintMsg, err error) {
 }
 
 // traceReintAct reports a step of the protocol the driver performs.
-func (c *Context) traceReintAct(a hal.ReintAction) {
+func (tc *tracer) traceReintAct(a hal.ReintAction) {
+	c := tc.c
 	switch a.Kind {
 	case hal.ActClearPeer:
 		trace.Printf(trace.Internal, "lapi %d: reint: rank %d joining (epoch %#x): what an earlier life of it left here cleared",
-			c.rank, a.Peer, c.reint.PeerEpoch(a.Peer))
+			c.rank, a.Peer, c.ri.reint.PeerEpoch(a.Peer))
 	case hal.ActEnablePeer:
 		trace.Printf(trace.Internal, "lapi %d: reint: rank %d is ready: RDMA to it enabled", c.rank, a.Peer)
 	case hal.ActReady:
-		trace.Printf(trace.Internal, "lapi %d: reint: every peer accounted for: RDMA enabled here (epoch %#x)", c.rank, c.reint.Epoch())
+		trace.Printf(trace.Internal, "lapi %d: reint: every peer accounted for: RDMA enabled here (epoch %#x)", c.rank, c.ri.reint.Epoch())
 	case hal.ActGaveUp:
 		trace.Printf(trace.Rare, "lapi %d: reint: gave up on rank %d: BOOTING never answered, counted as NACK (dead or unreachable)",
 			c.rank, a.Peer)
@@ -152,19 +168,22 @@ func opName(t hal.FrameType) string {
 }
 
 // traceRedrive reports a chunk driven again under a new tid.
-func (c *Context) traceRedrive(op *rdmaOp, tid uint32) {
+func (tc *tracer) traceRedrive(op *rdmaOp, tid uint32) {
+	c := tc.c
 	trace.Printf(trace.Internal, "lapi %d: rdma redrive to rank %d: %s rcxt %d, %d bytes, new tid %d (drive %d), timeout now %v",
 		c.rank, op.g.peer, opName(op.t), op.rc.ID, op.h.Total, tid, op.drives+1, op.rto)
 }
 
 // traceRDMAStart reports a chunk's first drive.
-func (c *Context) traceRDMAStart(op *rdmaOp) {
+func (tc *tracer) traceRDMAStart(op *rdmaOp) {
+	c := tc.c
 	trace.Printf(trace.Hot, "lapi %d: rdma %s to rank %d: rcxt %d tid %d, %d bytes, timeout %v",
 		c.rank, opName(op.t), op.g.peer, op.rc.ID, op.h.Tid, op.h.Total, op.rto)
 }
 
 // traceRDMADone reports a chunk completed, or failed with err.
-func (c *Context) traceRDMADone(op *rdmaOp, err error) {
+func (tc *tracer) traceRDMADone(op *rdmaOp, err error) {
+	c := tc.c
 	if err != nil {
 		trace.Printf(trace.Hot, "lapi %d: rdma %s to rank %d: rcxt %d failed after %d drives: %v",
 			c.rank, opName(op.t), op.g.peer, op.rc.ID, op.drives+1, err)
@@ -175,7 +194,8 @@ func (c *Context) traceRDMADone(op *rdmaOp, err error) {
 
 // traceRDMADrops reports the RDMA packets from peer that the engine
 // dropped in one Handle, from its counters before (was) and after.
-func (c *Context) traceRDMADrops(peer hal.Rank, t hal.FrameType, payload []byte, was hal.RDMAStats) {
+func (tc *tracer) traceRDMADrops(peer hal.Rank, t hal.FrameType, payload []byte, was hal.RDMAStats) {
+	c := tc.c
 	now := c.rd.eng.Stats()
 	why := ""
 	switch {
@@ -196,7 +216,8 @@ func (c *Context) traceRDMADrops(peer hal.Rank, t hal.FrameType, payload []byte,
 
 // traceFault reports a protection check that failed, here or at the
 // peer: nothing was placed.
-func (c *Context) traceFault(where string, peer hal.Rank, rcxt, tid uint32, check string) {
+func (tc *tracer) traceFault(where string, peer hal.Rank, rcxt, tid uint32, check string) {
+	c := tc.c
 	trace.Printf(trace.Internal, "lapi %d: rdma %s rank %d: protection violation, %s check failed (rcxt %d tid %d): dropped",
 		c.rank, where, peer, check, rcxt, tid)
 }

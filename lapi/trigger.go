@@ -3,9 +3,19 @@ package lapi
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/weft-hpc/weft/hal"
 )
+
+// triggerSet holds the operations armed on counters (PutWhen, GetWhen,
+// third-party transfers' reports) and lapi's own spare counters.
+type triggerSet struct {
+	c          *Context
+	triggers   []*trigger  // operations armed on counters
+	spareCntrs []*Counter  // lapi's own counters, free for another transfer (thirdparty.go)
+	trigDue    atomic.Bool // a counter with triggers was incremented
+}
 
 // Conditional RDMA (the IBM seed's triggered operations): a Put or Get
 // armed on a counter of this rank starts when the counter reaches a value,
@@ -47,17 +57,18 @@ var ErrTrigger = errors.New("lapi: bad trigger")
 // Put's origin counter fires. Triggers not yet fired when the context
 // closes fail with ErrClosed.
 func (c *Context) PutWhen(when *Counter, at int64, tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	return c.arm(&trigger{k: when, at: at, tgt: tgt, pvo: dst, buf: src, opts: o})
+	return c.trg.arm(&trigger{k: when, at: at, tgt: tgt, pvo: dst, buf: src, opts: o})
 }
 
 // GetWhen is Get (see Get) armed on a counter as PutWhen arms a Put.
 func (c *Context) GetWhen(when *Counter, at int64, tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
-	return c.arm(&trigger{k: when, at: at, get: true, tgt: tgt, pvo: src, buf: dst, opts: o})
+	return c.trg.arm(&trigger{k: when, at: at, get: true, tgt: tgt, pvo: src, buf: dst, opts: o})
 }
 
 // arm checks t and arms it, or starts it at once when its counter has
 // reached its value.
-func (c *Context) arm(t *trigger) error {
+func (ts *triggerSet) arm(t *trigger) error {
+	c := ts.c
 	switch {
 	case t.k == nil || t.k.c != c:
 		return fmt.Errorf("lapi: arm: the trigger is not a counter of this context: %w", ErrTrigger)
@@ -76,44 +87,46 @@ func (c *Context) arm(t *trigger) error {
 		return nil
 	}
 	t.k.armed.Add(1)
-	c.triggers = append(c.triggers, t)
+	ts.triggers = append(ts.triggers, t)
 	// An increment between the check and the arming found armed zero:
 	// look again at the next pass.
-	c.trigDue.Store(true)
+	ts.trigDue.Store(true)
 	c.mu.Unlock()
 	return nil
 }
 
 // fireTriggers queues the triggers whose counter has reached their value
 // (c.mu held).
-func (c *Context) fireTriggers() {
-	c.trigDue.Store(false)
-	keep := c.triggers[:0]
-	for _, t := range c.triggers {
+func (ts *triggerSet) fireTriggers() {
+	c := ts.c
+	ts.trigDue.Store(false)
+	keep := ts.triggers[:0]
+	for _, t := range ts.triggers {
 		if t.k.v.Load() < t.at && t.k.err == nil {
 			keep = append(keep, t)
 			continue
 		}
 		t.k.armed.Add(-1)
-		c.done = append(c.done, completion{notify: t})
+		c.am.done = append(c.am.done, completion{notify: t})
 	}
-	clear(c.triggers[len(keep):])
-	c.triggers = keep
+	clear(ts.triggers[len(keep):])
+	ts.triggers = keep
 }
 
 // dropTriggers fails every armed trigger with err (c.mu held, closing).
-func (c *Context) dropTriggers(err error) {
-	for _, t := range c.triggers {
+func (ts *triggerSet) dropTriggers(err error) {
+	c := ts.c
+	for _, t := range ts.triggers {
 		t.k.armed.Add(-1)
 		if t.fn != nil {
 			t.k.fail(err)
-			c.done = append(c.done, completion{notify: t})
+			c.am.done = append(c.am.done, completion{notify: t})
 			continue
 		}
 		t.fail(err)
 	}
-	clear(c.triggers)
-	c.triggers = c.triggers[:0]
+	clear(ts.triggers)
+	ts.triggers = ts.triggers[:0]
 }
 
 // Complete starts the armed operation: the completion runner calls it,
@@ -143,7 +156,7 @@ func (t *trigger) Complete(err error) {
 	if err != nil {
 		t.c.mu.Lock()
 		t.fail(err)
-		t.c.wakeLocked()
+		t.c.pr.wakeLocked()
 		t.c.mu.Unlock()
 	}
 }
@@ -159,15 +172,16 @@ func (t *trigger) fail(err error) {
 	t.opts.Origin.fail(err)
 	t.opts.Completion.fail(err)
 	if t.opts.Notify != nil {
-		t.c.note(t.opts.Notify, err)
+		t.c.am.note(t.opts.Notify, err)
 	}
 }
 
 // armFnLocked has fn run (in the completion runner) once k, a counter
 // of c, reaches at, or fails (c.mu held): the triggers of lapi's own
 // collectives.
-func (c *Context) armFnLocked(k *Counter, at int64, fn func(error)) {
+func (ts *triggerSet) armFnLocked(k *Counter, at int64, fn func(error)) {
+	c := ts.c
 	k.armed.Add(1)
-	c.triggers = append(c.triggers, &trigger{c: c, k: k, at: at, fn: fn})
-	c.trigDue.Store(true) // it may have been reached already
+	ts.triggers = append(ts.triggers, &trigger{c: c, k: k, at: at, fn: fn})
+	ts.trigDue.Store(true) // it may have been reached already
 }

@@ -28,10 +28,10 @@ func (c *Context) Atomically(fn func(tx *Tx)) {
 // unlockRun releases the progress lock, then runs the completions that
 // what was done under it queued.
 func (c *Context) unlockRun() {
-	pending := len(c.done) > 0
+	pending := len(c.am.done) > 0
 	c.mu.Unlock()
 	if pending {
-		c.runCompletions()
+		c.am.runCompletions()
 	}
 }
 
@@ -39,7 +39,7 @@ func (c *Context) unlockRun() {
 // number its messages in the order they leave, with no atomic counter of
 // its own. Completions it queues run when the dispatcher is left.
 func (tx *Tx) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
-	return tx.c.amsendTx(tgt, h, uhdr, data, o)
+	return tx.c.am.amsendTx(tgt, h, uhdr, data, o)
 }
 
 // Backlog is how many packets wait toward peer for room in the device or
@@ -48,10 +48,10 @@ func (tx *Tx) Amsend(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) e
 // without bound.
 func (tx *Tx) Backlog(peer hal.Rank) int {
 	c := tx.c
-	if int(peer) >= len(c.queues) {
+	if int(peer) >= len(c.rel.queues) {
 		return 0
 	}
-	return c.queues[peer].n
+	return c.rel.queues[peer].n
 }
 
 // PeerErr is Context.PeerErr; inside the dispatcher it sees every failure

@@ -1,0 +1,222 @@
+package lapi
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/weft-hpc/weft/internal/osyield"
+)
+
+// test asks the condition of a wait: cond, or condTx lent the Tx.
+func (pg *progressor) test(cond func() (bool, error), condTx func(*Tx) (bool, error)) (bool, error) {
+	c := pg.c
+	if condTx != nil {
+		return condTx(&c.tx)
+	}
+	return cond()
+}
+
+// waitFor is WaitReport polling for spin, then yielding for yield.
+// Of cond and condTx, the one not nil is the condition.
+func (pg *progressor) waitFor(ctx context.Context, cond func() (done bool, err error), condTx func(*Tx) (bool, error), report func(), spin, yield time.Duration) error {
+	c := pg.c
+	// The spin window restarts whenever progress is made: a goroutine that
+	// waits for a long time in a busy exchange keeps polling, and blocks
+	// only after Spin with nothing happening.
+	var (
+		spinning  bool
+		spinStart time.Duration // monotonic()
+		nextSched time.Duration // how long into the spin to call Gosched next
+	)
+	// A context that is never done (Done is nil) is not asked for Err
+	// after every pass: an interface call each time.
+	cancelable := ctx.Done() != nil
+	for i := 1; ; i++ {
+		// One lock per idle poll: completions are run (outside the lock)
+		// only when some are queued, and the condition checked after them.
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return ErrClosed
+		}
+		n := pg.pollLocked()
+		var (
+			done bool
+			err  error
+		)
+		quiet := n > 0 && pg.quiet()
+		if quiet {
+			done, err = pg.test(cond, condTx)
+		}
+		if done && err == nil {
+			// What this goroutine waits for came, and the rest of the
+			// pass has nothing to do: it returns at once, and an
+			// 8-byte ping-pong's reply leaves a few ns sooner. The poll
+			// itself stays whole: polling one frame first saved the
+			// ping-pong another nanosecond but cost a stream of 8-byte
+			// messages 12-15% (each frame then took a wait of its own).
+			pg.progressed()
+			c.mu.Unlock()
+			return nil
+		}
+		did := pg.afterPoll(n)
+		queued := len(c.am.done) > 0
+		if !queued && !quiet {
+			// (After a quiet poll, the pass changed nothing cond reads:
+			// cond is asked once per pass.)
+			done, err = pg.test(cond, condTx)
+		}
+		gen := pg.gen
+		c.mu.Unlock()
+		if queued {
+			c.am.runCompletions()
+			did = true
+			c.mu.Lock()
+			done, err = pg.test(cond, condTx)
+			gen = pg.gen
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if cancelable {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if did {
+			spinning, i = false, 0
+			continue
+		}
+		if i&15 != 0 && spin >= 0 {
+			continue // a spinning waiter reads the clock every 16 polls
+		}
+		if i&7 != 0 && spin < 0 && yield > 0 {
+			// A yielding waiter yields at every poll and reads the clock
+			// every 8th, not at the first: with more ranks than cores,
+			// most steps of a collective wait for a yield or two, and
+			// the clock costs a tenth of a step between two context
+			// switches. (One that does not yield blocks at once.)
+			if report != nil {
+				report()
+				report = nil
+			}
+			osyield.Yield()
+			continue
+		}
+		now := monotonic()
+		if !spinning {
+			spinning, spinStart, nextSched = true, now, goschedAfter
+		}
+		// The timer and queue checks take the lock: only a waiter that
+		// would block makes them.
+		waited := now - spinStart
+		if waited < spin {
+			if waited >= nextSched {
+				runtime.Gosched()
+				nextSched = waited + goschedAfter
+			}
+			continue
+		}
+		if report != nil {
+			report()
+			report = nil
+		}
+		switch {
+		case waited < max(spin, 0)+yield:
+			osyield.Yield()
+		case c.rel.timerSoon(time.Now()) || c.rel.sendsQueued():
+			runtime.Gosched()
+		default:
+			pg.block(ctx, gen)
+			spinning = false
+		}
+	}
+}
+
+// block waits for something to happen: a frame, another goroutine's
+// progress, a timer, ctx, or Close.
+// gen is the progress generation the caller last checked its condition
+// at: if another goroutine (the background timer, a second waiter) made
+// progress since, the condition may hold already and block returns at once
+// instead of sleeping on a wake-up that has come and gone.
+func (pg *progressor) block(ctx context.Context, gen uint64) {
+	c := pg.c
+	if arm, ok := ctx.Value(armKey{}).(func() bool); ok && arm() {
+		return // armed just now: the caller looks at its condition once more first
+	}
+	c.mu.Lock()
+	if c.closed || len(c.am.done) > 0 || pg.gen != gen {
+		c.mu.Unlock()
+		return
+	}
+	if pg.blocking {
+		ch := pg.wake
+		pg.sleepers++
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		pg.sleepers--
+		c.mu.Unlock()
+		return
+	}
+	pg.blocking = true
+	wctx, cancel := context.WithCancel(ctx)
+	if (!c.reliable || c.ri.reint != nil) && !c.rel.nextTick.IsZero() {
+		wctx, cancel = context.WithDeadline(ctx, c.rel.nextTick)
+	}
+	pg.blockCancel = cancel
+	c.mu.Unlock()
+	c.dev.Wait(wctx)
+	cancel()
+	c.mu.Lock()
+	pg.blocking, pg.blockCancel = false, nil
+	pg.wakeLocked()
+	c.mu.Unlock()
+}
+
+// wakeLocked wakes every goroutine sleeping in block.
+func (pg *progressor) wakeLocked() {
+	c := pg.c
+	pg.gen++
+	if pg.blockCancel != nil {
+		pg.blockCancel()
+	}
+	if pg.sleepers > 0 || c.closed {
+		close(pg.wake)
+		pg.wake = make(chan struct{})
+	}
+}
+
+// background keeps an unreliable context's timers running while no
+// goroutine is inside lapi: retransmissions and acknowledgements must go
+// even when the application is computing.
+func (pg *progressor) background() {
+	c := pg.c
+	defer close(pg.bgDone)
+	period := max(c.cfg.MinRTO, 500*time.Microsecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-pg.stopBg:
+			return
+		case <-t.C:
+		}
+		if !c.mu.TryLock() {
+			continue // someone is making progress already
+		}
+		if !c.closed && !pg.blocking {
+			pg.progressLocked()
+		}
+		c.mu.Unlock()
+		c.am.runCompletions()
+	}
+}
