@@ -162,6 +162,47 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if err != nil {
 		return err
 	}
+	if err := checkBcastOpts(&o, len(buf)); err != nil {
+		return err
+	}
+	if err := c.coll.ownCounters("broadcast", o.Landed, o.Done, o.All); err != nil {
+		return err
+	}
+	st, err := c.coll.newBcast(group, root, me, id, buf, o)
+	if err != nil {
+		return err
+	}
+	t := c.coll.bcastTable()
+	c.mu.Lock()
+	if err := c.coll.enterBcast(t, st); err != nil {
+		c.mu.Unlock()
+		if st.registered {
+			c.tpt.Deregister(st.pvo)
+		}
+		return err
+	}
+	ids, local := st.armLocked(), st.pvo
+	early := t.early[id]
+	delete(t.early, id)
+	var starts []func()
+	for _, m := range early {
+		starts = append(starts, st.applyLocked(m)...)
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	if st.vr != 0 && st.n > 0 {
+		st.sendReady(ids, local)
+	}
+	for _, f := range starts {
+		f()
+	}
+	c.am.runCompletions()
+	return nil
+}
+
+// checkBcastOpts gives o's zero fields their defaults and checks it for a
+// broadcast of n bytes.
+func checkBcastOpts(o *BcastOpts, n int) error {
 	if o.Chunk == 0 {
 		o.Chunk = DefaultBcastChunk
 	}
@@ -171,14 +212,18 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	switch {
 	case o.Chunk < 0 || o.Chunk > rdmaChunk:
 		return fmt.Errorf("lapi: broadcast: chunk of %d bytes (at most %d): %w", o.Chunk, rdmaChunk, ErrBcast)
-	case o.Chunk > 0 && len(buf)/o.Chunk >= maxBcastChunks:
-		return fmt.Errorf("lapi: broadcast: %d bytes in chunks of %d: %w", len(buf), o.Chunk, ErrBcast)
+	case o.Chunk > 0 && n/o.Chunk >= maxBcastChunks:
+		return fmt.Errorf("lapi: broadcast: %d bytes in chunks of %d: %w", n, o.Chunk, ErrBcast)
 	case o.Tree > BcastBinomial:
 		return fmt.Errorf("lapi: broadcast: tree %d: %w", o.Tree, ErrBcast)
 	}
-	if err := c.coll.ownCounters("broadcast", o.Landed, o.Done, o.All); err != nil {
-		return err
-	}
+	return nil
+}
+
+// newBcast makes the state of broadcast id at member me: its place in the
+// tree, and buf registered if a peer reaches it by RDMA.
+func (co *collectives) newBcast(group []hal.Rank, root, me int, id uint64, buf []byte, o BcastOpts) (*bcastState, error) {
+	c := co.c
 	p := len(group)
 	vr := (me - root + p) % p
 	st := &bcastState{c: c, id: id, group: group, root: root, vr: vr, buf: buf, chunk: o.Chunk, o: o,
@@ -189,35 +234,38 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if vr != 0 {
 		st.parent = group[(bcastParent(o.Tree, vr)+root)%p]
 	}
-	var local hal.PVO
 	if o.Pull && len(st.kids) > 0 && st.n > 0 || !o.Pull && vr != 0 && st.n > 0 {
 		acc := hal.AccessWrite // a parent writes it
 		if o.Pull {
 			acc = hal.AccessRead // the children read it
 		}
-		var err error
-		if local, err = c.tpt.Register(buf, acc); err != nil {
-			return fmt.Errorf("lapi: broadcast: %w", err)
+		local, err := c.tpt.Register(buf, acc)
+		if err != nil {
+			return nil, fmt.Errorf("lapi: broadcast: %w", err)
 		}
 		st.pvo, st.registered = local, true
 	}
-	t := c.coll.bcastTable()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		if st.registered {
-			c.tpt.Deregister(local)
-		}
+	return st, nil
+}
+
+// enterBcast enters st in t's broadcasts in flight (c.mu held), unless
+// the context is closed or another with its id is in flight.
+func (co *collectives) enterBcast(t *bcastTable, st *bcastState) error {
+	if co.c.closed {
 		return ErrClosed
 	}
-	if t.live[id] != nil {
-		c.mu.Unlock()
-		if st.registered {
-			c.tpt.Deregister(local)
-		}
-		return fmt.Errorf("lapi: broadcast %#x is already in flight: %w", id, ErrBcast)
+	if t.live[st.id] != nil {
+		return fmt.Errorf("lapi: broadcast %#x is already in flight: %w", st.id, ErrBcast)
 	}
-	t.live[id] = st
+	t.live[st.id] = st
+	return nil
+}
+
+// armLocked arms the counters of st's transfers (c.mu held): each child's
+// count of what was sent to it, and each chunk's arrival from the parent.
+// It returns the chunks' counter IDs, for the parent, or nil at the root.
+func (st *bcastState) armLocked() (ids []byte) {
+	c, o := st.c, st.o
 	if len(st.kids) > 0 && st.n > 0 {
 		for i := range st.kids {
 			k := &st.kids[i]
@@ -235,55 +283,47 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	if st.n == 0 {
 		st.ready = len(st.kids) // no chunks: nothing to be ready for
 	}
-	var ids []byte
-	if vr == 0 || st.n == 0 {
+	if st.vr == 0 || st.n == 0 {
 		st.landedAll = true
-	} else {
-		st.cntrs = make([]*Counter, st.n)
-		ids = make([]byte, 4*st.n)
+		return nil
+	}
+	st.cntrs = make([]*Counter, st.n)
+	ids = make([]byte, 4*st.n)
+	if o.Pull {
+		st.avail, st.has = make([]*Counter, st.n), make([]bool, st.n)
+	}
+	for i := range st.cntrs {
+		k := c.trg.spareCounter()
+		st.cntrs[i] = k
+		id := k.id // the parent's Put bumps it
 		if o.Pull {
-			st.avail, st.has = make([]*Counter, st.n), make([]bool, st.n)
+			st.avail[i] = c.trg.spareCounter()
+			id = st.avail[i].id // the parent's notification bumps it
 		}
-		for i := range st.cntrs {
-			k := c.trg.spareCounter()
-			st.cntrs[i] = k
-			id := k.id // the parent's Put bumps it
-			if o.Pull {
-				st.avail[i] = c.trg.spareCounter()
-				id = st.avail[i].id // the parent's notification bumps it
-			}
-			binary.LittleEndian.PutUint32(ids[4*i:], id)
-			c.am.await(st.parent, k) // a parent that fails fails the chunk
-			c.trg.armFnLocked(k, 1, st.chunkLanded(i))
-		}
+		binary.LittleEndian.PutUint32(ids[4*i:], id)
+		c.am.await(st.parent, k) // a parent that fails fails the chunk
+		c.trg.armFnLocked(k, 1, st.chunkLanded(i))
 	}
-	early := t.early[id]
-	delete(t.early, id)
-	var starts []func()
-	for _, m := range early {
-		starts = append(starts, st.applyLocked(m)...)
+	return ids
+}
+
+// sendReady tells st's parent that this member is ready for its chunks,
+// with ids the counters they bump and local its registered buffer; a
+// failure to send fails the broadcast.
+func (st *bcastState) sendReady(ids []byte, local hal.PVO) {
+	c := st.c
+	var u [bcastMsgLen]byte
+	m := bcastMsg{kind: bcastReady, id: st.id, pvo: local, chunks: uint32(st.n), total: uint64(len(st.buf))}
+	if st.o.Pull {
+		m.pvo = hal.PVO{} // it reads: nothing is written into it
 	}
-	st.progressLocked()
-	c.mu.Unlock()
-	if vr != 0 && st.n > 0 {
-		var u [bcastMsgLen]byte
-		m := bcastMsg{kind: bcastReady, id: id, pvo: local, chunks: uint32(st.n), total: uint64(len(buf))}
-		if o.Pull {
-			m.pvo = hal.PVO{} // it reads: nothing is written into it
-		}
-		encodeBcastMsg(u[:], m)
-		if err := c.Amsend(st.parent, hBcast, u[:], ids, SendOpts{}); err != nil {
-			c.mu.Lock()
-			st.failLocked(fmt.Errorf("lapi: broadcast: ready to rank %d: %w", st.parent, err))
-			st.progressLocked()
-			c.mu.Unlock()
-		}
+	encodeBcastMsg(u[:], m)
+	if err := c.Amsend(st.parent, hBcast, u[:], ids, SendOpts{}); err != nil {
+		c.mu.Lock()
+		st.failLocked(fmt.Errorf("lapi: broadcast: ready to rank %d: %w", st.parent, err))
+		st.progressLocked()
+		c.mu.Unlock()
 	}
-	for _, f := range starts {
-		f()
-	}
-	c.am.runCompletions()
-	return nil
 }
 
 // ErrBcastAborted is wrapped by the errors of a broadcast that

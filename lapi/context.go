@@ -1,8 +1,6 @@
 package lapi
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -82,19 +80,7 @@ func Open(cfg Config) (*Context, error) {
 	cfg.setDefaults()
 	caps := cfg.Device.Caps()
 	relTo, mtuTo, shortTo := peerCaps(cfg.Device, cfg.Size)
-	rdvReliable := false
-	if cfg.AMRendezvous == 0 {
-		cfg.AMRendezvous = -1
-		if caps.Reliable || relTo != nil {
-			cfg.AMRendezvous = 256 << 10
-			rdvReliable = !caps.Reliable // over a route: toward its reliable members only
-		}
-	}
-	if cfg.AMRendezvous >= 0 && cfg.CopyThreshold >= cfg.AMRendezvous {
-		// A message rendezvous reads is not copied: its buffer is read
-		// after Amsend returns.
-		cfg.CopyThreshold = max(cfg.AMRendezvous-1, 0)
-	}
+	rdvReliable := cfg.setRendezvous(caps.Reliable, relTo != nil)
 	if caps.MTU < pktHdrLen+64 {
 		return nil, fmt.Errorf("lapi: open: device MTU %d too small (need %d)", caps.MTU, pktHdrLen+64)
 	}
@@ -121,19 +107,9 @@ func Open(cfg Config) (*Context, error) {
 	}
 	c.compose()
 	if cfg.Reintegrate {
-		ep := cfg.Epoch
-		for ep == 0 {
-			var b [8]byte
-			crand.Read(b[:])
-			ep = binary.LittleEndian.Uint64(b[:])
-		}
-		c.ri.reint = hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
+		c.ri.reint = newReintegration(&cfg)
 	}
-	if s, ok := cfg.Device.(hal.ShortSender); ok && (c.reliable || shortTo != nil) && s.ShortMax() > 0 {
-		c.short, c.shortMax = s, s.ShortMax()
-	}
-	c.prep, _ = cfg.Device.(hal.SendPreparer)
-	c.failover, _ = cfg.Device.(hal.Failover)
+	c.probeDevice(shortTo != nil)
 	c.tpt.Track(cfg.Track)
 	c.rd.initRDMA()
 	c.cm.initCMA()
@@ -166,6 +142,37 @@ func Open(cfg Config) (*Context, error) {
 		}
 	}
 	return c, nil
+}
+
+// probeDevice takes note of the optional interfaces of the device: short
+// frames (used where reliable: toward every peer, or over a route toward
+// the members that send them, routedShort), send hints, failover.
+func (c *Context) probeDevice(routedShort bool) {
+	if s, ok := c.dev.(hal.ShortSender); ok && (c.reliable || routedShort) && s.ShortMax() > 0 {
+		c.short, c.shortMax = s, s.ShortMax()
+	}
+	c.prep, _ = c.dev.(hal.SendPreparer)
+	c.failover, _ = c.dev.(hal.Failover)
+}
+
+// setRendezvous gives AMRendezvous its default, on a device that is
+// reliable or routes to some reliable members (routed), and keeps
+// CopyThreshold below it. It reports whether the default applies toward
+// a route's reliable members only.
+func (cfg *Config) setRendezvous(reliable, routed bool) (rdvReliable bool) {
+	if cfg.AMRendezvous == 0 {
+		cfg.AMRendezvous = -1
+		if reliable || routed {
+			cfg.AMRendezvous = 256 << 10
+			rdvReliable = !reliable // over a route: toward its reliable members only
+		}
+	}
+	if cfg.AMRendezvous >= 0 && cfg.CopyThreshold >= cfg.AMRendezvous {
+		// A message rendezvous reads is not copied: its buffer is read
+		// after Amsend returns.
+		cfg.CopyThreshold = max(cfg.AMRendezvous-1, 0)
+	}
+	return rdvReliable
 }
 
 // compose points the components at c and makes their per-peer state.

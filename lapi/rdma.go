@@ -358,73 +358,93 @@ func (r *rdmaState) pushRDMA(now time.Time) {
 		if !c.cm.pushTPT(o.s.Peer) {
 			return // TPT changes go first; progress retries
 		}
-		for !o.s.Done() {
-			slot := r.hdrSlot()
-			if slot == nil {
-				return // the device still holds the headers
-			}
-			hdr, data, err := o.s.Next(slot)
-			if err != nil {
-				// Serving a read whose region was deregistered under
-				// it: tell the origin which check failed.
-				r.popStream()
-				r.rdmaFault(o.s, err)
-				r.served(o.s)
-				goto next
-			}
-			if !c.reliableTo(o.s.Peer) {
-				hal.Seal(hdr, data)
-			}
-			err = c.dev.Send(hdr, data)
-			if errors.Is(err, hal.ErrNoResource) {
-				// Flush and start the packet again: a flush that
-				// succeeds hands the header slab back, so the packet
-				// is encoded afresh into the slot now current.
-				if !r.reclaimHdrs() {
-					return // still full: progress retries this packet
-				}
-				continue
-			}
-			if err != nil {
-				if c.reliableTo(o.s.Peer) || fatalSendErr(err) {
-					r.popStream()
-					c.rel.failPeer(o.s.Peer, err.Error())
-					goto next
-				}
-				c.stats.SendErrors++ // a loss: the redrive covers it
-			} else {
-				c.rel.countSent(o.s.Peer, len(data))
-				if trace.On(trace.HotDetail) {
-					c.tr.traceSendRDMA(hdr, len(data))
-				}
-			}
-			r.used++
-			if o.op != nil && o.op.drives > 0 {
-				r.stats.Resent++
-			}
-			o.s.Advance()
-			if pushed++; pushed%rdmaHdrSlab == 0 && !c.reliable {
-				now = r.pause()
-				if len(r.queue) == 0 || r.queue[0].s != o.s {
-					goto next // what arrived finished or replaced it
-				}
-			}
+		if !r.pushStream(o, &pushed, &now) {
+			return
 		}
-		r.popStream()
-		if op := o.op; op != nil {
-			op.queued, op.sentAll = false, true
-			if op.rto > 0 { // an unreliable device toward the peer: a timer redrives
-				r.sent[op.g.peer]++
-				op.seq = r.sent[op.g.peer]
-				op.sentAt, op.deadline = now, now.Add(op.rto)
-				r.armTimer(op.deadline)
-			}
-		} else {
-			r.served(o.s)
-		}
-	next:
 	}
 	c.rel.flushLocked()
+}
+
+// pushStream hands the packets of o, the stream at the head of the queue,
+// to the device (pushRDMA's body; pushed counts the packets of the push,
+// and now is read again at each pause). It reports whether the push goes
+// on with the next stream: false when the device holds every header slot
+// or is full, and progress retries.
+func (r *rdmaState) pushStream(o outStream, pushed *int, now *time.Time) bool {
+	c := r.c
+	for !o.s.Done() {
+		slot := r.hdrSlot()
+		if slot == nil {
+			return false // the device still holds the headers
+		}
+		hdr, data, err := o.s.Next(slot)
+		if err != nil {
+			// Serving a read whose region was deregistered under
+			// it: tell the origin which check failed.
+			r.popStream()
+			r.rdmaFault(o.s, err)
+			r.served(o.s)
+			return true
+		}
+		if !c.reliableTo(o.s.Peer) {
+			hal.Seal(hdr, data)
+		}
+		err = c.dev.Send(hdr, data)
+		if errors.Is(err, hal.ErrNoResource) {
+			// Flush and start the packet again: a flush that
+			// succeeds hands the header slab back, so the packet
+			// is encoded afresh into the slot now current.
+			if !r.reclaimHdrs() {
+				return false // still full: progress retries this packet
+			}
+			continue
+		}
+		if err != nil {
+			if c.reliableTo(o.s.Peer) || fatalSendErr(err) {
+				r.popStream()
+				c.rel.failPeer(o.s.Peer, err.Error())
+				return true
+			}
+			c.stats.SendErrors++ // a loss: the redrive covers it
+		} else {
+			c.rel.countSent(o.s.Peer, len(data))
+			if trace.On(trace.HotDetail) {
+				c.tr.traceSendRDMA(hdr, len(data))
+			}
+		}
+		r.used++
+		if o.op != nil && o.op.drives > 0 {
+			r.stats.Resent++
+		}
+		o.s.Advance()
+		if *pushed++; *pushed%rdmaHdrSlab == 0 && !c.reliable {
+			*now = r.pause()
+			if len(r.queue) == 0 || r.queue[0].s != o.s {
+				return true // what arrived finished or replaced it
+			}
+		}
+	}
+	r.popStream()
+	r.streamSent(o, *now)
+	return true
+}
+
+// streamSent is the end of o's packets: a transfer's chunk starts its
+// redrive timer over an unreliable device, a stream that served a peer's
+// read is done.
+func (r *rdmaState) streamSent(o outStream, now time.Time) {
+	op := o.op
+	if op == nil {
+		r.served(o.s)
+		return
+	}
+	op.queued, op.sentAll = false, true
+	if op.rto > 0 { // an unreliable device toward the peer: a timer redrives
+		r.sent[op.g.peer]++
+		op.seq = r.sent[op.g.peer]
+		op.sentAt, op.deadline = now, now.Add(op.rto)
+		r.armTimer(op.deadline)
+	}
 }
 
 // pause is pushRDMA's break after a slab of packets over an unreliable

@@ -58,24 +58,7 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		ad.onTiny(h, payload)
 		return
 	}
-	if c.ri.reint != nil && isReintFrame(h.Type) && int(h.Src) < c.cfg.Size {
-		c.ri.reintIdle = false // its timers may run again
-		if trace.On(trace.Internal) {
-			c.tr.traceReintRecv(h.Src, h.Type, payload)
-		}
-		c.ri.applyReint(c.ri.reint.Handle(h.Src, h.Type, payload, c.now()))
-		return
-	}
-	if h.Type == hal.FrameTPTUpdate && int(h.Src) < c.cfg.Size && h.Dst == c.rank {
-		c.cm.onTPTUpdate(h.Src, payload)
-		return
-	}
-	if hal.IsRDMAFrame(h.Type) && int(h.Src) < c.cfg.Size && h.Dst == c.rank {
-		c.rd.onRDMA(h, payload)
-		return
-	}
-	if h.Type == hal.FrameMcast && int(h.Src) < c.cfg.Size && h.Dst == hal.BroadcastRank {
-		c.coll.onMcast(h.Src, payload)
+	if ad.route(h, payload) {
 		return
 	}
 	if h.Type != hal.FrameData || int(h.Src) >= c.cfg.Size || h.Dst != c.rank {
@@ -98,38 +81,7 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	if !c.reliableTo(h.Src) {
-		c.pr.clock()
-		if ph.flags&flagSeq == 0 {
-			c.stats.BadPackets++
-			if trace.On(trace.Hot) {
-				c.tr.traceDrop(h.Src, "no sequence number over an unreliable device", ph.seq)
-			}
-			return
-		}
-		l := &c.rel.links[h.Src]
-		backoff := l.backoff
-		if n := l.onAck(ph.ackCum, ph.sack, ph.credit, c.pr.pollNow, c.rel.releaseFn); n > 0 {
-			if backoff != 0 && l.backoff == 0 && trace.On(trace.Internal) {
-				c.tr.traceRTO(h.Src)
-			}
-			if trace.On(trace.Hot) {
-				c.tr.traceAck(h.Src, &ph, n)
-			}
-			if c.rel.queues[h.Src].head != nil {
-				c.rel.pushLocked(h.Src, c.pr.pollNow) // the window opened
-			}
-		}
-		if ph.kind == kindAck {
-			return
-		}
-		fresh := l.onData(ph.seq, c.pr.pollNow, &c.timing)
-		c.rel.activate(h.Src) // an acknowledgement is owed
-		if !fresh {
-			c.stats.Duplicates++
-			c.peerStats[h.Src].Duplicates++
-			if trace.On(trace.Hot) {
-				c.tr.traceDrop(h.Src, "duplicate or beyond the window", ph.seq)
-			}
+		if !c.rel.onPacket(h.Src, &ph) {
 			return
 		}
 	} else if ph.kind != kindAM {
@@ -140,6 +92,33 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	ad.deliver(h.Src, &ph, uhdr, data)
+}
+
+// route hands a frame that is not an active message's packet to the
+// component it is for (reintegration, TPT replicas, RDMA, multicast), and
+// reports whether it did.
+func (ad *dispatcher) route(h *hal.Header, payload []byte) bool {
+	c := ad.c
+	if int(h.Src) >= c.cfg.Size {
+		return false
+	}
+	switch {
+	case c.ri.reint != nil && isReintFrame(h.Type):
+		c.ri.reintIdle = false // its timers may run again
+		if trace.On(trace.Internal) {
+			c.tr.traceReintRecv(h.Src, h.Type, payload)
+		}
+		c.ri.applyReint(c.ri.reint.Handle(h.Src, h.Type, payload, c.now()))
+	case h.Type == hal.FrameTPTUpdate && h.Dst == c.rank:
+		c.cm.onTPTUpdate(h.Src, payload)
+	case hal.IsRDMAFrame(h.Type) && h.Dst == c.rank:
+		c.rd.onRDMA(h, payload)
+	case h.Type == hal.FrameMcast && h.Dst == hal.BroadcastRank:
+		c.coll.onMcast(h.Src, payload)
+	default:
+		return false
+	}
+	return true
 }
 
 // onTiny takes a tiny packet, a small message's on a reliable device: the

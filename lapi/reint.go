@@ -2,6 +2,8 @@ package lapi
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -147,4 +149,16 @@ func (rg *reintDriver) dstEpoch(peer hal.Rank) uint32 {
 // (c.mu held).
 func (rg *reintDriver) staleEpoch(dstEp uint32) bool {
 	return rg.reint != nil && dstEp != 0 && dstEp != uint32(rg.reint.Epoch())
+}
+
+// newReintegration starts the reintegration protocol of cfg's rank, in
+// cfg.Epoch or, if that is 0, a random epoch.
+func newReintegration(cfg *Config) *hal.Reintegration {
+	ep := cfg.Epoch
+	for ep == 0 {
+		var b [8]byte
+		crand.Read(b[:])
+		ep = binary.LittleEndian.Uint64(b[:])
+	}
+	return hal.NewReintegration(cfg.Rank, cfg.Size, ep, hal.ReintConfig{Retry: max(cfg.InitRTO, time.Millisecond)})
 }

@@ -389,6 +389,49 @@ func (rl *reliability) drain() {
 	}
 }
 
+// onPacket runs the reliability protocol on packet ph from src over an
+// unreliable device: its acknowledgements release what they cover, and
+// its data is numbered. It reports whether ph carries data to deliver
+// (not an acknowledgement alone, a duplicate or an unnumbered packet).
+func (rl *reliability) onPacket(src hal.Rank, ph *pktHdr) bool {
+	c := rl.c
+	c.pr.clock()
+	if ph.flags&flagSeq == 0 {
+		c.stats.BadPackets++
+		if trace.On(trace.Hot) {
+			c.tr.traceDrop(src, "no sequence number over an unreliable device", ph.seq)
+		}
+		return false
+	}
+	l := &rl.links[src]
+	backoff := l.backoff
+	if n := l.onAck(ph.ackCum, ph.sack, ph.credit, c.pr.pollNow, rl.releaseFn); n > 0 {
+		if backoff != 0 && l.backoff == 0 && trace.On(trace.Internal) {
+			c.tr.traceRTO(src)
+		}
+		if trace.On(trace.Hot) {
+			c.tr.traceAck(src, ph, n)
+		}
+		if rl.queues[src].head != nil {
+			rl.pushLocked(src, c.pr.pollNow) // the window opened
+		}
+	}
+	if ph.kind == kindAck {
+		return false
+	}
+	fresh := l.onData(ph.seq, c.pr.pollNow, &c.timing)
+	rl.activate(src) // an acknowledgement is owed
+	if !fresh {
+		c.stats.Duplicates++
+		c.peerStats[src].Duplicates++
+		if trace.On(trace.Hot) {
+			c.tr.traceDrop(src, "duplicate or beyond the window", ph.seq)
+		}
+		return false
+	}
+	return true
+}
+
 // sendQueue is the packets waiting toward one peer for the window or the
 // device, in order.
 type sendQueue struct {

@@ -55,7 +55,9 @@ func (ad *dispatcher) amsendTx(tgt hal.Rank, h HandlerID, uhdr, data []byte, o S
 	return ad.amsendLocked(tgt, h, uhdr, data, &o)
 }
 
-func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *SendOpts) error {
+// checkSend reports why a message of uhdr and data cannot go to tgt, or
+// nil.
+func (ad *dispatcher) checkSend(tgt hal.Rank, uhdr, data []byte) error {
 	c := ad.c
 	switch {
 	case c.closed:
@@ -68,6 +70,17 @@ func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte,
 		return fmt.Errorf("lapi: message of %d bytes (max 4 GiB): %w", len(data), ErrTooLarge)
 	case c.peerErr[tgt] != nil:
 		return c.peerErr[tgt]
+	}
+	return nil
+}
+
+// amsendLocked sends an active message (c.mu held): as one short frame,
+// to itself, as one frame straight to the device, or as packets queued
+// toward tgt.
+func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte, o *SendOpts) error {
+	c := ad.c
+	if err := ad.checkSend(tgt, uhdr, data); err != nil {
+		return err
 	}
 	direct := true // may go to the device at once, ahead of the queue
 	if c.short != nil && tgt != c.rank && o.Target == 0 && o.Completion == nil && c.rel.queues[tgt].head == nil &&
@@ -90,17 +103,7 @@ func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte,
 		ad.await(tgt, o.Completion)
 	}
 	if tgt == c.rank {
-		// The handler gets a copy of uhdr: had an interface method seen
-		// the caller's, Go would move every caller's header to the heap.
-		p := c.rel.getPkt()
-		p.buf = append(p.buf[:0], uhdr...)
-		ad.deliver(tgt, &ph, p.buf, data)
-		c.rel.putPkt(p)
-		ad.originDone(o)
-		// Taken whole (OnWhole), it queued no completion whose run would
-		// wake the others: another goroutine of this rank may be blocked
-		// waiting for what it delivered, and no frame will come for it.
-		c.pr.progressed()
+		ad.sendSelf(&ph, uhdr, data, o)
 		return nil
 	}
 	rel := c.reliableTo(tgt)
@@ -112,6 +115,31 @@ func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte,
 			return err
 		}
 	}
+	return ad.queueMsg(tgt, &ph, uhdr, data, o, rel, room)
+}
+
+// sendSelf delivers a message to this rank's own handler.
+func (ad *dispatcher) sendSelf(ph *pktHdr, uhdr, data []byte, o *SendOpts) {
+	c := ad.c
+	// The handler gets a copy of uhdr: had an interface method seen
+	// the caller's, Go would move every caller's header to the heap.
+	p := c.rel.getPkt()
+	p.buf = append(p.buf[:0], uhdr...)
+	ad.deliver(c.rank, ph, p.buf, data)
+	c.rel.putPkt(p)
+	ad.originDone(o)
+	// Taken whole (OnWhole), it queued no completion whose run would
+	// wake the others: another goroutine of this rank may be blocked
+	// waiting for what it delivered, and no frame will come for it.
+	c.pr.progressed()
+}
+
+// queueMsg cuts a message into packets of room bytes of data each (the
+// data copied if it is small, else sent from the caller's buffer and
+// reported when the last packet is released), queues them toward tgt,
+// and pushes what the window and the device take now.
+func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *SendOpts, rel bool, room int) error {
+	c := ad.c
 	copyData := len(data) <= c.cfg.CopyThreshold
 	var m *outMsg
 	if !copyData && (o.Origin != nil || o.Notify != nil) {
@@ -126,7 +154,7 @@ func (ad *dispatcher) amsendLocked(tgt hal.Rank, h HandlerID, uhdr, data []byte,
 		p := c.rel.getPkt()
 		p.peer = tgt
 		ph.offset = uint32(off)
-		p.buf = ad.frameHeader(p.buf[:cap(p.buf)], tgt, &ph, uhdr, n)
+		p.buf = ad.frameHeader(p.buf[:cap(p.buf)], tgt, ph, uhdr, n)
 		if copyData {
 			if cap(p.own) < n {
 				p.own = make([]byte, 0, max(n, 256))

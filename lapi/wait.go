@@ -20,63 +20,15 @@ func (pg *progressor) test(cond func() (bool, error), condTx func(*Tx) (bool, er
 // waitFor is WaitReport polling for spin, then yielding for yield.
 // Of cond and condTx, the one not nil is the condition.
 func (pg *progressor) waitFor(ctx context.Context, cond func() (done bool, err error), condTx func(*Tx) (bool, error), report func(), spin, yield time.Duration) error {
-	c := pg.c
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
-	var (
-		spinning  bool
-		spinStart time.Duration // monotonic()
-		nextSched time.Duration // how long into the spin to call Gosched next
-	)
+	ws := waitSpin{pg: pg, spin: spin, yield: yield}
 	// A context that is never done (Done is nil) is not asked for Err
 	// after every pass: an interface call each time.
 	cancelable := ctx.Done() != nil
 	for i := 1; ; i++ {
-		// One lock per idle poll: completions are run (outside the lock)
-		// only when some are queued, and the condition checked after them.
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return ErrClosed
-		}
-		n := pg.pollLocked()
-		var (
-			done bool
-			err  error
-		)
-		quiet := n > 0 && pg.quiet()
-		if quiet {
-			done, err = pg.test(cond, condTx)
-		}
-		if done && err == nil {
-			// What this goroutine waits for came, and the rest of the
-			// pass has nothing to do: it returns at once, and an
-			// 8-byte ping-pong's reply leaves a few ns sooner. The poll
-			// itself stays whole: polling one frame first saved the
-			// ping-pong another nanosecond but cost a stream of 8-byte
-			// messages 12-15% (each frame then took a wait of its own).
-			pg.progressed()
-			c.mu.Unlock()
-			return nil
-		}
-		did := pg.afterPoll(n)
-		queued := len(c.am.done) > 0
-		if !queued && !quiet {
-			// (After a quiet poll, the pass changed nothing cond reads:
-			// cond is asked once per pass.)
-			done, err = pg.test(cond, condTx)
-		}
-		gen := pg.gen
-		c.mu.Unlock()
-		if queued {
-			c.am.runCompletions()
-			did = true
-			c.mu.Lock()
-			done, err = pg.test(cond, condTx)
-			gen = pg.gen
-			c.mu.Unlock()
-		}
+		done, did, gen, err := pg.waitPass(cond, condTx)
 		if err != nil {
 			return err
 		}
@@ -89,7 +41,7 @@ func (pg *progressor) waitFor(ctx context.Context, cond func() (done bool, err e
 			}
 		}
 		if did {
-			spinning, i = false, 0
+			ws.spinning, i = false, 0
 			continue
 		}
 		if i&15 != 0 && spin >= 0 {
@@ -108,33 +60,112 @@ func (pg *progressor) waitFor(ctx context.Context, cond func() (done bool, err e
 			osyield.Yield()
 			continue
 		}
-		now := monotonic()
-		if !spinning {
-			spinning, spinStart, nextSched = true, now, goschedAfter
-		}
-		// The timer and queue checks take the lock: only a waiter that
-		// would block makes them.
-		waited := now - spinStart
-		if waited < spin {
-			if waited >= nextSched {
-				runtime.Gosched()
-				nextSched = waited + goschedAfter
-			}
+		if ws.spun() {
 			continue
 		}
+		// (report is called here, not by waitSpin: a func kept in a
+		// struct and called makes what it captures escape, a heap
+		// allocation per wait for mpi's.)
 		if report != nil {
 			report()
 			report = nil
 		}
-		switch {
-		case waited < max(spin, 0)+yield:
-			osyield.Yield()
-		case c.rel.timerSoon(time.Now()) || c.rel.sendsQueued():
+		ws.rest(ctx, gen)
+	}
+}
+
+// waitPass is one pass of a wait: a poll under the lock, the completions
+// it queued run outside, and the condition asked once. did reports that
+// the pass made progress, gen the progress generation it saw.
+func (pg *progressor) waitPass(cond func() (bool, error), condTx func(*Tx) (bool, error)) (done, did bool, gen uint64, err error) {
+	c := pg.c
+	// One lock per idle poll: completions are run (outside the lock)
+	// only when some are queued, and the condition checked after them.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false, false, 0, ErrClosed
+	}
+	n := pg.pollLocked()
+	quiet := n > 0 && pg.quiet()
+	if quiet {
+		done, err = pg.test(cond, condTx)
+	}
+	if done && err == nil {
+		// What this goroutine waits for came, and the rest of the
+		// pass has nothing to do: it returns at once, and an
+		// 8-byte ping-pong's reply leaves a few ns sooner. The poll
+		// itself stays whole: polling one frame first saved the
+		// ping-pong another nanosecond but cost a stream of 8-byte
+		// messages 12-15% (each frame then took a wait of its own).
+		pg.progressed()
+		c.mu.Unlock()
+		return true, true, 0, nil
+	}
+	did = pg.afterPoll(n)
+	queued := len(c.am.done) > 0
+	if !queued && !quiet {
+		// (After a quiet poll, the pass changed nothing cond reads:
+		// cond is asked once per pass.)
+		done, err = pg.test(cond, condTx)
+	}
+	gen = pg.gen
+	c.mu.Unlock()
+	if queued {
+		c.am.runCompletions()
+		did = true
+		c.mu.Lock()
+		done, err = pg.test(cond, condTx)
+		gen = pg.gen
+		c.mu.Unlock()
+	}
+	return done, did, gen, err
+}
+
+// waitSpin is a waiter's state between passes that made no progress:
+// how long it has spun.
+type waitSpin struct {
+	pg          *progressor
+	spin, yield time.Duration
+	spinning    bool
+	spinStart   time.Duration // monotonic()
+	nextSched   time.Duration // how long into the spin to call Gosched next
+	waited      time.Duration // since spinStart, at the last spun
+}
+
+// spun reads the clock after a pass that made no progress, and reports
+// whether the waiter is still within its spin (calling Gosched now and
+// then).
+func (ws *waitSpin) spun() bool {
+	now := monotonic()
+	if !ws.spinning {
+		ws.spinning, ws.spinStart, ws.nextSched = true, now, goschedAfter
+	}
+	// The timer and queue checks take the lock: only a waiter that
+	// would block makes them.
+	ws.waited = now - ws.spinStart
+	if ws.waited < ws.spin {
+		if ws.waited >= ws.nextSched {
 			runtime.Gosched()
-		default:
-			pg.block(ctx, gen)
-			spinning = false
+			ws.nextSched = ws.waited + goschedAfter
 		}
+		return true
+	}
+	return false
+}
+
+// rest is what a waiter past its spin does: yield, or block in the
+// device (gen is the generation the last pass saw).
+func (ws *waitSpin) rest(ctx context.Context, gen uint64) {
+	c := ws.pg.c
+	switch {
+	case ws.waited < max(ws.spin, 0)+ws.yield:
+		osyield.Yield()
+	case c.rel.timerSoon(time.Now()) || c.rel.sendsQueued():
+		runtime.Gosched()
+	default:
+		ws.pg.block(ctx, gen)
+		ws.spinning = false
 	}
 }
 
