@@ -6,15 +6,19 @@ package mpi
 // step instead of p-1 steps with a rendezvous each.
 
 // allgatherRDMALarge is the default smallest Allgather block (bytes per
-// rank) that goes by Puts (WEFT_ALLGATHER_RDMA sets it; 0 turns it off).
-const allgatherRDMALarge = 256 << 10
+// rank) that goes by Puts (WEFT_ALLGATHER_RDMA sets it; 0 turns it off):
+// from 64 KiB they beat the ring on 4 and 8 ranks over shm and udp
+// (across hosts, where the hierarchy of hosts carries Allgather and Puts
+// run between the hosts' leaders only, they were level); below it the
+// ring's figures and theirs crossed (bench/results/allgather-rdma.md).
+const allgatherRDMALarge = 64 << 10
 
 // allgatherPut reports whether an Allgather of n bytes per rank goes by
 // Puts. Every member decides alike from the block's size and the
 // communicator's.
 func (c *Comm) allgatherPut(n int) bool {
 	m := c.w.allgatherPutMin
-	return m > 0 && n >= m && c.size > 1
+	return m > 0 && n >= m && c.size > 1 && c.putsFit(n)
 }
 
 // allgatherRDMA is Allgather by Puts: send goes to block c.rank of every

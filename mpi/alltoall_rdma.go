@@ -61,15 +61,33 @@ func (c *Comm) putState() *putColl {
 }
 
 // alltoallRDMALarge is the default smallest Alltoall block (bytes per
-// peer) that goes by Puts (WEFT_ALLTOALL_RDMA sets it; 0 turns it off).
-const alltoallRDMALarge = 256 << 10
+// peer) that goes by Puts (WEFT_ALLTOALL_RDMA sets it; 0 turns it off):
+// from 64 KiB they beat the pairwise exchange on 4 and 8 ranks over shm,
+// udp and udp across hosts; at 16 and 32 KiB across hosts they lost
+// (bench/results/allgather-rdma.md).
+const alltoallRDMALarge = 64 << 10
+
+// putCollOneHostMax bounds the blocks that go by Puts among ranks of one
+// host that no single copy reaches (UDP over loopback): there, each
+// rank's p-1 Puts at once lost to the ring and the pairwise exchange
+// from 1 MiB on 8 ranks (bench/results/allgather-rdma.md). Where single
+// copies reach the members (shm, mpi.Run) or the members span hosts,
+// Puts won at every size up to 4 MiB.
+const putCollOneHostMax = 1 << 20
 
 // alltoallPut reports whether an Alltoall of n bytes per peer goes by
-// Puts (alltoallPut). Every member decides alike from the block's size
+// Puts (alltoallRDMA). Every member decides alike from the block's size
 // and the communicator's.
 func (c *Comm) alltoallPut(n int) bool {
 	m := c.w.alltoallPutMin
-	return m > 0 && n >= m && c.size > 1
+	return m > 0 && n >= m && c.size > 1 && c.putsFit(n)
+}
+
+// putsFit reports whether blocks of n bytes may go by Puts on c: below
+// putCollOneHostMax, or where single copies reach the members, or the
+// members span hosts.
+func (c *Comm) putsFit(n int) bool {
+	return n < putCollOneHostMax || c.w.lc.SingleCopy() > 0 || c.hier != nil
 }
 
 // alltoallRDMA is Alltoall by Puts: block q of send goes to member q's

@@ -38,7 +38,8 @@ func TestPutCollectives(t *testing.T) {
 }
 
 // TestPutCollectivesDefault: with the default thresholds, blocks from
-// them go by Puts and blocks below them do not.
+// them go by Puts and blocks below them do not; without single copies
+// (on one host), blocks from putCollOneHostMax do not either.
 func TestPutCollectivesDefault(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("WEFT_TIMEOUT", "60s")
@@ -51,6 +52,21 @@ func TestPutCollectivesDefault(t *testing.T) {
 		for _, n := range []int{alltoallRDMALarge - 1, alltoallRDMALarge} {
 			if got, want := c.alltoallPut(n), n >= alltoallRDMALarge; got != want {
 				return fmt.Errorf("Alltoall of %d bytes by Puts: %v, want %v", n, got, want)
+			}
+		}
+		return putCollCase(c, min(allgatherRDMALarge, alltoallRDMALarge))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without single copies, on one host, blocks from putCollOneHostMax
+	// keep the ring and the pairwise exchange.
+	t.Setenv("WEFT_SINGLECOPY", "-1")
+	err = Run(3, func(c *Comm) error {
+		for _, n := range []int{putCollOneHostMax - 1, putCollOneHostMax} {
+			want := n < putCollOneHostMax
+			if c.allgatherPut(n) != want || c.alltoallPut(n) != want {
+				return fmt.Errorf("without single copies, blocks of %d bytes by Puts: %v, %v; want %v", n, c.allgatherPut(n), c.alltoallPut(n), want)
 			}
 		}
 		return putCollCase(c, min(allgatherRDMALarge, alltoallRDMALarge))
