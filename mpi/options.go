@@ -118,13 +118,17 @@ type Options struct {
 	// AllgatherRDMA is the Allgather block (bytes per rank) from which
 	// each rank Puts its block straight into every other rank's receive
 	// buffer, instead of passing blocks round a ring of messages
-	// (WEFT_ALLGATHER_RDMA). 0 means the default; negative turns it off.
+	// (WEFT_ALLGATHER_RDMA). 0 means 64 KiB; negative turns it off. From
+	// 1 MiB only where single copies reach the members or the members
+	// span hosts.
 	AllgatherRDMA int
 
 	// AlltoallRDMA is the Alltoall block (bytes per peer) from which each
 	// rank Puts its blocks straight into the peers' receive buffers,
 	// instead of exchanging them pairwise by messages
-	// (WEFT_ALLTOALL_RDMA). 0 means the default; negative turns it off.
+	// (WEFT_ALLTOALL_RDMA). 0 means 64 KiB; negative turns it off. From
+	// 1 MiB only where single copies reach the members or the members
+	// span hosts.
 	AlltoallRDMA int
 
 	// BcastMcast has the Bcasts that go by broadcast RDMA (BcastRDMA)
