@@ -69,6 +69,14 @@
 // ranks of one node, where the sender of a single-copy Put does the copy,
 // only below 8 MiB.
 //
+// Allgathers and Alltoalls of WEFT_ALLGATHER_RDMA and WEFT_ALLTOALL_RDMA
+// bytes per block or more (default 64 KiB) go by RDMA Puts: the ranks
+// exchange their receive buffers' PVOs, then each Puts its blocks
+// straight into the peers' buffers, every Put counted at its target as
+// it lands, in one step instead of the ring's or the pairwise exchange's
+// p-1 (allgather_rdma.go, alltoall_rdma.go); from 1 MiB only where single
+// copies reach the members or the members span nodes.
+//
 // When a job spans nodes, a communicator whose members do and that has
 // several on some node runs Barrier, Bcast, Reduce, Allreduce, Allgather,
 // Gather and Scatter node by node (hier.go): within each node (its shared
