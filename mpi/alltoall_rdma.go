@@ -158,7 +158,7 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 		}
 		for q, wr := range c.group {
 			if q != c.rank {
-				if err := lc.PeerErrLocked(hal.Rank(wr)); err != nil {
+				if err := lc.PeerErr(hal.Rank(wr)); err != nil {
 					return false, fmt.Errorf("rank %d: %w", q, err)
 				}
 			}
