@@ -229,7 +229,7 @@ func (c *Comm) end(err error) error {
 		return err
 	}
 	if k := c.coll.seq.Load(); c.coll.abortOf(k) == nil {
-		c.abort(k, fmt.Sprintf("rank %d: %v", c.rank, err))
+		c.abort(k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
 	return err
 }
@@ -284,7 +284,7 @@ func (c *Comm) compare(chk sigCheck) error {
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
-	c.abort(chk.seq, msg)
+	c.abort(chk.seq, causeArg, msg)
 	return c.coll.abortOf(chk.seq)
 }
 
@@ -389,33 +389,70 @@ func (c *Comm) ask(k uint32) {
 // agreeLen is the size of a signature message: context, member, signature.
 const agreeLen = 24
 
-// abort ends call k with msg: every member is told, and this rank's
-// operations of the call fail.
-func (c *Comm) abort(k uint32, msg string) {
+// abortCauses are the sentinels an abort carries from the rank whose
+// call failed, by their number in the abort message, so that every
+// member's error wraps the cause (errors.Is): a peer's failure stays
+// ErrPeerFailed, and a timeout ErrTimeout, at the members that hear of it
+// by the abort. Any other error (arguments that disagree, the usual
+// cause, a truncation or a bad rank, which are disagreements too from the
+// others' side) goes as ErrArg.
+var abortCauses = [...]error{causeArg: ErrArg, causePeerFailed: ErrPeerFailed, causeTimeout: ErrTimeout}
+
+// Causes of an abort, indexes in abortCauses.
+const (
+	causeArg uint8 = iota
+	causePeerFailed
+	causeTimeout
+)
+
+// abortCause is the cause an abort for err carries.
+func abortCause(err error) uint8 {
+	for i := causePeerFailed; int(i) < len(abortCauses); i++ {
+		if errors.Is(err, abortCauses[i]) {
+			return i
+		}
+	}
+	return causeArg
+}
+
+// abort ends call k with msg and cause (an index in abortCauses): every
+// member is told, and this rank's operations of the call fail.
+func (c *Comm) abort(k uint32, cause uint8, msg string) {
 	w := c.w
-	msg = msg[:min(len(msg), lapi.MaxUhdr-8)]
-	b := make([]byte, 8+len(msg))
+	msg = msg[:min(len(msg), lapi.MaxUhdr-abortHdrLen)]
+	b := make([]byte, abortHdrLen+len(msg))
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], c.ctx)
 	le.PutUint32(b[4:], k)
-	copy(b[8:], msg)
+	b[8] = cause
+	copy(b[abortHdrLen:], msg)
 	for m, wr := range c.group {
 		if m != c.rank {
 			_ = w.lc.Amsend(hal.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
 		}
 	}
-	w.lc.Atomically(func(*lapi.Tx) { c.aborted(k, msg) })
+	w.lc.Atomically(func(*lapi.Tx) { c.aborted(k, cause, msg) })
 	// A wait of this rank's on the call may be asleep in the device (the
 	// abort came from a goroutine of its own, comparing signatures): no
 	// frame will wake it, so this does.
 	w.lc.Wake()
 }
 
+// abortHdrLen is the size of an abort message's header: context, call,
+// cause; the message follows.
+const abortHdrLen = 9
+
 // aborted records call k's abort and fails this rank's operations of it
-// (lapi's lock held, which the matcher's queues are under).
-func (c *Comm) aborted(k uint32, msg string) {
+// with an error wrapping the cause's sentinel (ErrArg for a cause this
+// rank does not know) (lapi's lock held, which the matcher's queues are
+// under).
+func (c *Comm) aborted(k uint32, cause uint8, msg string) {
 	s := c.coll
-	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, ErrArg)
+	sentinel := ErrArg
+	if int(cause) < len(abortCauses) {
+		sentinel = abortCauses[cause]
+	}
+	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, sentinel)
 	s.mu.Lock()
 	if s.aborts == nil {
 		s.aborts = make(map[uint32]error)
@@ -509,12 +546,12 @@ func (agreeHandler) OnComplete(hal.Rank, any) {}
 type abortHandler struct{ w *World }
 
 func (h abortHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
-	if len(uhdr) < 8 {
+	if len(uhdr) < abortHdrLen {
 		return nil, nil
 	}
 	le := binary.LittleEndian
 	if c := h.w.commByCtx(le.Uint32(uhdr)); c != nil {
-		c.aborted(le.Uint32(uhdr[4:]), string(uhdr[8:]))
+		c.aborted(le.Uint32(uhdr[4:]), uhdr[8], string(uhdr[abortHdrLen:]))
 	}
 	return nil, nil
 }

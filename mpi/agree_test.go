@@ -125,3 +125,49 @@ func checkMismatchOn(t *testing.T, run func(int, func(*Comm) error) error, ranks
 		}
 	}
 }
+
+// TestAbortCarriesCause: when a collective fails on one rank, the members
+// that hear of it by the call's abort get an error wrapping the same
+// sentinel (a peer's failure stays ErrPeerFailed, a timeout ErrTimeout),
+// and any other (a truncation, a bad rank, no sentinel) comes as ErrArg. Rank 0 fails a Barrier
+// of its own with the cause while the others wait in theirs.
+func TestAbortCarriesCause(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	t.Setenv("WEFT_SHMCOLL", "off")
+	for _, tc := range []struct {
+		cause, want error
+	}{
+		{fmt.Errorf("rank 5: %w", ErrPeerFailed), ErrPeerFailed},
+		{&TimeoutError{Rank: 0, Waiting: "a test"}, ErrTimeout},
+		{fmt.Errorf("got 9 bytes: %w", ErrTruncate), ErrArg},
+		{fmt.Errorf("rank 9 of 3: %w", ErrRank), ErrArg},
+		{ErrArg, ErrArg},
+		{errors.New("a cause mpi has no sentinel for"), ErrArg},
+	} {
+		errs := make([]error, 3)
+		err := Run(3, func(c *Comm) error {
+			if c.Rank() == 0 {
+				if err := c.begin(collBarrier, 0, 0, 0); err != nil {
+					return err
+				}
+				errs[0] = c.end(tc.cause)
+			} else {
+				errs[c.Rank()] = c.Barrier()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("cause %v: Run: %v", tc.cause, err)
+		}
+		for r := 1; r < 3; r++ {
+			if !errors.Is(errs[r], tc.want) || !strings.Contains(fmt.Sprint(errs[r]), "rank 0") {
+				t.Errorf("cause %v: rank %d: %v, want an abort from rank 0 wrapping %v", tc.cause, r, errs[r], tc.want)
+			}
+			for _, other := range abortCauses {
+				if other != tc.want && errors.Is(errs[r], other) {
+					t.Errorf("cause %v: rank %d: %v wraps %v too", tc.cause, r, errs[r], other)
+				}
+			}
+		}
+	}
+}

@@ -243,7 +243,7 @@ func (c *Comm) read(b []byte, peer int, src hal.PVO) (*request, error) {
 func (s *schedule) fail(err error) {
 	c := s.c
 	if c.size > 1 && c.coll.abortOf(s.k) == nil {
-		c.abort(s.k, fmt.Sprintf("rank %d: %v", c.rank, err))
+		c.abort(s.k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
 	s.complete(fmt.Errorf("mpi: %s: %w", s.name, err))
 }
