@@ -73,8 +73,14 @@ var collNames = [...]string{"", "Barrier", "Bcast", "Reduce", "Allreduce", "Gath
 // answer a member that asks about a call this rank has finished.
 const sigRing = 16
 
-// collState is a communicator's record of its collectives.
+// collState is a communicator's record of its collectives, and the
+// agreement between its members about them: it compares signatures and
+// asks about a blocked call (the sub-communicators of a hierarchical
+// collective share their parent's, hier.go).
 type collState struct {
+	// c is the communicator whose members the signatures and aborts go
+	// to: the one that made this record.
+	c   *Comm
 	seq atomic.Uint32 // collectives begun; only the caller's goroutine adds
 	// ring holds the signatures of the last sigRing calls, by seq: word 0
 	// is seq<<32|kind<<8|op, word 1 is bytes<<24|root. A reader loads
@@ -201,7 +207,7 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 		}
 	}
 	if s.npending.Load() != 0 {
-		return c.comparePending()
+		return s.comparePending()
 	}
 	return nil
 }
@@ -277,22 +283,22 @@ func (s *collState) sig(k uint32) (w0, w1 uint64, ok bool) {
 
 // compare checks a member's signature of call k against this rank's, and
 // aborts the communicator's collectives on a difference.
-func (c *Comm) compare(chk sigCheck) error {
-	w0, w1, ok := c.coll.sig(chk.seq)
+func (s *collState) compare(chk sigCheck) error {
+	c := s.c
+	w0, w1, ok := s.sig(chk.seq)
 	if !ok || w0 == chk.w0 && w1 == chk.w1 {
 		return nil
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
 	c.abort(chk.seq, causeArg, msg)
-	return c.coll.abortOf(chk.seq)
+	return s.abortOf(chk.seq)
 }
 
 // comparePending compares the signatures members sent about calls this
 // rank has now begun, and returns the abort of the running call if one
 // of them caused it (an earlier call's is that call's business).
-func (c *Comm) comparePending() error {
-	s := c.coll
+func (s *collState) comparePending() error {
 	now := s.seq.Load()
 	s.mu.Lock()
 	var due []sigCheck
@@ -308,7 +314,7 @@ func (c *Comm) comparePending() error {
 	s.npending.Store(int32(len(keep)))
 	s.mu.Unlock()
 	for _, chk := range due {
-		if err := c.compare(chk); err != nil && chk.seq == now {
+		if err := s.compare(chk); err != nil && chk.seq == now {
 			return err
 		}
 	}
@@ -321,13 +327,12 @@ func (c *Comm) comparePending() error {
 // timer is not stopped when the wait ends: it finds no wait blocked, so a
 // stream of short blocked waits costs an atomic store each, not a timer's
 // reset, and asks at most once per agreeAfter.
-func (c *Comm) watch() { c.watchCall(c.coll.seq.Load()) }
+func (s *collState) watch() { s.watchCall(s.seq.Load()) }
 
 // watchCall is watch for a wait of call k, which may be a nonblocking
 // call older than the running one.
-func (c *Comm) watchCall(k uint32) {
-	s := c.coll
-	if c.size == 1 {
+func (s *collState) watchCall(k uint32) {
+	if s.c.size == 1 {
 		return
 	}
 	s.since.Store(int64(time.Since(sinceStart)))
@@ -341,12 +346,11 @@ func (c *Comm) watchCall(k uint32) {
 var sinceStart = time.Now()
 
 // unwatch marks the wait ended.
-func (c *Comm) unwatch() { c.coll.blocked.Store(0) }
+func (s *collState) unwatch() { s.blocked.Store(0) }
 
 // tick is the timer: a wait blocked for agreeAfter asks about its call;
 // one blocked for less has the timer run again when it will have been.
-func (c *Comm) tick() {
-	s := c.coll
+func (s *collState) tick() {
 	s.armed.Store(false) // then look: a watch after this arms anew
 	k := s.blocked.Load()
 	if k == 0 {
@@ -358,14 +362,14 @@ func (c *Comm) tick() {
 		}
 		return
 	}
-	c.ask(k)
+	s.ask(k)
 }
 
 // ask sends this rank's signature of call k, once: to member 0, which
 // compares every member's with its own, or from member 0 to every other
 // (so that p blocked ranks cost O(p) messages, not p²).
-func (c *Comm) ask(k uint32) {
-	s := c.coll
+func (s *collState) ask(k uint32) {
+	c := s.c
 	w0, w1, ok := s.sig(k)
 	if !ok || s.asked.Swap(k) == k {
 		return
@@ -535,7 +539,7 @@ func (h agreeHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	s.mu.Unlock()
 	if int32(chk.seq-s.seq.Load()) <= 0 {
 		// Aborting sends messages: not from inside the progress engine.
-		go c.comparePending()
+		go s.comparePending()
 	}
 	return nil, nil
 }

@@ -166,10 +166,10 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 		return false, c.coll.abortedNow()
 	}, func() {
 		watched = true
-		c.watch() // members that chose another algorithm wait in vain
+		c.coll.watch() // members that chose another algorithm wait in vain
 	})
 	if watched {
-		c.unwatch()
+		c.coll.unwatch()
 	}
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: fmt.Sprintf("%s by RDMA: %d of %d peers' blocks landed here, %d of %d Puts sent",

@@ -109,10 +109,10 @@ func (c *Comm) bcastTree(b []byte, root int, mcast bool) error {
 		// Blocked: are the members in the same call? (Members that
 		// name different roots build trees that wait for each other.)
 		watched = true
-		c.watchCall(k)
+		c.coll.watchCall(k)
 	})
 	if watched {
-		c.unwatch()
+		c.coll.unwatch()
 	}
 	if err == nil {
 		err = done.err

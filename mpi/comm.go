@@ -65,8 +65,9 @@ func (c *Comm) scratch(n int) []byte {
 
 func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
 	c := &Comm{w: w, ctx: ctx, rank: rank, size: len(group), group: group, coll: new(collState)}
+	c.coll.c = c
 	c.sh = newShComm(c, int(ctx/2))
-	c.coll.timer = time.AfterFunc(time.Hour, c.tick)
+	c.coll.timer = time.AfterFunc(time.Hour, c.coll.tick)
 	c.coll.timer.Stop()
 	if w.nodes != nil {
 		c.hier = newHierarchy(c)

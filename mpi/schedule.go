@@ -276,7 +276,7 @@ func (s *schedule) wait(ctx context.Context) error {
 	defer func() {
 		if reported {
 			w.waiting.Store(nil)
-			s.c.unwatch()
+			s.c.coll.unwatch()
 		}
 	}()
 	for {
@@ -297,7 +297,7 @@ func (s *schedule) wait(ctx context.Context) error {
 			}
 			reported = true
 			w.waiting.Store(s.note())
-			s.c.watchCall(s.k) // are the ranks in the same call?
+			s.c.coll.watchCall(s.k) // are the ranks in the same call?
 		})
 		if err != nil {
 			if ctx.Err() != nil {

@@ -268,7 +268,7 @@ func (s *shComm) wait(k uint32, from int, op string, tag int) error {
 	if s.reported {
 		s.reported = false
 		w.waiting.Store(nil)
-		s.c.unwatch()
+		s.c.coll.unwatch()
 	}
 	if err != nil {
 		s.report.src = s.waitedFor()
@@ -320,7 +320,7 @@ func (s *shComm) reportWait() {
 	s.report.src = s.waitedFor() // s.next: only this goroutine moves it
 	s.reported = true
 	s.c.w.waiting.Store(s.report.note())
-	s.c.watch()
+	s.c.coll.watch()
 }
 
 // failed returns the failure of a member the wait still needs, if any

@@ -327,13 +327,13 @@ func (w *World) waitFor(ctx context.Context, r *request, g *gaveBack) error {
 		w.waiting.Store(r.note())
 		reported = true
 		if coll != nil {
-			coll.watch() // are the ranks in the same call?
+			coll.coll.watch() // are the ranks in the same call?
 		}
 	})
 	if reported {
 		w.waiting.Store(nil)
 		if coll != nil {
-			coll.unwatch()
+			coll.coll.unwatch()
 		}
 	}
 	if err != nil {
