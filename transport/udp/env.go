@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
@@ -17,6 +18,11 @@ const GSOEnvVar = "WEFT_GSO"
 // group (Options.Multicast = JobGroup(job key)) or not: "1"/"on" or
 // "0"/"off". Unset or empty keeps what the caller passed.
 const McastEnvVar = "WEFT_UDP_MCAST"
+
+// BatchEnvVar sets Options.Batch for the devices OpenFromEnv opens: frames
+// per sendmmsg and datagrams per recvmmsg, 1..MaxBatch. Unset or empty
+// keeps what the caller passed (0: DefaultBatch).
+const BatchEnvVar = "WEFT_UDP_BATCH"
 
 // OpenFromEnv opens a device like Open, with the environment's settings
 // applied, and is how the bootstrap opens UDP devices, so that a user can
@@ -33,6 +39,9 @@ const McastEnvVar = "WEFT_UDP_MCAST"
 //     ("0"/"off"); unset keeps Options.Multicast as passed. A link where
 //     multicast does not work leaves the device without it
 //     (Device.Multicast says why), not an error.
+//   - WEFT_UDP_BATCH: the batch (Options.Batch), to measure or tune how
+//     many frames one system call carries each way; with GSO a run of
+//     frames to one peer is cut at the batch's end as well as at 64 KiB.
 //   - WEFT_FAULTS: the device is wrapped with fault injection
 //     (internal/faults), which also makes it report itself unreliable
 //     whatever the rates.
@@ -59,6 +68,13 @@ func OpenFromEnv(cfg hal.Config, opts Options) (hal.Device, error) {
 		opts.Multicast = netip.AddrPort{}
 	default:
 		return nil, fmt.Errorf("udp: %s=%q: want 1, on, 0 or off", McastEnvVar, v)
+	}
+	if v := os.Getenv(BatchEnvVar); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxBatch {
+			return nil, fmt.Errorf("udp: %s=%q: want a number of frames in 1..%d", BatchEnvVar, v, MaxBatch)
+		}
+		opts.Batch = n
 	}
 	d, err := Open(cfg, opts)
 	if err != nil {

@@ -39,6 +39,27 @@ func TestOpenFromEnv(t *testing.T) {
 	}
 	t.Setenv(GSOEnvVar, "")
 
+	t.Setenv(BatchEnvVar, "")
+	if d, err := OpenFromEnv(cfg, Options{Batch: 5}); err != nil {
+		t.Fatal(err)
+	} else if d.Close(); d.(*Device).Options().Batch != 5 {
+		t.Errorf("without %s: batch %d, want the caller's 5", BatchEnvVar, d.(*Device).Options().Batch)
+	}
+	t.Setenv(BatchEnvVar, "64")
+	if d, err := OpenFromEnv(cfg, Options{Batch: 5}); err != nil {
+		t.Fatal(err)
+	} else if d.Close(); d.(*Device).Options().Batch != 64 {
+		t.Errorf("%s=64: batch %d", BatchEnvVar, d.(*Device).Options().Batch)
+	}
+	for _, v := range []string{"0", "-3", "many", "1025"} {
+		t.Setenv(BatchEnvVar, v)
+		if d, err := OpenFromEnv(cfg, Options{}); err == nil {
+			d.Close()
+			t.Errorf("malformed %s=%s accepted", BatchEnvVar, v)
+		}
+	}
+	t.Setenv(BatchEnvVar, "")
+
 	t.Setenv(faults.EnvVar, "loss=0.5,seed=7")
 	d, err = OpenFromEnv(cfg, Options{})
 	if err != nil {
