@@ -333,6 +333,7 @@ wire() {
 # linestate, ns one way of a cache line between two CPUs; see compare.sh).
 linestate() {
 	"$bin/bench" linestate -d 100ms 2>/dev/null | awk '{ print $1 }' >"$out/raw/$1.$2.$3.state"
+	cut -d' ' -f1 /proc/loadavg >"$out/raw/$1.$2.$3.load"
 }
 
 # run IMPL FIG ROUND: one run, its table to raw/. A run whose table is
@@ -547,6 +548,8 @@ rows=(
 	echo
 	printf 'line state before the runs (ns one way, bench linestate): '
 	cat "$out/raw/"*.state 2>/dev/null | awk '$1 + 0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 } END { if (n) printf "%.1f-%.1f over %d runs\n", lo, hi, n; else print "not recorded" }'
+	printf 'load average (1 min) before the runs: '
+	cat "$out/raw/"*.load 2>/dev/null | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%s-%s, median %s, over %d runs (2 CPUs; a rank pair alone makes ~2)\n", v[1], v[NR], v[int((NR + 1) / 2)], NR; else print "not recorded" }'
 	echo
 	echo "results: $out"
 } | tee "$out/summary.md"
