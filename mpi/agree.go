@@ -110,10 +110,10 @@ type collState struct {
 const seqMask = 1<<23 - 1
 
 // ctag is the tag of a collective step of kind tag in the running call.
-func (c *Comm) ctag(tag int) int { return tag | c.ktag(c.coll.seq.Load()) }
+func (c *Comm) ctag(tag int) int { return tag | callTag(c.coll.seq.Load()) }
 
-// ktag is what the tags of call k's steps carry above their kind.
-func (c *Comm) ktag(k uint32) int { return int(k&seqMask) << 8 }
+// callTag is what the tags of call k's steps carry above their kind.
+func callTag(k uint32) int { return int(k&seqMask) << 8 }
 
 // callOf is the call whose step's tag is tag: the latest call begun whose
 // number agrees with the tag's bits (a nonblocking call may be older than
@@ -235,7 +235,7 @@ func (c *Comm) end(err error) error {
 		return err
 	}
 	if k := c.coll.seq.Load(); c.coll.abortOf(k) == nil {
-		c.abort(k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
+		c.coll.abort(k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
 	return err
 }
@@ -254,11 +254,11 @@ func (s *collState) abortOf(k uint32) error {
 // when ctx is c's collective context (lapi's lock held: an abort that
 // comes later finds what is being posted under it, so either sees the
 // other).
-func (c *Comm) abortedLocked(ctx uint32, tag int) error {
-	if ctx&1 == 0 || c.coll.naborts.Load() == 0 {
+func (s *collState) abortedLocked(ctx uint32, tag int) error {
+	if ctx&1 == 0 || s.naborts.Load() == 0 {
 		return nil
 	}
-	return c.coll.abortOf(c.coll.callOf(tag))
+	return s.abortOf(s.callOf(tag))
 }
 
 // abortedNow reports, for a wait's condition, the abort of the running
@@ -291,7 +291,7 @@ func (s *collState) compare(chk sigCheck) error {
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
-	c.abort(chk.seq, causeArg, msg)
+	s.abort(chk.seq, causeArg, msg)
 	return s.abortOf(chk.seq)
 }
 
@@ -421,7 +421,8 @@ func abortCause(err error) uint8 {
 
 // abort ends call k with msg and cause (an index in abortCauses): every
 // member is told, and this rank's operations of the call fail.
-func (c *Comm) abort(k uint32, cause uint8, msg string) {
+func (s *collState) abort(k uint32, cause uint8, msg string) {
+	c := s.c
 	w := c.w
 	msg = msg[:min(len(msg), lapi.MaxUhdr-abortHdrLen)]
 	b := make([]byte, abortHdrLen+len(msg))
@@ -435,7 +436,7 @@ func (c *Comm) abort(k uint32, cause uint8, msg string) {
 			_ = w.lc.Amsend(hal.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
 		}
 	}
-	w.lc.Atomically(func(*lapi.Tx) { c.aborted(k, cause, msg) })
+	w.lc.Atomically(func(*lapi.Tx) { s.aborted(k, cause, msg) })
 	// A wait of this rank's on the call may be asleep in the device (the
 	// abort came from a goroutine of its own, comparing signatures): no
 	// frame will wake it, so this does.
@@ -450,8 +451,7 @@ const abortHdrLen = 9
 // with an error wrapping the cause's sentinel (ErrArg for a cause this
 // rank does not know) (lapi's lock held, which the matcher's queues are
 // under).
-func (c *Comm) aborted(k uint32, cause uint8, msg string) {
-	s := c.coll
+func (s *collState) aborted(k uint32, cause uint8, msg string) {
 	sentinel := ErrArg
 	if int(cause) < len(abortCauses) {
 		sentinel = abortCauses[cause]
@@ -479,9 +479,9 @@ func (c *Comm) aborted(k uint32, cause uint8, msg string) {
 	// collectives go by messages, whose tags name the call.
 	s.shOff.Store(true)
 	s.mu.Unlock()
-	// The call's steps: on c's collective context, or on one of its
-	// sub-communicators', which share c's collState (hier.go).
-	w := c.w
+	// The call's steps: on the communicator's collective context, or on
+	// one of its sub-communicators', which share its collState (hier.go).
+	w := s.c.w
 	ours := func(r *request) bool {
 		return r.ctx&1 != 0 && r.comm != nil && r.comm.coll == s && uint32(r.tag>>8) == k&seqMask
 	}
@@ -555,7 +555,7 @@ func (h abortHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	}
 	le := binary.LittleEndian
 	if c := h.w.commByCtx(le.Uint32(uhdr)); c != nil {
-		c.aborted(le.Uint32(uhdr[4:]), uhdr[8], string(uhdr[abortHdrLen:]))
+		c.coll.aborted(le.Uint32(uhdr[4:]), uhdr[8], string(uhdr[abortHdrLen:]))
 	}
 	return nil, nil
 }

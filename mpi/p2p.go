@@ -349,7 +349,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	env := envelope{kind: kindRTS, ctx: ctx, src: c.rank, tag: tag, sreq: r.id, size: uint64(len(b)), pvo: pvo}
 	var hdr [envRTSLen]byte
 	w.lc.Atomically(func(tx *lapi.Tx) {
-		if err = c.abortedLocked(ctx, tag); err == nil {
+		if err = c.coll.abortedLocked(ctx, tag); err == nil {
 			env.seq = w.nextSeqLocked(wd)
 			err = tx.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
 		}
@@ -389,7 +389,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 				return
 			}
 		}
-		if err = c.abortedLocked(ctx, tag); err != nil {
+		if err = c.coll.abortedLocked(ctx, tag); err != nil {
 			return
 		}
 		r = w.newRequestLocked()

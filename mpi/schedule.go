@@ -195,7 +195,7 @@ func (s *schedule) post() error {
 	}
 	rd := s.rounds[s.cur]
 	ops := make([]*request, 0, len(rd.ops))
-	tag := c.ktag(s.k) | tagNonblocking
+	tag := callTag(s.k) | tagNonblocking
 	var err error
 	for _, recv := range []bool{true, false} {
 		for _, x := range rd.ops {
@@ -243,7 +243,7 @@ func (c *Comm) read(b []byte, peer int, src hal.PVO) (*request, error) {
 func (s *schedule) fail(err error) {
 	c := s.c
 	if c.size > 1 && c.coll.abortOf(s.k) == nil {
-		c.abort(s.k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
+		c.coll.abort(s.k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
 	}
 	s.complete(fmt.Errorf("mpi: %s: %w", s.name, err))
 }
