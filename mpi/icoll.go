@@ -19,8 +19,8 @@ import (
 // istart begins nonblocking collective kind (n bytes per rank as this rank
 // sees it) and starts the schedule build returns. An argument build
 // rejects fails the call on every member, as in a blocking collective.
-func (c *Comm) istart(name string, kind uint8, op Op, root, n int, build func() ([]round, error)) (*Request, error) {
-	return c.istartClean(name, kind, op, root, n, func() ([]round, func(), error) {
+func istart(c *Comm, name string, kind uint8, op Op, root, n int, build func() ([]round, error)) (*Request, error) {
+	return istartClean(c, name, kind, op, root, n, func() ([]round, func(), error) {
 		rs, err := build()
 		return rs, nil, err
 	})
@@ -28,7 +28,7 @@ func (c *Comm) istart(name string, kind uint8, op Op, root, n int, build func() 
 
 // istartClean is istart for a schedule that holds something to release
 // when it ends, either way (build's cleanup).
-func (c *Comm) istartClean(name string, kind uint8, op Op, root, n int, build func() ([]round, func(), error)) (*Request, error) {
+func istartClean(c *Comm, name string, kind uint8, op Op, root, n int, build func() ([]round, func(), error)) (*Request, error) {
 	if err := c.w.finalized(name); err != nil {
 		return nil, err
 	}
@@ -45,14 +45,14 @@ func (c *Comm) istartClean(name string, kind uint8, op Op, root, n int, build fu
 			return nil, fmt.Errorf("mpi: %s: %w", name, err)
 		}
 	}
-	return c.start(name, rounds, cleanup), nil
+	return startSchedule(c, name, rounds, cleanup), nil
 }
 
 // Ibarrier starts a barrier: its Request completes once every rank of
 // the communicator has called Ibarrier (dissemination, as Barrier's).
 func (c *Comm) Ibarrier() (*Request, error) {
-	return c.istart("Ibarrier", collIbarrier, 0, 0, 0, func() ([]round, error) {
-		return c.barrierRounds(), nil
+	return istart(c, "Ibarrier", collIbarrier, 0, 0, 0, func() ([]round, error) {
+		return barrierRounds(c), nil
 	})
 }
 
@@ -60,17 +60,17 @@ func (c *Comm) Ibarrier() (*Request, error) {
 // tree).
 func Ibcast[T Elem](c *Comm, buf []T, root int) (*Request, error) {
 	b := asBytes(buf)
-	return c.istart("Ibcast", collIbcast, 0, root, len(b), func() ([]round, error) {
+	return istart(c, "Ibcast", collIbcast, 0, root, len(b), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
 		}
-		return c.ibcastRounds(b, root), nil
+		return ibcastRounds(c, b, root), nil
 	})
 }
 
 // ibcastRounds receives b from the parent in a binomial tree rooted at
 // root, then sends it to every child at once.
-func (c *Comm) ibcastRounds(b []byte, root int) []round {
+func ibcastRounds(c *Comm, b []byte, root int) []round {
 	vr := c.rel(root)
 	mask := 1
 	var rs []round
@@ -97,7 +97,7 @@ func (c *Comm) ibcastRounds(b []byte, root int) []round {
 // that does not commute, whose subtrees are then runs of consecutive
 // ranks combined in order, rank 0 sending the result on to root.
 func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error) {
-	return c.istart("Ireduce", collIreduce, op, root, len(send)*sizeOf[T](), func() ([]round, error) {
+	return istart(c, "Ireduce", collIreduce, op, root, len(send)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
 		}
@@ -108,11 +108,11 @@ func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error)
 		if c.rank == root && len(recv) != len(send) {
 			return nil, fmt.Errorf("recv has %d elements, send %d: %w", len(recv), len(send), ErrArg)
 		}
-		return c.ireduceRounds(asBytes(send), asBytes(recv), red, root), nil
+		return ireduceRounds(c, asBytes(send), asBytes(recv), red, root), nil
 	})
 }
 
-func (c *Comm) ireduceRounds(send, recv []byte, red reducer, root int) []round {
+func ireduceRounds(c *Comm, send, recv []byte, red reducer, root int) []round {
 	n := len(send)
 	if c.size == 1 {
 		copy(recv, send)
@@ -178,7 +178,7 @@ func chain(f, g func() error) func() error {
 // allgather), as Allreduce's messages do.
 func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 	es := sizeOf[T]()
-	return c.istartClean("Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
+	return istartClean(c, "Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
 		red, err := reducerFor[T](op, len(send))
 		if err != nil {
 			return nil, nil, err
@@ -191,16 +191,16 @@ func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 		// more ranks than cores each waits for a context switch, and
 		// the ring, whose steps need only a neighbour, is faster.
 		if c.size > 1 && red.commutative() && c.direct(len(b), es) && !c.w.oversub && overlapsNot(b, asBytes(send)) {
-			return c.iallreduceDirect(b, asBytes(send), es, red)
+			return iallreduceDirect(c, b, asBytes(send), es, red)
 		}
 		copy(b, asBytes(send))
 		if c.size == 1 {
 			return nil, nil, nil
 		}
 		if red.commutative() && len(b) >= allreduceLarge && len(b)/es >= c.size && c.size > 2 {
-			return c.iallreduceRing(b, es, red), nil, nil
+			return iallreduceRing(c, b, es, red), nil, nil
 		}
-		return c.iallreduceDoubling(b, red), nil, nil
+		return iallreduceDoubling(c, b, red), nil, nil
 	})
 }
 
@@ -219,7 +219,7 @@ func overlapsNot(a, b []byte) bool {
 // peer's send buffer at once and reduces them into its own block of
 // recv; after a barrier, it reads the other blocks from their owners'
 // recv; after another, every buffer may be released.
-func (c *Comm) iallreduceDirect(recv, send []byte, es int, red reducer) ([]round, func(), error) {
+func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round, func(), error) {
 	p := c.size
 	count := len(recv) / es
 	off := func(i int) int { return i * count / p * es }
@@ -274,7 +274,7 @@ func (c *Comm) iallreduceDirect(recv, send []byte, es int, red reducer) ([]round
 	}})
 	// Every block is reduced, and no send buffer read any more, once
 	// every rank is past a barrier.
-	rs = append(rs, c.barrierRounds()...)
+	rs = append(rs, barrierRounds(c)...)
 	var gather []xfer
 	for i := 1; i < p; i++ {
 		q := (c.rank + i) % p
@@ -283,12 +283,12 @@ func (c *Comm) iallreduceDirect(recv, send []byte, es int, red reducer) ([]round
 	}
 	rs = append(rs, round{ops: gather})
 	// Nobody releases its buffers before the others have read them.
-	rs = append(rs, c.barrierRounds()...)
+	rs = append(rs, barrierRounds(c)...)
 	return rs, cleanup, nil
 }
 
 // barrierRounds is a dissemination barrier's rounds.
-func (c *Comm) barrierRounds() []round {
+func barrierRounds(c *Comm) []round {
 	var rs []round
 	for k := 1; k < c.size; k <<= 1 {
 		rs = append(rs, round{ops: []xfer{
@@ -300,7 +300,7 @@ func (c *Comm) barrierRounds() []round {
 }
 
 // iallreduceDoubling is allreduceRecursiveDoubling as rounds.
-func (c *Comm) iallreduceDoubling(acc []byte, red reducer) []round {
+func iallreduceDoubling(c *Comm, acc []byte, red reducer) []round {
 	p := c.size
 	pof2 := 1
 	for pof2*2 <= p {
@@ -351,7 +351,7 @@ func (c *Comm) iallreduceDoubling(acc []byte, red reducer) []round {
 }
 
 // iallreduceRing is allreduceRing as rounds.
-func (c *Comm) iallreduceRing(acc []byte, es int, red reducer) []round {
+func iallreduceRing(c *Comm, acc []byte, es int, red reducer) []round {
 	p := c.size
 	count := len(acc) / es
 	block := func(i int) []byte { return acc[i*count/p*es : (i+1)*count/p*es] }
@@ -376,7 +376,7 @@ func (c *Comm) iallreduceRing(acc []byte, es int, red reducer) []round {
 // at recv[i*len(send):] (recv is used at root only): one round, root
 // receiving from every rank at once.
 func Igather[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
-	return c.istart("Igather", collIgather, 0, root, len(send)*sizeOf[T](), func() ([]round, error) {
+	return istart(c, "Igather", collIgather, 0, root, len(send)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
 		}
@@ -389,13 +389,13 @@ func Igather[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
 			return []round{{ops: []xfer{{b: sb, peer: root, tag: tagGather}}}}, nil
 		}
 		copy(rb[root*n:], sb)
-		return c.fromEach(rb, n, tagGather), nil
+		return fromEach(c, rb, n, tagGather), nil
 	})
 }
 
 // fromEach is one round receiving block r of b (n bytes each) from every
 // rank r but this one (none when alone).
-func (c *Comm) fromEach(b []byte, n, tag int) []round {
+func fromEach(c *Comm, b []byte, n, tag int) []round {
 	if c.size == 1 {
 		return nil
 	}
@@ -412,7 +412,7 @@ func (c *Comm) fromEach(b []byte, n, tag int) []round {
 // each; send is used at root only) to rank i's recv: one round, root
 // sending to every rank at once.
 func Iscatter[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
-	return c.istart("Iscatter", collIscatter, 0, root, len(recv)*sizeOf[T](), func() ([]round, error) {
+	return istart(c, "Iscatter", collIscatter, 0, root, len(recv)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
 		}
@@ -442,14 +442,14 @@ func Iscatter[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
 // rank i's at recv[i*len(send):]: one round in which every rank sends to
 // and receives from every other.
 func Iallgather[T Elem](c *Comm, send, recv []T) (*Request, error) {
-	return c.istart("Iallgather", collIallgather, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
+	return istart(c, "Iallgather", collIallgather, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
 		if len(recv) != c.size*len(send) {
 			return nil, fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
 		}
 		sb, rb := asBytes(send), asBytes(recv)
 		n := len(sb)
 		copy(rb[c.rank*n:], sb)
-		rs := c.fromEach(rb, n, tagAllgather)
+		rs := fromEach(c, rb, n, tagAllgather)
 		if rs == nil {
 			return nil, nil
 		}
@@ -466,7 +466,7 @@ func Iallgather[T Elem](c *Comm, send, recv []T) (*Request, error) {
 // elements) goes to rank i, which puts it at block Rank() of its recv;
 // one round.
 func Ialltoall[T Elem](c *Comm, send, recv []T) (*Request, error) {
-	return c.istart("Ialltoall", collIalltoall, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
+	return istart(c, "Ialltoall", collIalltoall, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
 		if len(send)%c.size != 0 || len(recv) != len(send) {
 			return nil, fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",
 				len(send), len(recv), c.size, ErrArg)
@@ -474,7 +474,7 @@ func Ialltoall[T Elem](c *Comm, send, recv []T) (*Request, error) {
 		sb, rb := asBytes(send), asBytes(recv)
 		n := len(sb) / c.size
 		copy(rb[c.rank*n:(c.rank+1)*n], sb[c.rank*n:(c.rank+1)*n])
-		rs := c.fromEach(rb, n, tagAlltoall)
+		rs := fromEach(c, rb, n, tagAlltoall)
 		if rs == nil {
 			return nil, nil
 		}

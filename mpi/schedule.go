@@ -100,9 +100,9 @@ func (s *schedule) roundDone() bool {
 	return true
 }
 
-// start builds the Request of a schedule for the call begun last, named
+// startSchedule builds the Request of a schedule for the call begun last, named
 // name, and posts its first round; cleanup, if set, runs as it ends.
-func (c *Comm) start(name string, rounds []round, cleanup func()) *Request {
+func startSchedule(c *Comm, name string, rounds []round, cleanup func()) *Request {
 	w := c.w
 	s := &schedule{c: c, k: c.coll.seq.Load(), name: name, rounds: rounds, cleanup: cleanup}
 	s.fin = &request{w: w, comm: c, ctx: c.ctx | 1, op: name, src: -1, tag: c.ctag(0), peer: -1, sched: s}
@@ -207,7 +207,7 @@ func (s *schedule) post() error {
 			case recv:
 				r, err = c.irecv(x.b, 1, x.peer, x.tag|tag, c.ctx|1)
 			case x.src != nil:
-				r, err = c.read(x.b, x.peer, x.src())
+				r, err = s.read(x.b, x.peer, x.src())
 			default:
 				r, err = c.isend(x.b, x.peer, x.tag|tag, c.ctx|1)
 			}
@@ -227,11 +227,13 @@ func (s *schedule) post() error {
 
 // read starts a lapi Get of len(b) bytes from peer's memory at src into
 // b, which completes the request it returns.
-func (c *Comm) read(b []byte, peer int, src hal.PVO) (*request, error) {
+func (s *schedule) read(b []byte, peer int, src hal.PVO) (*request, error) {
+	c := s.c
 	w := c.w
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, c.ctx|1, peer, -1, c.group[peer], "Read"
 	if err := w.lc.Get(hal.Rank(c.group[peer]), src, b, lapi.SendOpts{Notify: r}); err != nil {
+		reqPool.Put(r) // lapi refused it: nobody names it
 		return nil, fmt.Errorf("mpi: read from rank %d: %w", peer, err)
 	}
 	return r, nil
