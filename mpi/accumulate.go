@@ -25,7 +25,7 @@ const accumulateLarge = 1 << 20
 // order, so each step has its own), and the one this rank's own
 // accumulates complete on. Collectives on a communicator run one at a
 // time, so they are reused.
-func (c *Comm) accCounters() (in []*lapi.Counter, out *lapi.Counter) {
+func accCounters(c *Comm) (in []*lapi.Counter, out *lapi.Counter) {
 	if c.accIn == nil {
 		c.accIn = make([]*lapi.Counter, c.size-1)
 		for i := range c.accIn {
@@ -40,7 +40,7 @@ func (c *Comm) accCounters() (in []*lapi.Counter, out *lapi.Counter) {
 // half-RDMA: at step s, rank r accumulates block r-s into its right
 // neighbour's block r-s, after waiting for its left neighbour's
 // accumulate into that block (step s-1) to have completed.
-func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
+func allreduceAccumulate(c *Comm, acc []byte, es int, red reducer) error {
 	w := c.w
 	lc := w.lc
 	p := c.size
@@ -48,7 +48,7 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 	off := func(i int) int { return i * count / p * es }
 	block := func(i int) []byte { return acc[off(i):off(i+1)] }
 	right, left := (c.rank+1)%p, (c.rank-1+p)%p
-	mine, sent := c.accCounters()
+	mine, sent := accCounters(c)
 	region, err := lc.TPT().Register(acc, hal.AccessWrite)
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 		i := (c.rank - step + p) % p
 		if step > 0 {
 			if err := mine[step-1].Wait(ctx, 1); err != nil { // left's block i is in
-				return c.stepErr(ctx, err, "allreduce accumulate", left)
+				return stepErr(c, ctx, err, "allreduce accumulate", left)
 			}
 		}
 		if err := lc.Accumulate(rr, rpvo.Add(uint64(off(i))), block(i), red.op, red.t,
@@ -85,10 +85,10 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 	// accumulate is in; its blocks may be overwritten by the allgather
 	// once its own accumulates have all landed.
 	if err := mine[p-2].Wait(ctx, 1); err != nil {
-		return c.stepErr(ctx, err, "allreduce accumulate", left)
+		return stepErr(c, ctx, err, "allreduce accumulate", left)
 	}
 	if err := sent.Wait(ctx, int64(p-1)); err != nil {
-		return c.stepErr(ctx, err, "allreduce accumulate", right)
+		return stepErr(c, ctx, err, "allreduce accumulate", right)
 	}
 	for step := 0; step < p-1; step++ {
 		sb, rb := block((c.rank-step+1+p)%p), block((c.rank-step+p)%p)
@@ -101,7 +101,7 @@ func (c *Comm) allreduceAccumulate(acc []byte, es int, red reducer) error {
 
 // stepErr names a timeout of a one-sided step of a collective: what
 // (such as "allreduce accumulate") with rank peer of the communicator.
-func (c *Comm) stepErr(ctx context.Context, err error, what string, peer int) error {
+func stepErr(c *Comm, ctx context.Context, err error, what string, peer int) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: c.w.rank,
 			Waiting: fmt.Sprintf("%s with rank %d", what, c.group[peer])}, ctx.Err())

@@ -124,7 +124,7 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 	hal.PutPVO(st.me[:], region)
 	le.PutUint32(st.me[hal.PVOLen:], st.in.ID())
 	le.PutUint64(st.me[hal.PVOLen+4:], uint64(len(recv)))
-	if err := c.exchangePVOs(st.me[:], st.all); err != nil {
+	if err := exchangePVOs(c, st.me[:], st.all); err != nil {
 		return err
 	}
 	for q := range p {

@@ -50,12 +50,12 @@ const bcastRDMAChunk = 512 << 10
 const bcastSingleCopyMax = 8 << 20
 
 // bcastRDMA reports whether a Bcast of n bytes goes by broadcast RDMA.
-func (c *Comm) bcastRDMA(n int) bool {
+func bcastRDMA(c *Comm, n int) bool {
 	w := c.w
 	if w.bcastRDMAMin <= 0 || n < w.bcastRDMAMin || c.size <= 2 {
 		return false
 	}
-	return n < bcastSingleCopyMax || w.lc.SingleCopy() <= 0 || c.spansFar()
+	return n < bcastSingleCopyMax || w.lc.SingleCopy() <= 0 || spansFar(c)
 }
 
 // bcastMcast reports whether a Bcast of n bytes goes by multicast: the
@@ -64,7 +64,7 @@ func (c *Comm) bcastRDMA(n int) bool {
 // communicator of every rank of the job: the group is the job's, and the
 // ranks outside a smaller communicator would each receive the stream
 // only to drop it.
-func (c *Comm) bcastMcast(n int) bool {
+func bcastMcast(c *Comm, n int) bool {
 	w := c.w
 	return w.bcastRDMAMin > 0 && n >= w.bcastRDMAMin && c.size > 2 && c.size == w.size && w.lc.CanMulticast()
 }
@@ -72,7 +72,7 @@ func (c *Comm) bcastMcast(n int) bool {
 // bcastTree broadcasts b from root by lapi.Broadcast down a binomial
 // tree of the members, relative to root, or by lapi.Multicast when mcast
 // (bcastMcast's choice, which every member makes alike).
-func (c *Comm) bcastTree(b []byte, root int, mcast bool) error {
+func bcastTree(c *Comm, b []byte, root int, mcast bool) error {
 	w := c.w
 	group := make([]hal.Rank, c.size)
 	for i, wr := range c.group {
@@ -83,7 +83,7 @@ func (c *Comm) bcastTree(b []byte, root int, mcast bool) error {
 	k := c.coll.seq.Load()
 	id := uint64(c.ctx)<<32 | uint64(k)
 	var done bcastDone
-	abort, waitOn := w.lc.AbortBroadcast, c.parentIn(root)
+	abort, waitOn := w.lc.AbortBroadcast, parentIn(c, root)
 	if mcast {
 		abort, waitOn = w.lc.AbortMulticast, root
 		if c.rank == root {
@@ -132,7 +132,7 @@ func (c *Comm) bcastTree(b []byte, root int, mcast bool) error {
 			// names are its members' buffers.
 			return fmt.Errorf("ranks disagree about the broadcast (its root?): %w (%w)", ErrArg, err)
 		}
-		return c.stepErr(ctx, err, "bcast", waitOn)
+		return stepErr(c, ctx, err, "bcast", waitOn)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (d *bcastDone) Complete(err error) {
 // parentIn is the rank this rank receives from in the binomial tree from
 // root (root's first child at root): the rank a stalled broadcast waits
 // for.
-func (c *Comm) parentIn(root int) int {
+func parentIn(c *Comm, root int) int {
 	vr := c.rel(root)
 	if vr == 0 {
 		return c.abs(1, root)

@@ -93,7 +93,7 @@ func bcastRDMACase(c *Comm) error {
 			if !bytes.Equal(buf, want) {
 				return fmt.Errorf("rank %d: %d bytes from root %d differ", c.Rank(), size, root)
 			}
-			if c.Size() > 2 && size < bcastSingleCopyMax && !comm.bcastRDMA(size) {
+			if c.Size() > 2 && size < bcastSingleCopyMax && !bcastRDMA(comm, size) {
 				return fmt.Errorf("%d bytes did not go by broadcast RDMA", size)
 			}
 		}

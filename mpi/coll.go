@@ -47,8 +47,8 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.size == 1 {
 		return nil
 	}
-	if c.bcastMcast(len(b)) {
-		return c.bcastTree(b, root, true) // the link carries it to every host at once
+	if bcastMcast(c, len(b)) {
+		return bcastTree(c, b, root, true) // the link carries it to every host at once
 	}
 	if c.hier != nil {
 		return c.hier.bcast(b, root)
@@ -56,8 +56,8 @@ func (c *Comm) bcast(b []byte, root int) error {
 	if c.shared(len(b)) {
 		return c.sh.bcast(b, root)
 	}
-	if c.bcastRDMA(len(b)) {
-		return c.bcastTree(b, root, false)
+	if bcastRDMA(c, len(b)) {
+		return bcastTree(c, b, root, false)
 	}
 	if len(b) >= bcastLarge && c.size > 2 {
 		return c.bcastScatterAllgather(b, root)
@@ -261,15 +261,15 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 	switch {
 	case c.shared(len(b)):
 		return c.sh.allreduce(send, b, red)
-	case red.commutative() && c.direct(len(b), es):
-		return c.allreduceDirect(b, send, es, red)
+	case red.commutative() && direct(c, len(b), es):
+		return allreduceDirect(c, b, send, es, red)
 	}
 	copy(b, send) // the other algorithms reduce in place
 	switch {
 	case !red.commutative():
 		// Only recursive doubling keeps rank order.
 	case red.user == nil && c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && count >= c.size:
-		return c.allreduceAccumulate(b, es, red)
+		return allreduceAccumulate(c, b, es, red)
 	case len(b) >= allreduceLarge && count >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
 		// Two ranks move the same bytes either way, and recursive
 		// doubling does it in one exchange instead of two. With more

@@ -29,14 +29,14 @@ const directLarge = 128 << 10
 // reduces by direct reads. With more ranks than cores too: each of its
 // three synchronisations may wait for a context switch, but so does every
 // step of the ring, and the ring moves every byte twice more.
-func (c *Comm) direct(n, es int) bool {
+func direct(c *Comm, n, es int) bool {
 	w := c.w
-	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0 && !c.spansFar()
+	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0 && !spansFar(c)
 }
 
 // spansFar reports whether a member of c is a rank no single-copy read
 // reaches (World.far).
-func (c *Comm) spansFar() bool {
+func spansFar(c *Comm) bool {
 	if c.w.far == nil {
 		return false
 	}
@@ -50,7 +50,7 @@ func (c *Comm) spansFar() bool {
 
 // directCounter is the communicator's counter for the reads of direct
 // reductions; collectives on a communicator run one at a time.
-func (c *Comm) directCounter() *lapi.Counter {
+func directCounter(c *Comm) *lapi.Counter {
 	if c.dirCntr == nil {
 		c.dirCntr = c.w.lc.NewCounter()
 	}
@@ -59,13 +59,13 @@ func (c *Comm) directCounter() *lapi.Counter {
 
 // allreduceDirect reduces send into recv (the same length, and either the
 // same buffer or not overlapping it) by direct reads.
-func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
+func allreduceDirect(c *Comm, recv, send []byte, es int, red reducer) error {
 	lc, p := c.w.lc, c.size
 	count := len(recv) / es
 	off := func(i int) int { return i * count / p * es }
 	mine := recv[off(c.rank):off(c.rank+1)]
 	inPlace := &recv[0] == &send[0]
-	spvo, rpvo, release, err := c.registerBoth(send, recv)
+	spvo, rpvo, release, err := registerBoth(c, send, recv)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 	// The scratch holds every rank's two PVOs, then a block to read into.
 	scratch := c.scratch(p*len(me) + len(mine))
 	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
-	if err := c.exchangePVOs(me[:], pvos); err != nil {
+	if err := exchangePVOs(c, me[:], pvos); err != nil {
 		return err
 	}
 	pvo := func(q, which int) hal.PVO { return hal.GetPVO(pvos[q*len(me)+which*hal.PVOLen:]) }
@@ -88,7 +88,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 			return fmt.Errorf("ranks disagree: rank %d reduces %d bytes, rank %d %d: %w", q, n, c.rank, len(recv), ErrArg)
 		}
 	}
-	k := c.directCounter()
+	k := directCounter(c)
 	ctx, cancel := c.w.deadline(context.Background())
 	defer cancel()
 	get := func(q int, src hal.PVO, dst []byte) error {
@@ -96,7 +96,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 			return err
 		}
 		if err := k.Wait(ctx, 1); err != nil {
-			return c.stepErr(ctx, err, "allreduce read", q)
+			return stepErr(c, ctx, err, "allreduce read", q)
 		}
 		return nil
 	}
@@ -137,7 +137,7 @@ func (c *Comm) allreduceDirect(recv, send []byte, es int, red reducer) error {
 
 // registerBoth registers send and recv for the peers' reads (once when
 // they are the same buffer) and returns their PVOs and what releases them.
-func (c *Comm) registerBoth(send, recv []byte) (spvo, rpvo hal.PVO, release func(), err error) {
+func registerBoth(c *Comm, send, recv []byte) (spvo, rpvo hal.PVO, release func(), err error) {
 	tpt := c.w.lc.TPT()
 	if spvo, err = tpt.Register(send, hal.AccessRead); err != nil {
 		return
@@ -162,7 +162,7 @@ func (c *Comm) registerBoth(send, recv []byte) (spvo, rpvo hal.PVO, release func
 //
 // All the receives are posted before the sends, so the exchanges overlap
 // (pairwise steps, as alltoall's, were slower).
-func (c *Comm) exchangePVOs(me, all []byte) error {
+func exchangePVOs(c *Comm, me, all []byte) error {
 	n, p := len(me), c.size
 	copy(all[c.rank*n:], me)
 	reqs := make([]*request, 0, p-1)

@@ -46,8 +46,8 @@ func TestAllreduceDirectOversubscribed(t *testing.T) {
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	for _, n := range []int{3, 4} {
 		err := Run(n, func(c *Comm) error {
-			if !c.w.oversub || !c.direct(8192, 8) {
-				return fmt.Errorf("rank %d: oversubscribed %v, direct reads for 8 KiB %v; want both", c.Rank(), c.w.oversub, c.direct(8192, 8))
+			if !c.w.oversub || !direct(c, 8192, 8) {
+				return fmt.Errorf("rank %d: oversubscribed %v, direct reads for 8 KiB %v; want both", c.Rank(), c.w.oversub, direct(c, 8192, 8))
 			}
 			return nil
 		})

@@ -218,7 +218,7 @@ func (h *hierarchy) reduce(send, recv []byte, red reducer, root int) (err error)
 // same length; they may be the same buffer) of elements of es bytes.
 func (h *hierarchy) allreduce(send, recv []byte, es int, red reducer) (err error) {
 	defer h.done(&err)
-	if h.node.direct(len(recv), es) {
+	if direct(h.node, len(recv), es) {
 		// Every member has the node's result in recv then.
 		err = h.node.allreduce(send, recv, es, red)
 	} else {

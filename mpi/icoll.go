@@ -190,7 +190,7 @@ func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 		// Direct reads need every rank at each of their four steps: with
 		// more ranks than cores each waits for a context switch, and
 		// the ring, whose steps need only a neighbour, is faster.
-		if c.size > 1 && red.commutative() && c.direct(len(b), es) && !c.w.oversub && overlapsNot(b, asBytes(send)) {
+		if c.size > 1 && red.commutative() && direct(c, len(b), es) && !c.w.oversub && overlapsNot(b, asBytes(send)) {
 			return iallreduceDirect(c, b, asBytes(send), es, red)
 		}
 		copy(b, asBytes(send))
@@ -225,7 +225,7 @@ func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round,
 	off := func(i int) int { return i * count / p * es }
 	mine := recv[off(c.rank):off(c.rank+1)]
 	inPlace := &recv[0] == &send[0]
-	spvo, rpvo, cleanup, err := c.registerBoth(send, recv)
+	spvo, rpvo, cleanup, err := registerBoth(c, send, recv)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -225,7 +225,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	// Each record comes straight from its owner (exchangePVOs), so that
 	// the PVOs are in the receivers' replicas of its TPT by then.
 	err = c.collective("new window", collAllgather, 0, 0, winRecLen, func() error {
-		return c.exchangePVOs(me[:], all)
+		return exchangePVOs(c, me[:], all)
 	})
 	if err == nil {
 		for q := range c.size {
