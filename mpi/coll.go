@@ -60,14 +60,14 @@ func (c *Comm) bcast(b []byte, root int) error {
 		return bcastTree(c, b, root, false)
 	}
 	if len(b) >= bcastLarge && c.size > 2 {
-		return c.bcastScatterAllgather(b, root)
+		return bcastScatterAllgather(c, b, root)
 	}
-	return c.bcastBinomial(b, root)
+	return bcastBinomial(c, b, root)
 }
 
 // bcastBinomial: each rank receives from its parent in a binomial tree
 // rooted at root, then forwards to its children (log2 n rounds).
-func (c *Comm) bcastBinomial(b []byte, root int) error {
+func bcastBinomial(c *Comm, b []byte, root int) error {
 	vr := c.rel(root)
 	mask := 1
 	for ; mask < c.size; mask <<= 1 {
@@ -94,7 +94,7 @@ func (c *Comm) bcastBinomial(b []byte, root int) error {
 // bcastScatterAllgather is van de Geijn's broadcast for large messages: a
 // binomial scatter of n chunks, then a ring allgather; each rank sends and
 // receives about 2x the message instead of log2(n)x.
-func (c *Comm) bcastScatterAllgather(b []byte, root int) error {
+func bcastScatterAllgather(c *Comm, b []byte, root int) error {
 	n, p := len(b), c.size
 	chunk := (n + p - 1) / p
 	span := func(i int) []byte { // chunk i, clipped to the buffer
@@ -276,9 +276,9 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 		// ranks than cores every step may wait for the next rank to
 		// be scheduled: the ring's 2(n-1) steps cost more than
 		// recursive doubling's extra bytes until the data is large.
-		return c.allreduceRing(b, es, red)
+		return allreduceRing(c, b, es, red)
 	}
-	return c.allreduceRecursiveDoubling(b, red)
+	return allreduceRecursiveDoubling(c, b, red)
 }
 
 // allreduceRecursiveDoubling reduces acc in place in log2(n) exchange
@@ -287,7 +287,7 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 // Every part a rank holds is that of a run of consecutive ranks, and it
 // combines a partner's on the side the partner's run is, so that a
 // non-commutative op is applied in rank order.
-func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
+func allreduceRecursiveDoubling(c *Comm, acc []byte, red reducer) error {
 	p := c.size
 	pof2 := 1
 	for pof2*2 <= p {
@@ -339,7 +339,7 @@ func (c *Comm) allreduceRecursiveDoubling(acc []byte, red reducer) error {
 // allreduceRing is a ring reduce-scatter then a ring allgather: each rank
 // sends 2(n-1)/n of the data whatever n is, which is what large messages
 // need.
-func (c *Comm) allreduceRing(acc []byte, es int, red reducer) error {
+func allreduceRing(c *Comm, acc []byte, es int, red reducer) error {
 	p := c.size
 	count := len(acc) / es
 	block := func(i int) []byte { return acc[i*count/p*es : (i+1)*count/p*es] }
