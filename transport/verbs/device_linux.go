@@ -24,6 +24,7 @@ struct ibv_qp *weft_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_
 struct ibv_ah *weft_create_ah(struct ibv_pd *pd, uint8_t port, uint8_t sgid_index, const uint8_t *dgid, uint16_t dlid);
 struct ibv_device *weft_dev_at(struct ibv_device **list, int i);
 struct ibv_mr *weft_reg_mr(struct ibv_pd *pd, uint64_t addr, size_t len, int write, int read);
+int weft_post_srq_recv(struct ibv_srq *srq, uint64_t base, uint32_t lkey, uint32_t slot_len, const uint32_t *slots, int n);
 */
 import "C"
 
@@ -58,8 +59,9 @@ var (
 	errShort  = fmt.Errorf("verbs: header shorter than %d bytes: %w", hal.HeaderLen, hal.ErrBadFrame)
 )
 
-// Device is a hal.Device over one unreliable-datagram queue pair. Its
-// methods follow the hal.Device contract: Send, Flush and Poll are
+// Device is a hal.Device over rdma-core: frames over a reliable-connected
+// queue pair per peer (or, with Options.Datagrams, over one
+// unreliable-datagram queue pair). Its methods follow the hal.Device contract: Send, Flush and Poll are
 // serialised by the caller; Wait may run beside them; Close, Caps, Addr and
 // Counters may be called at any time.
 type Device struct {
@@ -85,6 +87,23 @@ type Device struct {
 	efd  int // eventfd: Close and context cancellation wake a blocked Wait
 	sbuf []byte
 	rbuf []byte
+
+	// Frames over reliable connections (frames_linux.go); all nil with
+	// Options.Datagrams. The UD queue pair (qp, scq, rcq, sbuf, rbuf)
+	// then carries hellos only and belongs to connLoop, whose completion
+	// channel is chUD and whose wake-up is connEfd.
+	fc          []fconn // per peer
+	selfRecv    fconn   // the queue pair this rank's frames to itself arrive on
+	ftx         ftxRing
+	fscq, fcq   *C.struct_ibv_cq
+	srq         *C.struct_ibv_srq
+	frbuf       []byte
+	frmr        *C.struct_ibv_mr
+	chUD        *C.struct_ibv_comp_channel
+	connEfd     int
+	connPending bool        // a frame connection Connect asked for is not up (rc.connMu)
+	starved     atomic.Bool // Send found no free slot: Wait wakes for send completions too
+	udSlot      int         // the UD receive slot's length
 
 	// peers[r] is how to reach rank r; set by Connect (and Open for this
 	// rank itself). Replaced address handles are kept in retired until
@@ -126,12 +145,19 @@ type txRing struct {
 }
 
 // rxRing is the receive side: completions taken from the CQ but not yet
-// delivered (Wait may take some), and buffers to post again.
+// delivered (Wait may take some), and buffers to post again. Over
+// reliable connections cq is the frame CQ and the buffers are the shared
+// receive queue's; with Datagrams the UD queue pair's, each beginning with
+// the grh bytes of the Global Route Header.
 type rxRing struct {
 	slotLen int
+	grh     int
+	cq      *C.struct_ibv_cq
+	buf     []byte
+	mr      *C.struct_ibv_mr
 	cqe     [batch]C.weft_rx
 	next, n int
-	repost  [batch]C.uint32_t
+	repost  [2 * batch]C.uint32_t
 	nrepost int
 	hdr     hal.Header // passed to Poll's callback; reused so delivery does not allocate
 	pollfds [2]unix.PollFd
@@ -147,11 +173,15 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{cfg: cfg, opts: opts, efd: -1}
+	d := &Device{cfg: cfg, opts: opts, efd: -1, connEfd: -1}
 	d.life.Release = d.release
 	if err := d.open(); err != nil {
 		d.release()
 		return nil, err
+	}
+	if d.fc != nil {
+		d.life.Enter() // connLoop's, left when it returns
+		go d.connLoop()
 	}
 	return d, nil
 }
@@ -170,16 +200,26 @@ func (d *Device) open() error {
 	}
 	var err error
 	activeMTU := 128 << int(attr.active_mtu) // IBV_MTU_256 is 1
+	rcFrames := !d.opts.Datagrams
+	udSend, udRecv := d.opts.SendRing, d.opts.RecvRing
 	d.caps = hal.Caps{MTU: min(activeMTU-hal.HeaderLen, hal.MaxPayload)}
+	if rcFrames {
+		udSend, udRecv = helloRing, helloRing
+		d.caps = hal.Caps{MTU: FrameSlot - hal.HeaderLen, Reliable: true, Ordered: true}
+	}
 	if d.opts.MTU > 0 {
 		d.caps.MTU = min(d.caps.MTU, d.opts.MTU)
 	}
 	d.tx.slotLen = roundUp(activeMTU, 64)
-	d.rx.slotLen = roundUp(grhLen+activeMTU, 64)
-	sendBytes := pageRound(d.tx.slotLen * d.opts.SendRing)
-	recvBytes := pageRound(d.rx.slotLen * d.opts.RecvRing)
+	d.udSlot = roundUp(grhLen+activeMTU, 64)
+	sendBytes := pageRound(d.tx.slotLen * udSend)
+	recvBytes := pageRound(d.udSlot * udRecv)
+	need := uint64(sendBytes + recvBytes)
+	if rcFrames {
+		need += uint64(pageRound(FrameSlot*d.opts.SendRing) + pageRound(FrameSlot*d.opts.RecvRing))
+	}
 	if !d.opts.skipMemlockCheck {
-		if err := checkMemlock(uint64(sendBytes + recvBytes)); err != nil {
+		if err := checkMemlock(need); err != nil {
 			return err
 		}
 	}
@@ -193,14 +233,29 @@ func (d *Device) open() error {
 	if err := unix.SetNonblock(int(d.ch.fd), true); err != nil {
 		return fmt.Errorf("verbs: completion channel: %w", err)
 	}
-	// Only receives wake a Wait, so only the receive CQ has the channel.
-	if d.scq = C.ibv_create_cq(d.ctx, C.int(d.opts.SendRing), nil, nil, 0); d.scq == nil {
+	// With Datagrams only receives wake a Wait, so only the receive CQ
+	// has the channel; over reliable connections the UD receive CQ has
+	// connLoop's.
+	udch := d.ch
+	if rcFrames {
+		if d.chUD = C.ibv_create_comp_channel(d.ctx); d.chUD == nil {
+			return d.verbErr("ibv_create_comp_channel (hellos)")
+		}
+		if err := unix.SetNonblock(int(d.chUD.fd), true); err != nil {
+			return fmt.Errorf("verbs: completion channel: %w", err)
+		}
+		udch = d.chUD
+		if d.connEfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+			return fmt.Errorf("verbs: eventfd: %w", err)
+		}
+	}
+	if d.scq = C.ibv_create_cq(d.ctx, C.int(udSend), nil, nil, 0); d.scq == nil {
 		return d.verbErr("ibv_create_cq (send)")
 	}
-	if d.rcq = C.ibv_create_cq(d.ctx, C.int(d.opts.RecvRing), nil, d.ch, 0); d.rcq == nil {
+	if d.rcq = C.ibv_create_cq(d.ctx, C.int(udRecv), nil, udch, 0); d.rcq == nil {
 		return d.verbErr("ibv_create_cq (receive)")
 	}
-	if d.qp = C.weft_create_qp(d.pd, d.scq, d.rcq, C.uint32_t(d.opts.SendRing), C.uint32_t(d.opts.RecvRing)); d.qp == nil {
+	if d.qp = C.weft_create_qp(d.pd, d.scq, d.rcq, C.uint32_t(udSend), C.uint32_t(udRecv)); d.qp == nil {
 		return d.verbErr("ibv_create_qp (UD)")
 	}
 	d.local.QKey = qkeyFor(d.cfg.JobKey)
@@ -224,14 +279,15 @@ func (d *Device) open() error {
 	if d.rbuf, err = unix.Mmap(-1, 0, recvBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
 		return fmt.Errorf("verbs: receive ring of %d bytes: %w", recvBytes, err)
 	}
-	if d.smr, err = d.register(d.sbuf, uint64(sendBytes+recvBytes)); err != nil {
+	if d.smr, err = d.register(d.sbuf, need); err != nil {
 		return err
 	}
-	if d.rmr, err = d.register(d.rbuf, uint64(sendBytes+recvBytes)); err != nil {
+	if d.rmr, err = d.register(d.rbuf, need); err != nil {
 		return err
 	}
-	d.tx.desc = make([]C.weft_tx, d.opts.SendRing)
-	for s := 0; s < d.opts.RecvRing; s++ {
+	d.tx.desc = make([]C.weft_tx, udSend)
+	d.rx = rxRing{slotLen: d.udSlot, grh: grhLen, cq: d.rcq, buf: d.rbuf, mr: d.rmr}
+	for s := 0; s < udRecv; s++ {
 		d.rx.repost[d.rx.nrepost] = C.uint32_t(s)
 		d.rx.nrepost++
 		if d.rx.nrepost == batch {
@@ -253,6 +309,14 @@ func (d *Device) open() error {
 	d.addrs = make([]atomic.Pointer[Address], len(d.peers))
 	if err := d.openRC(&attr); err != nil {
 		return err
+	}
+	if rcFrames {
+		if err := d.openFrames(FrameSlot); err != nil {
+			return err
+		}
+		if err := d.connectSelf(); err != nil {
+			return err
+		}
 	}
 	// Frames to this rank itself go through the adapter's loopback.
 	return d.connect(d.cfg.Rank, d.local)
@@ -448,22 +512,39 @@ func (d *Device) verbErr(verb string) error {
 	return fmt.Errorf("verbs: %s: %s failed", d.devName, verb)
 }
 
-// postRecv posts the buffers collected in rx.repost.
-func (d *Device) postRecv() error {
-	if d.rx.nrepost == 0 {
+// postRecv posts the buffers collected in rx.repost, to the shared
+// receive queue over reliable connections, else to the UD queue pair.
+func (d *Device) postRecv() error { return d.postRecvFrom(1) }
+
+// postRecvFrom posts the buffers collected in rx.repost when there are at
+// least least of them. Over reliable connections Poll gives back fewer than
+// half a batch later (the shared receive queue has hundreds more): one
+// call to the adapter per message less on the latency path.
+func (d *Device) postRecvFrom(least int) error {
+	if d.rx.nrepost < least || d.rx.nrepost == 0 {
 		return nil
 	}
-	base := C.uint64_t(uintptr(unsafe.Pointer(&d.rbuf[0])))
-	rc := C.weft_post_recv(d.qp, base, d.rmr.lkey, C.uint32_t(d.rx.slotLen), &d.rx.repost[0], C.int(d.rx.nrepost))
-	if rc != 0 {
-		return fmt.Errorf("verbs: %s: ibv_post_recv: %v", d.devName, syscall.Errno(rc))
+	base := C.uint64_t(uintptr(unsafe.Pointer(&d.rx.buf[0])))
+	for i := 0; i < d.rx.nrepost; i += batch {
+		n := C.int(min(batch, d.rx.nrepost-i))
+		var rc C.int
+		if d.srq != nil {
+			rc = C.weft_post_srq_recv(d.srq, base, d.rx.mr.lkey, C.uint32_t(d.rx.slotLen), &d.rx.repost[i], n)
+		} else {
+			rc = C.weft_post_recv(d.qp, base, d.rx.mr.lkey, C.uint32_t(d.rx.slotLen), &d.rx.repost[i], n)
+		}
+		if rc != 0 {
+			d.rx.nrepost = copy(d.rx.repost[:], d.rx.repost[i:d.rx.nrepost])
+			return fmt.Errorf("verbs: %s: ibv_post_recv: %v", d.devName, syscall.Errno(rc))
+		}
 	}
 	d.rx.nrepost = 0
 	return nil
 }
 
-// Caps reports an unreliable, unordered device whose MTU comes from the
-// port's active MTU.
+// Caps reports a reliable, ordered device whose MTU is FrameSlot less the
+// frame header; with Options.Datagrams an unreliable, unordered one whose
+// MTU comes from the port's active MTU.
 func (d *Device) Caps() hal.Caps { return d.caps }
 
 // Addr is this device's Address in its printed form.
@@ -483,7 +564,9 @@ func (d *Device) Port() int { return int(d.port) }
 // GIDIndex is the index of the source GID in the port's GID table.
 func (d *Device) GIDIndex() int { return int(d.gidIndex) }
 
-// Connect makes the address handle toward peer's device.
+// Connect makes the address handle toward peer's device and, over
+// reliable connections, starts connecting the frames' queue pair toward
+// it (in the background: a Send toward peer waits for it).
 func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if !d.life.Enter() {
 		return errClosed
@@ -493,7 +576,13 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if err != nil {
 		return err
 	}
-	return d.connect(peer, a)
+	if err := d.connect(peer, a); err != nil {
+		return err
+	}
+	if d.fc != nil {
+		d.startFrames(peer)
+	}
+	return nil
 }
 
 func (d *Device) connect(r hal.Rank, a Address) error {
@@ -530,7 +619,11 @@ func (d *Device) Send(hdr, payload []byte) error {
 	if n-hal.HeaderLen > d.caps.MTU {
 		return fmt.Errorf("verbs: frame payload of %d bytes, MTU %d: %w", n-hal.HeaderLen, d.caps.MTU, hal.ErrTooLarge)
 	}
-	return d.queue(hal.Rank(binary.LittleEndian.Uint32(hdr[28:])), hdr, payload)
+	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
+	if d.fc != nil {
+		return d.sendFrame(dst, hdr, payload)
+	}
+	return d.queue(dst, hdr, payload)
 }
 
 // queueRaw queues a datagram of the device's own (a hello) to dst.
@@ -573,11 +666,15 @@ func (d *Device) Flush() error {
 		return errClosed
 	}
 	defer d.life.Leave()
-	return d.flush()
+	if d.fc != nil {
+		return d.flushFrames()
+	}
+	return d.flushUD()
 }
 
-// flush is Flush inside the device's lifecycle guard.
-func (d *Device) flush() error {
+// flushUD is Flush of the UD queue pair inside the device's lifecycle
+// guard.
+func (d *Device) flushUD() error {
 	t := &d.tx
 	size := uint64(len(t.desc))
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.sbuf[0])))
@@ -598,8 +695,10 @@ func (d *Device) flush() error {
 			bytes += uint64(tx[i].len)
 		}
 		t.posted += uint64(posted)
-		d.counters.FramesSent.Add(uint64(posted))
-		d.counters.BytesSent.Add(bytes)
+		if d.fc == nil { // over reliable connections the UD queue pair carries hellos only, not frames
+			d.counters.FramesSent.Add(uint64(posted))
+			d.counters.BytesSent.Add(bytes)
+		}
 		if rc != 0 {
 			if rc == C.int(syscall.ENOMEM) {
 				d.counters.NoResource.Add(1)
@@ -645,13 +744,20 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	var frames, bytes uint64
 	var err error
 	// One pass over the ring at most, so a steady stream cannot keep Poll
-	// from returning.
+	// from returning; and no second look at a queue the last look
+	// drained (one call to the adapter less per message delivered).
+	drained := false
 	for budget := d.opts.RecvRing; budget > 0 && err == nil; {
 		if rx.next == rx.n {
-			if err = d.postRecv(); err != nil {
+			if drained {
 				break
 			}
-			got := C.weft_poll_rx(d.rcq, &rx.cqe[0], C.int(min(batch, budget)))
+			// (A batch adds at most batch buffers to rx.repost.)
+			if err = d.postRecvFrom(batch); err != nil {
+				break
+			}
+			want := min(batch, budget)
+			got := C.weft_poll_rx(rx.cq, &rx.cqe[0], C.int(want))
 			if got < 0 {
 				err = fmt.Errorf("verbs: %s: ibv_poll_cq (receive): %v", d.devName, syscall.Errno(-got))
 				break
@@ -659,22 +765,31 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			if got == 0 {
 				break
 			}
+			drained = int(got) < want
 			rx.next, rx.n = 0, int(got)
 			budget -= int(got)
 		}
 		for ; rx.next < rx.n; rx.next++ {
 			c := rx.cqe[rx.next]
-			if c.status != C.IBV_WC_SUCCESS {
+			if c.status != C.IBV_WC_SUCCESS && d.srq != nil {
+				// A connection broke with a frame half received: the
+				// sender learns it from its own completion.
+				d.counters.Drop(hal.DropPeer)
+			} else if c.status != C.IBV_WC_SUCCESS {
 				err = fmt.Errorf("verbs: %s: receive completed with %s", d.devName, C.GoString(C.ibv_wc_status_str(uint32(c.status))))
 				rx.next++
 				break
 			}
 			off := int(c.slot) * rx.slotLen
 			end := off + int(c.len)
-			if c.len < grhLen || int(c.len) > rx.slotLen {
+			if c.status != C.IBV_WC_SUCCESS {
+				// counted above
+			} else if int(c.len) < rx.grh || int(c.len) > rx.slotLen {
 				d.counters.Drop(hal.DropShort)
-			} else if frame := d.rbuf[off+grhLen : end]; isHello(frame) {
+			} else if frame := rx.buf[off+rx.grh : end]; rx.grh > 0 && isHello(frame) {
+				d.rc.connMu.Lock()
 				d.onHello(frame)
+				d.rc.connMu.Unlock()
 			} else if d.accept(frame) {
 				frames++
 				bytes += uint64(len(frame))
@@ -684,7 +799,11 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			rx.nrepost++
 		}
 	}
-	if perr := d.postRecv(); err == nil {
+	least := 1
+	if d.srq != nil {
+		least = batch / 2
+	}
+	if perr := d.postRecvFrom(least); err == nil {
 		err = perr
 	}
 	d.counters.FramesRecv.Add(frames)
@@ -695,7 +814,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 // accept decodes frame into rx.hdr and reports whether it may be
 // delivered; if not, it counts the drop under its reason.
 func (d *Device) accept(frame []byte) bool {
-	if _, err := hal.Check(frame, d.cfg.JobKey, true, &d.rx.hdr); err != nil {
+	if _, err := hal.Check(frame, d.cfg.JobKey, !d.caps.Reliable, &d.rx.hdr); err != nil {
 		d.counters.DropErr(err)
 		return false
 	}
@@ -719,15 +838,19 @@ func (d *Device) Close() error {
 
 // wake writes the eventfd, waking a Wait blocked in ppoll.
 func (d *Device) wake() {
+	var one = [8]byte{1}
 	if d.efd >= 0 {
-		var one = [8]byte{1}
 		_, _ = unix.Write(d.efd, one[:])
+	}
+	if d.connEfd >= 0 {
+		_, _ = unix.Write(d.connEfd, one[:])
 	}
 }
 
 // release frees everything Open made, in dependency order; it tolerates a
 // partly opened device.
 func (d *Device) release() {
+	d.releaseFrames()
 	d.releaseRC()
 	if d.qp != nil {
 		C.ibv_destroy_qp(d.qp)
@@ -755,6 +878,9 @@ func (d *Device) release() {
 	if d.ch != nil {
 		C.ibv_destroy_comp_channel(d.ch)
 	}
+	if d.chUD != nil {
+		C.ibv_destroy_comp_channel(d.chUD)
+	}
 	if d.pd != nil {
 		C.ibv_dealloc_pd(d.pd)
 	}
@@ -769,6 +895,9 @@ func (d *Device) release() {
 	}
 	if d.efd >= 0 {
 		_ = unix.Close(d.efd)
+	}
+	if d.connEfd >= 0 {
+		_ = unix.Close(d.connEfd)
 	}
 }
 

@@ -24,6 +24,13 @@ var ErrNoDevice = errors.New("verbs: no RDMA device")
 // InfiniBand subnet manager has not configured it yet).
 var ErrPortNotActive = errors.New("verbs: port not active")
 
+// ErrPeerLost: the reliable connection that carries frames to a peer
+// could not be made within Options.ConnectTimeout, or broke (the peer's
+// adapter stopped acknowledging: the process or its host is gone). Send
+// toward that peer returns it, wrapped with the cause, from then on; lapi
+// then declares the peer failed.
+var ErrPeerLost = errors.New("verbs: reliable connection to the peer lost")
+
 // ErrNotBuilt: this binary was built without the verbs device (Open's
 // error then; errors.Is(err, errors.ErrUnsupported) holds too).
 var ErrNotBuilt = fmt.Errorf("verbs: this build has no verbs device: build with -tags verbs and libibverbs-dev (cgo, Linux): %w", errors.ErrUnsupported)

@@ -1,9 +1,11 @@
 // Package verbs is weft's device over rdma-core (libibverbs): frames travel
-// as unreliable datagrams (a UD queue pair), so LAPI's reliability runs
-// above it as it does over transport/udp, but sends and receives go
-// through the adapter's queues instead of the kernel's network stack; and
-// RDMA Write and Read on registered memory go over reliable-connected
-// queue pairs, one per peer, moved by the adapters themselves
+// over a reliable-connected queue pair per peer, so the device is reliable
+// and ordered and LAPI runs no reliability of its own above it (no
+// sequence numbers, acknowledgements, timers or CRC); with
+// Options.Datagrams they travel as unreliable datagrams (a UD queue pair)
+// with LAPI's reliability above, as over transport/udp. RDMA Write and
+// Read on registered memory go over reliable-connected queue pairs of
+// their own, one per peer, moved by the adapters themselves
 // (hal.OneSided). On a host without an RDMA NIC, soft-RoCE (the rdma_rxe
 // module) gives a device over any Ethernet interface; the tests run on it
 // inside a VM.
@@ -29,14 +31,57 @@
 // receive rings are anonymous memory mappings registered once
 // (ibv_reg_mr) for the device's lifetime; they are outside the Go heap, so
 // no runtime.Pinner is involved and registration never pins a page that
-// holds Go objects.
+// holds Go objects. Addr is an Address: GID, UD queue pair number, queue
+// key (derived from the job key, so the adapter discards datagrams of
+// other jobs) and LID, published through PMI.
+//
+// # Frames over reliable connections (the default)
+//
+// Caps: reliable, ordered; MTU FrameSlot (8 KiB) less hal.HeaderLen: a
+// frame is one RC SEND, which the adapter cuts into packets of the
+// port's MTU. Open also makes a shared receive queue of Options.RecvRing
+// buffers of FrameSlot bytes (512, 4 MiB), a completion queue for it and
+// one for frame sends, Options.SendRing send slots, and connects two queue
+// pairs to each other for this rank's frames to itself. The UD queue pair
+// then carries hellos only (below), and belongs to a goroutine of the
+// device's (connLoop), which sleeps on a completion channel of its own.
+//
+// Connect starts the peer's connection at once: connLoop makes a queue
+// pair for frames toward the peer (INIT) and sends hellos (flag
+// helloFrames) until the peer's device, which answers whether or not its
+// user is polling, has connected its own; each side moves its queue pair
+// to RTR and RTS on the other's hello. So the connections come up while
+// the job starts, and lapi, which asks Caps once when it opens, is told
+// reliable from the first frame. A Send toward a peer whose connection is
+// not up yet waits for it, at most Options.ConnectTimeout (20 s); past
+// that, or once the connection broke, Send returns an error wrapping
+// ErrPeerLost, which lapi turns into the peer's failure. The frame queue
+// pairs retry a lost packet 6 times at a 268 ms timeout (7 would be
+// "for ever" on rxe), so a send toward a dead peer fails within about
+// 2 s; a receiver out of buffers makes the sender wait (receive not
+// ready, retried for ever: back-pressure, not an error). Frames and RDMA
+// use separate queue pairs so that a refused RDMA access (which puts its
+// queue pair in error, and which lapi recovers from) never loses a
+// frame.
+//
+// Send copies the frame into a free registered slot and queues it; Flush
+// posts what is queued, consecutive frames to one peer in one
+// ibv_post_send of up to 32, the last of each and every 32nd on a queue
+// pair signaled, frames of up to 256 bytes inline. Send completions are
+// reaped when half the slots are in flight and every 16th Flush (a
+// failed one marks its peer lost); with every slot in flight Send returns
+// hal.ErrNoResource. Poll drains the frames' receive completion queue,
+// checks each frame's header (job key, destination; no CRC, which the
+// link and the adapter's ICRC cover), and posts buffers back to the
+// shared receive queue once half a batch has collected. Receive
+// completions go to the channel Wait sleeps on.
+//
+// # Frames as datagrams (Options.Datagrams)
 //
 // Caps: unreliable, unordered; MTU the port's active MTU (1024 on rxe over
 // a 1500-byte Ethernet MTU, 4096 over jumbo frames) less hal.HeaderLen.
 // Receive buffers are 40 bytes longer: the adapter writes the Global Route
-// Header in front of every datagram. Addr is an Address: GID, queue pair
-// number, queue key (derived from the job key, so the adapter discards
-// datagrams of other jobs) and LID. Connect makes an address handle.
+// Header in front of every datagram. Connect makes an address handle.
 //
 // Send copies the frame into the next registered send slot and queues it;
 // Flush posts the queued frames, up to 32 per ibv_post_send, asking for a
@@ -64,7 +109,8 @@
 // consumes before the frame checks, and move their queue pairs INIT, RTR
 // (toward the peer's GID on the port's active MTU) and RTS; a side is
 // ready once the peer's hello says it is connected to this side's queue
-// pair, and an unanswered hello is sent again after 20 ms. Write and Read
+// pair, and an unanswered hello is sent again after 20 ms (over reliable
+// connections connLoop sends them and takes the answers). Write and Read
 // post one signaled work request per port's max_msg_sz (8 MiB on rxe);
 // PollOneSided reaps one completion queue for all peers, without
 // blocking; Options.RCQueue bounds the work in flight (hal.ErrNoResource
@@ -101,7 +147,10 @@
 // with a stale key refused and the connection rebuilt (TestOneSided); lapi
 // Put and Get over the device by hardware RDMA (TestLapiOneSided); and,
 // with -test.bench RegCache, Writes from one buffer with and without the
-// registration cache; TestLapiOneSidedQueue has many Puts wait in lapi for
+// registration cache; the frames over reliable connections to the rank
+// itself, a dead peer's loss (ErrPeerLost within seconds), a connection
+// never answered (ConnectTimeout), no allocation per frame (TestFrames*),
+// and the suite again with Options.Datagrams; TestLapiOneSidedQueue has many Puts wait in lapi for
 // room in a device with Options.RCQueue 4. TestVM runs
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
 // and the script present) and skips saying what is missing otherwise.
@@ -129,7 +178,12 @@
 // of active messages, accumulate, broadcast RDMA's chunks below the
 // threshold, transfers before the connection is up) still runs on the
 // software engine over the datagrams, so Caps.NativeRDMA stays false.
-// Missing: memory windows (an rkey per TPT entry, invalidated at its
+// Over reliable connections the device notices a dead peer only when it
+// sends to it (as over shared memory): a rank that only waits for a dead
+// peer relies on the launcher to fail it (gorun reporting an exit,
+// lapi's FailPeer). The frame queue pairs are made for every peer Connect
+// names, at once: a job of N ranks has N-1 of them per rank, plus the RDMA
+// ones made on first use. Missing: memory windows (an rkey per TPT entry, invalidated at its
 // deregistration: today a region's rkey is its cached registration's,
 // honoured until the cache releases it); RDMA Write with immediate data
 // for target notification (lapi sends a message after the completion);

@@ -15,7 +15,8 @@ import (
 //
 //	 0 magic     u16  'W','R'
 //	 2 version   u8   1
-//	 3 flags     u8   helloWant: answer me
+//	 3 flags     u8   helloWant: answer me; helloFrames: about the queue
+//	                  pair that carries frames, not the one for RDMA
 //	 4 job key   u64
 //	12 src       u32  sending rank
 //	16 dst       u32  receiving rank
@@ -27,6 +28,7 @@ import (
 // These values are part of the wire protocol.
 type hello struct {
 	Want    bool
+	Frames  bool
 	JobKey  uint64
 	Src     uint32
 	Dst     uint32
@@ -39,6 +41,7 @@ const (
 	helloMagic   uint16 = 'W' | 'R'<<8
 	helloVersion        = 1
 	helloWant           = 1
+	helloFrames         = 2
 	helloLen            = 36
 )
 
@@ -61,7 +64,10 @@ func appendHello(b []byte, h *hello) []byte {
 	le.PutUint16(p, helloMagic)
 	p[2] = helloVersion
 	if h.Want {
-		p[3] = helloWant
+		p[3] |= helloWant
+	}
+	if h.Frames {
+		p[3] |= helloFrames
 	}
 	le.PutUint64(p[4:], h.JobKey)
 	le.PutUint32(p[12:], h.Src)
@@ -82,12 +88,12 @@ func decodeHello(b []byte, h *hello) error {
 		return fmt.Errorf("%w: %d bytes", errBadHello, len(b))
 	case le.Uint16(b) != helloMagic || b[2] != helloVersion:
 		return fmt.Errorf("%w: magic %#04x version %d", errBadHello, le.Uint16(b), b[2])
-	case b[3]&^helloWant != 0:
+	case b[3]&^(helloWant|helloFrames) != 0:
 		return fmt.Errorf("%w: flags %#x", errBadHello, b[3])
 	case le.Uint32(b[32:]) != crc32.Checksum(b[:32], crcTable):
 		return fmt.Errorf("%w: bad CRC", errBadHello)
 	}
-	*h = hello{Want: b[3]&helloWant != 0, JobKey: le.Uint64(b[4:]), Src: le.Uint32(b[12:]), Dst: le.Uint32(b[16:]),
+	*h = hello{Want: b[3]&helloWant != 0, Frames: b[3]&helloFrames != 0, JobKey: le.Uint64(b[4:]), Src: le.Uint32(b[12:]), Dst: le.Uint32(b[16:]),
 		QPN: le.Uint32(b[20:]), PSN: le.Uint32(b[24:]), PeerQPN: le.Uint32(b[28:])}
 	if h.QPN == 0 || h.QPN >= 1<<24 || h.PSN >= 1<<24 || h.PeerQPN >= 1<<24 {
 		return fmt.Errorf("%w: qpn %d psn %d peer qpn %d", errBadHello, h.QPN, h.PSN, h.PeerQPN)

@@ -23,19 +23,30 @@ type Options struct {
 	// port index 0. Index 0 cannot be chosen explicitly on a RoCE port: it
 	// is the link-local GID, which the scan never picks.
 	GIDIndex int
-	// MTU lowers the largest frame payload (hal.Caps.MTU) below what the
-	// port's active MTU allows (its active MTU less hal.HeaderLen). 0 takes
-	// the port's.
+	// Datagrams sends frames as unreliable datagrams on the UD queue pair,
+	// with lapi's reliability (sequence numbers, acknowledgements,
+	// retransmission, CRC) above, as the device did before frames went
+	// over reliable connections; kept to compare the two. By default
+	// (false) frames go over a reliable-connected queue pair per peer and
+	// the device reports itself reliable and ordered.
+	Datagrams bool
+	// MTU lowers the largest frame payload (hal.Caps.MTU) below the
+	// default: FrameSlot less hal.HeaderLen over reliable connections, the
+	// port's active MTU less hal.HeaderLen with Datagrams. 0 takes the
+	// default.
 	MTU int
 	// SendRing is how many frames may be queued or in flight from this
 	// device at once; Send returns hal.ErrNoResource beyond. 0 means
 	// DefaultSendRing.
 	SendRing int
-	// RecvRing is how many receive buffers are posted. A frame arriving when
-	// all are full is dropped by the adapter (unreliable datagrams) and is
-	// not counted here. 0 means DefaultRecvRing; at most MaxRing (the
-	// receive completion queue must hold one entry per buffer, and adapters
-	// cap its size: rxe at 32767).
+	// RecvRing is how many receive buffers are posted. Over reliable
+	// connections they are shared by all peers (a shared receive queue)
+	// and a sender finding none waits (the adapter retries: receive not
+	// ready); with Datagrams a frame arriving when all are full is dropped
+	// by the adapter and is not counted here. 0 means DefaultRecvRing (or
+	// DefaultDatagramRecvRing with Datagrams); at most MaxRing (the
+	// receive completion queue must hold one entry per buffer, and
+	// adapters cap its size: rxe at 32767).
 	RecvRing int
 	// Spin is how long Wait polls the receive completion queue before it
 	// arms the queue's notification and blocks: a blocked thread costs a
@@ -48,6 +59,11 @@ type Options struct {
 	// queue); beyond, Write and Read return hal.ErrNoResource. 0 means
 	// DefaultRCQueue.
 	RCQueue int
+	// ConnectTimeout bounds how long a Send toward a peer waits for the
+	// reliable connection Connect started toward it (the peer's device
+	// must answer); beyond, Send returns an error wrapping ErrPeerLost.
+	// 0 means DefaultConnectTimeout. Unused with Datagrams.
+	ConnectTimeout time.Duration
 
 	// skipMemlockCheck skips the RLIMIT_MEMLOCK check before registration,
 	// so a test can see how a failing ibv_reg_mr is reported.
@@ -57,7 +73,20 @@ type Options struct {
 // Defaults used for zero Options fields.
 const (
 	DefaultSendRing = 256
-	DefaultRecvRing = 1024
+	// DefaultRecvRing is for frames over reliable connections, whose
+	// buffers are FrameSlot bytes (4 MiB in all).
+	DefaultRecvRing = 512
+	// DefaultDatagramRecvRing is for Datagrams, whose buffers are the
+	// port's MTU.
+	DefaultDatagramRecvRing = 1024
+	// FrameSlot is the size of a send or receive buffer for frames over
+	// reliable connections: a frame is one RC SEND, which the adapter
+	// cuts into packets of the port's MTU, so frames may be larger than
+	// a packet; fewer frames per message mean fewer work requests and
+	// completions.
+	FrameSlot = 8192
+	// DefaultConnectTimeout: see Options.ConnectTimeout.
+	DefaultConnectTimeout = 20 * time.Second
 	// DefaultSpin is short: lapi, the device's user, has spun for 50 µs
 	// polling the device before it calls Wait.
 	DefaultSpin    = 50 * time.Microsecond
@@ -85,6 +114,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RecvRing == 0 {
 		o.RecvRing = DefaultRecvRing
+		if o.Datagrams {
+			o.RecvRing = DefaultDatagramRecvRing
+		}
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
 	}
 	if o.RCQueue == 0 {
 		o.RCQueue = DefaultRCQueue

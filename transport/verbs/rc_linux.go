@@ -40,7 +40,8 @@ int weft_rc_init(struct ibv_qp *qp, uint8_t port) {
 // weft_rc_connect moves an INIT queue pair to RTR toward the remote queue
 // pair dqpn (whose first PSN is rq_psn) at dgid, then to RTS with sq_psn.
 int weft_rc_connect(struct ibv_qp *qp, uint8_t port, uint8_t sgid_index, const uint8_t *dgid, uint16_t dlid,
-                    uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn, int mtu, uint8_t rd_atomic) {
+                    uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn, int mtu, uint8_t rd_atomic, uint8_t timeout,
+                    uint8_t retry) {
 	struct ibv_qp_attr a = {0};
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = mtu;
@@ -60,8 +61,8 @@ int weft_rc_connect(struct ibv_qp *qp, uint8_t port, uint8_t sgid_index, const u
 	if (rc) return rc;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
+	a.timeout = timeout;
+	a.retry_cnt = retry;
 	a.rnr_retry = 7;
 	a.sq_psn = sq_psn;
 	a.max_rd_atomic = rd_atomic;
@@ -164,7 +165,8 @@ type rcPeer struct {
 	remoteQPN uint32 // connected: the peer's queue pair
 	ready     bool   // connected, and the peer said it is connected to this one
 	lastHello time.Time
-	inflight  int // work requests posted and not completed
+	helloDue  bool // over reliable connections: connLoop sends a hello
+	inflight  int  // work requests posted and not completed
 }
 
 // rcOp is one Write or Read in flight: the caller's id and how many work
@@ -180,6 +182,11 @@ type rcOp struct {
 // rcSide is the device's one-sided half: a queue pair per peer, created
 // when either side first wants one, and one completion queue for all.
 type rcSide struct {
+	// connMu guards the connection state of peers (and of the frame
+	// connections, Device.fc): over reliable connections connLoop takes
+	// hellos beside the caller's Write, Read and PollOneSided.
+	connMu sync.Mutex
+
 	cq       *C.struct_ibv_cq
 	cqSize   int
 	depth    int    // work requests one queue pair may have in flight
@@ -235,6 +242,14 @@ func (d *Device) openRC(attr *C.struct_ibv_port_attr) error {
 
 // rcDepth bounds the work requests one RC queue pair has in flight.
 const rcDepth = 256
+
+// rdmaTimeout is the RDMA queue pairs' local ACK timeout exponent
+// (4.096 µs × 2^14 ≈ 67 ms), rdmaRetry their retry count (7: rxe retries
+// for ever; other adapters 7 times).
+const (
+	rdmaTimeout = 14
+	rdmaRetry   = 7
+)
 
 // releaseRC frees the queue pairs, registrations and completion queue
 // (release, before the protection domain goes).
@@ -324,6 +339,8 @@ func (d *Device) OneSidedReady(peer hal.Rank) bool {
 	if int(peer) >= len(r.peers) || peer == d.cfg.Rank {
 		return false
 	}
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
 	p := &r.peers[peer]
 	if p.ready {
 		return true
@@ -343,7 +360,12 @@ func (d *Device) OneSidedReady(peer hal.Rank) bool {
 	}
 	if now := time.Now(); now.Sub(p.lastHello) >= helloResend {
 		p.lastHello = now
-		d.sendHello(peer, true)
+		if d.fc != nil {
+			p.helloDue = true // the UD queue pair is connLoop's
+			d.kickConn()
+		} else {
+			d.sendHello(peer, true)
+		}
 	}
 	return false
 }
@@ -398,11 +420,12 @@ func (d *Device) sendHello(peer hal.Rank, want bool) {
 	}
 	r.helloBuf = appendHello(r.helloBuf[:0], &r.hello)
 	if d.queueRaw(peer, r.helloBuf) == nil {
-		_ = d.flush()
+		_ = d.flushUD()
 	}
 }
 
-// onHello handles a hello that came on the UD queue pair (Poll).
+// onHello handles a hello that came on the UD queue pair (Poll, or
+// connLoop over reliable connections; rc.connMu held).
 func (d *Device) onHello(b []byte) {
 	r := &d.rc
 	var h hello
@@ -415,6 +438,14 @@ func (d *Device) onHello(b []byte) {
 		return
 	case h.Dst != uint32(d.cfg.Rank) || int(h.Src) >= len(r.peers) || h.Src == uint32(d.cfg.Rank):
 		d.counters.Drop(hal.DropPeer)
+		return
+	}
+	if h.Frames {
+		if d.fc == nil {
+			d.counters.Drop(hal.DropPeer) // the peer sends frames over RC, this device datagrams
+			return
+		}
+		d.onFrameHello(&h)
 		return
 	}
 	peer := hal.Rank(h.Src)
@@ -438,9 +469,7 @@ func (d *Device) onHello(b []byte) {
 		if !ok {
 			return
 		}
-		rc := C.weft_rc_connect(p.qp, C.uint8_t(d.port), C.uint8_t(d.gidIndex), (*C.uint8_t)(unsafe.Pointer(&a.GID[0])),
-			C.uint16_t(a.LID), C.uint32_t(h.QPN), C.uint32_t(h.PSN), C.uint32_t(p.psn), r.mtu, C.uint8_t(r.rdAtomic))
-		if rc != 0 {
+		if rc := d.rcConnect(p.qp, a, h.QPN, h.PSN, p.psn, rdmaTimeout, rdmaRetry); rc != 0 {
 			// Left in INIT or RTR: start again at the next hello.
 			d.destroyRCQP(peer)
 			return
@@ -483,6 +512,8 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 	}
 	defer d.life.Leave()
 	r := &d.rc
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
 	if int(peer) >= len(r.peers) || !r.peers[peer].ready {
 		return fmt.Errorf("verbs: RDMA toward rank %d: %w", peer, hal.ErrNotConnected)
 	}
@@ -566,6 +597,7 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 				continue
 			}
 			op := &r.ops[slot]
+			r.connMu.Lock() // not around fn, which may post again
 			p := &r.peers[op.peer]
 			p.inflight--
 			r.inflight--
@@ -578,6 +610,7 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 				// on it completes flushed, and it is replaced.
 				p.state, p.ready = rcBroken, false
 			}
+			r.connMu.Unlock()
 			if op.parts > 0 {
 				continue
 			}

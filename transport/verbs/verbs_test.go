@@ -79,8 +79,25 @@ func TestConformanceTwoDevices(t *testing.T) {
 	})
 }
 
+// TestConformanceDatagrams runs the suite over the UD queue pair
+// (Options.Datagrams), on one device and across two.
+func TestConformanceDatagrams(t *testing.T) {
+	for _, p := range rxePairs(t) {
+		t.Run(p[0]+"-"+p[1], func(t *testing.T) {
+			haltest.Run(t, func(t *testing.T, size int) haltest.Net {
+				devs := make([]hal.Device, size)
+				for r := range devs {
+					devs[r] = openRank(t, hal.Rank(r), size, Options{Device: p[r%2], Datagrams: true})
+				}
+				return haltest.Net{Devs: devs, JobKey: testJobKey}
+			})
+		})
+	}
+}
+
 // TestOpenDefaults: the zero Options find an active device, the RoCE v2
-// IPv4 GID the VM reports, and an MTU from the port.
+// IPv4 GID the VM reports, reliable frames of FrameSlot bytes (with
+// Datagrams: unreliable, an MTU from the port).
 func TestOpenDefaults(t *testing.T) {
 	names := rxeDevs(t)
 	d := openRank(t, 0, 1, Options{})
@@ -91,8 +108,12 @@ func TestOpenDefaults(t *testing.T) {
 		t.Errorf("GID index %d, want %s (RXE0_GID_INDEX)", d.GIDIndex(), want)
 	}
 	c := d.Caps()
-	if c.Reliable || c.Ordered || c.MTU <= 0 || (c.MTU+hal.HeaderLen)&(c.MTU+hal.HeaderLen-1) != 0 {
-		t.Errorf("Caps %+v: want unreliable, unordered, MTU a power of two less the frame header", c)
+	if !c.Reliable || !c.Ordered || c.MTU != FrameSlot-hal.HeaderLen {
+		t.Errorf("Caps %+v: want reliable, ordered, MTU FrameSlot less the frame header", c)
+	}
+	dg := openRank(t, 0, 1, Options{Datagrams: true}).Caps()
+	if dg.Reliable || dg.Ordered || dg.MTU <= 0 || (dg.MTU+hal.HeaderLen)&(dg.MTU+hal.HeaderLen-1) != 0 {
+		t.Errorf("Caps with Datagrams %+v: want unreliable, unordered, MTU a power of two less the frame header", dg)
 	}
 	a, err := ParseAddress(d.Addr())
 	if err != nil || !isIPv4Mapped(a.GID) || a.QKey != qkeyFor(testJobKey) {

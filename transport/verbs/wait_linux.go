@@ -24,6 +24,9 @@ import (
 // the eventfd (Close, context cancellation), so this is only a safety net.
 const maxBlock = time.Second
 
+// starvedBlock bounds one ppoll while Send has no free slot.
+const starvedBlock = time.Millisecond
+
 // Wait returns when Poll has frames to deliver (nil; it may also return nil
 // early), when ctx is done (ctx.Err()), or when the device is closed
 // (hal.ErrClosed), including by a Close from another goroutine.
@@ -109,7 +112,7 @@ func (d *Device) peek() (bool, error) {
 		return true, nil
 	}
 	if !d.armed.Load() {
-		if rc := C.weft_req_notify(d.rcq); rc != 0 {
+		if rc := C.weft_req_notify(d.rx.cq); rc != 0 {
 			return false, fmt.Errorf("verbs: %s: ibv_req_notify_cq: %v", d.devName, syscall.Errno(rc))
 		}
 		d.armed.Store(true)
@@ -124,10 +127,10 @@ func (d *Device) take() (bool, error) {
 	if rx.next < rx.n {
 		return true, nil
 	}
-	if err := d.postRecv(); err != nil {
+	if err := d.postRecvFrom(batch); err != nil { // (a batch adds at most batch buffers)
 		return false, err
 	}
-	got := C.weft_poll_rx(d.rcq, &rx.cqe[0], C.int(min(batch, d.opts.RecvRing)))
+	got := C.weft_poll_rx(d.rx.cq, &rx.cqe[0], C.int(min(batch, d.opts.RecvRing)))
 	if got < 0 {
 		return false, fmt.Errorf("verbs: %s: ibv_poll_cq (receive): %v", d.devName, syscall.Errno(-got))
 	}
@@ -151,6 +154,12 @@ func (d *Device) block(ctx context.Context) error {
 			return err
 		}
 		timeout := maxBlock
+		if d.starved.Load() {
+			// Send found every slot in flight: the send CQ is on the
+			// channel but not armed (a completion per frame would wake
+			// every Wait), so look again soon.
+			timeout = starvedBlock
+		}
 		if hasDeadline {
 			timeout = max(0, min(timeout, time.Until(deadline)))
 		}
