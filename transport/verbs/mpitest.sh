@@ -24,6 +24,13 @@
 #                   devices, on rxe0 alone and rxe0<->rxe1, interleaved
 #                   over MPITEST_ROUNDS rounds (default 1;
 #                   one round adds ~5 min to the VM run under TCG)
+#   MPITEST_BENCH_OLD  with --bench: a bench binary of another build (built
+#                   with -tags verbs), run before this build's in every
+#                   round (before and after in one boot)
+#   MPITEST_SIZES   with --bench: more message sizes for the latency
+#                   comparison ("64 4096 65536"): bench latency then runs
+#                   from 8 B to the largest in powers of two, and
+#                   ib_send_lat once per size
 #   RXE_RUN         path of rxe-run (default: ../shared/rxe-vm/rxe-run from
 #                   the repository root)
 #   VMTEST_TIMEOUT  seconds before the VM is stopped (default 600)
@@ -114,16 +121,29 @@ if [ $guest = 1 ]; then
 		"$cmd" -d "$cdev" -x "$cgid" "$@" 127.0.0.1 2>&1 | grep -E '^ *[0-9]+ +[0-9]+ ' || echo "($cmd failed)"
 		wait $spid || true
 	}
+	benches=bench
+	latmax=8
+	for s in ${MPITEST_SIZES:-}; do
+		if [ "$s" -gt $latmax ]; then latmax=$s; fi
+	done
+	[ -x ./bench-old ] && benches="bench-old bench"
 	if [ $bench = 1 ] && [ $failed = 0 ]; then
 		for ((round = 1; round <= ${MPITEST_ROUNDS:-1}; round++)); do
 			for devs in rxe0 rxe0,rxe1; do
 				cdev=${devs#*,}
 				echo "## round $round, $devs"
-				echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench latency -min 8 -max 8 -iters 3000"
-				./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench latency -min 8 -max 8 -iters 3000 2>&1 | grep -E '^[0-9]' || fail "bench latency"
+				for b in $benches; do
+					echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./$b latency -min 8 -max $latmax -iters 3000"
+					./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./$b latency -min 8 -max "$latmax" -iters 3000 2>&1 | grep -E '^[0-9]' || fail "$b latency"
+				done
 				perf rxe0 "$cdev" ib_send_lat -s 8 -n 3000
-				echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M"
-				./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./bench bw -min 1M -max 1M 2>&1 | grep -E '^[0-9]' || fail "bench bw"
+				for s in ${MPITEST_SIZES:-}; do
+					perf rxe0 "$cdev" ib_send_lat -s "$s" -n 1000
+				done
+				for b in $benches; do
+					echo "# gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./$b bw -min 1M -max 1M"
+					./gorun -n 2 --transport verbs -x WEFT_VERBS_DEVICE=$devs ./$b bw -min 1M -max 1M 2>&1 | grep -E '^[0-9]' || fail "$b bw"
+				done
 				perf rxe0 "$cdev" ib_write_bw -s 1048576 -n 200
 				perf rxe0 "$cdev" ib_read_bw -s 1048576 -n 200
 			done
@@ -154,6 +174,9 @@ t0=$SECONDS
 	CGO_ENABLED=1 go build -tags verbs -o "$work/pi" ./examples/pi
 	if [ $bench = 1 ]; then
 		CGO_ENABLED=1 go build -tags verbs -o "$work/bench" ./bench
+		if [ -n "${MPITEST_BENCH_OLD:-}" ]; then
+			cp "$MPITEST_BENCH_OLD" "$work/bench-old"
+		fi
 	fi
 )
 cp "$here/mpitest.sh" "$work/"
@@ -161,6 +184,6 @@ built=$((SECONDS - t0))
 
 cd "$work"
 status=0
-"$rxe_run" --timeout "${VMTEST_TIMEOUT:-600}" --dir "$work" -e MPITEST_ROUNDS="${MPITEST_ROUNDS:-1}" -- bash "$work/mpitest.sh" --guest "$@" || status=$?
+"$rxe_run" --timeout "${VMTEST_TIMEOUT:-600}" --dir "$work" -e MPITEST_ROUNDS="${MPITEST_ROUNDS:-1}" -e MPITEST_SIZES="${MPITEST_SIZES:-}" -- bash "$work/mpitest.sh" --guest "$@" || status=$?
 echo "mpitest.sh: build ${built}s, VM run $((SECONDS - t0 - built))s, exit status $status" >&2
 exit $status
