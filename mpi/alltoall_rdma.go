@@ -71,8 +71,8 @@ const alltoallRDMALarge = 64 << 10
 // host that no single copy reaches (UDP over loopback): there, each
 // rank's p-1 Puts at once lost to the ring and the pairwise exchange
 // from 1 MiB on 8 ranks (bench/results/allgather-rdma.md). Where single
-// copies reach the members (shm, mpi.Run) or the members span hosts,
-// Puts won at every size up to 4 MiB.
+// copies reach the members (shm, mpi.Run) Puts won at every size up to
+// 4 MiB, and so did Alltoall's across hosts.
 const putCollOneHostMax = 1 << 20
 
 // alltoallPut reports whether an Alltoall of n bytes per peer goes by
