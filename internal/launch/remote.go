@@ -23,17 +23,19 @@ import (
 // without job control starts background commands with SIGINT and SIGQUIT
 // ignored, which the rank would inherit (dash cannot undo it with trap),
 // and gorun's Ctrl-C would not stop it. The left side prints the pid of
-// the shell that then execs the rank (in a process group of its own when
-// setsid exists, so that whatever the rank starts goes with it; until
-// setsid has run, a signal goes to the rank itself), and the rank's status
-// once it ends; the rank's output goes to the original stdout (fd 4). The
+// the shell that then execs the rank, and the rank's status once it ends;
+// the rank's output goes to the original stdout (fd 4). Where setsid
+// exists, that shell runs under it, so its process group (whatever the
+// rank starts goes with it) exists before its pid is printed: a signal
+// that came between the two, when the rank was signalled alone, left
+// alive what the rank had started by then, holding the output open. The
 // right side runs the signal reader in the background and exits with the
 // rank's status (128+N for signal N), after removing the job's
 // shared-memory segments on that host if the rank failed, since gorun
 // cannot reach them (only a prefix of the form .../weft-KEY-: an unset one
 // must never become "rm *").
 const remoteScript = `exec 3<&0 </dev/null 4>&1
-{ sh -c 'echo "$$"; exec >&4 4>&- 3<&-; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi; exec "$@"' weft-rank "$@"; echo "$?"; } | {
+{ g=; if command -v setsid >/dev/null 2>&1; then g=setsid; fi; $g sh -c 'echo "$$"; exec >&4 4>&- 3<&-; exec "$@"' weft-rank "$@"; echo "$?"; } | {
 read -r p
 k() { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
 ( while read -r s <&3; do case $s in USR1|USR2) kill -s "$s" "$p" 2>/dev/null;; *) k "$s";; esac; done; k KILL ) &

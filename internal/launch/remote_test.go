@@ -103,6 +103,43 @@ func TestRemoteScript(t *testing.T) {
 	}
 }
 
+// TestRemoteScriptSignalAtStart: a signal that arrives while the wrapper
+// is still starting the rank reaches the rank's whole process group, its
+// children too, so nothing of the rank is left holding the wrapper's
+// output (which would keep ssh, and gorun's wait for it, open). Before
+// the rank's group existed when its pid was published, a TERM in that
+// window was sent to the pid alone, and a child the rank had started by
+// then lived on: 1 run of TestRemoteScript's TERM case in a few hundred.
+func TestRemoteScriptSignalAtStart(t *testing.T) {
+	dir := t.TempDir()
+	tries := 200
+	if testing.Short() {
+		tries = 40
+	}
+	for i := range tries {
+		line := remoteCommand(dir, nil, filepath.Join(dir, "weft-x-"), "sh", []string{"-c", "sleep 30 & wait"})
+		cmd := exec.Command("sh", "-c", line)
+		in, _ := cmd.StdinPipe()
+		var out strings.Builder
+		cmd.Stdout = &out // Wait waits for every holder of the pipe to close it
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(in, "TERM\n")
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			exec.Command("pkill", "-f", "^sleep 30$").Run()
+			in.Close()
+			t.Fatalf("try %d: a TERM at the rank's start left its child holding the output (10 s)", i)
+		}
+		in.Close()
+	}
+}
+
 // fakeRsh writes an rsh that runs the command on this machine, as ssh to
 // another host would: it takes the host and the command line, and runs the
 // line with sh -c (the remote login shell), stdin and all, in the
