@@ -4,15 +4,12 @@
 // sysmon is the thread the runtime starts first, before any package's
 // init: it wakes on its own to preempt long-running goroutines, retake
 // processors from blocking system calls and poll the network. After every
-// stretch of idling or blocking it wakes every 20 µs (about 87 µs on this
-// machine, with the kernel's timer slack), for some 50 rounds, and only
-// then backs off to 10 ms. On a node where every core runs a polling rank,
-// each of those wake-ups takes a core from a rank: the kernel switches to
-// sysmon and back, 15-30 µs of which the peer waiting on that rank loses
-// too. Timed per call, OSU's 1,000 iterations of an 8-byte Allreduce on
-// 2 ranks (0.2 µs each) right after MPI_Init had, in the slow runs, 1-6
-// calls per rank of over 2 µs, most 22-32 µs (one 158), and measured
-// 0.29-0.45 µs instead of 0.20; a trace put a sysmon wake-up in each.
+// stretch of idling or blocking it wakes every 20 µs for some 50 rounds,
+// and only then backs off to 10 ms. On a node where every core runs a
+// polling rank, each of those wake-ups takes a core from a rank: the
+// kernel switches to sysmon and back, and the peer waiting on that rank
+// loses that time too. What it costs, and the A/B that keeps this package
+// (in launched ranks only), are in bench/results/sysmon.md.
 //
 // Batch moves sysmon to SCHED_BATCH: the same share of the processor, but
 // a wake-up no longer preempts the running thread; sysmon runs when the

@@ -33,10 +33,10 @@ func Batch() (tid int, err error) {
 	return batchTid, batchErr
 }
 
-// keepEvery is how often keep runs unbatch. A sweep of 22 threads took
-// 20-86 µs (200 sweeps): once a second it costs a polling rank nothing it
-// would notice, and a goroutine on an inherited SCHED_BATCH thread loses
-// its wake-up preemption for at most that long.
+// keepEvery is how often keep runs unbatch: a sweep takes tens of
+// microseconds (bench/results/sysmon.md), so once a second it costs a
+// polling rank nothing it would notice, and a goroutine on an inherited
+// SCHED_BATCH thread loses its wake-up preemption for at most that long.
 const keepEvery = time.Second
 
 // keep moves every thread of this process but sysmon's (tid) that is on
