@@ -10,6 +10,8 @@
 #   2 ranks on rxe0 (the adapter's loopback): collcheck, pi
 #   3 ranks over rxe0,rxe1 (WEFT_VERBS_DEVICE: ranks 0 and 2 on rxe0,
 #     rank 1 on rxe1, so frames cross the veth wire): collcheck, pi
+#   1 rank, no launcher, WEFT_TRANSPORT=auto: pi, and auto must say it
+#     picked the verbs device
 #
 # Each job must print its exact result ("collcheck ok: R rounds on N
 # ranks", "pi ≈ 3.141592653590"); at trace level 2 every rank must say it
@@ -105,6 +107,15 @@ if [ $guest = 1 ]; then
 	echo "mpitest: veth0 sent $((v1 - v0)) packets during the 3-rank jobs"
 	[ $((v1 - v0)) -ge 100 ] || fail "the 3-rank jobs sent $((v1 - v0)) packets over veth0: rxe0<->rxe1 not used"
 	grep -h -e "^collcheck ok" -e "^pi ≈" ./*.out
+
+	# auto, in a build with -tags verbs: a rank alone (no launcher, so no
+	# rank shares its node) takes the RDMA device instead of UDP.
+	status=0
+	WEFT_TRANSPORT=auto WEFT_TRACE=2 WEFT_VERBS_DEVICE=rxe0 ./pi >auto-1.out 2>&1 || status=$?
+	echo "mpitest: auto-1: 1 rank, WEFT_TRANSPORT=auto, exit status $status"
+	[ $status = 0 ] || fail "auto-1: exit status $status"
+	grep -q "mpi: rank 0 auto picked verbs device rxe0 port 1" auto-1.out || fail "auto-1: auto did not pick the verbs device"
+	grep -q "^pi ≈ 3.141592653590" auto-1.out || fail "auto-1: not pi ≈ 3.141592653590"
 
 	# perf SERVER_DEV CLIENT_DEV CMD ARGS...: a perftest pair, server first
 	# (its TCP side channel goes over lo); prints the client's table.
