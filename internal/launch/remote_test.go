@@ -40,15 +40,11 @@ func TestRemoteScript(t *testing.T) {
 	}
 	wait := func(cmd *exec.Cmd) int {
 		t.Helper()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
+		code, ok := waitWrapper(cmd)
+		if !ok {
 			t.Fatal("remote wrapper did not end")
 		}
-		return cmd.ProcessState.ExitCode()
+		return code
 	}
 
 	cmd, in, out := start("-c", `echo "$GREETING|$QUOTE|$1|$(pwd)"; exit 3`, "arg0", "two words")
@@ -126,17 +122,27 @@ func TestRemoteScriptSignalAtStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		io.WriteString(in, "TERM\n")
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
+		_, ok := waitWrapper(cmd)
+		in.Close()
+		if !ok {
 			exec.Command("pkill", "-f", "^sleep 30$").Run()
-			in.Close()
 			t.Fatalf("try %d: a TERM at the rank's start left its child holding the output (10 s)", i)
 		}
-		in.Close()
+	}
+}
+
+// waitWrapper waits up to 10 s for a wrapper started as ssh would start
+// it, and for its output to be closed by everything holding it; it kills
+// the wrapper if that takes longer (ok false).
+func waitWrapper(cmd *exec.Cmd) (code int, ok bool) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode(), true
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		return -1, false
 	}
 }
 
