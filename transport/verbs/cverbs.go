@@ -66,11 +66,10 @@ int weft_poll_tx(struct ibv_cq *cq, uint64_t *last, int *bad) {
 	}
 }
 
-int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len,
-                          const uint32_t *slots, int n) {
-	struct ibv_recv_wr wr[WEFT_BATCH], *bad;
-	struct ibv_sge sge[WEFT_BATCH];
-	if (n > WEFT_BATCH) n = WEFT_BATCH;
+// weft_recv_chain links n receive work requests, slot slots[i]'s buffer
+// (slot_len bytes at base) in each, for one post (n <= WEFT_BATCH).
+void weft_recv_chain(struct ibv_recv_wr *wr, struct ibv_sge *sge, uint64_t base, uint32_t lkey,
+                     uint32_t slot_len, const uint32_t *slots, int n) {
 	for (int i = 0; i < n; i++) {
 		sge[i].addr = base + (uint64_t)slots[i] * slot_len;
 		sge[i].length = slot_len;
@@ -80,6 +79,14 @@ int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slo
 		wr[i].num_sge = 1;
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
+}
+
+int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len,
+                          const uint32_t *slots, int n) {
+	struct ibv_recv_wr wr[WEFT_BATCH], *bad;
+	struct ibv_sge sge[WEFT_BATCH];
+	if (n > WEFT_BATCH) n = WEFT_BATCH;
+	weft_recv_chain(wr, sge, base, lkey, slot_len, slots, n);
 	return ibv_post_recv(qp, wr, &bad);
 }
 

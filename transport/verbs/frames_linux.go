@@ -11,6 +11,8 @@ package verbs
 typedef struct { uint32_t slot; uint32_t len; int32_t status; uint32_t pad; } weft_rx; // cverbs.go
 int weft_poll_rx(struct ibv_cq *cq, weft_rx *out, int n);
 int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len, const uint32_t *slots, int n);
+void weft_recv_chain(struct ibv_recv_wr *wr, struct ibv_sge *sge, uint64_t base, uint32_t lkey,
+                     uint32_t slot_len, const uint32_t *slots, int n);
 int weft_get_event(struct ibv_comp_channel *ch);
 int weft_req_notify(struct ibv_cq *cq);
 int weft_rc_init(struct ibv_qp *qp, uint8_t port);
@@ -62,15 +64,7 @@ int weft_post_srq_recv(struct ibv_srq *srq, uint64_t base, uint32_t lkey, uint32
 	struct ibv_recv_wr wr[32], *bad;
 	struct ibv_sge sge[32];
 	if (n > 32) n = 32;
-	for (int i = 0; i < n; i++) {
-		sge[i].addr = base + (uint64_t)slots[i] * slot_len;
-		sge[i].length = slot_len;
-		sge[i].lkey = lkey;
-		wr[i].wr_id = slots[i];
-		wr[i].sg_list = &sge[i];
-		wr[i].num_sge = 1;
-		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
-	}
+	weft_recv_chain(wr, sge, base, lkey, slot_len, slots, n);
 	return ibv_post_srq_recv(srq, wr, &bad);
 }
 
