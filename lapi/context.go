@@ -242,6 +242,21 @@ func (c *Context) Device() hal.Device { return c.dev }
 // remote Put, Get and Rmw may reach.
 func (c *Context) TPT() *hal.TPT { return c.tpt }
 
+// Register makes mem reachable by the peers' Put, Get and Rmw with the
+// given access, on every device of the rank, and returns the PVO that
+// names it (hal.TPT.Register). The caller keeps mem alive and in place
+// until Deregister. These are weft's own registrations (MPI's): the
+// tracker of Config.Track records only those a program makes on the TPT
+// itself.
+func (c *Context) Register(mem []byte, acc hal.Access) (hal.PVO, error) {
+	return c.tpt.Register(mem, acc)
+}
+
+// Deregister removes the region p names: later accesses with p fail the
+// key check, at this rank and, once the removal reaches them, at the
+// peers' replicas.
+func (c *Context) Deregister(p hal.PVO) error { return c.tpt.Deregister(p) }
+
 // Tracker is the registry of live resources the context was opened with
 // (Config.Track), nil when tracking is off.
 func (c *Context) Tracker() *track.Registry { return c.cfg.Track }

@@ -49,11 +49,11 @@ func allreduceAccumulate(c *Comm, acc []byte, es int, red reducer) error {
 	block := func(i int) []byte { return acc[off(i):off(i+1)] }
 	right, left := (c.rank+1)%p, (c.rank-1+p)%p
 	mine, sent := accCounters(c)
-	region, err := lc.TPT().Register(acc, hal.AccessWrite)
+	region, err := lc.Register(acc, hal.AccessWrite)
 	if err != nil {
 		return err
 	}
-	defer lc.TPT().Deregister(region)
+	defer lc.Deregister(region)
 	// Tell the left neighbour where to accumulate and which counter each
 	// step bumps; learn the same of the right one.
 	me, them := make([]byte, hal.PVOLen+4*(p-1)), make([]byte, hal.PVOLen+4*(p-1))

@@ -110,11 +110,11 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 			c.rput = nil // late reports of this call's Puts land in st
 		}
 	}()
-	region, err := lc.TPT().Register(recv, hal.AccessWrite)
+	region, err := lc.Register(recv, hal.AccessWrite)
 	if err != nil {
 		return fmt.Errorf("register the receive buffer: %w", err)
 	}
-	defer lc.TPT().Deregister(region)
+	defer lc.Deregister(region)
 	// Nothing of this call lands before the peers have the PVO, which
 	// goes out below: every earlier call's Puts into this rank have
 	// landed (it waited for them), so base counts none of this one's.

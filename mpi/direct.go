@@ -138,18 +138,18 @@ func allreduceDirect(c *Comm, recv, send []byte, es int, red reducer) error {
 // registerBoth registers send and recv for the peers' reads (once when
 // they are the same buffer) and returns their PVOs and what releases them.
 func registerBoth(c *Comm, send, recv []byte) (spvo, rpvo hal.PVO, release func(), err error) {
-	tpt := c.w.lc.TPT()
-	if spvo, err = tpt.Register(send, hal.AccessRead); err != nil {
+	lc := c.w.lc
+	if spvo, err = lc.Register(send, hal.AccessRead); err != nil {
 		return
 	}
 	if &recv[0] == &send[0] {
-		return spvo, spvo, func() { tpt.Deregister(spvo) }, nil
+		return spvo, spvo, func() { lc.Deregister(spvo) }, nil
 	}
-	if rpvo, err = tpt.Register(recv, hal.AccessRead); err != nil {
-		tpt.Deregister(spvo)
+	if rpvo, err = lc.Register(recv, hal.AccessRead); err != nil {
+		lc.Deregister(spvo)
 		return
 	}
-	return spvo, rpvo, func() { tpt.Deregister(spvo); tpt.Deregister(rpvo) }, nil
+	return spvo, rpvo, func() { lc.Deregister(spvo); lc.Deregister(rpvo) }, nil
 }
 
 // exchangePVOs sends me to every other rank and receives theirs into all

@@ -338,7 +338,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		}
 		return r, nil
 	}
-	pvo, err := w.lc.TPT().Register(b, hal.AccessRead)
+	pvo, err := w.lc.Register(b, hal.AccessRead)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
@@ -358,7 +358,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		w.mu.Lock()
 		w.reqs.remove(r)
 		w.mu.Unlock()
-		w.lc.TPT().Deregister(pvo)
+		w.lc.Deregister(pvo)
 		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
 	return r, nil
@@ -651,7 +651,7 @@ func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	w.mu.Lock()
 	r := w.reqs.get(binary.LittleEndian.Uint32(uhdr))
 	if r != nil && !r.recv && (r.sp == nil || !r.sp.putting) {
-		w.lc.TPT().Deregister(r.pvo)
+		w.lc.Deregister(r.pvo)
 		var err error
 		if r.sp != nil {
 			err = r.sp.err // its part could not be written

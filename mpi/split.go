@@ -70,7 +70,7 @@ func (w *World) startSplit(r *request, n int) {
 	if w.writeRendezvous {
 		half, parts = 0, 1
 	}
-	pvo, err := w.lc.TPT().Register(r.buf[half:n], hal.AccessWrite)
+	pvo, err := w.lc.Register(r.buf[half:n], hal.AccessWrite)
 	if err != nil {
 		w.failGet(r, err)
 		return
@@ -120,7 +120,7 @@ func (w *World) partDone(r *request, err error) bool {
 func (w *World) endSplit(r *request) {
 	r.sp.parts = 0
 	w.reqs.remove(r)
-	w.lc.TPT().Deregister(r.pvo)
+	w.lc.Deregister(r.pvo)
 }
 
 // ctsHandler takes a CTS at the sender: its OnComplete writes the upper

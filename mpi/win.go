@@ -208,11 +208,11 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	}
 	var err error
 	if len(win.mem) > 0 {
-		if win.reg, err = lc.TPT().Register(win.mem, hal.AccessRead|hal.AccessWrite); err != nil {
+		if win.reg, err = lc.Register(win.mem, hal.AccessRead|hal.AccessWrite); err != nil {
 			return nil, fmt.Errorf("mpi: new window: %w", err)
 		}
 	}
-	if win.lreg, err = lc.TPT().Register(asBytes(win.lockw), hal.AccessRead|hal.AccessWrite); err != nil {
+	if win.lreg, err = lc.Register(asBytes(win.lockw), hal.AccessRead|hal.AccessWrite); err != nil {
 		win.deregister()
 		return nil, fmt.Errorf("mpi: new window: %w", err)
 	}
@@ -258,10 +258,10 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 // deregister releases the window's registrations.
 func (win *Win[T]) deregister() {
 	if win.reg != (hal.PVO{}) {
-		win.lc.TPT().Deregister(win.reg)
+		win.lc.Deregister(win.reg)
 	}
 	if win.lreg != (hal.PVO{}) {
-		win.lc.TPT().Deregister(win.lreg)
+		win.lc.Deregister(win.lreg)
 	}
 }
 
