@@ -40,9 +40,8 @@ type nativeState struct {
 	cache *lazyreg.Cache[hal.MR]
 	regs  map[uint32]nativeReg // TPT entry → its registration (c.cm.mu)
 	ops   []nativeOp           // transfers in flight, by id (c.mu)
-	free  []uint32
-	n     int      // transfers in flight, posted or queued
-	queue []uint32 // transfers the device had no room for, oldest first (c.mu)
+	free  []uint32             // ids of ops not in use: len(ops)-len(free) are in flight
+	queue []uint32             // transfers the device had no room for, oldest first (c.mu)
 	done  func(id uint64, err error)
 	stats OneSidedStats
 }
@@ -253,7 +252,6 @@ func (nv *nativeState) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write
 		nv.ops = append(nv.ops, nativeOp{})
 	}
 	nv.ops[id] = nativeOp{o: o, reg: reg, pvo: p, buf: buf, raddr: uint64(addr), rkey: e.RKey, peer: tgt, write: write, used: true}
-	nv.n++
 	if len(nv.queue) == 0 {
 		err = nv.postNative(id)
 	}
@@ -268,7 +266,6 @@ func (nv *nativeState) nativeTransfer(tgt hal.Rank, p hal.PVO, buf []byte, write
 	if err != nil {
 		nv.ops[id] = nativeOp{}
 		nv.free = append(nv.free, id)
-		nv.n--
 		nv.stats.Fallbacks++
 		c.mu.Unlock()
 		_ = nv.cache.Release(reg)
@@ -316,7 +313,7 @@ func (nv *nativeState) nativeQueued() bool { return len(nv.queue) > 0 }
 // a pass of the progress engine.
 func (nv *nativeState) pollNative() {
 	c := nv.c
-	if nv.n == 0 {
+	if len(nv.free) == len(nv.ops) { // no transfer in flight, posted or queued
 		return
 	}
 	if _, err := nv.dev.PollOneSided(nv.done); err != nil && !c.closed {
@@ -336,7 +333,6 @@ func (nv *nativeState) nativeDone(id uint64, err error) {
 	op := nv.ops[id]
 	nv.ops[id] = nativeOp{}
 	nv.free = append(nv.free, uint32(id))
-	nv.n--
 	_ = nv.cache.Release(op.reg)
 	if errors.Is(err, hal.ErrNotConnected) && c.peerErr[op.peer] == nil && !c.closed {
 		nv.stats.Retries++
