@@ -14,12 +14,8 @@ package mpi
 const allgatherRDMALarge = 64 << 10
 
 // allgatherPut reports whether an Allgather of n bytes per rank goes by
-// Puts. Every member decides alike from the block's size and the
-// communicator's.
-func (c *Comm) allgatherPut(n int) bool {
-	m := c.w.allgatherPutMin
-	return m > 0 && n >= m && c.size > 1 && c.putsFit(n)
-}
+// Puts (allgatherRDMA).
+func (c *Comm) allgatherPut(n int) bool { return c.usePuts(n, c.w.allgatherPutMin) }
 
 // allgatherRDMA is Allgather by Puts: send goes to block c.rank of every
 // member's recv.

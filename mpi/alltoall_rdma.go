@@ -76,18 +76,16 @@ const alltoallRDMALarge = 64 << 10
 const putCollOneHostMax = 1 << 20
 
 // alltoallPut reports whether an Alltoall of n bytes per peer goes by
-// Puts (alltoallRDMA). Every member decides alike from the block's size
-// and the communicator's.
-func (c *Comm) alltoallPut(n int) bool {
-	m := c.w.alltoallPutMin
-	return m > 0 && n >= m && c.size > 1 && c.putsFit(n)
-}
+// Puts (alltoallRDMA).
+func (c *Comm) alltoallPut(n int) bool { return c.usePuts(n, c.w.alltoallPutMin) }
 
-// putsFit reports whether blocks of n bytes may go by Puts on c: below
-// putCollOneHostMax, or where single copies reach the members, or the
-// members span hosts.
-func (c *Comm) putsFit(n int) bool {
-	return n < putCollOneHostMax || c.w.lc.SingleCopy() > 0 || c.hier != nil
+// usePuts reports whether blocks of n bytes go by Puts on c, from least
+// bytes (0: never): below putCollOneHostMax, or where single copies reach
+// the members, or the members span hosts. Every member decides alike
+// from the block's size and the communicator's.
+func (c *Comm) usePuts(n, least int) bool {
+	return least > 0 && n >= least && c.size > 1 &&
+		(n < putCollOneHostMax || c.w.lc.SingleCopy() > 0 || c.hier != nil)
 }
 
 // alltoallRDMA is Alltoall by Puts: block q of send goes to member q's
