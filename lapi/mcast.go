@@ -361,9 +361,7 @@ func (st *mcastState) stream() {
 		more, err := st.pumpLocked()
 		if err != nil {
 			st.failLocked(err)
-			st.progressLocked()
-			c.mu.Unlock()
-			c.am.runCompletions()
+			st.progressUnlock()
 			return
 		}
 		if !more {
@@ -371,9 +369,7 @@ func (st *mcastState) stream() {
 				st.trace("stream sent (%d frames so far from this rank), end messages go", c.coll.mcastTable().stats.FramesSent)
 			}
 			st.sendEndsLocked()
-			st.progressLocked()
-			c.mu.Unlock()
-			c.am.runCompletions()
+			st.progressUnlock()
 			return
 		}
 		full := st.queued > 0 // the device said ErrNoResource, not a burst's end
@@ -471,9 +467,7 @@ func (st *mcastState) kidDone(err error) {
 	} else {
 		st.dones++
 	}
-	st.progressLocked()
-	c.mu.Unlock()
-	c.am.runCompletions()
+	st.progressUnlock()
 }
 
 // ended is the trigger of the end message at a receiver: it reads what
@@ -494,9 +488,7 @@ func (st *mcastState) ended(err error) {
 	}
 	st.endSeen = true
 	if st.err != nil {
-		st.progressLocked()
-		c.mu.Unlock()
-		c.am.runCompletions()
+		st.progressUnlock()
 		return
 	}
 	t := c.coll.mcastTable()
@@ -512,9 +504,7 @@ func (st *mcastState) ended(err error) {
 	})
 	if len(gets) == 0 {
 		st.landed = true
-		st.progressLocked()
-		c.mu.Unlock()
-		c.am.runCompletions()
+		st.progressUnlock()
 		return
 	}
 	if trace.On(trace.Internal) {
@@ -544,9 +534,15 @@ func (st *mcastState) repaired(err error) {
 	} else {
 		st.landed = true
 	}
+	st.progressUnlock()
+}
+
+// progressUnlock is progressLocked, then the lock released and the
+// completions it queued run.
+func (st *mcastState) progressUnlock() {
 	st.progressLocked()
-	c.mu.Unlock()
-	c.am.runCompletions()
+	st.c.mu.Unlock()
+	st.c.am.runCompletions()
 }
 
 // progressLocked tells the counters what is done, and the root when a
