@@ -85,20 +85,9 @@ func checkMismatchOn(t *testing.T, run func(int, func(*Comm) error) error, ranks
 		}
 		errs[c.Rank()] = mismatchCase(c, kind, n)
 		// The communicator goes on: nothing the failed call left behind
-		// may be taken for a later call's data. The first call after may
-		// still fail, at a rank that finished the bad one without hearing
-		// of its abort (a broadcast's root), but with ErrArg, never with
-		// a wrong result; the second is exact everywhere.
-		for i := range 2 {
-			v := []float64{float64(c.Rank()), 1}
-			err := Allreduce(c, v, v, Sum)
-			switch want := float64(ranks * (ranks - 1) / 2); {
-			case err != nil && (i == 1 || !errors.Is(err, ErrArg)):
-				after[c.Rank()] = fmt.Errorf("allreduce %d after the mismatch: %w", i+1, err)
-			case err == nil && (v[0] != want || v[1] != float64(ranks)):
-				after[c.Rank()] = fmt.Errorf("allreduce %d after the mismatch: %v, want [%v %v]", i+1, v, want, ranks)
-			}
-		}
+		// may be taken for a later call's data (a broadcast's root may
+		// finish the bad call without hearing of its abort).
+		after[c.Rank()] = allreducesAfter(c)
 		return nil
 	})
 	if err != nil {
@@ -124,6 +113,25 @@ func checkMismatchOn(t *testing.T, run func(int, func(*Comm) error) error, ranks
 			t.Errorf("%s %v on %d ranks: rank %d: %v", kind, pair, ranks, r, after[r])
 		}
 	}
+}
+
+// allreducesAfter runs two Allreduces on c after a call that failed: the
+// first may fail with ErrArg (a rank that finished the bad call may not
+// have heard of its abort), but never give a wrong result; the second is
+// exact.
+func allreducesAfter(c *Comm) error {
+	p := c.Size()
+	for i := range 2 {
+		v := []float64{float64(c.Rank()), 1}
+		err := Allreduce(c, v, v, Sum)
+		switch want := float64(p * (p - 1) / 2); {
+		case err != nil && (i == 1 || !errors.Is(err, ErrArg)):
+			return fmt.Errorf("allreduce %d after: %w", i+1, err)
+		case err == nil && (v[0] != want || v[1] != float64(p)):
+			return fmt.Errorf("allreduce %d after: %v, want [%v %v]", i+1, v, want, p)
+		}
+	}
+	return nil
 }
 
 // TestAbortCarriesCause: when a collective fails on one rank, the members
