@@ -142,6 +142,13 @@ type txRing struct {
 	head, posted, tail uint64
 	desc               []C.weft_tx
 	bytes              uint64 // queued bytes, counted as sent at Flush
+	// flushUD's batch and the counts weft_post_send and weft_poll_tx
+	// return: here, not on Flush's stack, because what Go hands to C
+	// escapes (an allocation each per Flush).
+	batch   [batch]C.weft_tx
+	nposted C.int
+	last    C.uint64_t
+	bad     C.int
 }
 
 // rxRing is the receive side: completions taken from the CQ but not yet
@@ -678,7 +685,7 @@ func (d *Device) flushUD() error {
 	t := &d.tx
 	size := uint64(len(t.desc))
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.sbuf[0])))
-	var tx [batch]C.weft_tx
+	tx := &t.batch
 	for t.posted < t.head {
 		k := 0
 		for ; k < batch && t.posted+uint64(k) < t.head; k++ {
@@ -688,8 +695,8 @@ func (d *Device) flushUD() error {
 				tx[k].signaled = 1
 			}
 		}
-		var posted C.int
-		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), &posted)
+		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), &t.nposted)
+		posted := t.nposted
 		var bytes uint64
 		for i := range int(posted) {
 			bytes += uint64(tx[i].len)
@@ -715,16 +722,16 @@ func (d *Device) reap() error {
 	if d.tx.tail == d.tx.posted {
 		return nil
 	}
-	last := C.uint64_t(d.tx.tail)
-	var bad C.int
-	n := C.weft_poll_tx(d.scq, &last, &bad)
+	t := &d.tx
+	t.last = C.uint64_t(t.tail)
+	n := C.weft_poll_tx(d.scq, &t.last, &t.bad)
 	if n < 0 {
 		return fmt.Errorf("verbs: %s: ibv_poll_cq (send): %v", d.devName, syscall.Errno(-n))
 	}
 	if n > 0 {
-		d.tx.tail = uint64(last) + 1
+		t.tail = uint64(t.last) + 1
 	}
-	if bad != 0 {
+	if bad := t.bad; bad != 0 {
 		return fmt.Errorf("verbs: %s: send completed with %s", d.devName, C.GoString(C.ibv_wc_status_str(uint32(bad))))
 	}
 	return nil

@@ -130,32 +130,40 @@ func connectBoth(t *testing.T, d0, d1 *Device) {
 }
 
 // TestFramesNoAlloc: a frame's Send, Flush and delivery allocate
-// nothing once the connection is up.
+// nothing once the connection is up, over reliable connections and over
+// datagrams (sealed: that device checks the CRC).
 func TestFramesNoAlloc(t *testing.T) {
 	dev := rxeDevs(t)[0]
-	d0 := openRank(t, 0, 2, Options{Device: dev})
-	d1 := openRank(t, 1, 2, Options{Device: dev})
-	connectBoth(t, d0, d1)
-	msg := make([]byte, 64)
-	hdr := frameTo(0, 1, msg)
-	got := 0
-	fn := func(*hal.Header, []byte) { got++ }
-	round := func() {
-		if err := sendAll(d0, hdr, msg); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for want := got + 1; got < want; {
-			if _, err := d1.Poll(fn); err != nil {
-				t.Fatal(err)
+	for _, datagrams := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rc", true: "datagrams"}[datagrams], func(t *testing.T) {
+			d0 := openRank(t, 0, 2, Options{Device: dev, Datagrams: datagrams})
+			d1 := openRank(t, 1, 2, Options{Device: dev, Datagrams: datagrams})
+			connectBoth(t, d0, d1)
+			msg := make([]byte, 64)
+			hdr := frameTo(0, 1, msg)
+			if datagrams {
+				hal.Seal(hdr, msg)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("no frame within 10 s")
+			got := 0
+			fn := func(*hal.Header, []byte) { got++ }
+			round := func() {
+				if err := sendAll(d0, hdr, msg); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for want := got + 1; got < want; {
+					if _, err := d1.Poll(fn); err != nil {
+						t.Fatal(err)
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("no frame within 10 s")
+					}
+				}
 			}
-		}
-	}
-	round() // the connection
-	if a := testing.AllocsPerRun(200, round); a != 0 {
-		t.Errorf("%v allocations per frame sent and delivered, want 0", a)
+			round() // the connection
+			if a := testing.AllocsPerRun(200, round); a != 0 {
+				t.Errorf("%v allocations per frame sent and delivered, want 0", a)
+			}
+		})
 	}
 }
