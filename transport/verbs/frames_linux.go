@@ -29,12 +29,8 @@ typedef struct {
 	uint32_t pad;
 } weft_ftx;
 
-// weft_fwc is one completion of a frame send.
-typedef struct {
-	uint64_t wr_id;
-	int32_t  status;
-	uint32_t pad;
-} weft_fwc;
+typedef struct { uint64_t wr_id; int32_t status; uint32_t qp_num; } weft_rc_wc; // rc_linux.go
+int weft_poll_rc(struct ibv_cq *cq, weft_rc_wc *out, int n);
 
 struct ibv_srq *weft_create_srq(struct ibv_pd *pd, uint32_t wr) {
 	struct ibv_srq_init_attr a = {0};
@@ -93,16 +89,6 @@ int weft_post_frames(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t s
 	return rc;
 }
 
-int weft_poll_frames(struct ibv_cq *cq, weft_fwc *out, int n) {
-	struct ibv_wc wc[32];
-	if (n > 32) n = 32;
-	int got = ibv_poll_cq(cq, n, wc);
-	for (int i = 0; i < got; i++) {
-		out[i].wr_id = wc[i].wr_id;
-		out[i].status = wc[i].status;
-	}
-	return got;
-}
 */
 import "C"
 
@@ -178,7 +164,7 @@ type ftxRing struct {
 	free    []uint32
 	pend    []pendFrame
 	bytes   uint64
-	wc      [batch]C.weft_fwc
+	wc      [batch]C.weft_rc_wc
 	tx      [batch]C.weft_ftx
 	nposted C.int // weft_post_frames' count, here so that it does not escape per call
 	inline  int   // frames up to this long are sent inline
@@ -610,7 +596,7 @@ func (d *Device) flushFrames() error {
 func (d *Device) reapFrames() error {
 	t := &d.ftx
 	for {
-		got := C.weft_poll_frames(d.fscq, &t.wc[0], batch)
+		got := C.weft_poll_rc(d.fscq, &t.wc[0], batch)
 		if got < 0 {
 			return fmt.Errorf("verbs: %s: ibv_poll_cq (frame send): %v", d.devName, syscall.Errno(-got))
 		}
