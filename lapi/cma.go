@@ -136,7 +136,7 @@ func (cs *cmaState) pushTPT(peer hal.Rank) bool {
 		return true
 	}
 	end := cs.takeTPTChanges()
-	if from := cs.sentTo[peer]; from < end && peer != c.rank && c.peerErr[peer] == nil {
+	if from := cs.sentTo[peer]; from < end && peer != c.rank && c.peerFault(peer) == nil {
 		// A peer that has had nothing yet, or restarted, or failed and
 		// came back after the log moved on without it, gets every entry
 		// there is (the net effect of the log, and no longer); the
@@ -186,7 +186,7 @@ func (cs *cmaState) trimTPTLog() {
 	c := cs.c
 	low := cs.logBase + uint64(len(cs.log))
 	for p, s := range cs.sentTo {
-		if hal.Rank(p) != c.rank && c.peerErr[p] == nil && s < low && (cs.to == nil || cs.to[p]) {
+		if hal.Rank(p) != c.rank && c.peerFault(hal.Rank(p)) == nil && s < low && (cs.to == nil || cs.to[p]) {
 			low = s
 		}
 	}
@@ -276,8 +276,8 @@ func (cs *cmaState) lockForTransfer(tgt hal.Rank, write bool) (hal.Access, error
 	case c.closed:
 		c.mu.Unlock()
 		return acc, ErrClosed
-	case c.peerErr[tgt] != nil:
-		err := c.peerErr[tgt]
+	case c.peerFault(tgt) != nil:
+		err := c.peerFault(tgt)
 		c.mu.Unlock()
 		return acc, err
 	}

@@ -34,10 +34,9 @@ type Context struct {
 	// fn run under it (tx.go).
 	mu       sync.Mutex
 	closed   bool
-	peerErr  []error
 	onFail   []func(*Tx, hal.Rank, error)
 	tx       Tx                      // lent to code run inside the dispatcher
-	faults   []atomic.Pointer[fault] // peerErr, for PeerErr without the lock
+	faults   []atomic.Pointer[fault] // per peer: its declared failure (peerFault); read without the lock by PeerErr
 	tpt      *hal.TPT
 	gets     getTable
 	stats    Stats
@@ -94,7 +93,6 @@ func Open(cfg Config) (*Context, error) {
 		shortTo:     shortTo,
 		rdvReliable: rdvReliable,
 		rank:        cfg.Rank,
-		peerErr:     make([]error, cfg.Size),
 		faults:      make([]atomic.Pointer[fault], cfg.Size),
 		peerStats:   make([]PeerStats, cfg.Size),
 		tpt:         hal.NewTPT(),
@@ -303,10 +301,7 @@ func (c *Context) PeerErr(peer hal.Rank) error {
 	if c.failures.Load() == 0 {
 		return nil // the common case, without the progress lock
 	}
-	if f := c.faults[peer].Load(); f != nil {
-		return f.err
-	}
-	return nil
+	return c.peerFault(peer)
 }
 
 // Stats returns a snapshot of the protocol counters.

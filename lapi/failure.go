@@ -5,15 +5,22 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
+// peerFault is the error peer was declared failed with, or nil.
+func (c *Context) peerFault(peer hal.Rank) error {
+	if f := c.faults[peer].Load(); f != nil {
+		return f.err
+	}
+	return nil
+}
+
 // failPeer declares peer failed: its queued and unacknowledged packets are
 // dropped, counters waiting on them fail, and OnPeerFailed callbacks run.
 func (rl *reliability) failPeer(peer hal.Rank, cause string) {
 	c := rl.c
-	if c.peerErr[peer] != nil {
+	if c.peerFault(peer) != nil {
 		return
 	}
 	err := &PeerError{Peer: peer, Cause: cause}
-	c.peerErr[peer] = err
 	c.faults[peer].Store(&fault{err})
 	if trace.On(trace.Rare) {
 		trace.Printf(trace.Rare, "lapi %d: rank %d failed: %s", c.rank, peer, cause)

@@ -334,7 +334,7 @@ func (nv *nativeState) nativeDone(id uint64, err error) {
 	nv.ops[id] = nativeOp{}
 	nv.free = append(nv.free, uint32(id))
 	_ = nv.cache.Release(op.reg)
-	if errors.Is(err, hal.ErrNotConnected) && c.peerErr[op.peer] == nil && !c.closed {
+	if errors.Is(err, hal.ErrNotConnected) && c.peerFault(op.peer) == nil && !c.closed {
 		nv.stats.Retries++
 		op.reg = lazyreg.Region[hal.MR]{}
 		c.am.note(&nativeRetry{c: c, op: op}, nil)

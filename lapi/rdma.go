@@ -223,8 +223,8 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 	switch {
 	case c.closed:
 		return ErrClosed
-	case c.peerErr[g.peer] != nil:
-		return c.peerErr[g.peer]
+	case c.peerFault(g.peer) != nil:
+		return c.peerFault(g.peer)
 	}
 	if err := c.ri.rdmaCheck(g.peer); err != nil {
 		return err
@@ -351,7 +351,7 @@ func (r *rdmaState) pushRDMA(now time.Time) {
 	pushed := 0
 	for len(r.queue) > 0 {
 		o := r.queue[0]
-		if c.peerErr[o.s.Peer] != nil {
+		if c.peerFault(o.s.Peer) != nil {
 			r.popStream()
 			continue
 		}

@@ -68,7 +68,7 @@ func (r *rdmaState) pushDones() {
 	n := 0
 	for ; n < len(r.dones); n++ {
 		d := r.dones[n]
-		if c.peerErr[d.peer] == nil && !r.trySendDone(d.peer, d.h) {
+		if c.peerFault(d.peer) == nil && !r.trySendDone(d.peer, d.h) {
 			if !r.reclaimHdrs() || !r.trySendDone(d.peer, d.h) {
 				break // still full: progress retries
 			}
@@ -80,7 +80,7 @@ func (r *rdmaState) pushDones() {
 // onRDMA is onFrame for RDMA frames (c.mu held).
 func (r *rdmaState) onRDMA(h *hal.Header, payload []byte) {
 	c := r.c
-	if c.peerErr[h.Src] != nil {
+	if c.peerFault(h.Src) != nil {
 		return
 	}
 	var was hal.RDMAStats

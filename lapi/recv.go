@@ -157,7 +157,7 @@ func (ad *dispatcher) admit(src hal.Rank, dstEp uint32) bool {
 		}
 		return false
 	}
-	if c.peerErr[src] != nil {
+	if c.peerFault(src) != nil {
 		if trace.On(trace.Hot) {
 			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d: it was declared failed", c.rank, src)
 		}

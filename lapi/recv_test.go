@@ -95,7 +95,7 @@ func TestTinyPacket(t *testing.T) {
 	} {
 		if tc.name == "from a failed peer" {
 			c.mu.Lock()
-			c.peerErr[0] = ErrPeerFailed
+			c.faults[0].Store(&fault{ErrPeerFailed})
 			c.mu.Unlock()
 		}
 		before := c.Stats()

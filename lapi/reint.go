@@ -82,9 +82,8 @@ func (rg *reintDriver) resetPeer(peer hal.Rank) {
 		c.rel.links[peer].init(peer, c.cfg.Window)
 	}
 	c.am.nextMsg[peer], c.fenceMark[peer] = 0, 0
-	if c.peerErr[peer] != nil {
-		c.peerErr[peer] = nil // alive again
-		c.faults[peer].Store(nil)
+	if c.peerFault(peer) != nil {
+		c.faults[peer].Store(nil) // alive again
 		c.failures.Add(-1)
 	}
 }
@@ -116,8 +115,8 @@ func (rg *reintDriver) rdmaCheck(peer hal.Rank) error {
 // (BOOT_NACK: it is shutting down).
 func (c *Context) WaitRDMAReady(ctx context.Context, peer hal.Rank) error {
 	return c.Wait(ctx, func() (bool, error) {
-		if int(peer) < len(c.peerErr) && c.peerErr[peer] != nil {
-			return false, c.peerErr[peer] // failed, or refused this rank's join
+		if int(peer) < len(c.faults) && c.peerFault(peer) != nil {
+			return false, c.peerFault(peer) // failed, or refused this rank's join
 		}
 		return c.ri.rdmaCheck(peer) == nil, nil
 	})

@@ -44,7 +44,7 @@ func (rl *reliability) tick(now time.Time) {
 	keep := rl.active[:0]
 	for _, peer := range rl.active {
 		l := &rl.links[peer]
-		if c.peerErr[peer] != nil {
+		if c.peerFault(peer) != nil {
 			rl.isActive[peer] = false
 			continue
 		}
@@ -81,7 +81,7 @@ func (rl *reliability) resendInFlight(now time.Time) {
 	c := rl.c
 	c.stats.FailoverResends++
 	for _, peer := range rl.active {
-		if c.reliableTo(peer) || c.peerErr[peer] != nil {
+		if c.reliableTo(peer) || c.peerFault(peer) != nil {
 			continue
 		}
 		l := &rl.links[peer]
@@ -219,7 +219,7 @@ func (rl *reliability) pushLocked(peer hal.Rank, now time.Time) error {
 	}
 	if err != nil {
 		rl.failPeer(peer, err.Error())
-		return c.peerErr[peer]
+		return c.peerFault(peer)
 	}
 	return nil
 }
@@ -364,7 +364,7 @@ func (rl *reliability) drain() {
 	defer cancel()
 	err := c.Wait(ctx, func() (bool, error) {
 		for _, p := range rl.active {
-			if c.peerErr[p] == nil && (rl.links[p].inFlight() > 0 || rl.queues[p].head != nil) {
+			if c.peerFault(p) == nil && (rl.links[p].inFlight() > 0 || rl.queues[p].head != nil) {
 				return false, nil
 			}
 		}

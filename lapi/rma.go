@@ -424,7 +424,7 @@ func (c *Context) Fence(ctx context.Context) error {
 	c.mu.Lock()
 	n := 0
 	for p := 0; p < c.cfg.Size; p++ {
-		if hal.Rank(p) == c.rank || c.peerErr[p] != nil {
+		if hal.Rank(p) == c.rank || c.peerFault(hal.Rank(p)) != nil {
 			continue
 		}
 		if c.am.nextMsg[p] != c.fenceMark[p] || c.cm.tptBehind(hal.Rank(p)) {

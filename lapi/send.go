@@ -68,8 +68,8 @@ func (ad *dispatcher) checkSend(tgt hal.Rank, uhdr, data []byte) error {
 		return fmt.Errorf("lapi: user header of %d bytes (max %d): %w", len(uhdr), MaxUhdr, ErrTooLarge)
 	case uint64(len(data)) > math.MaxUint32:
 		return fmt.Errorf("lapi: message of %d bytes (max 4 GiB): %w", len(data), ErrTooLarge)
-	case c.peerErr[tgt] != nil:
-		return c.peerErr[tgt]
+	case c.peerFault(tgt) != nil:
+		return c.peerFault(tgt)
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func (ad *dispatcher) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (se
 	ad.nextMsg[tgt]++
 	if err != nil {
 		c.rel.failPeer(tgt, err.Error())
-		return true, c.peerErr[tgt]
+		return true, c.peerFault(tgt)
 	}
 	c.rel.countSent(tgt, len(uhdr)+len(data))
 	if trace.On(trace.HotDetail) {
@@ -248,7 +248,7 @@ func (ad *dispatcher) sendDirect(tgt hal.Rank, ph *pktHdr, uhdr, data []byte) (s
 	}
 	if err != nil {
 		c.rel.failPeer(tgt, err.Error())
-		return true, c.peerErr[tgt]
+		return true, c.peerFault(tgt)
 	}
 	return true, nil
 }

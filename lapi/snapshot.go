@@ -114,8 +114,10 @@ func (c *Context) snapshotTx() Snapshot {
 			p.RDMAReady = peer == c.rank && c.ri.reint.Ready() || c.ri.reint.RDMATo(peer)
 			p.PeerEpoch = c.ri.reint.PeerEpoch(peer)
 		}
-		if i < len(c.peerErr) && c.peerErr[i] != nil {
-			p.Failed = c.peerErr[i].Error()
+		if i < len(c.faults) {
+			if err := c.peerFault(hal.Rank(i)); err != nil {
+				p.Failed = err.Error()
+			}
 		}
 		if i < len(c.rel.queues) {
 			p.Queued = c.rel.queues[i].n

@@ -42,7 +42,7 @@ func (c *Context) AddressInit(ctx context.Context, local []byte) ([][]byte, erro
 	}
 	err := c.Wait(ctx, func() (bool, error) {
 		for p := 0; p < c.cfg.Size; p++ {
-			if err := c.peerErr[p]; err != nil && x.got[e][p] == nil {
+			if err := c.peerFault(hal.Rank(p)); err != nil && x.got[e][p] == nil {
 				return false, err
 			}
 		}
