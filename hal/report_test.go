@@ -77,7 +77,7 @@ func TestEngineSelectiveRedrive(t *testing.T) {
 	}
 	// The first resent packet is lost again, and the report of the first
 	// drive comes again late: stale, by its tid.
-	evs, msgs = feed(t, e, 0, second[1:])
+	_, msgs = feed(t, e, 0, second[1:])
 	if len(msgs) != 1 || msgs[0].Hdr.Flags&FlagMissing == 0 || msgs[0].Hdr.Tid != tid {
 		t.Fatalf("second drive: messages %+v", msgs)
 	}
