@@ -64,7 +64,7 @@ type Context struct {
 	trg  triggerSet  // operations armed on counters, third-party transfers
 	coll collectives // broadcast and multicast by RDMA
 	tr   tracer      // trace records
-	xchg xchgState
+	xchg xchgState   // address exchanges (xchg.go)
 }
 
 // Open starts a lapi context over cfg.Device. It owns the device from now
