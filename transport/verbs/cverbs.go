@@ -21,7 +21,8 @@ typedef struct {
 	uint32_t pad;
 } weft_rx;
 
-// weft_tx is one frame to post: which send slot, how long, to whom.
+// weft_tx is one frame to post: which send slot, how long, to whom (ah,
+// qpn and qkey on the UD queue pair; NULL, 0 and 0 on a connected one).
 typedef struct {
 	struct ibv_ah *ah;
 	uint64_t wr_id;
@@ -90,9 +91,10 @@ int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slo
 	return ibv_post_recv(qp, wr, &bad);
 }
 
-// weft_post_send posts n frames; on failure *posted says how many went.
+// weft_post_send posts n frames, those up to inline_len bytes (if not 0)
+// inline; on failure *posted says how many went.
 int weft_post_send(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len,
-                          const weft_tx *tx, int n, int *posted) {
+                          const weft_tx *tx, int n, uint32_t inline_len, int *posted) {
 	struct ibv_send_wr wr[WEFT_BATCH], *bad = NULL;
 	struct ibv_sge sge[WEFT_BATCH];
 	if (n > WEFT_BATCH) n = WEFT_BATCH;
@@ -106,9 +108,12 @@ int weft_post_send(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slo
 		wr[i].num_sge = 1;
 		wr[i].opcode = IBV_WR_SEND;
 		wr[i].send_flags = tx[i].signaled ? IBV_SEND_SIGNALED : 0;
-		wr[i].wr.ud.ah = tx[i].ah;
-		wr[i].wr.ud.remote_qpn = tx[i].qpn;
-		wr[i].wr.ud.remote_qkey = tx[i].qkey;
+		if (inline_len && tx[i].len <= inline_len) wr[i].send_flags |= IBV_SEND_INLINE;
+		if (tx[i].ah) {
+			wr[i].wr.ud.ah = tx[i].ah;
+			wr[i].wr.ud.remote_qpn = tx[i].qpn;
+			wr[i].wr.ud.remote_qkey = tx[i].qkey;
+		}
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
 	int rc = ibv_post_send(qp, wr, &bad);

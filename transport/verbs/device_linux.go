@@ -13,7 +13,7 @@ typedef struct { struct ibv_ah *ah; uint64_t wr_id; uint32_t slot; uint32_t len;
 int weft_poll_rx(struct ibv_cq *cq, weft_rx *out, int n);
 int weft_poll_tx(struct ibv_cq *cq, uint64_t *last, int *bad);
 int weft_post_recv(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len, const uint32_t *slots, int n);
-int weft_post_send(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len, const weft_tx *tx, int n, int *posted);
+int weft_post_send(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len, const weft_tx *tx, int n, uint32_t inline_len, int *posted);
 int weft_get_event(struct ibv_comp_channel *ch);
 int weft_req_notify(struct ibv_cq *cq);
 int weft_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
@@ -144,7 +144,8 @@ type txRing struct {
 	bytes              uint64 // queued bytes, counted as sent at Flush
 	// flushUD's batch and the counts weft_post_send and weft_poll_tx
 	// return: here, not on Flush's stack, because what Go hands to C
-	// escapes (an allocation each per Flush).
+	// escapes (an allocation each per Flush). flushUD passes the batch
+	// through a pointer (see flushFrames).
 	batch   [batch]C.weft_tx
 	nposted C.int
 	last    C.uint64_t
@@ -695,7 +696,7 @@ func (d *Device) flushUD() error {
 				tx[k].signaled = 1
 			}
 		}
-		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), &t.nposted)
+		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), 0, &t.nposted)
 		posted := t.nposted
 		var bytes uint64
 		for i := range int(posted) {

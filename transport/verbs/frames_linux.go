@@ -20,15 +20,8 @@ int weft_rc_connect(struct ibv_qp *qp, uint8_t port, uint8_t sgid_index, const u
                     uint32_t dqpn, uint32_t rq_psn, uint32_t sq_psn, int mtu, uint8_t rd_atomic, uint8_t timeout,
                     uint8_t retry);
 
-// weft_ftx is one frame to post on a peer's RC queue pair.
-typedef struct {
-	uint64_t wr_id;
-	uint32_t slot;
-	uint32_t len;
-	uint32_t signaled;
-	uint32_t pad;
-} weft_ftx;
-
+typedef struct { struct ibv_ah *ah; uint64_t wr_id; uint32_t slot; uint32_t len; uint32_t qpn; uint32_t qkey; uint32_t signaled; uint32_t pad; } weft_tx; // cverbs.go
+int weft_post_send(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len, const weft_tx *tx, int n, uint32_t inline_len, int *posted);
 typedef struct { uint64_t wr_id; int32_t status; uint32_t qp_num; } weft_rc_wc; // rc_linux.go
 int weft_poll_rc(struct ibv_cq *cq, weft_rc_wc *out, int n);
 
@@ -62,31 +55,6 @@ int weft_post_srq_recv(struct ibv_srq *srq, uint64_t base, uint32_t lkey, uint32
 	if (n > 32) n = 32;
 	weft_recv_chain(wr, sge, base, lkey, slot_len, slots, n);
 	return ibv_post_srq_recv(srq, wr, &bad);
-}
-
-// weft_post_frames posts n frames as SENDs on one RC queue pair; on
-// failure *posted says how many went.
-int weft_post_frames(struct ibv_qp *qp, uint64_t base, uint32_t lkey, uint32_t slot_len,
-                     const weft_ftx *tx, int n, uint32_t inline_len, int *posted) {
-	struct ibv_send_wr wr[32], *bad = NULL;
-	struct ibv_sge sge[32];
-	if (n > 32) n = 32;
-	for (int i = 0; i < n; i++) {
-		sge[i].addr = base + (uint64_t)tx[i].slot * slot_len;
-		sge[i].length = tx[i].len;
-		sge[i].lkey = lkey;
-		wr[i] = (struct ibv_send_wr){0};
-		wr[i].wr_id = tx[i].wr_id;
-		wr[i].sg_list = &sge[i];
-		wr[i].num_sge = 1;
-		wr[i].opcode = IBV_WR_SEND;
-		wr[i].send_flags = tx[i].signaled ? IBV_SEND_SIGNALED : 0;
-		if (tx[i].len <= inline_len) wr[i].send_flags |= IBV_SEND_INLINE;
-		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
-	}
-	int rc = ibv_post_send(qp, wr, &bad);
-	*posted = rc == 0 ? n : (int)(bad - wr);
-	return rc;
 }
 
 */
@@ -165,8 +133,8 @@ type ftxRing struct {
 	pend    []pendFrame
 	bytes   uint64
 	wc      [batch]C.weft_rc_wc
-	tx      [batch]C.weft_ftx
-	nposted C.int // weft_post_frames' count, here so that it does not escape per call
+	tx      [batch]C.weft_tx
+	nposted C.int // weft_post_send's count, here so that it does not escape per call
 	inline  int   // frames up to this long are sent inline
 	flushes uint  // Flushes since the last look at send completions
 }
@@ -532,6 +500,9 @@ func (d *Device) sendFrame(dst hal.Rank, hdr, payload []byte) error {
 func (d *Device) flushFrames() error {
 	t := &d.ftx
 	base := C.uint64_t(uintptr(unsafe.Pointer(&t.buf[0])))
+	// Through a pointer: cgo checks &t.tx[0] by boxing the array t.tx
+	// (weft_tx holds a C pointer), a copy per call; &tx[0], the pointer.
+	tx := &t.tx
 	i := 0
 	for i < len(t.pend) {
 		peer := t.pend[i].peer
@@ -545,7 +516,7 @@ func (d *Device) flushFrames() error {
 			if p.unsig == batch || k == batch-1 || i+k+1 == len(t.pend) || t.pend[i+k+1].peer != peer {
 				sig, p.unsig = 1, 0
 			}
-			t.tx[k] = C.weft_ftx{wr_id: C.uint64_t(uint64(peer)<<32 | uint64(uint32(pos))), slot: C.uint32_t(f.slot), len: C.uint32_t(f.len), signaled: sig}
+			tx[k] = C.weft_tx{wr_id: C.uint64_t(uint64(peer)<<32 | uint64(uint32(pos))), slot: C.uint32_t(f.slot), len: C.uint32_t(f.len), signaled: sig}
 		}
 		if p.failed.Load() != nil {
 			for j := range k {
@@ -554,7 +525,7 @@ func (d *Device) flushFrames() error {
 			i += k
 			continue
 		}
-		rc := C.weft_post_frames(p.qp, base, t.mr.lkey, C.uint32_t(t.slotLen), &t.tx[0], C.int(k), C.uint32_t(t.inline), &t.nposted)
+		rc := C.weft_post_send(p.qp, base, t.mr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), C.uint32_t(t.inline), &t.nposted)
 		posted := t.nposted
 		var bytes uint64
 		for j := range int(posted) {
