@@ -779,19 +779,17 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 		for ; rx.next < rx.n; rx.next++ {
 			c := rx.cqe[rx.next]
-			if c.status != C.IBV_WC_SUCCESS && d.srq != nil {
-				// A connection broke with a frame half received: the
-				// sender learns it from its own completion.
-				d.counters.Drop(hal.DropPeer)
-			} else if c.status != C.IBV_WC_SUCCESS {
-				err = fmt.Errorf("verbs: %s: receive completed with %s", d.devName, C.GoString(C.ibv_wc_status_str(uint32(c.status))))
-				rx.next++
-				break
-			}
 			off := int(c.slot) * rx.slotLen
 			end := off + int(c.len)
 			if c.status != C.IBV_WC_SUCCESS {
-				// counted above
+				if d.srq == nil {
+					err = fmt.Errorf("verbs: %s: receive completed with %s", d.devName, C.GoString(C.ibv_wc_status_str(uint32(c.status))))
+					rx.next++
+					break
+				}
+				// A connection broke with a frame half received: the
+				// sender learns it from its own completion.
+				d.counters.Drop(hal.DropPeer)
 			} else if int(c.len) < rx.grh || int(c.len) > rx.slotLen {
 				d.counters.Drop(hal.DropShort)
 			} else if frame := rx.buf[off+rx.grh : end]; rx.grh > 0 && isHello(frame) {
