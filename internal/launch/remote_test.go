@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,7 +115,10 @@ func TestRemoteScriptSignalAtStart(t *testing.T) {
 		tries = 40
 	}
 	for i := range tries {
-		line := remoteCommand(dir, nil, filepath.Join(dir, "weft-x-"), "sh", []string{"-c", "sleep 30 & wait"})
+		// The rank writes its pid, its process group's under setsid, so
+		// that a failed try can stop what it left behind.
+		pidFile := filepath.Join(dir, fmt.Sprintf("pid%d", i))
+		line := remoteCommand(dir, nil, filepath.Join(dir, "weft-x-"), "sh", []string{"-c", "echo $$ >" + shellQuote(pidFile) + "; sleep 30 & wait"})
 		cmd := exec.Command("sh", "-c", line)
 		in, _ := cmd.StdinPipe()
 		var out strings.Builder
@@ -125,7 +130,11 @@ func TestRemoteScriptSignalAtStart(t *testing.T) {
 		_, ok := waitWrapper(cmd)
 		in.Close()
 		if !ok {
-			exec.Command("pkill", "-f", "^sleep 30$").Run()
+			if b, err := os.ReadFile(pidFile); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+					syscall.Kill(-pid, syscall.SIGKILL)
+				}
+			}
 			t.Fatalf("try %d: a TERM at the rank's start left its child holding the output (10 s)", i)
 		}
 	}
