@@ -428,7 +428,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a 
 # wirelines FIG...: per implementation, the bytes through host2's link in
 # each bandwidth run against the payload the benchmark sent.
 wirelines() {
-	local impl r f wf tf line bi
+	local impl r f wf tf line bi payload
 	echo "Bytes through host2's link per bandwidth run, against the payload the benchmark sent (wire/payload; >= 1: it went over the network):"
 	for f in "$@"; do
 		bi=1
