@@ -72,7 +72,7 @@ const alltoallRDMALarge = 64 << 10
 // rank's p-1 Puts at once lost to the ring and the pairwise exchange
 // from 1 MiB on 8 ranks (bench/results/allgather-rdma.md). Where single
 // copies reach the members (shm, mpi.Run) Puts won at every size up to
-// 4 MiB, and so did Alltoall's across hosts.
+// 4 MiB, and so did Alltoall's across hosts (2 ranks on each of 2).
 const putCollOneHostMax = 1 << 20
 
 // alltoallPut reports whether an Alltoall of n bytes per peer goes by
@@ -81,8 +81,11 @@ func (c *Comm) alltoallPut(n int) bool { return c.usePuts(n, c.w.alltoallPutMin)
 
 // usePuts reports whether blocks of n bytes go by Puts on c, from least
 // bytes (0: never): below putCollOneHostMax, or where single copies reach
-// the members, or the members span hosts. Every member decides alike
-// from the block's size and the communicator's.
+// the members, or c goes by the hierarchy of hosts (several hosts, one of
+// them with several members: what was measured across hosts; with one
+// member per host, blocks from putCollOneHostMax keep the message
+// algorithms). Every member decides alike from the block's size and the
+// communicator's.
 func (c *Comm) usePuts(n, least int) bool {
 	return least > 0 && n >= least && c.size > 1 &&
 		(n < putCollOneHostMax || c.w.lc.SingleCopy() > 0 || c.hier != nil)
