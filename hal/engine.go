@@ -105,6 +105,15 @@ const (
 	// segments still missing: the driver asks for them again
 	// (ReadMissing, RDMAStream.RestartReadMissing) at once.
 	EvReadMissing
+	// EvReadFIFO: a response packet of a read this rank asked for with
+	// PlaceFIFO (half-send RDMA read: the target's engine reads its
+	// region, this rank takes the packets through its FIFO) arrived and
+	// was not seen before: Data (valid until the next Handle) at Offset
+	// of the read, for Peer, RCxt, Key and Tid. Nothing is placed: the
+	// driver copies it where it wants before the next Handle. Each
+	// segment is handed up once, whatever the redrives, and none after
+	// the read ended (EndRead).
+	EvReadFIFO
 )
 
 // RDMAEvent is one thing the driver must act on.
@@ -168,8 +177,9 @@ func (e *RDMAEngine) Stats() RDMAStats { return e.stats }
 
 // ExpectRead records a read this rank asked peer for (on rCxt r's current
 // drive, h as in the request), so that its response packets are placed
-// into h.Local. Call it again for each redrive: what earlier drives placed
-// is kept.
+// into h.Local, or, when h.Place is PlaceFIFO, handed up as EvReadFIFO
+// (h.Local unused: this rank registers nothing). Call it again for each
+// redrive: what earlier drives placed is kept.
 func (e *RDMAEngine) ExpectRead(peer Rank, r *RCxt, h *RDMAHdr) {
 	k := xferKey{peer, r.ID, true}
 	x := e.get(k)
@@ -386,6 +396,14 @@ func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 		return x
 	}
 	n := uint64(len(h.Data))
+	if k.read && x.place == PlaceFIFO {
+		// Half-send read: the packet goes up, nothing is resolved.
+		e.took(x, i, n)
+		e.ev = append(e.ev, RDMAEvent{Kind: EvReadFIFO, Peer: k.peer, RCxt: k.rcxt, Key: x.key, Tid: x.tid,
+			Offset: h.Offset, Data: h.Data})
+		e.finish(k, x)
+		return x
+	}
 	var mem []byte
 	var err error
 	if x.mem != nil && e.tpt.Removals() == x.removals {
@@ -399,22 +417,32 @@ func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 		e.fault(k, x, err)
 		return nil
 	}
-	x.bits[i/64] |= 1 << (i % 64)
-	x.left--
-	e.stats.Placed++
-	e.stats.Bytes += n
+	e.took(x, i, n)
 	if x.place == PlaceFIFO && !k.read {
 		e.ev = append(e.ev, RDMAEvent{Kind: EvFIFO, Peer: k.peer, RCxt: k.rcxt, Tid: x.tid,
 			Cookie: x.cookie, Arg: x.arg, Offset: h.Offset, Dst: mem, Data: h.Data})
 	} else {
 		copy(mem, h.Data)
 	}
+	e.finish(k, x)
+	return x
+}
+
+// took marks segment i of x (n bytes) placed.
+func (e *RDMAEngine) took(x *xfer, i, n uint64) {
+	x.bits[i/64] |= 1 << (i % 64)
+	x.left--
+	e.stats.Placed++
+	e.stats.Bytes += n
+}
+
+// finish completes x once its last segment is placed.
+func (e *RDMAEngine) finish(k xferKey, x *xfer) {
 	if x.left == 0 {
 		x.done = true
 		e.stats.Completed++
 		e.complete(k, x)
 	}
-	return x
 }
 
 // admit checks a new transfer's whole region before anything is placed.

@@ -91,10 +91,15 @@ type Placement uint8
 const (
 	// PlaceDirect: the data is written into the target's region.
 	PlaceDirect Placement = iota
-	// PlaceFIFO (half-RDMA): the data is handed to the target's ULP packet
-	// by packet, with the region slice it names, for the ULP to act on as
-	// it arrives (reduce it into the region, say). Protection is checked as
-	// for a direct write.
+	// PlaceFIFO (half-RDMA): on a write (a half-send RDMA write), the data
+	// is handed to the target's ULP packet by packet, with the region
+	// slice it names, for the ULP to act on as it arrives (reduce it into
+	// the region, say); protection is checked as for a direct write. On a
+	// read (a half-send RDMA read) it is the origin's choice alone, made
+	// in ExpectRead: the target serves its region as for any read, and
+	// the origin's engine hands the response packets to its ULP
+	// (EvReadFIFO) instead of placing them, so the origin registers
+	// nothing; a read request's place is not acted on by the target.
 	PlaceFIFO
 )
 

@@ -516,3 +516,65 @@ func TestEngineReadRange(t *testing.T) {
 		t.Fatalf("after the range: %+v, equal %v", evs, bytes.Equal(dst, tmem))
 	}
 }
+
+// TestEngineReadFIFO: a half-send read (PlaceFIFO at the origin) hands
+// each response segment up once, in arrival order, across a redrive and
+// duplicates, with no origin region; after EndRead nothing goes up.
+func TestEngineReadFIFO(t *testing.T) {
+	_, tmem, tp, te, _ := target(t, 5001, AccessRead)
+	for i := range tmem {
+		tmem[i] = byte(i*11 + 3)
+	}
+	oe := NewRDMAEngine(NewTPT()) // the origin registers nothing
+	r, _ := NewRCxtPool(1, 0).Alloc()
+	r.Begin()
+	req := RDMAHdr{RCxt: r.ID, Key: r.Key, Tid: r.Tid(), Base: r.Base(), Total: 5001, Seg: 1000,
+		Notify: NotifyOrigin, Place: PlaceFIFO, PVO: tp}
+	rs, _ := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	oe.ExpectRead(1, r, &req)
+	evs, _ := feed(t, te, 0, packets(t, rs))
+	evs[0].Stream.SetFrame(1, 1)
+	resp := packets(t, evs[0].Stream)
+	// Segments 1 and 5 lost, 2 duplicated, the rest reversed.
+	got := make([]byte, 5001)
+	seen := make(map[uint64]int)
+	take := func(evs []RDMAEvent) {
+		for _, ev := range evs {
+			if ev.Kind == EvReadFIFO {
+				seen[ev.Offset]++
+				copy(got[ev.Offset:], ev.Data)
+			}
+		}
+	}
+	evs, _ = feed(t, oe, 1, [][]byte{resp[4], resp[3], resp[2], resp[2], resp[0]})
+	take(evs)
+	if count(evs, EvReadDone) != 0 || oe.ReadLeft(1, r) != 2 {
+		t.Fatalf("partial read: %+v, %d left", evs, oe.ReadLeft(1, r))
+	}
+	// The redrive's answer brings every segment again: only the lost
+	// ones go up.
+	r.Redrive()
+	req.Tid = r.Tid()
+	oe.ExpectRead(1, r, &req)
+	rs, _ = NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
+	evs, _ = feed(t, te, 0, packets(t, rs))
+	evs[0].Stream.SetFrame(1, 1)
+	resp2 := packets(t, evs[0].Stream)
+	evs, _ = feed(t, oe, 1, append(resp2, resp...)) // the earlier drive's packets too: stale
+	take(evs)
+	if count(evs, EvReadDone) != 1 || !bytes.Equal(got, tmem) {
+		t.Fatalf("read: %+v, data equal %v", evs, bytes.Equal(got, tmem))
+	}
+	for off, n := range seen {
+		if n != 1 {
+			t.Fatalf("segment at %d handed up %d times", off, n)
+		}
+	}
+	if len(seen) != 6 {
+		t.Fatalf("%d segments handed up, want 6", len(seen))
+	}
+	oe.EndRead(1, r)
+	if evs, _ := feed(t, oe, 1, resp2); len(evs) != 0 {
+		t.Fatalf("a late response went up after EndRead: %+v", evs)
+	}
+}
