@@ -75,9 +75,13 @@ func checkAcc(op AccOp, t ElemType) error {
 // RDMA packets and the target reduces each one as it arrives, so the
 // reduction overlaps the transfer. len(src) must be a whole number of
 // elements. o.Origin and o.Completion fire once every element is reduced;
-// o.Target names a counter bumped at the target then.
+// o.Target names a counter bumped at the target then. With
+// o.NoCompletion nothing is sent back (see SendOpts).
 func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t ElemType, o SendOpts) error {
 	if err := checkAcc(op, t); err != nil {
+		return err
+	}
+	if err := checkNone(&o); err != nil {
 		return err
 	}
 	if len(src)%t.Size() != 0 {
@@ -100,6 +104,9 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		c.mu.Unlock()
 		c.am.runCompletions()
 		return nil
+	}
+	if o.NoCompletion && c.rd.noneByAM(tgt, len(src), &o) {
+		return c.fifoAM(tgt, dst, src, accArg(op, t), o)
 	}
 	return c.rd.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)
 }

@@ -30,6 +30,16 @@
 // asks again for the segments it lost when its drive's last packet
 // arrives, or its timer runs out.
 //
+// Half-RDMA (halfrdma.go) has RDMA at one end and the processor at the
+// other: PutFromFIFO copies unregistered memory into RDMA packets that the
+// target places into its region; PutToFIFO streams the origin's region
+// to a FIFOHandler at the target, packet by packet (Accumulate is such a
+// write); GetToFIFO streams the target's region to a FIFOHandler at the
+// origin, which registers nothing. SendOpts.NoCompletion makes a write
+// fire-and-forget: no completion comes back, and the origin forgets the
+// write once the device (reliable) or lapi's acknowledged packets
+// (unreliable) have delivered it.
+//
 // Broadcast (bcast.go) places one rank's buffer into the buffers of a
 // group of ranks as a chain or binomial tree of RDMA Puts (or, with Pull, Gets) in pipelined chunks,
 // each receiver forwarding a chunk to its children by conditional RDMA

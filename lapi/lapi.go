@@ -173,6 +173,19 @@ type SendOpts struct {
 	// send, data arrived for a Get), or that the operation failed. It runs
 	// in the progress engine and must not block or call into the context.
 	Notify Completer
+	// NoCompletion asks for completion "none": fire-and-forget. Put,
+	// PutFromFIFO, PutToFIFO and Accumulate then send no completion back
+	// and keep no state for the operation once the data is delivered
+	// reliably by the layer below: over a reliable device, RDMA packets
+	// with no completion asked for, the operation done when the device
+	// took them; over an unreliable one, lapi's sequenced and
+	// acknowledged packets, done when they are acknowledged. Completion
+	// must be nil (ErrBadOpts); Origin, Notify and Target fire as usual.
+	// A refused access is not reported to the origin: the target counts
+	// it (RDMAStats.Faults; over a reliable device its Target counter
+	// fails too); a failed peer shows as the PeerError of the operations
+	// toward it.
+	NoCompletion bool
 }
 
 // Completer is told that an operation finished; err is nil on success.

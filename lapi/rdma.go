@@ -31,9 +31,11 @@ import (
 type opKind uint8
 
 const (
-	opWrite opKind = iota + 1 // Put
-	opRead                    // Get
-	opAcc                     // Accumulate (half-RDMA)
+	opWrite     opKind = iota + 1 // Put
+	opRead                        // Get
+	opAcc                         // Accumulate (half-RDMA)
+	opFIFOWrite                   // PutToFIFO (half-send RDMA write)
+	opFIFORead                    // GetToFIFO (half-send RDMA read)
 )
 
 // String names the kind in a leak report: "Put", "Get", "Accumulate".
@@ -45,6 +47,10 @@ func (k opKind) String() string {
 		return "Get"
 	case opAcc:
 		return "Accumulate"
+	case opFIFOWrite:
+		return "PutToFIFO"
+	case opFIFORead:
+		return "GetToFIFO"
 	}
 	return fmt.Sprintf("opKind(%d)", uint8(k))
 }
@@ -58,8 +64,10 @@ type rdmaGroup struct {
 	err      error
 	org, cmp *Counter
 	notify   Completer
-	tcntr    uint32  // a chunked transfer's target counter, bumped by an AM at the end
-	local    hal.PVO // a read's destination, registered for the transfer
+	tcntr    uint32      // a chunked transfer's target counter, bumped by an AM at the end
+	local    hal.PVO     // a read's destination, registered for the transfer
+	fifo     FIFOHandler // a half-send read's: takes the packets
+	none     bool        // completion "none": no completion asked for (SendOpts.NoCompletion)
 	next     *rdmaGroup
 	trk      track.ID // Config.Track's record of it, 0 when off
 }
@@ -71,6 +79,7 @@ type rdmaOp struct {
 	t        hal.FrameType
 	h        hal.RDMAHdr // the chunk's header, before an rCxt is assigned
 	mem      []byte      // a write's data
+	off      uint64      // the chunk's offset in its transfer
 	rc       *hal.RCxt
 	stream   hal.RDMAStream // this drive's packets: the data, or the read request
 	next     *rdmaOp        // free list
@@ -115,6 +124,8 @@ type rdmaState struct {
 	rtt        []rttEstimator
 	queue      []outStream
 	dones      []rdmaDone // completions the device had no room for, oldest first
+	sentNone   []*rdmaOp  // chunks asking no completion, sent: done once the device is flushed
+	fifos      []FIFOHandler
 	freeOps    *rdmaOp
 	freeGroups *rdmaGroup
 	serving    map[servKey]*hal.RDMAStream
@@ -229,8 +240,10 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 	if err := c.ri.rdmaCheck(g.peer); err != nil {
 		return err
 	}
-	h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
-	if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 {
+	if !g.none {
+		h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
+	}
+	if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 && !g.none {
 		// Chunks complete at the target in any order: the target hears
 		// once, from the origin, when the last one has.
 		h.Notify &^= hal.NotifyTarget
@@ -243,7 +256,7 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 	switch g.kind {
 	case opWrite:
 		r.stats.Writes++
-	case opRead:
+	case opRead, opFIFORead:
 		r.stats.Reads++
 	case opAcc:
 		r.stats.Accumulates++
@@ -257,7 +270,10 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 			r.freeOps = op.next
 		}
 		*op = rdmaOp{g: g, t: t, h: h}
-		op.h.Total, op.h.PVO, op.h.Local = n, h.PVO.Add(off), h.Local.Add(off)
+		op.h.Total, op.h.PVO, op.h.Local, op.off = n, h.PVO.Add(off), h.Local.Add(off), off
+		if g.kind == opFIFOWrite {
+			op.h.Arg |= uint32(off/rdmaChunk) << fifoChunkShift // the target's handler gets offsets in the transfer
+		}
 		if t == hal.FrameRDMAWrite {
 			op.mem = mem[off : off+n]
 		}
@@ -349,20 +365,30 @@ func (r *rdmaState) pushRDMA(now time.Time) {
 		r.pushDones()
 	}
 	pushed := 0
-	for len(r.queue) > 0 {
-		o := r.queue[0]
-		if c.peerFault(o.s.Peer) != nil {
-			r.popStream()
-			continue
+	for {
+		for len(r.queue) > 0 {
+			o := r.queue[0]
+			if c.peerFault(o.s.Peer) != nil {
+				r.popStream()
+				continue
+			}
+			if !c.cm.pushTPT(o.s.Peer) {
+				return // TPT changes go first; progress retries
+			}
+			if !r.pushStream(o, &pushed, &now) {
+				return
+			}
 		}
-		if !c.cm.pushTPT(o.s.Peer) {
-			return // TPT changes go first; progress retries
+		if c.rel.flushLocked() != nil || len(r.sentNone) == 0 {
+			return
 		}
-		if !r.pushStream(o, &pushed, &now) {
+		// The device holds none of their data now: chunks that asked no
+		// completion are done, and those waiting for their rCxts go.
+		r.finishSent()
+		if len(r.queue) == 0 {
 			return
 		}
 	}
-	c.rel.flushLocked()
 }
 
 // pushStream hands the packets of o, the stream at the head of the queue,
@@ -439,12 +465,30 @@ func (r *rdmaState) streamSent(o outStream, now time.Time) {
 		return
 	}
 	op.queued, op.sentAll = false, true
+	if op.g.none {
+		r.sentNone = append(r.sentNone, op) // done at the next flush
+		return
+	}
 	if op.rto > 0 { // an unreliable device toward the peer: a timer redrives
 		r.sent[op.g.peer]++
 		op.seq = r.sent[op.g.peer]
 		op.sentAt, op.deadline = now, now.Add(op.rto)
 		r.armTimer(op.deadline)
 	}
+}
+
+// finishSent completes the chunks that asked no completion and whose
+// packets the device has flushed (c.mu held). An entry whose chunk was
+// finished meanwhile (its peer failed) and reused is skipped, unless
+// reused by one that is itself sent.
+func (r *rdmaState) finishSent() {
+	for i, op := range r.sentNone {
+		r.sentNone[i] = nil
+		if op.g != nil && op.g.none && op.sentAll && op.rc != nil {
+			r.finishOp(op, nil)
+		}
+	}
+	r.sentNone = r.sentNone[:0]
 }
 
 // pause is pushRDMA's break after a slab of packets over an unreliable
@@ -695,10 +739,15 @@ func (r *rdmaState) newGroup(kind opKind, peer hal.Rank, o *SendOpts) *rdmaGroup
 }
 
 // rdmaPending reports whether RDMA packets wait for the device.
-func (r *rdmaState) rdmaPending() bool { return len(r.queue) > 0 || len(r.dones) > 0 }
+func (r *rdmaState) rdmaPending() bool {
+	return len(r.queue) > 0 || len(r.dones) > 0 || len(r.sentNone) > 0
+}
 
-// putRDMA is Put by RDMA write.
+// putRDMA is Put by RDMA write; fire-and-forget the way noneByAM says.
 func (r *rdmaState) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	if o.NoCompletion && r.noneByAM(tgt, len(src), &o) {
+		return r.c.putAM(tgt, dst, src, o)
+	}
 	return r.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
 }
 
@@ -711,7 +760,9 @@ func (r *rdmaState) write(kind opKind, tgt hal.Rank, h hal.RDMAHdr, src []byte, 
 		h.Notify = hal.NotifyTarget
 	}
 	c.mu.Lock()
-	err := r.startTransfer(r.newGroup(kind, tgt, o), hal.FrameRDMAWrite, h, src)
+	g := r.newGroup(kind, tgt, o)
+	g.none = o.NoCompletion
+	err := r.startTransfer(g, hal.FrameRDMAWrite, h, src)
 	c.mu.Unlock()
 	return err
 }

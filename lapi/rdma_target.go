@@ -142,8 +142,15 @@ func (r *rdmaState) rdmaEvent(ev *hal.RDMAEvent) {
 			k.incr()
 		}
 	case hal.EvFIFO:
-		if err := reduceInto(ev.Dst, ev.Data, ev.Arg); err != nil {
-			c.stats.BadPackets++
+		r.fifoPacket(ev.Peer, ev.Arg, ev.Offset, ev.Dst, ev.Data)
+	case hal.EvReadFIFO:
+		op := r.opFor(ev.RCxt)
+		if op == nil || op.g.peer != ev.Peer || op.g.fifo == nil {
+			c.stats.BadPackets++ // cannot happen: the engine checked the read's tid
+			return
+		}
+		if len(ev.Data) > 0 { // a read of no bytes: its handler sees no packet
+			op.g.fifo.OnFIFO(ev.Peer, op.off+ev.Offset, nil, ev.Data)
 		}
 	case hal.EvReadMissing:
 		op := r.opFor(ev.RCxt)

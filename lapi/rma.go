@@ -93,14 +93,25 @@ func (nopHandler) OnComplete(hal.Rank, any)                     {}
 
 // Put writes src into the region dst names at tgt. o.Origin fires when src
 // may be reused, o.Completion when the data is in place at tgt (or with an
-// error naming the failed protection check).
+// error naming the failed protection check). With o.NoCompletion nothing
+// is sent back (see SendOpts).
 func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	if err := checkNone(&o); err != nil {
+		return err
+	}
 	if done, err := c.cm.cmaTransfer(tgt, dst, src, true, o); done {
 		return err
 	}
 	if c.rd.useRDMA(tgt, len(src)) {
 		return c.rd.putRDMA(tgt, dst, src, o)
 	}
+	return c.putAM(tgt, dst, src, o)
+}
+
+// putAM is Put by active message (hPut): lapi's own packets, placed by
+// the target's put handler. Fire-and-forget (o.NoCompletion) goes
+// eagerly, never by rendezvous, whose target answers.
+func (c *Context) putAM(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	var u [hal.PVOLen + 4]byte
 	hal.PutPVO(u[:], dst)
 	if o.Completion != nil {
@@ -115,6 +126,12 @@ func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	}
 	c.mu.Unlock()
 	if err != nil {
+		return err
+	}
+	if o.NoCompletion {
+		c.mu.Lock()
+		err := c.am.amsendLocked(tgt, hPut, u[:], src, &o2)
+		c.unlockRun()
 		return err
 	}
 	if err := c.Amsend(tgt, hPut, u[:], src, o2); err != nil {
@@ -146,7 +163,10 @@ func (h putHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 		h.c.stats.BadPackets++ // counted as a protection fault below as well
 		d.code = faultCode(err)
 	}
-	if d.ccntr == 0 && d.code == 0 {
+	if d.ccntr == 0 {
+		if d.code != 0 {
+			h.c.rd.stats.Faults++ // no counter to tell: counted here alone
+		}
 		return mem, nil
 	}
 	return mem, d
@@ -453,6 +473,7 @@ func (ad *dispatcher) installInternalHandlers() {
 	ad.handlers[hRvFin] = newHandlerEntry(rvFinHandler{c})
 	ad.handlers[hThird] = newHandlerEntry(thirdHandler{c})
 	ad.handlers[hBcast] = newHandlerEntry(newBcastTable(c))
+	ad.handlers[hFIFO] = newHandlerEntry(fifoAMHandler{c})
 	c.xchg.c = c
 }
 

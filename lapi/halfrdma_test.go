@@ -1,0 +1,607 @@
+package lapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+)
+
+// fifoCall is one packet a FIFOHandler took.
+type fifoCall struct {
+	src       hal.Rank
+	off       uint64
+	addr, n   uintptr // where dst starts, and the packet's length
+	dstLenBad bool    // dst and data differ in length
+}
+
+// fifoRecorder is a target's PutToFIFO handler: it copies each packet
+// into the region slice it is addressed to, and records it.
+type fifoRecorder struct{ calls []fifoCall }
+
+func (f *fifoRecorder) OnFIFO(src hal.Rank, off uint64, dst, data []byte) {
+	copy(dst, data)
+	f.calls = append(f.calls, fifoCall{src: src, off: off, addr: uintptr(unsafe.Pointer(unsafe.SliceData(dst))),
+		n: uintptr(len(data)), dstLenBad: len(dst) != len(data)})
+}
+
+// fifoSink is a GetToFIFO's handler: it scatters packets into buf by
+// offset and counts each offset's arrivals.
+type fifoSink struct {
+	buf  []byte
+	hits map[uint64]int
+	bad  bool // a packet with a dst, from another rank, or past buf
+	from hal.Rank
+}
+
+func (s *fifoSink) OnFIFO(src hal.Rank, off uint64, dst, data []byte) {
+	if dst != nil || src != s.from || off+uint64(len(data)) > uint64(len(s.buf)) {
+		s.bad = true
+		return
+	}
+	copy(s.buf[off:], data)
+	s.hits[off]++
+}
+
+// halfKind is what a halfCase does.
+type halfKind uint8
+
+const (
+	hkFromFIFO halfKind = iota // PutFromFIFO
+	hkToFIFO                   // PutToFIFO
+	hkGet                      // GetToFIFO
+	hkPut                      // Put, fire-and-forget
+	nHalfKinds
+)
+
+// halfCase is one random transfer of the half-RDMA property test.
+type halfCase struct {
+	kind     halfKind
+	none     bool // NoCompletion
+	org, tgt int
+	off, n   int // slot in the target's region
+	soff     int // PutToFIFO: where the data is in the origin's source region
+	data     []byte
+	sink     *fifoSink
+	org1     *Counter // Completion, or Origin (reads, fire-and-forget)
+	tgt1     *Counter // at the target (writes)
+	checked  bool
+}
+
+// halfSize is a random transfer length: none, one byte, a few odd
+// bytes, a few packets, or several chunks.
+func halfSize(rng *rand.Rand) int {
+	switch rng.IntN(6) {
+	case 0:
+		return 0
+	case 1:
+		return 1
+	case 2:
+		return 1 + 2*rng.IntN(700) // odd, within a packet
+	case 3:
+		return 1 + rng.IntN(40_000) // a few packets
+	case 4:
+		return 100_000 + rng.IntN(900_000)
+	}
+	return rdmaChunk + 1 + rng.IntN(2*rdmaChunk) // two or three chunks
+}
+
+// TestHalfRDMAHostile: random half-RDMA transfers of every kind (the
+// half-receive write, the half-send write to a FIFO handler, the
+// half-send read into a FIFO handler, and fire-and-forget Puts and
+// writes) of 0 B to 3 MiB between 4 ranks under 20% loss, 10%
+// reordering, 5% duplication and 1% corruption: every byte lands where it
+// was sent, each packet reaches a FIFO handler exactly once, at the offset
+// it carries, and every counter fires exactly once at each party. Every
+// write's slot is then reused, and every RDMA data frame captured on the
+// way is replayed twice: no packet of an abandoned or completed drive
+// writes memory or reaches a handler.
+func TestHalfRDMAHostile(t *testing.T) {
+	seeds := 4
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		halfHostile(t, seed)
+	}
+}
+
+func halfHostile(t *testing.T, seed uint64) {
+	const ranks = 4
+	spec := hostile
+	spec.Seed = seed
+	j := newRDMAJob(t, ranks, spec)
+	defer j.close()
+	rng := rand.New(rand.NewPCG(seed, 31))
+	var cases []*halfCase
+	used, srcUsed := make([]int, ranks), make([]int, ranks)
+	for range 36 {
+		tc := &halfCase{kind: halfKind(rng.IntN(int(nHalfKinds))), org: rng.IntN(ranks), n: halfSize(rng)}
+		tc.tgt = (tc.org + 1 + rng.IntN(ranks-1)) % ranks
+		tc.none = tc.kind == hkPut || tc.kind != hkGet && rng.IntN(3) == 0
+		tc.off = used[tc.tgt] + rng.IntN(64)
+		used[tc.tgt] = tc.off + tc.n
+		tc.soff = srcUsed[tc.org] + rng.IntN(64)
+		srcUsed[tc.org] = tc.soff + tc.n
+		cases = append(cases, tc)
+	}
+	mem, src := make([][]byte, ranks), make([][]byte, ranks)
+	pvo, spvo := make([]hal.PVO, ranks), make([]hal.PVO, ranks)
+	recs := make([]*fifoRecorder, ranks)
+	for r := range ranks {
+		c := j.ctxs[r]
+		mem[r], src[r] = make([]byte, used[r]+64), make([]byte, srcUsed[r]+64)
+		fill(mem[r], seed*100+uint64(r))
+		fill(src[r], seed*200+uint64(r))
+		var err error
+		if pvo[r], err = c.TPT().Register(mem[r], hal.AccessRead|hal.AccessWrite); err != nil {
+			t.Fatal(err)
+		}
+		if spvo[r], err = c.TPT().Register(src[r], hal.AccessRead); err != nil {
+			t.Fatal(err)
+		}
+		recs[r] = &fifoRecorder{}
+		if id := c.RegisterFIFO(recs[r]); id != 0 {
+			t.Fatalf("first FIFO handler got ID %d", id)
+		}
+	}
+	captured := captureRDMA(j, seed)
+	want := make([][]byte, len(cases)) // a read's: the slot's first contents
+	for i, tc := range cases {
+		want[i] = append([]byte(nil), mem[tc.tgt][tc.off:tc.off+tc.n]...)
+		startHalf(t, j, tc, pvo[tc.tgt].Add(uint64(tc.off)), spvo[tc.org].Add(uint64(tc.soff)), src[tc.org][tc.soff:tc.soff+tc.n], seed*1000+uint64(i))
+	}
+	left := len(cases)
+	check := func() {
+		for i, tc := range cases {
+			if tc.checked || tc.org1.Value() < 1 || tc.tgt1 != nil && tc.tgt1.Value() < 1 {
+				continue
+			}
+			tc.checked = true
+			left--
+			slot := mem[tc.tgt][tc.off : tc.off+tc.n]
+			if tc.kind == hkGet {
+				checkSink(t, seed, i, tc, want[i])
+				continue
+			}
+			if !bytes.Equal(slot, tc.data) {
+				t.Fatalf("seed %d: %v write %d (%d B, none %v, rank %d to %d) differs", seed, tc.kind, i, tc.n, tc.none, tc.org, tc.tgt)
+			}
+			clear(slot) // reused at once: a late packet must not write it
+		}
+	}
+	j.run(10*time.Minute, nil, func() bool { check(); return left == 0 })
+	for r := range ranks {
+		checkCalls(t, seed, r, recs[r], cases, mem[r])
+	}
+	// Replay what was captured, twice, and drain: nothing changes, no
+	// handler runs, and no counter fires again.
+	snap := make([][]byte, ranks)
+	ncalls := make([]int, ranks)
+	for r := range ranks {
+		snap[r] = append([]byte(nil), mem[r]...)
+		ncalls[r] = len(recs[r].calls)
+	}
+	for range 2 {
+		for _, f := range *captured {
+			j.net.Inject(f.src, f.dst, f.frame)
+		}
+	}
+	for range 200 {
+		j.step()
+	}
+	for r := range ranks {
+		if !bytes.Equal(snap[r], mem[r]) || len(recs[r].calls) != ncalls[r] {
+			t.Fatalf("seed %d: a replayed packet wrote rank %d's memory or reached its handler", seed, r)
+		}
+	}
+	var st RDMAStats
+	for i, tc := range cases {
+		if tc.org1.Value() != 1 || tc.tgt1 != nil && tc.tgt1.Value() != 1 {
+			t.Fatalf("seed %d: case %d's counters at %d (origin) and %v (target), want 1", seed, i, tc.org1.Value(), tc.tgt1)
+		}
+		if tc.sink != nil {
+			checkSink(t, seed, i, tc, want[i])
+		}
+	}
+	for _, c := range j.ctxs {
+		s := c.RDMAStats()
+		st.Redrives += s.Redrives
+		st.Engine.Stale += s.Engine.Stale
+		st.Engine.Duplicates += s.Engine.Duplicates
+	}
+	if st.Redrives == 0 || st.Engine.Stale+st.Engine.Duplicates == 0 {
+		t.Fatalf("seed %d: no redrive or stale packet: the faults did not bite (%+v)", seed, st)
+	}
+	t.Logf("seed %d: %d transfers, %d frames replayed twice; redrives %d, stale %d, duplicates %d",
+		seed, len(cases), len(*captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
+}
+
+// captured is an RDMA data frame seen on a simulated network.
+type captured struct {
+	src, dst hal.Rank
+	frame    []byte
+}
+
+// captureRDMA has j's network keep one RDMA data frame in eight, for
+// replay.
+func captureRDMA(j *simJob, seed uint64) *[]captured {
+	pick := rand.New(rand.NewPCG(seed, 8))
+	var out []captured
+	j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		if len(f) > 4 && (hal.FrameType(f[3]) == hal.FrameRDMAWrite || hal.FrameType(f[3]) == hal.FrameRDMAReadResp) &&
+			len(out) < 4000 && pick.IntN(8) == 0 {
+			out = append(out, captured{src, dst, append([]byte(nil), f...)})
+		}
+		return true
+	})
+	return &out
+}
+
+// startHalf starts tc: dst is its slot at the target, spvo and sdata its
+// source at the origin (PutToFIFO's registered region).
+func startHalf(t *testing.T, j *simJob, tc *halfCase, dst, spvo hal.PVO, sdata []byte, seed uint64) {
+	t.Helper()
+	c, tgt := j.ctxs[tc.org], hal.Rank(tc.tgt)
+	tc.org1 = c.NewCounter()
+	o := SendOpts{Completion: tc.org1, NoCompletion: tc.none}
+	if tc.none {
+		o.Completion, o.Origin = nil, tc.org1
+	}
+	if tc.kind != hkGet {
+		tc.tgt1 = j.ctxs[tc.tgt].NewCounter()
+		o.Target = tc.tgt1.ID()
+	}
+	var err error
+	switch tc.kind {
+	case hkFromFIFO, hkPut:
+		tc.data = make([]byte, tc.n)
+		fill(tc.data, seed)
+		if tc.kind == hkPut {
+			err = c.Put(tgt, dst, tc.data, o)
+		} else {
+			err = c.PutFromFIFO(tgt, dst, tc.data, o)
+		}
+	case hkToFIFO:
+		tc.data = append([]byte(nil), sdata...)
+		err = c.PutToFIFO(tgt, dst, spvo, uint64(tc.n), 0, o)
+	case hkGet:
+		tc.sink = &fifoSink{buf: make([]byte, tc.n), hits: make(map[uint64]int), from: tgt}
+		err = c.GetToFIFO(tgt, dst, uint64(tc.n), tc.sink, SendOpts{Origin: tc.org1})
+	}
+	if err != nil {
+		t.Fatalf("%v of %d B: %v", tc.kind, tc.n, err)
+	}
+}
+
+// checkSink checks a read's handler got want, each offset once.
+func checkSink(t *testing.T, seed uint64, i int, tc *halfCase, want []byte) {
+	t.Helper()
+	if tc.sink.bad || !bytes.Equal(tc.sink.buf, want) {
+		t.Fatalf("seed %d: read %d (%d B from rank %d): data differs or a bad packet (%v)", seed, i, tc.n, tc.tgt, tc.sink.bad)
+	}
+	for off, n := range tc.sink.hits {
+		if n != 1 {
+			t.Fatalf("seed %d: read %d: offset %d handed up %d times", seed, i, off, n)
+		}
+	}
+}
+
+// checkCalls checks rank r's FIFO handler: each call addressed to the
+// slot its offset names, from the case's origin, and every byte of each
+// PutToFIFO slot taken exactly once.
+func checkCalls(t *testing.T, seed uint64, r int, rec *fifoRecorder, cases []*halfCase, mem []byte) {
+	t.Helper()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	taken := make(map[int]int) // case index: bytes
+	for _, call := range rec.calls {
+		if call.dstLenBad {
+			t.Fatalf("seed %d rank %d: dst and data of different lengths", seed, r)
+		}
+		at := int(call.addr - base)
+		found := false
+		for i, tc := range cases {
+			if tc.kind != hkToFIFO || tc.tgt != r || at < tc.off || at >= tc.off+tc.n {
+				continue
+			}
+			if uint64(at-tc.off) != call.off || int(call.src) != tc.org {
+				t.Fatalf("seed %d rank %d: case %d's packet at slot offset %d says offset %d, from %d", seed, r, i, at-tc.off, call.off, call.src)
+			}
+			taken[i] += int(call.n)
+			found = true
+		}
+		if !found {
+			t.Fatalf("seed %d rank %d: a FIFO packet at %d is no case's", seed, r, at)
+		}
+	}
+	for i, tc := range cases {
+		if tc.kind == hkToFIFO && tc.tgt == r && taken[i] != tc.n {
+			t.Fatalf("seed %d rank %d: case %d (%d B): %d bytes went to the handler", seed, r, i, tc.n, taken[i])
+		}
+	}
+}
+
+func (k halfKind) String() string {
+	return [...]string{"PutFromFIFO", "PutToFIFO", "GetToFIFO", "Put"}[k]
+}
+
+// noneCounts are the frames a fire-and-forget test saw.
+type noneCounts struct {
+	back      int // from the targets to the origin, of any kind
+	rdmaDone  int // RDMA completions and reports
+	rdmaWrite int
+}
+
+// runNone runs fire-and-forget writes of every kind and size from rank 0
+// to rank 1 of j (RDMA threshold 1) and checks placement, each counter
+// firing once at each end, no state left at the origin, and returns the
+// frames seen, which it goes on counting.
+func runNone(t *testing.T, j *simJob, seed uint64) *noneCounts {
+	t.Helper()
+	n := new(noneCounts)
+	j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		switch hal.FrameType(f[3]) {
+		case hal.FrameRDMADone:
+			n.rdmaDone++
+		case hal.FrameRDMAWrite:
+			n.rdmaWrite++
+		}
+		if src == 1 {
+			n.back++
+		}
+		return true
+	})
+	org, tgt := j.ctxs[0], j.ctxs[1]
+	rng := rand.New(rand.NewPCG(seed, 5))
+	var cases []*halfCase
+	total := 0
+	for i := range 24 {
+		tc := &halfCase{kind: []halfKind{hkFromFIFO, hkToFIFO, hkPut}[i%3], none: true, org: 0, tgt: 1, n: halfSize(rng), off: total}
+		if i < 3 {
+			tc.n = 3*rdmaChunk - 7 // several chunks, with a Target counter
+		}
+		total += tc.n + 1
+		cases = append(cases, tc)
+	}
+	dst, src := make([]byte, total), make([]byte, total)
+	fill(src, seed)
+	dpvo, _ := tgt.TPT().Register(dst, hal.AccessWrite)
+	spvo, _ := org.TPT().Register(src, hal.AccessRead)
+	rec := &fifoRecorder{}
+	tgt.RegisterFIFO(rec)
+	org.RegisterFIFO(&fifoRecorder{})
+	for i, tc := range cases {
+		startHalf(t, j, tc, dpvo.Add(uint64(tc.off)), spvo.Add(uint64(tc.off)), src[tc.off:tc.off+tc.n], seed*1000+uint64(i))
+	}
+	j.run(time.Minute, nil, func() bool {
+		for _, tc := range cases {
+			if tc.org1.Value() < 1 || tc.tgt1.Value() < 1 {
+				return false
+			}
+		}
+		return true
+	})
+	for range 100 {
+		j.step()
+	}
+	for i, tc := range cases {
+		if !bytes.Equal(dst[tc.off:tc.off+tc.n], tc.data) {
+			t.Fatalf("%v %d (%d B) differs", tc.kind, i, tc.n)
+		}
+		if tc.org1.Value() != 1 || tc.tgt1.Value() != 1 {
+			t.Fatalf("%v %d: counters %d at the origin, %d at the target, want 1", tc.kind, i, tc.org1.Value(), tc.tgt1.Value())
+		}
+	}
+	checkCalls(t, seed, 1, rec, cases, dst)
+	org.mu.Lock()
+	defer org.mu.Unlock()
+	if r := &org.rd; r.groups != 0 || len(r.sentNone) != 0 || len(r.queue) != 0 || r.pool.InUse() != 0 {
+		t.Fatalf("the origin keeps state: %d transfers, %d sent, %d queued, %d rCxts", r.groups, len(r.sentNone), len(r.queue), r.pool.InUse())
+	}
+	return n
+}
+
+// TestNoCompletionReliable: over a reliable device, fire-and-forget
+// Puts, half-receive and half-send writes of 0 B to 3 MiB go as RDMA
+// packets and nothing at all comes back from the target, while the same
+// writes asking for completion are answered.
+func TestNoCompletionReliable(t *testing.T) {
+	for seed := uint64(1); seed <= 2; seed++ {
+		j := newRDMAJobCfg(t, 2, faults.Spec{Seed: seed}, func(c *Config) { c.Device = nodeDevice{c.Device} })
+		n := runNone(t, j, seed)
+		if n.back != 0 || n.rdmaDone != 0 || n.rdmaWrite == 0 {
+			t.Fatalf("seed %d: %d frames back (%d RDMA completions), %d RDMA writes", seed, n.back, n.rdmaDone, n.rdmaWrite)
+		}
+		// The contrast: a Put asking for completion is answered.
+		dst := make([]byte, 5000)
+		p, _ := j.ctxs[1].TPT().Register(dst, hal.AccessWrite)
+		putOnce(t, j, make([]byte, 5000), dst, p)
+		if n.rdmaDone == 0 || n.back == 0 {
+			t.Fatal("a Put asking for completion was not answered: the count sees nothing")
+		}
+		j.close()
+	}
+}
+
+// TestNoCompletionHostile: over the hostile network fire-and-forget
+// writes go as lapi's sequenced packets: no RDMA completion crosses and
+// the target sends the origin no message, only link acknowledgements;
+// every byte lands once and the origin keeps no state.
+func TestNoCompletionHostile(t *testing.T) {
+	for seed := uint64(1); seed <= 2; seed++ {
+		spec := hostile
+		spec.Seed = seed
+		j := newRDMAJob(t, 2, spec)
+		n := runNone(t, j, seed)
+		st := j.ctxs[1].PeerStats()[0]
+		if n.rdmaDone != 0 || n.rdmaWrite != 0 || st.MessagesSent != 0 || n.back == 0 {
+			t.Fatalf("seed %d: %d RDMA completions, %d RDMA writes, %d messages and %d frames back", seed, n.rdmaDone, n.rdmaWrite, st.MessagesSent, n.back)
+		}
+		if j.ctxs[0].Stats().Retransmits == 0 {
+			t.Fatalf("seed %d: nothing retransmitted: the faults did not bite", seed)
+		}
+		j.close()
+	}
+}
+
+// TestNoCompletionAccumulate: a fire-and-forget Accumulate reduces
+// exactly once over the reliable device (RDMA packets, no completion) and
+// over the hostile network (lapi's packets).
+func TestNoCompletionAccumulate(t *testing.T) {
+	for _, reliable := range []bool{true, false} {
+		spec := hostile
+		spec.Seed = 3
+		var mod func(*Config)
+		if reliable {
+			spec = faults.Spec{}
+			mod = func(c *Config) { c.Device = nodeDevice{c.Device} }
+		}
+		j := newRDMAJobCfg(t, 2, spec, mod)
+		const n = 50_001
+		dst := make([]int32, n)
+		region, _ := j.ctxs[1].TPT().Register(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*n), hal.AccessWrite)
+		src := make([]int32, n)
+		for i := range src {
+			src[i] = int32(i)
+		}
+		org, tk := j.ctxs[0].NewCounter(), j.ctxs[1].NewCounter()
+		done := 0
+		j.net.SetFilter(func(_, _ hal.Rank, f []byte) bool {
+			if hal.FrameType(f[3]) == hal.FrameRDMADone {
+				done++
+			}
+			return true
+		})
+		for range 3 {
+			err := j.ctxs[0].Accumulate(1, region, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*n), AccSum, Int32,
+				SendOpts{Origin: org, Target: tk.ID(), NoCompletion: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		j.run(time.Minute, nil, func() bool { return tk.Value() >= 3 && org.Value() >= 3 })
+		for i, v := range dst {
+			if v != 3*int32(i) {
+				t.Fatalf("reliable %v: element %d = %d, want %d", reliable, i, v, 3*i)
+			}
+		}
+		if done != 0 {
+			t.Fatalf("reliable %v: %d RDMA completions crossed", reliable, done)
+		}
+		j.close()
+	}
+}
+
+// TestNoCompletionErrors: contradictory options are refused, and a write
+// the target refuses is counted there, fails the target's counter, and
+// sends nothing back.
+func TestNoCompletionErrors(t *testing.T) {
+	j := newRDMAJobCfg(t, 2, faults.Spec{}, func(c *Config) { c.Device = nodeDevice{c.Device} })
+	defer j.close()
+	org, tgt := j.ctxs[0], j.ctxs[1]
+	k := org.NewCounter()
+	buf := make([]byte, 100)
+	if err := org.Put(1, hal.PVO{}, buf, SendOpts{Completion: k, NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
+		t.Fatalf("Put with a Completion counter and none: %v", err)
+	}
+	if err := org.GetToFIFO(1, hal.PVO{}, 10, &fifoSink{}, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
+		t.Fatalf("a read with none: %v", err)
+	}
+	if err := org.GetToFIFO(5, hal.PVO{}, 10, &fifoSink{}, SendOpts{}); !errors.Is(err, ErrBadRank) {
+		t.Fatalf("a read from no rank: %v", err)
+	}
+	if err := org.PutToFIFO(1, hal.PVO{}, hal.PVO{}, 10, 0, SendOpts{}); !errors.Is(err, hal.ErrProtection) {
+		t.Fatalf("a half-send write of an unregistered region: %v", err)
+	}
+	ro := make([]byte, 100)
+	p, _ := tgt.TPT().Register(ro, hal.AccessRead) // no writes
+	tk := tgt.NewCounter()
+	back := 0
+	j.net.SetFilter(func(src, _ hal.Rank, _ []byte) bool {
+		if src == 1 {
+			back++
+		}
+		return true
+	})
+	if err := org.PutFromFIFO(1, p, buf, SendOpts{Origin: k, Target: tk.ID(), NoCompletion: true}); err != nil {
+		t.Fatal(err)
+	}
+	j.run(time.Minute, nil, func() bool { return tk.Value() >= 1 && k.Value() >= 1 })
+	if err := tk.Wait(context.Background(), 1); !errors.Is(err, ErrProtection) && !errors.Is(err, hal.ErrProtection) {
+		t.Fatalf("the target's counter: %v", err)
+	}
+	if tgt.RDMAStats().Faults != 1 || back != 0 || !bytes.Equal(ro, make([]byte, 100)) {
+		t.Fatalf("refused write: %d faults counted, %d frames back, memory touched %v", tgt.RDMAStats().Faults, back, !bytes.Equal(ro, make([]byte, 100)))
+	}
+}
+
+// TestHalfRDMAAllocs: once warm, a fire-and-forget Put and each
+// half-RDMA transfer (whole, both ends) allocate nothing.
+func TestHalfRDMAAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts: this runs without -race (go test ./lapi)")
+	}
+	ctxs := openInprocJob(t, 2, faults.Spec{}, rdmaEngine, func(c *Config) { c.Spin = time.Hour })
+	c0, c1 := ctxs[0], ctxs[1]
+	mem := make([]byte, 3<<20)
+	region, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	src := make([]byte, 3<<20) // three chunks
+	local, _ := c0.TPT().Register(src, hal.AccessRead)
+	id := c1.RegisterFIFO(&nopFIFO{})
+	c0.RegisterFIFO(&nopFIFO{})
+	defer serving(c1)()
+	k, tk := c0.NewCounter(), c1.NewCounter()
+	ctx := context.Background()
+	sink := &nopFIFO{}
+	for _, tc := range []struct {
+		name string
+		op   func() error
+	}{
+		// A fire-and-forget sender may run ahead of its receiver by the
+		// device's queue, whose frame pool would grow meanwhile: each
+		// transfer waits for its target counter (a chunk's worth: one
+		// RDMA transfer).
+		{"put none", func() error {
+			return c0.Put(1, region, src[:rdmaChunk], SendOpts{Origin: k, Target: tk.ID(), NoCompletion: true})
+		}},
+		{"put from FIFO", func() error {
+			return c0.PutFromFIFO(1, region, src, SendOpts{Completion: k, Target: tk.ID()})
+		}},
+		{"put to FIFO", func() error {
+			return c0.PutToFIFO(1, region, local, uint64(len(src)), id, SendOpts{Completion: k, Target: tk.ID()})
+		}},
+		{"get to FIFO", func() error {
+			tk.incr() // no target counter for a read
+			return c0.GetToFIFO(1, region, uint64(len(src)), sink, SendOpts{Origin: k})
+		}},
+	} {
+		run := func() {
+			if err := tc.op(); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Wait(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := tk.Wait(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 100 {
+			run()
+		}
+		if n := testing.AllocsPerRun(50, run); n > 0.1 {
+			t.Errorf("%s: %v allocations per transfer", tc.name, n)
+		}
+	}
+}
+
+// nopFIFO takes packets and does nothing with them.
+type nopFIFO struct{ n int }
+
+func (f *nopFIFO) OnFIFO(hal.Rank, uint64, []byte, []byte) { f.n++ }
