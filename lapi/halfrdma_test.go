@@ -605,3 +605,44 @@ func TestHalfRDMAAllocs(t *testing.T) {
 type nopFIFO struct{ n int }
 
 func (f *nopFIFO) OnFIFO(hal.Rank, uint64, []byte, []byte) { f.n++ }
+
+// FuzzFIFOArg: whatever arg word, offset and uhdr a peer sends a
+// half-send write, the target neither panics nor hands a packet to a
+// handler it did not register, and a registered handler gets the offset
+// the word's chunk index and the packet's offset name.
+func FuzzFIFOArg(f *testing.F) {
+	f.Add(uint32(fifoArgBit|3<<fifoChunkShift), uint64(4096), []byte("data"), make([]byte, hal.PVOLen+4))
+	f.Add(accArg(AccSum, Int32), uint64(0), make([]byte, 8), []byte{1, 2})
+	f.Add(uint32(fifoArgBit|1), uint64(0), []byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, arg uint32, off uint64, data, uhdr []byte) {
+		j := newRDMAJob(t, 2, faults.Spec{})
+		defer j.close()
+		c := j.ctxs[1]
+		var got []uint64
+		c.RegisterFIFO(fifoFunc(func(_ hal.Rank, o uint64, _, _ []byte) { got = append(got, o) }))
+		dst := make([]byte, len(data))
+		c.mu.Lock()
+		c.rd.fifoPacket(0, arg, off, dst, data)
+		h := fifoAMHandler{c}
+		buf, cookie := h.OnHeader(0, uhdr, len(data))
+		c.mu.Unlock()
+		if cookie != nil {
+			copy(buf, data)
+			h.OnComplete(0, cookie)
+		}
+		id := arg & (1<<fifoChunkShift - 1)
+		switch {
+		case arg&fifoArgBit == 0 || id != 0 || len(data) == 0:
+			if len(got) != 0 {
+				t.Fatalf("arg %#x: handler 0 got a packet", arg)
+			}
+		case len(got) != 1 || got[0] != uint64(arg&^fifoArgBit)>>fifoChunkShift*rdmaChunk+off:
+			t.Fatalf("arg %#x offset %d: handler got %v", arg, off, got)
+		}
+	})
+}
+
+// fifoFunc is a FIFOHandler of a function.
+type fifoFunc func(src hal.Rank, off uint64, dst, data []byte)
+
+func (f fifoFunc) OnFIFO(src hal.Rank, off uint64, dst, data []byte) { f(src, off, dst, data) }
