@@ -21,7 +21,11 @@ type Config struct {
 	// (default 2ms); MinRTO and MaxRTO clamp it (defaults 200µs and 500ms).
 	InitRTO, MinRTO, MaxRTO time.Duration
 	// AckDelay is how long an acknowledgement may wait for a packet to ride
-	// on (default 100µs); AckEvery packets force one at once (default 8).
+	// on (default 100µs); AckEvery packets force one at once (default a
+	// quarter of Window: the sender, which needs acknowledgements only to
+	// move its window on, keeps three quarters of it in flight, while a
+	// message that fits in the window is not interrupted by one). The last
+	// packet of a message whose sender waits for it is acknowledged at once.
 	AckDelay time.Duration
 	AckEvery int
 	// Window is the most packets in flight to one peer (default and max 128).
@@ -109,11 +113,11 @@ func (c *Config) setDefaults() {
 	def(&c.AckDelay, 100*time.Microsecond)
 	def(&c.PeerTimeout, 30*time.Second)
 	def(&c.Spin, 50*time.Microsecond)
-	if c.AckEvery <= 0 {
-		c.AckEvery = 8
-	}
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
+	}
+	if c.AckEvery <= 0 {
+		c.AckEvery = max(c.Window/4, 1)
 	}
 	if c.RDMAThreshold == 0 {
 		c.RDMAThreshold = 64 << 10

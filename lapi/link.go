@@ -136,8 +136,9 @@ func (l *link) release(s uint32, now time.Time, released func(*outPkt)) int {
 }
 
 // onData records the arrival of packet seq and reports whether it is new;
-// a duplicate or out-of-window packet must be discarded.
-func (l *link) onData(seq uint32, now time.Time, t *linkTiming) bool {
+// a duplicate or out-of-window packet must be discarded. ackNow says the
+// sender asked for the acknowledgement at once (flagAckNow).
+func (l *link) onData(seq uint32, ackNow bool, now time.Time, t *linkTiming) bool {
 	d := int32(seq - l.cum)
 	switch {
 	case d < 0:
@@ -165,7 +166,7 @@ func (l *link) onData(seq uint32, now time.Time, t *linkTiming) bool {
 		return false // beyond the window the sender was allowed
 	}
 	l.ackOwed++
-	if l.ackOwed >= t.ackEvery {
+	if ackNow || l.ackOwed >= t.ackEvery {
 		l.ackNow = true
 	} else if l.ackDue.IsZero() {
 		l.ackDue = now.Add(t.ackDelay)

@@ -20,15 +20,15 @@ func TestLinkReceiveWindow(t *testing.T) {
 	order := []uint32{2, 0, 0, 5, 1, 2, 3, 200, 4, 6, 300, 5}
 	want := []bool{true, true, false, true, true, false, true, false, true, true, false, false}
 	for i, s := range order {
-		if got := l.onData(s, now, &testTiming); got != want[i] {
+		if got := l.onData(s, false, now, &testTiming); got != want[i] {
 			t.Fatalf("packet %d (seq %d): fresh=%v, want %v", i, s, got, want[i])
 		}
 	}
 	if l.cum != 7 || l.sack != [2]uint64{} {
 		t.Fatalf("cum=%d sack=%x, want 7 and none", l.cum, l.sack)
 	}
-	l.onData(9, now, &testTiming)
-	l.onData(72, now, &testTiming)
+	l.onData(9, false, now, &testTiming)
+	l.onData(72, false, now, &testTiming)
 	if l.sack[0] != 1<<1 || l.sack[1] != 1<<0 {
 		t.Fatalf("sack=%x, want bit 1 and bit 64", l.sack)
 	}

@@ -419,7 +419,7 @@ func (rl *reliability) onPacket(src hal.Rank, ph *pktHdr) bool {
 	if ph.kind == kindAck {
 		return false
 	}
-	fresh := l.onData(ph.seq, c.pr.pollNow, &c.timing)
+	fresh := l.onData(ph.seq, ph.flags&flagAckNow != 0, c.pr.pollNow, &c.timing)
 	rl.activate(src) // an acknowledgement is owed
 	if !fresh {
 		c.stats.Duplicates++

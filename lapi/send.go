@@ -154,6 +154,9 @@ func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *S
 		p := c.rel.getPkt()
 		p.peer = tgt
 		ph.offset = uint32(off)
+		if m != nil && !rel && off+n == len(data) {
+			ph.flags |= flagAckNow
+		}
 		p.buf = ad.frameHeader(p.buf[:cap(p.buf)], tgt, ph, uhdr, n)
 		if copyData {
 			if cap(p.own) < n {

@@ -8,7 +8,8 @@ import (
 // Packet header, inside a hal FrameData payload, little-endian:
 //
 //	 0 kind    u8   kindAM or kindAck
-//	 1 flags   u8   flagSeq: seq is meaningful (unreliable device)
+//	 1 flags   u8   flagSeq: seq is meaningful (unreliable device);
+//	                flagAckNow: acknowledge this packet at once
 //	 2 credit  u16  packets the sender of this packet will accept from its peer
 //	 4 seq     u32  per-peer packet sequence number
 //	 8 ackCum  u32  every peer packet with seq < ackCum has arrived
@@ -79,6 +80,12 @@ const (
 	kindAMTiny  = 4
 
 	flagSeq = 1 << 0
+	// flagAckNow marks the last packet of a message whose sender waits
+	// for its acknowledgement (the data was not copied: the buffer is
+	// the caller's until then). The receiver acknowledges it at once
+	// instead of after AckDelay; nothing else it sends may carry the
+	// acknowledgement sooner, since it may owe the sender no reply.
+	flagAckNow = 1 << 1
 )
 
 // pktHdr is a decoded packet header.
