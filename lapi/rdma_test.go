@@ -105,20 +105,7 @@ func TestRDMAHostile(t *testing.T) {
 			}
 		}
 		// Capture RDMA data frames on the wire, to replay at the end.
-		pick := rand.New(rand.NewPCG(seed, 8))
-		var captured []struct {
-			src, dst hal.Rank
-			frame    []byte
-		}
-		j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
-			if len(f) > 4 && (hal.FrameType(f[3]) == hal.FrameRDMAWrite || hal.FrameType(f[3]) == hal.FrameRDMAReadResp) && len(captured) < 4000 && pick.IntN(8) == 0 {
-				captured = append(captured, struct {
-					src, dst hal.Rank
-					frame    []byte
-				}{src, dst, append([]byte(nil), f...)})
-			}
-			return true
-		})
+		captured := captureRDMA(j, seed)
 		for i, tc := range cases {
 			c := j.ctxs[tc.org]
 			tc.buf = make([]byte, tc.n)
@@ -172,7 +159,7 @@ func TestRDMAHostile(t *testing.T) {
 			snap[r] = append([]byte(nil), mem[r]...)
 		}
 		for range 2 {
-			for _, f := range captured {
+			for _, f := range *captured {
 				j.net.Inject(f.src, f.dst, f.frame)
 			}
 		}
@@ -199,7 +186,7 @@ func TestRDMAHostile(t *testing.T) {
 			t.Fatalf("seed %d: no redrive or stale packet: the faults did not bite (%+v)", seed, st)
 		}
 		t.Logf("seed %d: %d transfers, %d captured frames replayed twice; redrives %d, stale %d, duplicates %d, stale completions %d",
-			seed, len(cases), len(captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates, st.StaleCompletions)
+			seed, len(cases), len(*captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates, st.StaleCompletions)
 		j.close()
 	}
 }
