@@ -35,7 +35,9 @@
 // target places into its region; PutToFIFO streams the origin's region
 // to a FIFOHandler at the target, packet by packet (Accumulate is such a
 // write); GetToFIFO streams the target's region to a FIFOHandler at the
-// origin, which registers nothing. SendOpts.NoCompletion makes a write
+// origin, which registers nothing; GetFromFIFO (halfread.go) has the
+// target's FIFOSource answer from its FIFO, the origin's engine placing
+// the answer into its region. SendOpts.NoCompletion makes a write
 // fire-and-forget: no completion comes back, and the origin forgets the
 // write once the device (reliable) or lapi's acknowledged packets
 // (unreliable) have delivered it.

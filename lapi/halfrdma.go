@@ -21,14 +21,24 @@ import (
 //     packet through a FIFOHandler;
 //   - half-send RDMA read (GetToFIFO): the target's engine streams its
 //     registered region, the origin's ULP takes each packet through a
-//     FIFOHandler, with nothing registered at the origin.
+//     FIFOHandler, with nothing registered at the origin;
+//   - half-receive RDMA read (GetFromFIFO): the target's ULP answers
+//     through a FIFOSource with bytes from wherever it keeps them, which
+//     its processor copies into RDMA packets, and the origin's engine
+//     places them into the origin's registered region.
 //
 // Each is lapi's RDMA transfer (rdma.go): chunks on rCxts, redriven
 // under new tids, exactly once per packet at the end that takes them.
 
-// hFIFO is lapi's handler of half-send writes sent as active messages
-// (fifoAM; below firstUserHandler, after mcast.go's).
-const hFIFO = hMcast + 1
+// lapi's handlers of half-RDMA (below firstUserHandler, after mcast.go's).
+const (
+	hFIFO     = hMcast + 1 // a half-send write sent as an active message (fifoAM)
+	hFIFORead = hMcast + 2 // a half-receive read's request (GetFromFIFO)
+)
+
+// codeRefused is the fault code of a half-receive read its target's
+// FIFOSource refused, or that named no source there.
+const codeRefused = codeFailed - 1
 
 // ErrBadOpts: SendOpts that contradict each other or the operation.
 var ErrBadOpts = errors.New("lapi: contradictory send options")
@@ -56,6 +66,28 @@ const (
 	fifoChunkShift = 16
 	maxFIFOChunks  = 1 << (31 - fifoChunkShift)
 )
+
+// FIFOSource answers GetFromFIFO reads at this rank, from its FIFO: OnRead
+// returns the n bytes a read from src with arg asks for, copied or
+// gathered from wherever they are, or an error to refuse it (the origin's
+// counter then fails with ErrProtection). data must stay unchanged until
+// Released gives it back, once the transfer no longer reads it. Both run
+// in the completion runner, outside the progress lock, and must not
+// block.
+type FIFOSource interface {
+	OnRead(src hal.Rank, arg uint32, n uint64) (data []byte, err error)
+	Released(data []byte)
+}
+
+// RegisterFIFOSource registers s to answer GetFromFIFO reads from this
+// rank and returns its ID (an ID space of its own, apart from
+// RegisterFIFO's).
+func (c *Context) RegisterFIFOSource(s FIFOSource) FIFOID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rd.sources = append(c.rd.sources, s)
+	return FIFOID(len(c.rd.sources) - 1)
+}
 
 // RegisterFIFO registers h to take PutToFIFO transfers into this rank and
 // returns its ID.

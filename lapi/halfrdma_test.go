@@ -57,6 +57,7 @@ const (
 	hkToFIFO                   // PutToFIFO
 	hkGet                      // GetToFIFO
 	hkPut                      // Put, fire-and-forget
+	hkGetFrom                  // GetFromFIFO
 	nHalfKinds
 )
 
@@ -65,8 +66,8 @@ type halfCase struct {
 	kind     halfKind
 	none     bool // NoCompletion
 	org, tgt int
-	off, n   int // slot in the target's region
-	soff     int // PutToFIFO: where the data is in the origin's source region
+	off, n   int // slot in the target's region (GetFromFIFO: the origin's)
+	soff     int // where the data is in the origin's source region (GetFromFIFO: the target's)
 	data     []byte
 	sink     *fifoSink
 	org1     *Counter // Completion, or Origin (reads, fire-and-forget)
@@ -124,16 +125,18 @@ func halfHostile(t *testing.T, seed uint64) {
 	for range 36 {
 		tc := &halfCase{kind: halfKind(rng.IntN(int(nHalfKinds))), org: rng.IntN(ranks), n: halfSize(rng)}
 		tc.tgt = (tc.org + 1 + rng.IntN(ranks-1)) % ranks
-		tc.none = tc.kind == hkPut || tc.kind != hkGet && rng.IntN(3) == 0
-		tc.off = used[tc.tgt] + rng.IntN(64)
-		used[tc.tgt] = tc.off + tc.n
-		tc.soff = srcUsed[tc.org] + rng.IntN(64)
-		srcUsed[tc.org] = tc.soff + tc.n
+		tc.none = tc.kind == hkPut || tc.kind != hkGet && tc.kind != hkGetFrom && rng.IntN(3) == 0
+		at, from := tc.ends()
+		tc.off = used[at] + rng.IntN(64)
+		used[at] = tc.off + tc.n
+		tc.soff = srcUsed[from] + rng.IntN(64)
+		srcUsed[from] = tc.soff + tc.n
 		cases = append(cases, tc)
 	}
 	mem, src := make([][]byte, ranks), make([][]byte, ranks)
 	pvo, spvo := make([]hal.PVO, ranks), make([]hal.PVO, ranks)
 	recs := make([]*fifoRecorder, ranks)
+	srvs := make([]*fifoServer, ranks)
 	for r := range ranks {
 		c := j.ctxs[r]
 		mem[r], src[r] = make([]byte, used[r]+64), make([]byte, srcUsed[r]+64)
@@ -146,16 +149,17 @@ func halfHostile(t *testing.T, seed uint64) {
 		if spvo[r], err = c.TPT().Register(src[r], hal.AccessRead); err != nil {
 			t.Fatal(err)
 		}
-		recs[r] = &fifoRecorder{}
-		if id := c.RegisterFIFO(recs[r]); id != 0 {
-			t.Fatalf("first FIFO handler got ID %d", id)
+		recs[r], srvs[r] = &fifoRecorder{}, &fifoServer{mem: src[r]}
+		if id, sid := c.RegisterFIFO(recs[r]), c.RegisterFIFOSource(srvs[r]); id != 0 || sid != 0 {
+			t.Fatalf("first FIFO handler and source got IDs %d and %d", id, sid)
 		}
 	}
 	captured := captureRDMA(j, seed)
 	want := make([][]byte, len(cases)) // a read's: the slot's first contents
 	for i, tc := range cases {
-		want[i] = append([]byte(nil), mem[tc.tgt][tc.off:tc.off+tc.n]...)
-		startHalf(t, j, tc, pvo[tc.tgt].Add(uint64(tc.off)), spvo[tc.org].Add(uint64(tc.soff)), src[tc.org][tc.soff:tc.soff+tc.n], seed*1000+uint64(i))
+		at, from := tc.ends()
+		want[i] = append([]byte(nil), mem[at][tc.off:tc.off+tc.n]...)
+		startHalf(t, j, tc, pvo[at].Add(uint64(tc.off)), spvo[from].Add(uint64(tc.soff)), src[from][tc.soff:tc.soff+tc.n], seed*1000+uint64(i))
 	}
 	left := len(cases)
 	check := func() {
@@ -165,7 +169,8 @@ func halfHostile(t *testing.T, seed uint64) {
 			}
 			tc.checked = true
 			left--
-			slot := mem[tc.tgt][tc.off : tc.off+tc.n]
+			at, _ := tc.ends()
+			slot := mem[at][tc.off : tc.off+tc.n]
 			if tc.kind == hkGet {
 				checkSink(t, seed, i, tc, want[i])
 				continue
@@ -200,6 +205,9 @@ func halfHostile(t *testing.T, seed uint64) {
 		if !bytes.Equal(snap[r], mem[r]) || len(recs[r].calls) != ncalls[r] {
 			t.Fatalf("seed %d: a replayed packet wrote rank %d's memory or reached its handler", seed, r)
 		}
+		if s := srvs[r]; s.bad || s.reads != s.released {
+			t.Fatalf("seed %d: rank %d's FIFO source: %d reads, %d released, bad %v", seed, r, s.reads, s.released, s.bad)
+		}
 	}
 	var st RDMAStats
 	for i, tc := range cases {
@@ -219,8 +227,12 @@ func halfHostile(t *testing.T, seed uint64) {
 	if st.Redrives == 0 || st.Engine.Stale+st.Engine.Duplicates == 0 {
 		t.Fatalf("seed %d: no redrive or stale packet: the faults did not bite (%+v)", seed, st)
 	}
-	t.Logf("seed %d: %d transfers, %d frames replayed twice; redrives %d, stale %d, duplicates %d",
-		seed, len(cases), len(*captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
+	kinds := make(map[halfKind]int)
+	for _, tc := range cases {
+		kinds[tc.kind]++
+	}
+	t.Logf("seed %d: %d transfers %v, %d frames replayed twice; redrives %d, stale %d, duplicates %d",
+		seed, len(cases), kinds, len(*captured), st.Redrives, st.Engine.Stale, st.Engine.Duplicates)
 }
 
 // captured is an RDMA data frame seen on a simulated network.
@@ -254,7 +266,7 @@ func startHalf(t *testing.T, j *simJob, tc *halfCase, dst, spvo hal.PVO, sdata [
 	if tc.none {
 		o.Completion, o.Origin = nil, tc.org1
 	}
-	if tc.kind != hkGet {
+	if tc.kind != hkGet && tc.kind != hkGetFrom {
 		tc.tgt1 = j.ctxs[tc.tgt].NewCounter()
 		o.Target = tc.tgt1.ID()
 	}
@@ -274,6 +286,9 @@ func startHalf(t *testing.T, j *simJob, tc *halfCase, dst, spvo hal.PVO, sdata [
 	case hkGet:
 		tc.sink = &fifoSink{buf: make([]byte, tc.n), hits: make(map[uint64]int), from: tgt}
 		err = c.GetToFIFO(tgt, dst, uint64(tc.n), tc.sink, SendOpts{Origin: tc.org1})
+	case hkGetFrom:
+		tc.data = append([]byte(nil), sdata...)
+		err = c.GetFromFIFO(tgt, dst, uint64(tc.n), 0, uint32(tc.soff), SendOpts{Origin: tc.org1})
 	}
 	if err != nil {
 		t.Fatalf("%v of %d B: %v", tc.kind, tc.n, err)
@@ -327,8 +342,40 @@ func checkCalls(t *testing.T, seed uint64, r int, rec *fifoRecorder, cases []*ha
 	}
 }
 
+// ends are the ranks of tc's slot (where the data lands) and of its
+// source region.
+func (tc *halfCase) ends() (at, from int) {
+	if tc.kind == hkGetFrom {
+		return tc.org, tc.tgt
+	}
+	return tc.tgt, tc.org
+}
+
+// fifoServer is a FIFOSource answering from mem, at the offset arg names,
+// with a copy it counts back in.
+type fifoServer struct {
+	mem             []byte
+	reads, released int
+	bad             bool
+}
+
+func (s *fifoServer) OnRead(_ hal.Rank, arg uint32, n uint64) ([]byte, error) {
+	if uint64(arg)+n > uint64(len(s.mem)) {
+		return nil, errors.New("read past the source")
+	}
+	s.reads++
+	return append([]byte{}, s.mem[arg:uint64(arg)+n]...), nil
+}
+
+func (s *fifoServer) Released(data []byte) {
+	s.released++
+	if s.released > s.reads {
+		s.bad = true
+	}
+}
+
 func (k halfKind) String() string {
-	return [...]string{"PutFromFIFO", "PutToFIFO", "GetToFIFO", "Put"}[k]
+	return [...]string{"PutFromFIFO", "PutToFIFO", "GetToFIFO", "Put", "GetFromFIFO"}[k]
 }
 
 // noneCounts are the frames a fire-and-forget test saw.
@@ -646,3 +693,45 @@ func FuzzFIFOArg(f *testing.F) {
 type fifoFunc func(src hal.Rank, off uint64, dst, data []byte)
 
 func (f fifoFunc) OnFIFO(src hal.Rank, off uint64, dst, data []byte) { f(src, off, dst, data) }
+
+// TestGetFromFIFORefused: a half-receive read that its target's source
+// refuses, that names no source, or whose answer this rank's TPT refuses,
+// fails the origin's counter once with ErrProtection and writes nothing.
+func TestGetFromFIFORefused(t *testing.T) {
+	j := newRDMAJob(t, 2, hostile)
+	defer j.close()
+	org, tgt := j.ctxs[0], j.ctxs[1]
+	srv := &fifoServer{mem: make([]byte, 1000)}
+	tgt.RegisterFIFOSource(srv)
+	dst := make([]byte, 5000)
+	rw, _ := org.TPT().Register(dst, hal.AccessWrite)
+	ro, _ := org.TPT().Register(make([]byte, 5000), hal.AccessRead)
+	for _, tc := range []struct {
+		name string
+		dst  hal.PVO
+		n    uint64
+		src  FIFOID
+	}{
+		{"refused by the source", rw, 5000, 0}, // past its 1000 bytes
+		{"no such source", rw, 10, 3},
+		{"the origin's region refuses writes", ro, 900, 0},
+	} {
+		k := org.NewCounter()
+		if err := org.GetFromFIFO(1, tc.dst, tc.n, tc.src, 0, SendOpts{Origin: k}); err != nil {
+			t.Fatal(err)
+		}
+		j.run(time.Minute, nil, func() bool { return k.Value() >= 1 })
+		for range 50 {
+			j.step()
+		}
+		if err := k.Wait(context.Background(), 1); !errors.Is(err, ErrProtection) && !errors.Is(err, hal.ErrProtection) || k.Value() != 1 {
+			t.Fatalf("%s: %v, counter at %d (want 1)", tc.name, err, k.Value())
+		}
+	}
+	if !bytes.Equal(dst, make([]byte, 5000)) || srv.reads != srv.released {
+		t.Fatalf("memory written, or the source's answers not all released (%d reads, %d released)", srv.reads, srv.released)
+	}
+	if err := org.GetFromFIFO(1, rw, 10, 0, 0, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
+		t.Fatalf("a read with none: %v", err)
+	}
+}

@@ -125,7 +125,8 @@ type rdmaState struct {
 	queue      []outStream
 	dones      []rdmaDone // completions the device had no room for, oldest first
 	sentNone   []*rdmaOp  // chunks asking no completion, sent: done once the device is flushed
-	fifos      []FIFOHandler
+	fifos      []FIFOHandler // RegisterFIFO's
+	sources    []FIFOSource  // RegisterFIFOSource's
 	freeOps    *rdmaOp
 	freeGroups *rdmaGroup
 	serving    map[servKey]*hal.RDMAStream

@@ -130,6 +130,7 @@ func (r *rdmaState) rdmaEvent(ev *hal.RDMAEvent) {
 		r.finishOp(op, err)
 	case hal.EvTargetDone:
 		if k := c.am.counter(ev.Cookie); k != nil {
+			c.am.awaited(ev.Peer, k) // a GetFromFIFO's origin counter, which the writer owed
 			k.incr()
 		}
 	case hal.EvFault:
@@ -138,6 +139,7 @@ func (r *rdmaState) rdmaEvent(ev *hal.RDMAEvent) {
 			c.tr.traceFault("from", ev.Peer, ev.RCxt, ev.Tid, hal.FaultCheck(ev.Code))
 		}
 		if k := c.am.counter(ev.Cookie); k != nil {
+			c.am.awaited(ev.Peer, k)
 			k.fail(fmt.Errorf("lapi: RDMA from rank %d: %w", ev.Peer, ev.Err))
 			k.incr()
 		}

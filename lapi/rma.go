@@ -54,8 +54,11 @@ func faultCode(err error) uint8 {
 
 // faultErr is the origin-side error for a fault code from peer.
 func faultErr(peer hal.Rank, code uint8) error {
-	if code == codeFailed {
+	switch code {
+	case codeFailed:
 		return fmt.Errorf("lapi: transfer carried out by rank %d failed there: %w", peer, ErrThirdParty)
+	case codeRefused:
+		return fmt.Errorf("lapi: rank %d's FIFO source refused the read: %w", peer, ErrProtection)
 	}
 	check := "unknown"
 	if int(code) < len(faultChecks) {
@@ -474,6 +477,7 @@ func (ad *dispatcher) installInternalHandlers() {
 	ad.handlers[hThird] = newHandlerEntry(thirdHandler{c})
 	ad.handlers[hBcast] = newHandlerEntry(newBcastTable(c))
 	ad.handlers[hFIFO] = newHandlerEntry(fifoAMHandler{c})
+	ad.handlers[hFIFORead] = newHandlerEntry(fifoReadHandler{c})
 	c.xchg.c = c
 }
 
