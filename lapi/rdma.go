@@ -123,8 +123,8 @@ type rdmaState struct {
 	groups     int    // transfers not yet completed
 	rtt        []rttEstimator
 	queue      []outStream
-	dones      []rdmaDone // completions the device had no room for, oldest first
-	sentNone   []*rdmaOp  // chunks asking no completion, sent: done once the device is flushed
+	dones      []rdmaDone    // completions the device had no room for, oldest first
+	sentNone   []*rdmaOp     // chunks asking no completion, sent: done once the device is flushed
 	fifos      []FIFOHandler // RegisterFIFO's
 	sources    []FIFOSource  // RegisterFIFOSource's
 	freeOps    *rdmaOp
