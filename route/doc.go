@@ -14,6 +14,12 @@
 // carries the peer's frames and keeps that member's guarantees (reliable
 // or not, MTU, short frames, cross-memory attach) per peer.
 //
+// A route broadcasts (hal.Broadcaster, Caps.Broadcast) when one of its
+// members does: the frame goes once on that member (IP multicast, which
+// also loops back to this host's ranks), and a multicast frame is
+// delivered whichever member it came through, since the layer that owns
+// it trusts no frame's route.
+//
 // The route's address joins its members' addresses, "route:a|b", and
 // Connect gives a peer's member the part of the peer's address of the
 // same scheme (udp, shm: no two members of a route share one); the other

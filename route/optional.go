@@ -101,3 +101,20 @@ var (
 	_ hal.SharedMemory = (*Device)(nil)
 	_ hal.Failover     = (*Device)(nil)
 )
+
+// errNoBroadcast is SendBroadcast's error on a route no member of which
+// broadcasts.
+var errNoBroadcast = fmt.Errorf("route: send to every peer: no member broadcasts: %w", hal.ErrUnknownPeer)
+
+// SendBroadcast (hal.Broadcaster) sends a multicast frame on the member
+// that broadcasts; Caps.Broadcast says whether one does.
+func (d *Device) SendBroadcast(hdr, payload []byte) error {
+	if d.bcast == nil {
+		return errNoBroadcast
+	}
+	if d.closed.Load() {
+		return errClosed
+	}
+	d.dirty |= 1 << d.bcastIdx
+	return d.bcast.SendBroadcast(hdr, payload)
+}

@@ -50,6 +50,10 @@ type Device struct {
 	cma   []hal.CrossMemory
 	// shortMax is the most any member's short frame carries.
 	shortMax int
+	// bcast is the member that broadcasts (hal.Broadcaster with
+	// Caps.Broadcast), and bcastIdx its index; nil: none does.
+	bcast    hal.Broadcaster
+	bcastIdx int
 	block    []byte // the one member's hal.SharedMemory block, if any
 
 	onFrame  func(*hal.Header, []byte)
@@ -137,8 +141,18 @@ func New(members []hal.Device, via []int, opts Options) (*Device, error) {
 		if sm, ok := m.(hal.SharedMemory); ok && d.block == nil {
 			d.block = sm.SharedBlock()
 		}
+		if b, ok := m.(hal.Broadcaster); ok && c.Broadcast && d.bcast == nil {
+			d.bcast, d.bcastIdx = b, i
+		}
 	}
-	d.caps.Broadcast = false // a broadcast on one member reaches only its peers
+	// A broadcast goes on the one member that can (SendBroadcast), and
+	// the route says it broadcasts whether or not that member reaches
+	// every peer: IP multicast loops back to this host's ranks, which
+	// joined the group on their network member too, and its frames are
+	// delivered whichever member they come through (checkSource). Whether
+	// every rank did join is the layer above's to check (mpi does,
+	// through PMI).
+	d.caps.Broadcast = d.bcast != nil
 	d.addr = Scheme + strings.Join(addrs, Sep)
 	d.onFrame = d.checkSource
 	if !opts.PollAll {
@@ -290,8 +304,15 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 }
 
 // checkSource delivers a frame that came through the member its source
-// is routed to, and drops the others.
+// is routed to, and drops the others, except a multicast frame to every
+// peer: it comes through the broadcasting member from every rank, this
+// node's included, and its layer (lapi's multicast) trusts no frame's
+// route, since it numbers none and repairs every loss itself.
 func (d *Device) checkSource(h *hal.Header, payload []byte) {
+	if h.Type == hal.FrameMcast && h.Dst == hal.BroadcastRank && d.member == d.bcastIdx && d.bcast != nil {
+		d.deliver(h, payload)
+		return
+	}
 	if int(h.Src) >= len(d.via) || int(d.via[h.Src]) != d.member {
 		d.misroute.Add(1)
 		return

@@ -268,3 +268,20 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestBroadcastNeedsMember: a route none of whose members broadcasts (the
+// UDP member on loopback has no multicast) says so in its Caps and
+// refuses SendBroadcast with hal.ErrUnknownPeer, as a device without
+// multicast does. (Broadcasts through a member that has it:
+// lapi's TestMulticastThroughRoute.)
+func TestBroadcastNeedsMember(t *testing.T) {
+	devs := job(t, 2, func(r int) int { return r })
+	connectAll(t, devs)
+	if devs[0].Caps().Broadcast {
+		t.Fatal("Caps.Broadcast with no member that broadcasts")
+	}
+	hdr, body := frame(0, 1, "all")
+	if err := devs[0].SendBroadcast(hdr, body); !errors.Is(err, hal.ErrUnknownPeer) {
+		t.Fatalf("SendBroadcast: %v, want hal.ErrUnknownPeer", err)
+	}
+}
