@@ -75,3 +75,47 @@ func TestMulticastThroughRoute(t *testing.T) {
 		})
 	}
 }
+
+// TestMulticastThroughStripe: over stripes of two lossy networks that
+// broadcast, Multicast works (the stripe broadcasts on its members in
+// turn): broadcasts each way arrive exact, the receiver placing stream
+// frames and repairing the rest.
+func TestMulticastThroughStripe(t *testing.T) {
+	j, _, _ := stripeJob(t)
+	defer j.close()
+	for r, c := range j.ctxs {
+		if !c.CanMulticast() {
+			t.Fatalf("rank %d: CanMulticast false over a stripe of broadcasting members", r)
+		}
+	}
+	group := []hal.Rank{0, 1}
+	for i, size := range []int{0, 5000, 300 << 10, 1 << 20} {
+		root := i % 2
+		before := j.ctxs[1-root].McastStats()
+		mc := &collCase{id: uint64(i + 1), group: group, root: root}
+		mc.setUp(j, size, uint64(i))
+		for g, r := range group {
+			mc.called[g] = true
+			if err := j.ctxs[r].Multicast(group, root, mc.id, mc.bufs[g],
+				McastOpts{Landed: mc.landed[g], Done: mc.done[g], All: mc.all[g]}); err != nil {
+				t.Fatalf("multicast %d, rank %d: %v", i, r, err)
+			}
+		}
+		j.runSettled(t, func() bool {
+			return mc.done[0].Value()+mc.done[1].Value() == 2 || mc.done[0].err != nil || mc.done[1].err != nil
+		})
+		for g := range group {
+			if err := mc.done[g].err; err != nil {
+				t.Fatalf("multicast %d (%d B), rank %d: %v", i, size, g, err)
+			}
+			if !bytes.Equal(mc.bufs[g], mc.want) {
+				t.Fatalf("multicast %d (%d B) from %d: rank %d's buffer differs", i, size, root, g)
+			}
+		}
+		after := j.ctxs[1-root].McastStats()
+		t.Logf("%d B from rank %d: placed %d frames, repaired %d bytes", size, root, after.Placed-before.Placed, after.RepairBytes-before.RepairBytes)
+		if size >= 300<<10 && after.Placed == before.Placed {
+			t.Errorf("%d B: the receiver placed no stream frame", size)
+		}
+	}
+}

@@ -103,9 +103,12 @@
 // members that cannot lose frames (inproc, shm), and a member failing there
 // is a process failure in any case. It is Ordered only with a single ordered
 // member, since frames spread over members overtake each other. NativeRDMA
-// and Broadcast are off: the stripe offers none of the optional interfaces
-// (hal.CrossMemory, hal.SharedMemory), and RDMA runs in hal's software
-// engine above it, as frames the stripe spreads like any other.
+// is off: the stripe offers neither hal.CrossMemory nor hal.SharedMemory,
+// and RDMA runs in hal's software engine above it, as frames the stripe
+// spreads like any other. It broadcasts (hal.Broadcaster, Caps.Broadcast)
+// when some member does: each broadcast goes once, on the next such member
+// round-robin (one member's multicast reaches every peer's member on that
+// network), and arrives like any frame.
 //
 // # Imports
 //

@@ -98,6 +98,71 @@ func (d *Device) Send(hdr, payload []byte) error {
 	return fmt.Errorf("stripe: no member could send: %w", failed)
 }
 
+// broadcaster is m's device as a hal.Broadcaster, nil if it does not
+// broadcast (a device replaced by one without multicast included).
+func (m *member) broadcaster() hal.Broadcaster {
+	if b, ok := m.dev.(hal.Broadcaster); ok && m.dev.Caps().Broadcast {
+		return b
+	}
+	return nil
+}
+
+// SendBroadcast (hal.Broadcaster) sends a multicast frame once, on the
+// next member, round-robin, that broadcasts and has no device error: each
+// member's multicast reaches the members of every peer on its network, so
+// one copy is enough, and the broadcasts spread over the networks as the
+// other frames do. It fails as Send does: ErrNoResource when every such
+// member is full, the member's error when the frame is at fault, and
+// hal.ErrUnknownPeer when no member broadcasts.
+func (d *Device) SendBroadcast(hdr, payload []byte) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if n := len(hdr) - hal.HeaderLen + len(payload); len(hdr) < hal.HeaderLen || n > d.caps.MTU {
+		return fmt.Errorf("stripe: broadcast frame of %d+%d bytes, MTU %d: %w", len(hdr), len(payload), d.caps.MTU, hal.ErrTooLarge)
+	}
+	full := false
+	failed := errNoBroadcast
+	for i := range d.members {
+		k := (d.nextBcast + i) % len(d.members)
+		m := d.members[k]
+		b := m.broadcaster()
+		if b == nil || d.okMask&(1<<k) == 0 {
+			continue
+		}
+		err := b.SendBroadcast(hdr, payload)
+		switch {
+		case err == nil:
+			d.nextBcast = k + 1
+			size := uint64(len(hdr) + len(payload))
+			m.stats.framesSent.Add(1)
+			m.stats.bytesSent.Add(size)
+			d.counters.FramesSent.Add(1)
+			d.counters.BytesSent.Add(size)
+			return nil
+		case errors.Is(err, hal.ErrNoResource):
+			full = true
+			m.stats.noResource.Add(1)
+		case callerError(err):
+			return fmt.Errorf("stripe: member %d: %w", k, err)
+		default:
+			if d.closed.Load() {
+				return errClosed
+			}
+			d.failMember(m, ReasonSendError, err)
+			failed = fmt.Errorf("stripe: member %d: %w", k, err)
+		}
+	}
+	if full {
+		d.counters.NoResource.Add(1)
+		return errNoResource
+	}
+	return failed
+}
+
+// errNoBroadcast is SendBroadcast's error when no member broadcasts.
+var errNoBroadcast = fmt.Errorf("stripe: send to every peer: no member broadcasts: %w", hal.ErrUnknownPeer)
+
 // callerError reports whether a member's error is about the frame or its
 // destination, the caller's to fix, rather than about the member.
 func callerError(err error) bool {

@@ -118,6 +118,7 @@ type Device struct {
 
 	// The rest is progress-lock state (Send, Flush, Poll, Connect, Replace).
 	next      int    // the member the next frame to a rank with no links tries first
+	nextBcast int    // the member the next broadcast tries first
 	frameNo   uint64 // frames sent: the clock of the ErrNoResource back-off
 	okMask    uint32 // members with no device error
 	peers     []*peerState
@@ -205,6 +206,9 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 	d.devs.Store(&devs)
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
+	for _, m := range d.members {
+		d.caps.Broadcast = d.caps.Broadcast || m.broadcaster() != nil
+	}
 	addr := Scheme + strings.Join(addrs, Sep)
 	d.addr.Store(&addr)
 	d.lastProbe = opts.Now()
@@ -225,7 +229,8 @@ func checkAddr(i int, a string) error {
 const maxMembers = 16
 
 // Caps: the smallest member MTU; Reliable only if every member is, Ordered
-// only with one ordered member, no native RDMA and no broadcast (doc.go).
+// only with one ordered member, no native RDMA, and Broadcast when some
+// member broadcasts (doc.go).
 func (d *Device) Caps() hal.Caps { return d.caps }
 
 // Addr is Scheme followed by the members' addresses joined by Sep, in
