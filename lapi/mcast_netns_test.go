@@ -16,6 +16,8 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/route"
+	"github.com/weft-hpc/weft/transport/inproc"
 	"github.com/weft-hpc/weft/transport/udp"
 	"golang.org/x/sys/unix"
 )
@@ -102,10 +104,26 @@ func openIn(t *testing.T, ns string, cfg hal.Config, o udp.Options) *udp.Device 
 // 4 MiB from every root end byte-exact at every rank, the stream really
 // went by multicast (frames placed at every receiver), and the ranks of
 // host b repaired what they lost by Get.
+//
+// TestNetnsMulticast/routed is the same with each rank's device a route,
+// as mpi opens with two ranks per host: an in-process device toward its
+// host's other rank and UDP toward the other host's; the multicast goes
+// on the UDP member, and reaches the root's host-mate through the
+// loopback, past the route's source check.
 func TestNetnsMulticast(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time namespace test")
 	}
+	for _, routed := range []bool{false, true} {
+		name := "udp"
+		if routed {
+			name = "routed"
+		}
+		t.Run(name, func(t *testing.T) { netnsMulticast(t, routed) })
+	}
+}
+
+func netnsMulticast(t *testing.T, routed bool) {
 	ha, hb := mcastHosts(t)
 	const n, key = 4, 0x6d63_6173_74
 	devs := make([]*udp.Device, n)
@@ -128,12 +146,8 @@ func TestNetnsMulticast(t *testing.T) {
 		}
 	}
 	ctxs := make([]*lapi.Context, n)
-	for r, d := range devs {
-		for p, q := range devs {
-			if err := d.Connect(hal.Rank(p), q.Addr()); err != nil {
-				t.Fatal(err)
-			}
-		}
+	connected := connectDevs(t, devs, routed, key)
+	for r, d := range connected {
 		c, err := lapi.Open(lapi.Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key})
 		if err != nil {
 			t.Fatal(err)
@@ -206,5 +220,54 @@ func TestNetnsMulticast(t *testing.T) {
 		if r >= 2 && s.Repairs == 0 {
 			t.Errorf("rank %d, on the lossy host, repaired nothing", r)
 		}
+		if n := connected[r].Counters().Drops[hal.DropPeer].Load(); n != 0 {
+			t.Errorf("rank %d: %d frames dropped as come through the wrong member", r, n)
+		}
 	}
+}
+
+// connectDevs connects the UDP devices of ranks 0-1 (host a) and 2-3
+// (host b) to each other and returns them, or, routed, a route per rank
+// over an in-process device toward its host's other rank and its UDP
+// device toward the other host's.
+func connectDevs(t *testing.T, udps []*udp.Device, routed bool, key uint64) []hal.Device {
+	t.Helper()
+	devs := make([]hal.Device, len(udps))
+	addrs := make([]string, len(udps))
+	host := func(r int) int { return r / 2 }
+	fabrics := []*inproc.Fabric{inproc.NewFabric(len(udps), key), inproc.NewFabric(len(udps), key)}
+	for r, u := range udps {
+		devs[r], addrs[r] = u, u.Addr()
+		if !routed {
+			continue
+		}
+		local, err := fabrics[host(r)].Open(hal.Rank(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		via := make([]int, len(udps))
+		for p := range via {
+			if host(p) != host(r) {
+				via[p] = 1
+			}
+		}
+		rt, err := route.New([]hal.Device{local, u}, via, route.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rt.Caps().Broadcast {
+			t.Fatalf("rank %d: the route does not broadcast", r)
+		}
+		devs[r], addrs[r] = rt, rt.Addr()
+	}
+	for r, d := range devs {
+		for p := range devs {
+			if p != r {
+				if err := d.Connect(hal.Rank(p), addrs[p]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return devs
 }
