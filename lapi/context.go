@@ -48,6 +48,7 @@ type Context struct {
 	prep      hal.SendPreparer // the device, if it takes hints of sends to come
 	failover  hal.Failover     // the device, if it takes members out (a stripe)
 	outages   uint64           // failover's count when last seen (c.mu)
+	loss      lossWatch        // the device's lost peers, if it reports them (peerloss.go)
 	fenceMark []uint32         // per peer: nextMsg after the last fence probe
 	fenceCntr *Counter
 	now       func() time.Time
@@ -144,13 +145,15 @@ func Open(cfg Config) (*Context, error) {
 
 // probeDevice takes note of the optional interfaces of the device: short
 // frames (used where reliable: toward every peer, or over a route toward
-// the members that send them, routedShort), send hints, failover.
+// the members that send them, routedShort), send hints, failover, lost
+// peers.
 func (c *Context) probeDevice(routedShort bool) {
 	if s, ok := c.dev.(hal.ShortSender); ok && (c.reliable || routedShort) && s.ShortMax() > 0 {
 		c.short, c.shortMax = s, s.ShortMax()
 	}
 	c.prep, _ = c.dev.(hal.SendPreparer)
 	c.failover, _ = c.dev.(hal.Failover)
+	c.loss.dev, _ = c.dev.(hal.PeerLoss)
 }
 
 // setRendezvous gives AMRendezvous its default, on a device that is

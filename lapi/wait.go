@@ -209,6 +209,7 @@ func (pg *progressor) block(ctx context.Context, gen uint64) {
 	cancel()
 	c.mu.Lock()
 	pg.blocking, pg.blockCancel = false, nil
+	c.takeLost() // a device's Wait returns when it finds a peer lost
 	pg.wakeLocked()
 	c.mu.Unlock()
 }

@@ -1,0 +1,104 @@
+package lapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+)
+
+// lossDev is a device that reports a lost peer when the test says
+// (hal.PeerLoss), waking its Wait as a device that finds one does.
+type lossDev struct {
+	hal.Device
+	lost    context.Context
+	declare context.CancelFunc
+	n       atomic.Uint64
+	mu      sync.Mutex
+	list    []hal.LostPeer
+}
+
+func newLossDev(d hal.Device) *lossDev {
+	l := &lossDev{Device: d}
+	l.lost, l.declare = context.WithCancel(context.Background())
+	return l
+}
+
+// lose reports peer lost with err.
+func (l *lossDev) lose(peer hal.Rank, err error) {
+	l.mu.Lock()
+	l.list = append(l.list, hal.LostPeer{Peer: peer, Err: err})
+	l.mu.Unlock()
+	l.n.Add(1)
+	l.declare()
+}
+
+func (l *lossDev) PeersLost() uint64 { return l.n.Load() }
+
+func (l *lossDev) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	dst = append(dst, l.list...)
+	l.list = nil
+	return dst
+}
+
+func (l *lossDev) Wait(ctx context.Context) error {
+	if l.lost.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.lost, cancel)
+	defer stop()
+	err := l.Device.Wait(ctx)
+	if l.lost.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// TestPeerLossWhileWaiting: a rank that only waits for a peer learns of
+// its loss from a device that reports it (hal.PeerLoss): the wait ends
+// with the peer's PeerError naming the device's cause, OnPeerFailed runs
+// once, and the other peers stay well.
+func TestPeerLossWhileWaiting(t *testing.T) {
+	var dev *lossDev
+	ctxs := openInprocJob(t, 3, faults.Spec{}, func(cfg *Config) {
+		if cfg.Rank == 0 {
+			dev = newLossDev(cfg.Device)
+			cfg.Device = dev
+		}
+	})
+	c := ctxs[0]
+	var calls atomic.Int32
+	c.OnPeerFailed(func(_ *Tx, peer hal.Rank, _ error) {
+		if peer == 1 {
+			calls.Add(1)
+		}
+	})
+	cause := fmt.Errorf("rank 1 answered nothing for 5s: %w", errors.ErrUnsupported)
+	time.AfterFunc(50*time.Millisecond, func() { dev.lose(1, cause) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.Wait(ctx, func() (bool, error) { return false, c.PeerErr(1) })
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Peer != 1 || !errors.Is(err, ErrPeerFailed) || !strings.Contains(pe.Cause, cause.Error()) {
+		t.Fatalf("waiting on rank 1 after the device found it lost: %v, want its PeerError with the device's cause", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("OnPeerFailed ran %d times for rank 1, want 1", n)
+	}
+	for _, p := range []hal.Rank{2} {
+		if err := c.PeerErr(p); err != nil {
+			t.Errorf("rank %d: %v, want well", p, err)
+		}
+	}
+}
