@@ -103,7 +103,14 @@ type Device struct {
 	connEfd     int
 	connPending bool        // a frame connection Connect asked for is not up (rc.connMu)
 	starved     atomic.Bool // Send found no free slot: Wait wakes for send completions too
-	udSlot      int         // the UD receive slot's length
+	// Peers found lost (peerloss_linux.go): lossNew not yet taken by
+	// LostPeers, nlost counting them all, lossSeen the count Wait last
+	// returned for.
+	lossMu   sync.Mutex
+	lossNew  []hal.LostPeer
+	nlost    atomic.Uint64
+	lossSeen atomic.Uint64
+	udSlot   int // the UD receive slot's length
 
 	// peers[r] is how to reach rank r; set by Connect (and Open for this
 	// rank itself). Replaced address handles are kept in retired until
@@ -118,6 +125,10 @@ type Device struct {
 	rc rcSide
 
 	tx txRing
+
+	// scratch holds the batches the rings hand C (C memory, freed by
+	// release).
+	scratch *scratch
 
 	// rxMu guards rx: Poll holds it; Wait, which may run beside a Poll,
 	// only tries it, to look for completions before it sleeps.
@@ -143,13 +154,11 @@ type txRing struct {
 	desc               []C.weft_tx
 	bytes              uint64 // queued bytes, counted as sent at Flush
 	// flushUD's batch and the counts weft_post_send and weft_poll_tx
-	// return: here, not on Flush's stack, because what Go hands to C
-	// escapes (an allocation each per Flush). flushUD passes the batch
-	// through a pointer (see flushFrames).
-	batch   [batch]C.weft_tx
-	nposted C.int
-	last    C.uint64_t
-	bad     C.int
+	// return, in the device's scratch (C memory: see scratch).
+	batch   *[batch]C.weft_tx
+	nposted *C.int
+	last    *C.uint64_t
+	bad     *C.int
 }
 
 // rxRing is the receive side: completions taken from the CQ but not yet
@@ -163,9 +172,9 @@ type rxRing struct {
 	cq      *C.struct_ibv_cq
 	buf     []byte
 	mr      *C.struct_ibv_mr
-	cqe     [batch]C.weft_rx
+	cqe     *[batch]C.weft_rx // in the device's scratch, as repost
 	next, n int
-	repost  [2 * batch]C.uint32_t
+	repost  *[2 * batch]C.uint32_t
 	nrepost int
 	hdr     hal.Header // passed to Poll's callback; reused so delivery does not allocate
 	pollfds [2]unix.PollFd
@@ -181,7 +190,10 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{cfg: cfg, opts: opts, efd: -1, connEfd: -1}
+	d := &Device{cfg: cfg, opts: opts, efd: -1, connEfd: -1, scratch: newScratch()}
+	sc := d.scratch
+	d.tx.batch, d.tx.nposted, d.tx.last, d.tx.bad = &sc.utx, &sc.uposted, &sc.last, &sc.bad
+	d.ftx.tx, d.ftx.wc, d.ftx.nposted = &sc.ftx, &sc.fwc, &sc.fposted
 	d.life.Release = d.release
 	if err := d.open(); err != nil {
 		d.release()
@@ -294,7 +306,7 @@ func (d *Device) open() error {
 		return err
 	}
 	d.tx.desc = make([]C.weft_tx, udSend)
-	d.rx = rxRing{slotLen: d.udSlot, grh: grhLen, cq: d.rcq, buf: d.rbuf, mr: d.rmr}
+	d.rx = rxRing{slotLen: d.udSlot, grh: grhLen, cq: d.rcq, buf: d.rbuf, mr: d.rmr, cqe: &d.scratch.cqe, repost: &d.scratch.repost}
 	for s := 0; s < udRecv; s++ {
 		d.rx.repost[d.rx.nrepost] = C.uint32_t(s)
 		d.rx.nrepost++
@@ -686,7 +698,7 @@ func (d *Device) flushUD() error {
 	t := &d.tx
 	size := uint64(len(t.desc))
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.sbuf[0])))
-	tx := &t.batch
+	tx := t.batch
 	for t.posted < t.head {
 		k := 0
 		for ; k < batch && t.posted+uint64(k) < t.head; k++ {
@@ -696,8 +708,8 @@ func (d *Device) flushUD() error {
 				tx[k].signaled = 1
 			}
 		}
-		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), 0, &t.nposted)
-		posted := t.nposted
+		rc := C.weft_post_send(d.qp, base, d.smr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), 0, t.nposted)
+		posted := *t.nposted
 		var bytes uint64
 		for i := range int(posted) {
 			bytes += uint64(tx[i].len)
@@ -724,15 +736,15 @@ func (d *Device) reap() error {
 		return nil
 	}
 	t := &d.tx
-	t.last = C.uint64_t(t.tail)
-	n := C.weft_poll_tx(d.scq, &t.last, &t.bad)
+	*t.last = C.uint64_t(t.tail)
+	n := C.weft_poll_tx(d.scq, t.last, t.bad)
 	if n < 0 {
 		return fmt.Errorf("verbs: %s: ibv_poll_cq (send): %v", d.devName, syscall.Errno(-n))
 	}
 	if n > 0 {
-		t.tail = uint64(t.last) + 1
+		t.tail = uint64(*t.last) + 1
 	}
-	if bad := t.bad; bad != 0 {
+	if bad := *t.bad; bad != 0 {
 		return fmt.Errorf("verbs: %s: send completed with %s", d.devName, C.GoString(C.ibv_wc_status_str(uint32(bad))))
 	}
 	return nil
@@ -856,6 +868,7 @@ func (d *Device) wake() {
 // release frees everything Open made, in dependency order; it tolerates a
 // partly opened device.
 func (d *Device) release() {
+	defer freeScratch(d.scratch)
 	d.releaseFrames()
 	d.releaseRC()
 	if d.qp != nil {

@@ -59,7 +59,14 @@
 // pairs retry a lost packet 6 times at a 268 ms timeout (7 would be
 // "for ever" on rxe), so a send toward a dead peer fails within about
 // 2 s; a receiver out of buffers makes the sender wait (receive not
-// ready, retried for ever: back-pressure, not an error). Frames and RDMA
+// ready, retried for ever: back-pressure, not an error). A rank that only
+// waits learns of a dead peer too: connLoop asks each connected peer it
+// has not heard from lately to answer (a hello with helloWant, every
+// sixth of Options.PeerTimeout) and declares one silent for all of
+// Options.PeerTimeout (5 s) lost; the device reports it through
+// hal.PeerLoss, its Wait returning, and lapi fails the peer. A closing
+// device tells its peers (helloBye), so a rank that finished is not
+// taken for one that died. Frames and RDMA
 // use separate queue pairs so that a refused RDMA access (which puts its
 // queue pair in error, and which lapi recovers from) never loses a
 // frame.
@@ -92,7 +99,7 @@
 // every frame (hal.Check with the CRC required, job key, destination
 // rank), counts what it drops in hal.Counters, delivers the rest, and
 // posts the buffers again after each batch. Wait polls the receive
-// completion queue for Options.Spin (default 50 µs), then arms its
+// completion queue for Options.Spin (default 200 µs), then arms its
 // notification and sleeps in ppoll on the completion channel and an
 // eventfd that Close and context cancellation write.
 //
@@ -148,8 +155,10 @@
 // Put and Get over the device by hardware RDMA (TestLapiOneSided); and,
 // with -test.bench RegCache, Writes from one buffer with and without the
 // registration cache; the frames over reliable connections to the rank
-// itself, a dead peer's loss (ErrPeerLost within seconds), a connection
-// never answered (ConnectTimeout), no allocation per frame (TestFrames*),
+// itself, a dead peer's loss (ErrPeerLost within seconds) found by a
+// send and by a rank that only waits, a closed peer not taken for a lost
+// one, a connection never answered (ConnectTimeout), no allocation per
+// frame (TestFrames*), the device's own ping-pong (-test.bench PingPong),
 // and the suite again with Options.Datagrams; TestLapiOneSidedQueue has many Puts wait in lapi for
 // room in a device with Options.RCQueue 4. TestVM runs
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
@@ -178,10 +187,8 @@
 // of active messages, accumulate, broadcast RDMA's chunks below the
 // threshold, transfers before the connection is up) still runs on the
 // software engine over the datagrams, so Caps.NativeRDMA stays false.
-// Over reliable connections the device notices a dead peer only when it
-// sends to it (as over shared memory): a rank that only waits for a dead
-// peer relies on the launcher to fail it (gorun reporting an exit,
-// lapi's FailPeer). The frame queue pairs are made for every peer Connect
+// A peer lost without a send is reported through hal.PeerLoss, which a
+// route or stripe does not pass on yet. The frame queue pairs are made for every peer Connect
 // names, at once: a job of N ranks has N-1 of them per rank, plus the RDMA
 // ones made on first use. Missing: memory windows (an rkey per TPT entry, invalidated at its
 // deregistration: today a region's rkey is its cached registration's,

@@ -98,7 +98,7 @@ const (
 )
 
 // fconn is the reliable connection that carries frames to one peer. The
-// connection fields (qp to lastHello) belong to connLoop and change
+// connection fields (qp to bye) belong to connLoop and change
 // under rc.connMu; qp is read by the sender once ready is set and never
 // changes after. The send fields (fifo to unsig) belong to the caller
 // (Send, Flush).
@@ -109,6 +109,9 @@ type fconn struct {
 	remoteQPN uint32
 	asked     bool // Connect was called: connLoop connects
 	lastHello time.Time
+	heard     time.Time // the last hello from the peer's queue pair (watchPeers)
+	pinged    time.Time // the last hello asking it to answer (watchPeers)
+	bye       bool      // the peer said its device is closing
 
 	ready  atomic.Bool
 	failed atomic.Pointer[error]
@@ -117,9 +120,6 @@ type fconn struct {
 	posted, done uint64   // positions posted, completed
 	unsig        int      // unsignaled work requests since the last signaled one
 }
-
-// fail records why the connection to peer is lost, once.
-func (p *fconn) fail(err error) { p.failed.CompareAndSwap(nil, &err) }
 
 // ftxRing is the frame send side over reliable connections: registered
 // slots taken from free by Send, queued in pend until Flush posts them
@@ -132,11 +132,11 @@ type ftxRing struct {
 	free    []uint32
 	pend    []pendFrame
 	bytes   uint64
-	wc      [batch]C.weft_rc_wc
-	tx      [batch]C.weft_tx
-	nposted C.int // weft_post_send's count, here so that it does not escape per call
-	inline  int   // frames up to this long are sent inline
-	flushes uint  // Flushes since the last look at send completions
+	wc      *[batch]C.weft_rc_wc // these three in the device's scratch (C memory)
+	tx      *[batch]C.weft_tx
+	nposted *C.int // weft_post_send's count
+	inline  int    // frames up to this long are sent inline
+	flushes uint   // Flushes since the last look at send completions
 }
 
 // frameInline is how many bytes of a frame are sent inline at most
@@ -282,6 +282,7 @@ func (d *Device) kickConn() {
 // guard, so the device is released only after it returns.
 func (d *Device) connLoop() {
 	defer d.life.Leave()
+	defer d.sayBye()
 	fds := [2]unix.PollFd{{Fd: int32(d.chUD.fd), Events: unix.POLLIN}, {Fd: int32(d.connEfd), Events: unix.POLLIN}}
 	var cqe [batch]C.weft_rx
 	var repost [batch]C.uint32_t
@@ -352,7 +353,7 @@ func (d *Device) connTick() time.Duration {
 			if p.state == rcNone {
 				qp, psn, err := d.newFrameQP()
 				if err != nil {
-					p.fail(fmt.Errorf("verbs: %s: toward rank %d: %w: %w", d.devName, i, err, ErrPeerLost))
+					d.failConn(hal.Rank(i), fmt.Errorf("verbs: %s: toward rank %d: %w: %w", d.devName, i, err, ErrPeerLost))
 					continue
 				}
 				p.qp, p.qpn, p.psn, p.state = qp, uint32(qp.qp_num), psn, rcInit
@@ -361,7 +362,7 @@ func (d *Device) connTick() time.Duration {
 			pending = true
 			if now.Sub(p.lastHello) >= helloResend {
 				p.lastHello = now
-				d.sendFrameHello(hal.Rank(i), true)
+				d.sendFrameHello(hal.Rank(i), true, false)
 			}
 		}
 		d.connPending = pending
@@ -372,18 +373,19 @@ func (d *Device) connTick() time.Duration {
 			d.sendHello(hal.Rank(i), true)
 		}
 	}
+	next := d.watchPeers(now)
 	if d.connPending {
-		return helloResend
+		next = min(next, helloResend)
 	}
-	return maxBlock
+	return next
 }
 
 // sendFrameHello sends peer a hello about the frame queue pair toward it
 // (connLoop, rc.connMu held).
-func (d *Device) sendFrameHello(peer hal.Rank, want bool) {
+func (d *Device) sendFrameHello(peer hal.Rank, want, bye bool) {
 	r := &d.rc
 	p := &d.fc[peer]
-	r.hello = hello{Want: want, Frames: true, JobKey: d.cfg.JobKey, Src: uint32(d.cfg.Rank), Dst: uint32(peer), QPN: p.qpn, PSN: p.psn}
+	r.hello = hello{Want: want, Frames: true, Bye: bye, JobKey: d.cfg.JobKey, Src: uint32(d.cfg.Rank), Dst: uint32(peer), QPN: p.qpn, PSN: p.psn}
 	if p.state == rcConnected {
 		r.hello.PeerQPN = p.remoteQPN
 	}
@@ -406,11 +408,17 @@ func (d *Device) onFrameHello(h *hello) {
 	if p.state == rcConnected && p.remoteQPN != h.QPN {
 		// A new queue pair on the peer's side: it restarted, and frames
 		// sent to the old one may be lost. Reliable means no silent loss.
-		p.fail(fmt.Errorf("verbs: %s: rank %d made a new connection (it restarted): %w", d.devName, peer, ErrPeerLost))
+		d.failConn(peer, fmt.Errorf("verbs: %s: rank %d made a new connection (it restarted): %w", d.devName, peer, ErrPeerLost))
 		return
 	}
 	if p.state == rcNone {
 		return // Connect has not been called for it yet; the peer sends again
+	}
+	if h.Bye {
+		if p.state == rcConnected && p.remoteQPN == h.QPN {
+			p.bye = true
+		}
+		return
 	}
 	if p.state == rcInit {
 		a, ok := d.peerAddr(peer)
@@ -418,16 +426,17 @@ func (d *Device) onFrameHello(h *hello) {
 			return
 		}
 		if rc := d.rcConnect(p.qp, a, h.QPN, h.PSN, p.psn, frameTimeout, frameRetry); rc != 0 {
-			p.fail(fmt.Errorf("verbs: %s: frame queue pair toward rank %d to RTR/RTS: %v: %w", d.devName, peer, syscall.Errno(rc), ErrPeerLost))
+			d.failConn(peer, fmt.Errorf("verbs: %s: frame queue pair toward rank %d to RTR/RTS: %v: %w", d.devName, peer, syscall.Errno(rc), ErrPeerLost))
 			return
 		}
 		p.state, p.remoteQPN = rcConnected, h.QPN
 	}
+	p.heard = time.Now()
 	if h.PeerQPN == p.qpn && !p.ready.Load() {
 		p.ready.Store(true)
 	}
 	if ready := p.ready.Load(); h.Want || !ready {
-		d.sendFrameHello(peer, !ready)
+		d.sendFrameHello(peer, !ready, false)
 	}
 }
 
@@ -450,7 +459,7 @@ func (d *Device) awaitConn(peer hal.Rank) error {
 		if time.Since(start) > d.opts.ConnectTimeout {
 			err := fmt.Errorf("verbs: %s: rank %d did not answer the connection request for %v (is it running, with the same device options?): %w",
 				d.devName, peer, d.opts.ConnectTimeout, ErrPeerLost)
-			p.fail(err)
+			d.failConn(peer, err)
 			return *p.failed.Load()
 		}
 		time.Sleep(nap)
@@ -500,9 +509,7 @@ func (d *Device) sendFrame(dst hal.Rank, hdr, payload []byte) error {
 func (d *Device) flushFrames() error {
 	t := &d.ftx
 	base := C.uint64_t(uintptr(unsafe.Pointer(&t.buf[0])))
-	// Through a pointer: cgo checks &t.tx[0] by boxing the array t.tx
-	// (weft_tx holds a C pointer), a copy per call; &tx[0], the pointer.
-	tx := &t.tx
+	tx := t.tx
 	i := 0
 	for i < len(t.pend) {
 		peer := t.pend[i].peer
@@ -525,8 +532,8 @@ func (d *Device) flushFrames() error {
 			i += k
 			continue
 		}
-		rc := C.weft_post_send(p.qp, base, t.mr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), C.uint32_t(t.inline), &t.nposted)
-		posted := t.nposted
+		rc := C.weft_post_send(p.qp, base, t.mr.lkey, C.uint32_t(t.slotLen), &tx[0], C.int(k), C.uint32_t(t.inline), t.nposted)
+		posted := *t.nposted
 		var bytes uint64
 		for j := range int(posted) {
 			p.fifo[p.posted%uint64(len(p.fifo))] = t.pend[i+j].slot
@@ -546,7 +553,7 @@ func (d *Device) flushFrames() error {
 			_ = d.reapFrames()
 			return hal.ErrNoResource
 		}
-		p.fail(fmt.Errorf("verbs: %s: ibv_post_send (frames) toward rank %d: %v: %w", d.devName, peer, syscall.Errno(rc), ErrPeerLost))
+		d.failConn(peer, fmt.Errorf("verbs: %s: ibv_post_send (frames) toward rank %d: %v: %w", d.devName, peer, syscall.Errno(rc), ErrPeerLost))
 		for j := int(posted); j < k; j++ {
 			t.free = append(t.free, t.pend[i+j-int(posted)].slot)
 		}
@@ -583,7 +590,7 @@ func (d *Device) reapFrames() error {
 				t.free = append(t.free, p.fifo[p.done%uint64(len(p.fifo))])
 			}
 			if wc.status != C.IBV_WC_SUCCESS {
-				p.fail(d.frameError(peer, wc.status))
+				d.failConn(peer, d.frameError(peer, wc.status))
 			}
 		}
 		if got > 0 {

@@ -16,7 +16,9 @@ import (
 //	 0 magic     u16  'W','R'
 //	 2 version   u8   1
 //	 3 flags     u8   helloWant: answer me; helloFrames: about the queue
-//	                  pair that carries frames, not the one for RDMA
+//	                  pair that carries frames, not the one for RDMA;
+//	                  helloBye: the sender's device is closing (a peer
+//	                  that stops answering after it is not lost)
 //	 4 job key   u64
 //	12 src       u32  sending rank
 //	16 dst       u32  receiving rank
@@ -29,6 +31,7 @@ import (
 type hello struct {
 	Want    bool
 	Frames  bool
+	Bye     bool
 	JobKey  uint64
 	Src     uint32
 	Dst     uint32
@@ -42,6 +45,7 @@ const (
 	helloVersion        = 1
 	helloWant           = 1
 	helloFrames         = 2
+	helloBye            = 4
 	helloLen            = 36
 )
 
@@ -69,6 +73,9 @@ func appendHello(b []byte, h *hello) []byte {
 	if h.Frames {
 		p[3] |= helloFrames
 	}
+	if h.Bye {
+		p[3] |= helloBye
+	}
 	le.PutUint64(p[4:], h.JobKey)
 	le.PutUint32(p[12:], h.Src)
 	le.PutUint32(p[16:], h.Dst)
@@ -88,12 +95,12 @@ func decodeHello(b []byte, h *hello) error {
 		return fmt.Errorf("%w: %d bytes", errBadHello, len(b))
 	case le.Uint16(b) != helloMagic || b[2] != helloVersion:
 		return fmt.Errorf("%w: magic %#04x version %d", errBadHello, le.Uint16(b), b[2])
-	case b[3]&^(helloWant|helloFrames) != 0:
+	case b[3]&^(helloWant|helloFrames|helloBye) != 0:
 		return fmt.Errorf("%w: flags %#x", errBadHello, b[3])
 	case le.Uint32(b[32:]) != crc32.Checksum(b[:32], crcTable):
 		return fmt.Errorf("%w: bad CRC", errBadHello)
 	}
-	*h = hello{Want: b[3]&helloWant != 0, Frames: b[3]&helloFrames != 0, JobKey: le.Uint64(b[4:]), Src: le.Uint32(b[12:]), Dst: le.Uint32(b[16:]),
+	*h = hello{Want: b[3]&helloWant != 0, Frames: b[3]&helloFrames != 0, Bye: b[3]&helloBye != 0, JobKey: le.Uint64(b[4:]), Src: le.Uint32(b[12:]), Dst: le.Uint32(b[16:]),
 		QPN: le.Uint32(b[20:]), PSN: le.Uint32(b[24:]), PeerQPN: le.Uint32(b[28:])}
 	if h.QPN == 0 || h.QPN >= 1<<24 || h.PSN >= 1<<24 || h.PeerQPN >= 1<<24 {
 		return fmt.Errorf("%w: qpn %d psn %d peer qpn %d", errBadHello, h.QPN, h.PSN, h.PeerQPN)

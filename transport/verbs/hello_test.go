@@ -11,6 +11,7 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Want: true, JobKey: testKey, Src: 1, Dst: 0, QPN: 17, PSN: 0xabcdef},
 		{JobKey: testKey, Src: 0, Dst: 1, QPN: 1<<24 - 1, PSN: 0, PeerQPN: 17},
 		{Want: true, Frames: true, JobKey: testKey, Src: 2, Dst: 1, QPN: 99, PSN: 3, PeerQPN: 4},
+		{Frames: true, Bye: true, JobKey: testKey, Src: 1, Dst: 2, QPN: 4, PSN: 7, PeerQPN: 99},
 	} {
 		b := appendHello(nil, &h)
 		if !isHello(b) {

@@ -64,10 +64,20 @@ type Options struct {
 	// must answer); beyond, Send returns an error wrapping ErrPeerLost.
 	// 0 means DefaultConnectTimeout. Unused with Datagrams.
 	ConnectTimeout time.Duration
+	// PeerTimeout is how long a connected peer may stay silent (its
+	// device answers nothing, not even the hellos this device sends it
+	// to ask) before it is declared lost without a send toward it
+	// (hal.PeerLoss): a rank that only waits for a dead peer learns of
+	// it. 0 means DefaultPeerTimeout; negative never declares a silent
+	// peer lost (only a send finds a dead peer). Unused with Datagrams.
+	PeerTimeout time.Duration
 
 	// skipMemlockCheck skips the RLIMIT_MEMLOCK check before registration,
 	// so a test can see how a failing ibv_reg_mr is reported.
 	skipMemlockCheck bool
+	// noBye closes the device without telling its peers, so that a
+	// test sees, in one process, what a peer whose process died sees.
+	noBye bool
 }
 
 // Defaults used for zero Options fields.
@@ -87,9 +97,17 @@ const (
 	FrameSlot = 8192
 	// DefaultConnectTimeout: see Options.ConnectTimeout.
 	DefaultConnectTimeout = 20 * time.Second
-	// DefaultSpin is short: lapi, the device's user, has spun for 50 µs
-	// polling the device before it calls Wait.
-	DefaultSpin    = 50 * time.Microsecond
+	// DefaultPeerTimeout: see Options.PeerTimeout. Longer than the
+	// frames' own retries (about 2 s), so that a send, when there is
+	// one, finds the loss first, with the adapter's word for it.
+	DefaultPeerTimeout = 5 * time.Second
+	// DefaultSpin outlasts, with the 50 µs lapi spins polling the device
+	// before it calls Wait, a round trip of a few hundred microseconds
+	// (a 4 KiB frame's on soft-RoCE): a Wait that blocks pays the
+	// wake-up from the completion channel on every message. Past 20 µs
+	// the spin yields the processor now and then, and mpi sets Spin
+	// negative where ranks outnumber cores.
+	DefaultSpin    = 200 * time.Microsecond
 	DefaultRCQueue = 1024
 	// MaxRing bounds SendRing, RecvRing and RCQueue.
 	MaxRing = 32767
@@ -120,6 +138,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.PeerTimeout == 0 {
+		o.PeerTimeout = DefaultPeerTimeout
 	}
 	if o.RCQueue == 0 {
 		o.RCQueue = DefaultRCQueue

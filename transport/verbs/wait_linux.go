@@ -28,8 +28,9 @@ const maxBlock = time.Second
 const starvedBlock = time.Millisecond
 
 // Wait returns when Poll has frames to deliver (nil; it may also return nil
-// early), when ctx is done (ctx.Err()), or when the device is closed
-// (hal.ErrClosed), including by a Close from another goroutine.
+// early), when a peer was found lost (nil: PeersLost moved), when ctx is
+// done (ctx.Err()), or when the device is closed (hal.ErrClosed),
+// including by a Close from another goroutine.
 //
 // It first polls the receive CQ for Options.Spin, keeping what it finds
 // for the next Poll. Then it arms the CQ's notification
@@ -42,6 +43,9 @@ func (d *Device) Wait(ctx context.Context) error {
 		return errClosed
 	}
 	defer d.life.Leave()
+	if d.lossUnseen() {
+		return nil // a peer was found lost: the caller looks (hal.PeerLoss)
+	}
 	if d.opts.Spin > 0 {
 		if got, err := d.spin(ctx); got || err != nil {
 			return err
@@ -69,16 +73,21 @@ func (d *Device) Wait(ctx context.Context) error {
 // running peer comes within a few microseconds.
 const spinAlone = 20 * time.Microsecond
 
+// spinCheck is how many polls spin makes between two looks at the clock
+// (and, past spinAlone, two sched_yields): where the clock is slow to
+// read (a VM's) or a yield is a full system call, doing either at every
+// poll delays the poll that finds the answer.
+const spinCheck = 16
+
 // spin polls the receive CQ for Options.Spin. It reports true when
 // completions wait for Poll (or another goroutine is polling), or an error
-// for a closed device or a done context. Past spinAlone each round also
-// calls sched_yield, as transport/udp's spin does: the peer may be
-// waiting for this very CPU.
+// for a closed device or a done context. Past spinAlone it also calls
+// sched_yield every spinCheck polls, as transport/udp's spin does: the
+// peer may be waiting for this very CPU.
 func (d *Device) spin(ctx context.Context) (bool, error) {
 	start := time.Now()
-	deadline, yieldAfter := start.Add(d.opts.Spin), start.Add(spinAlone)
 	done := ctx.Done()
-	for {
+	for i := 1; ; i++ {
 		if !d.rxMu.TryLock() {
 			return true, nil
 		}
@@ -95,11 +104,14 @@ func (d *Device) spin(ctx context.Context) (bool, error) {
 			return false, ctx.Err()
 		default:
 		}
-		now := time.Now()
-		if now.After(deadline) {
+		if i%spinCheck != 0 {
+			continue
+		}
+		waited := time.Since(start)
+		if waited > d.opts.Spin {
 			return false, nil
 		}
-		if now.After(yieldAfter) {
+		if waited > spinAlone {
 			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 	}
@@ -172,6 +184,9 @@ func (d *Device) block(ctx context.Context) error {
 		if fds[1].Revents != 0 {
 			var b [8]byte
 			_, _ = unix.Read(d.efd, b[:]) // reset the eventfd
+			if d.lossUnseen() {
+				return nil
+			}
 		}
 		if fds[0].Revents != 0 {
 			switch rc := C.weft_get_event(d.ch); {
