@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -734,4 +735,58 @@ func TestGetFromFIFORefused(t *testing.T) {
 	if err := org.GetFromFIFO(1, rw, 10, 0, 0, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
 		t.Fatalf("a read with none: %v", err)
 	}
+}
+
+// BenchmarkNoCompletion moves size bytes from rank 0 into a region of
+// rank 1 by Put, up to 8 transfers in flight, each asking for its
+// completion or fire-and-forget (NoCompletion): MB/s is goodput, counted
+// when the target has the data (its Target counter).
+func BenchmarkNoCompletion(b *testing.B) {
+	for _, j := range rdmaBenchJobs[1:3] { // inproc-engine, udp
+		for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+			for _, none := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/none=%v/%dKiB", j.name, none, size>>10), func(b *testing.B) {
+					benchNone(b, j.open(b), size, none)
+				})
+			}
+		}
+	}
+}
+
+func benchNone(b *testing.B, ctxs []*Context, size int, none bool) {
+	c0, c1 := ctxs[0], ctxs[1]
+	region, err := c1.TPT().Register(make([]byte, size), hal.AccessWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The goroutine waits at the target: the origin needs progress of
+	// its own, to hear completions and push what the device had no room
+	// for.
+	defer serving(c1)()
+	defer serving(c0)()
+	src := make([]byte, size)
+	done, tk := c0.NewCounter(), c1.NewCounter()
+	o := SendOpts{Completion: done, Target: tk.ID()}
+	if none {
+		o = SendOpts{Target: tk.ID(), NoCompletion: true}
+	}
+	ctx := context.Background()
+	const window = 8
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i >= window {
+			if err := tk.Wait(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c0.Put(1, region, src, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tk.Wait(ctx, int64(min(b.N, window))); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
 }
