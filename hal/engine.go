@@ -186,6 +186,7 @@ func (e *RDMAEngine) ExpectRead(peer Rank, r *RCxt, h *RDMAHdr) {
 	if x == nil || x.ended || x.base != r.base || x.key != r.Key {
 		x = e.begin(k, x, r.Key, h)
 		x.pvo, x.base = h.Local, r.base
+		sizeBits(x) // this rank's own request: its total is known good
 	}
 	x.tid = r.tid
 }
@@ -313,24 +314,28 @@ func b2i(b bool) int {
 	return 0
 }
 
-// begin (re)initialises x for a new transfer described by h.
+// begin (re)initialises x for a new transfer described by h. Its arrival
+// bitmap is sized by sizeBits: for a peer's write, only once the region
+// is checked (admit), since the header's total is the peer's word alone.
 func (e *RDMAEngine) begin(k xferKey, x *xfer, key uint32, h *RDMAHdr) *xfer {
 	if x == nil {
 		x = &xfer{}
 		e.set(k, x)
 	}
-	n := Segments(h.Total, h.Seg)
-	words := int((n + 63) / 64)
-	bits := x.bits[:0]
-	if cap(bits) < words {
-		bits = make([]uint64, words)
-	} else {
-		bits = bits[:words]
-		clear(bits)
-	}
-	*x = xfer{key: key, tid: h.Tid, base: h.Base, total: h.Total, seg: h.Seg, left: n, bits: bits,
-		notify: h.Notify, place: h.Place, cookie: h.Cookie, arg: h.Arg, pvo: h.PVO}
+	*x = xfer{key: key, tid: h.Tid, base: h.Base, total: h.Total, seg: h.Seg, left: Segments(h.Total, h.Seg),
+		bits: x.bits[:0], notify: h.Notify, place: h.Place, cookie: h.Cookie, arg: h.Arg, pvo: h.PVO}
 	return x
+}
+
+// sizeBits gives x a cleared arrival bitmap of one bit per segment.
+func sizeBits(x *xfer) {
+	words := int((x.left + 63) / 64)
+	if cap(x.bits) < words {
+		x.bits = make([]uint64, words)
+	} else {
+		x.bits = x.bits[:words]
+		clear(x.bits)
+	}
 }
 
 // place applies the tid rules to a data packet and places it; the last
@@ -450,10 +455,11 @@ func (e *RDMAEngine) admit(k xferKey, x *xfer, acc Access) bool {
 	r := e.tpt.Removals() // before the check: a removal during it invalidates
 	mem, err := e.tpt.Resolve(x.pvo, x.total, acc)
 	if err != nil {
-		e.fault(k, x, err)
+		e.fault(k, x, err) // with no bitmap: a refused transfer places nothing
 		return false
 	}
 	x.mem, x.removals = mem, r
+	sizeBits(x) // bounded by the region now, not by what the header claims
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -625,4 +626,26 @@ func FuzzEngineReadFIFO(f *testing.F) {
 			t.Fatalf("%d bytes handed up, the engine counts %d placed", up, e.Stats().Bytes)
 		}
 	})
+}
+
+// TestEngineHugeClaimRefusedCheaply: a write whose header claims the
+// largest transfer the format allows (256 TiB in the smallest segments)
+// into a region it has no right to is refused with a protection fault
+// before the engine sizes anything by the claim: a peer's header must not
+// make a rank allocate (the arrival bitmap alone would be 128 GiB).
+func TestEngineHugeClaimRefusedCheaply(t *testing.T) {
+	_, _, p, e, _ := target(t, 1024, AccessWrite)
+	p.Key++
+	b := make([]byte, RDMAPayloadLen(FrameRDMAWrite)+MinSeg)
+	EncodeRDMA(b, FrameRDMAWrite, &RDMAHdr{Tid: 1, Base: 1, Total: 1 << 48, Seg: MinSeg, PVO: p, Notify: NotifyOrigin})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	evs, msgs := e.Handle(0, FrameRDMAWrite, b)
+	runtime.ReadMemStats(&after)
+	if count(evs, EvFault) != 1 || len(msgs) != 1 || FaultCheck(msgs[0].Hdr.Code) != "key" {
+		t.Fatalf("events %+v, messages %+v: want a key fault told to the origin", evs, msgs)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("refusing the claim allocated %d bytes", n)
+	}
 }
