@@ -3,9 +3,14 @@
 package verbs
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +101,77 @@ func TestFramesByeNotLost(t *testing.T) {
 	if lost := waitLoss(t, d0, 4*timeout); len(lost) != 0 {
 		t.Fatalf("a peer that closed its device reported lost: %v", lost)
 	}
+}
+
+// childEnv names, for TestPeerChild, the device it opens and rank 0's
+// address ("DEV,ADDR").
+const childEnv = "WEFT_VERBS_TEST_CHILD"
+
+// TestFramesPeerKilled: rank 1 is another process, killed (SIGKILL) once
+// its frames reach rank 0; rank 0, which only waits, finds it lost
+// within a few seconds (Options.PeerTimeout 2 s), with an error wrapping
+// ErrPeerLost. Across the wire when there are two devices.
+func TestFramesPeerKilled(t *testing.T) {
+	pairs := rxePairs(t)
+	p := pairs[len(pairs)-1]
+	const timeout = 2 * time.Second
+	d0 := openRank(t, 0, 2, Options{Device: p[0], PeerTimeout: timeout})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+p[1]+","+d0.Addr())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var addr string
+	for sc := bufio.NewScanner(out); addr == "" && sc.Scan(); {
+		addr, _ = strings.CutPrefix(sc.Text(), "addr ")
+	}
+	if addr == "" {
+		t.Fatal("the child printed no address")
+	}
+	if err := d0.Connect(1, addr); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvOne(t, d0); string(got) != "alive" {
+		t.Fatalf("got %q from the child, want \"alive\"", got)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	lost := waitLoss(t, d0, 10*timeout)
+	took := time.Since(start)
+	if len(lost) != 1 || lost[0].Peer != 1 || !errors.Is(lost[0].Err, ErrPeerLost) {
+		t.Fatalf("after %v: LostPeers %v, want rank 1 with ErrPeerLost", took, lost)
+	}
+	t.Logf("%s-%s, after %v: %v", p[0], p[1], took.Round(time.Millisecond), lost[0].Err)
+	if took > 3*timeout {
+		t.Errorf("the loss took %v to find, PeerTimeout %v", took, timeout)
+	}
+}
+
+// TestPeerChild is TestFramesPeerKilled's rank 1, run in a process of its
+// own: it prints its address, connects to rank 0, sends it a frame and
+// waits to be killed (at most a minute).
+func TestPeerChild(t *testing.T) {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		t.Skip("TestFramesPeerKilled's other process")
+	}
+	dev, addr0, _ := strings.Cut(spec, ",")
+	d1 := openRank(t, 1, 2, Options{Device: dev})
+	fmt.Printf("addr %s\n", d1.Addr())
+	if err := d1.Connect(0, addr0); err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("alive")
+	if err := sendAll(d1, frameTo(1, 0, msg), msg); err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(time.Minute)
 }
