@@ -21,7 +21,10 @@ import (
 //     an acknowledgement: one in all;
 //   - a longer one gets one every AckEvery packets, and one at its end;
 //   - a copied message, which nobody waits for, owes its acknowledgement
-//     to the delay (or to the next packet back): none while it arrives.
+//     to the delay (or to the next packet back): none while it arrives;
+//   - a message longer than the window (the sender streams: more is
+//     queued than the window holds) is acknowledged every ackAskEvery
+//     packets while that lasts, not only every AckEvery.
 func TestAckPolicy(t *testing.T) {
 	const mtu = 1500
 	j := openSimJob(t, 2, faults.Spec{}, func(c *Config) { c.AckDelay = time.Second },
@@ -45,6 +48,7 @@ func TestAckPolicy(t *testing.T) {
 		{packets: every, wantAcks: 1},
 		{packets: 2*every + 5, wantAcks: 3},
 		{packets: 3, wantAcks: 0}, // copied: nobody waits
+		{packets: 4 * c0.cfg.Window, wantAcks: 0},
 	} {
 		size := tc.packets * room
 		copied := size <= c0.cfg.CopyThreshold
@@ -62,7 +66,13 @@ func TestAckPolicy(t *testing.T) {
 		}
 		acks, took := c1.Stats().AcksSent-before, j.net.Now().Sub(start)
 		t.Logf("%d packets (copied %v): %d acknowledgements, %v", tc.packets, copied, acks, took)
-		if acks != tc.wantAcks {
+		if tc.packets > c0.cfg.Window {
+			// Asked for every ackAskEvery packets of the part sent
+			// while more than a window was queued.
+			if low := uint64(tc.packets-c0.cfg.Window) / ackAskEvery / 2; acks < low {
+				t.Errorf("%d packets, more than the window of %d: %d acknowledgements, want at least %d", tc.packets, c0.cfg.Window, acks, low)
+			}
+		} else if acks != tc.wantAcks {
 			t.Errorf("%d packets of a message (copied %v): %d acknowledgements while it arrived, want %d", tc.packets, copied, acks, tc.wantAcks)
 		}
 		// Without an acknowledgement at once, the sender would wait for

@@ -177,6 +177,13 @@ func (rl *reliability) pushLocked(peer hal.Rank, now time.Time) error {
 			}
 			l.assign(p, now)
 			putSeq(p.buf[hal.HeaderLen:], p.seq)
+			if p.seq%ackAskEvery == 0 && l.inFlight()+q.n > c.cfg.Window {
+				// More is queued than the window holds: the sender
+				// streams, and acknowledgements every ackAskEvery
+				// packets keep its window moving (AckEvery is sized for
+				// messages that fit in the window).
+				p.buf[hal.HeaderLen+1] |= flagAckNow
+			}
 		}
 		if err = rl.transmit(p); err != nil {
 			if !rel && !errors.Is(err, hal.ErrNoResource) && !fatalSendErr(err) {

@@ -80,13 +80,19 @@ const (
 	kindAMTiny  = 4
 
 	flagSeq = 1 << 0
-	// flagAckNow marks the last packet of a message whose sender waits
-	// for its acknowledgement (the data was not copied: the buffer is
-	// the caller's until then). The receiver acknowledges it at once
-	// instead of after AckDelay; nothing else it sends may carry the
-	// acknowledgement sooner, since it may owe the sender no reply.
+	// flagAckNow asks the receiver to acknowledge this packet at once,
+	// instead of after AckDelay or AckEvery packets: on the last packet
+	// of a message whose sender waits for its acknowledgement (the data
+	// was not copied: the buffer is the caller's until then; nothing
+	// else the receiver sends may carry it sooner, since it may owe the
+	// sender no reply), and every ackAskEvery packets of a sender that
+	// has more queued than its window holds.
 	flagAckNow = 1 << 1
 )
+
+// ackAskEvery is how often (in packets) a sender with more queued than
+// its window holds sets flagAckNow.
+const ackAskEvery = 8
 
 // pktHdr is a decoded packet header.
 type pktHdr struct {
