@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -49,24 +48,24 @@ func allreduceAccumulate(c *Comm, acc []byte, es int, red reducer) error {
 	block := func(i int) []byte { return acc[off(i):off(i+1)] }
 	right, left := (c.rank+1)%p, (c.rank-1+p)%p
 	mine, sent := accCounters(c)
-	region, err := lc.Register(acc, hal.AccessWrite)
+	region, err := lc.Register(acc, lapi.AccessWrite)
 	if err != nil {
 		return err
 	}
 	defer lc.Deregister(region)
 	// Tell the left neighbour where to accumulate and which counter each
 	// step bumps; learn the same of the right one.
-	me, them := make([]byte, hal.PVOLen+4*(p-1)), make([]byte, hal.PVOLen+4*(p-1))
-	hal.PutPVO(me, region)
+	me, them := make([]byte, lapi.PVOLen+4*(p-1)), make([]byte, lapi.PVOLen+4*(p-1))
+	lapi.PutPVO(me, region)
 	for i, k := range mine {
-		binary.LittleEndian.PutUint32(me[hal.PVOLen+4*i:], k.ID())
+		binary.LittleEndian.PutUint32(me[lapi.PVOLen+4*i:], k.ID())
 	}
 	if err := c.csendrecv(me, left, them, right, tagAllreduce); err != nil {
 		return err
 	}
-	rpvo := hal.GetPVO(them)
-	rcntr := func(step int) uint32 { return binary.LittleEndian.Uint32(them[hal.PVOLen+4*step:]) }
-	rr := hal.Rank(c.group[right])
+	rpvo := lapi.GetPVO(them)
+	rcntr := func(step int) uint32 { return binary.LittleEndian.Uint32(them[lapi.PVOLen+4*step:]) }
+	rr := lapi.Rank(c.group[right])
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
 	for step := 0; step < p-1; step++ {

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -384,7 +383,7 @@ func (s *collState) ask(k uint32) {
 	for m, wr := range c.group {
 		if m != c.rank && (c.rank == 0 || m == 0) {
 			// A member that cannot be reached fails the call by itself.
-			_ = w.lc.Amsend(hal.Rank(wr), w.hAgree, b[:], nil, lapi.SendOpts{})
+			_ = w.lc.Amsend(lapi.Rank(wr), w.hAgree, b[:], nil, lapi.SendOpts{})
 			w.agreeSent.Add(1)
 		}
 	}
@@ -433,7 +432,7 @@ func (s *collState) abort(k uint32, cause uint8, msg string) {
 	copy(b[abortHdrLen:], msg)
 	for m, wr := range c.group {
 		if m != c.rank {
-			_ = w.lc.Amsend(hal.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
+			_ = w.lc.Amsend(lapi.Rank(wr), w.hAbort, b, nil, lapi.SendOpts{})
 		}
 	}
 	w.lc.Atomically(func(*lapi.Tx) { s.aborted(k, cause, msg) })
@@ -518,7 +517,7 @@ func (w *World) commByCtx(ctx uint32) *Comm {
 // agreeHandler takes a member's signature of a call.
 type agreeHandler struct{ w *World }
 
-func (h agreeHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+func (h agreeHandler) OnHeader(src lapi.Rank, uhdr []byte, _ int) ([]byte, any) {
 	if len(uhdr) != agreeLen {
 		return nil, nil
 	}
@@ -544,12 +543,12 @@ func (h agreeHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	return nil, nil
 }
 
-func (agreeHandler) OnComplete(hal.Rank, any) {}
+func (agreeHandler) OnComplete(lapi.Rank, any) {}
 
 // abortHandler takes a member's abort of a communicator's collectives.
 type abortHandler struct{ w *World }
 
-func (h abortHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+func (h abortHandler) OnHeader(_ lapi.Rank, uhdr []byte, _ int) ([]byte, any) {
 	if len(uhdr) < abortHdrLen {
 		return nil, nil
 	}
@@ -560,7 +559,7 @@ func (h abortHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	return nil, nil
 }
 
-func (abortHandler) OnComplete(hal.Rank, any) {}
+func (abortHandler) OnComplete(lapi.Rank, any) {}
 
 // mismatch is the error of a collective receive that got n bytes from
 // member src where this rank expected want.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -24,7 +23,7 @@ import (
 
 // putCollLen is a rank's record in the exchange: its receive buffer's
 // PVO, the ID of the counter the Puts into it bump, and its length.
-const putCollLen = hal.PVOLen + 4 + 8
+const putCollLen = lapi.PVOLen + 4 + 8
 
 // putColl is a communicator's state for these collectives, reused from
 // call to call (collectives on a communicator run one at a time). A call
@@ -111,7 +110,7 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 			c.rput = nil // late reports of this call's Puts land in st
 		}
 	}()
-	region, err := lc.Register(recv, hal.AccessWrite)
+	region, err := lc.Register(recv, lapi.AccessWrite)
 	if err != nil {
 		return fmt.Errorf("register the receive buffer: %w", err)
 	}
@@ -122,14 +121,14 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 	base := st.in.Value()
 	st.sent.n.Store(0)
 	le := binary.LittleEndian
-	hal.PutPVO(st.me[:], region)
-	le.PutUint32(st.me[hal.PVOLen:], st.in.ID())
-	le.PutUint64(st.me[hal.PVOLen+4:], uint64(len(recv)))
+	lapi.PutPVO(st.me[:], region)
+	le.PutUint32(st.me[lapi.PVOLen:], st.in.ID())
+	le.PutUint64(st.me[lapi.PVOLen+4:], uint64(len(recv)))
 	if err := exchangePVOs(c, st.me[:], st.all); err != nil {
 		return err
 	}
 	for q := range p {
-		if m := int(le.Uint64(st.all[q*putCollLen+hal.PVOLen+4:])); m != len(recv) {
+		if m := int(le.Uint64(st.all[q*putCollLen+lapi.PVOLen+4:])); m != len(recv) {
 			return fmt.Errorf("ranks disagree: rank %d receives %d bytes, rank %d %d: %w", q, m, c.rank, len(recv), ErrArg)
 		}
 	}
@@ -140,8 +139,8 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 		// Puts spread over the ranks instead of all going to rank 0.
 		q := (c.rank + i) % p
 		rec := st.all[q*putCollLen:]
-		err := lc.Put(hal.Rank(c.group[q]), hal.GetPVO(rec).Add(at), src(q),
-			lapi.SendOpts{Target: le.Uint32(rec[hal.PVOLen:]), Notify: &st.sent})
+		err := lc.Put(lapi.Rank(c.group[q]), lapi.GetPVO(rec).Add(at), src(q),
+			lapi.SendOpts{Target: le.Uint32(rec[lapi.PVOLen:]), Notify: &st.sent})
 		if err != nil {
 			return fmt.Errorf("put to rank %d: %w", q, err)
 		}
@@ -159,7 +158,7 @@ func (c *Comm) putBlocks(op string, recv []byte, n int, src func(q int) []byte) 
 		}
 		for q, wr := range c.group {
 			if q != c.rank {
-				if err := lc.PeerErr(hal.Rank(wr)); err != nil {
+				if err := lc.PeerErr(lapi.Rank(wr)); err != nil {
 					return false, fmt.Errorf("rank %d: %w", q, err)
 				}
 			}

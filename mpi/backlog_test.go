@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -26,7 +25,7 @@ func TestSendBacklogBounded(t *testing.T) {
 				if err := Send(c, buf, 1, 3); err != nil {
 					return err
 				}
-				w.lc.Atomically(func(tx *lapi.Tx) { most = max(most, tx.Backlog(hal.Rank(1))) })
+				w.lc.Atomically(func(tx *lapi.Tx) { most = max(most, tx.Backlog(lapi.Rank(1))) })
 				if i == gateAt {
 					close(gate)
 				}

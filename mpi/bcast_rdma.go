@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -74,9 +73,9 @@ func bcastMcast(c *Comm, n int) bool {
 // (bcastMcast's choice, which every member makes alike).
 func bcastTree(c *Comm, b []byte, root int, mcast bool) error {
 	w := c.w
-	group := make([]hal.Rank, c.size)
+	group := make([]lapi.Rank, c.size)
 	for i, wr := range c.group {
-		group[i] = hal.Rank(wr)
+		group[i] = lapi.Rank(wr)
 	}
 	// The communicator's context and the call's number name the
 	// broadcast at every member, and no other in flight.

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/transport/shm"
 )
@@ -238,11 +237,11 @@ func shmWorlds(tb testing.TB, n int) []*World {
 	lcs := make([]*lapi.Context, n)
 	for r, d := range devs {
 		for p, q := range devs {
-			if err := d.Connect(hal.Rank(p), q.Addr()); err != nil {
+			if err := d.Connect(lapi.Rank(p), q.Addr()); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		lc, err := lapi.Open(lapi.Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key, Reintegrate: true})
+		lc, err := lapi.Open(lapi.Config{Device: d, Rank: lapi.Rank(r), Size: n, JobKey: key, Reintegrate: true})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -261,7 +260,7 @@ func shmWorlds(tb testing.TB, n int) []*World {
 		for _, lc := range lcs {
 			lc.Progress()
 			for p := range n {
-				joined = joined && lc.RDMAReady(hal.Rank(p))
+				joined = joined && lc.RDMAReady(lapi.Rank(p))
 			}
 		}
 	}

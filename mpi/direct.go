@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -72,27 +71,27 @@ func allreduceDirect(c *Comm, recv, send []byte, es int, red reducer) error {
 	defer release()
 	// Each rank's two PVOs and its length: ranks that disagree on it
 	// stop here, before any read.
-	var me [2*hal.PVOLen + 8]byte
-	hal.PutPVO(me[:], spvo)
-	hal.PutPVO(me[hal.PVOLen:], rpvo)
-	binary.LittleEndian.PutUint64(me[2*hal.PVOLen:], uint64(len(recv)))
+	var me [2*lapi.PVOLen + 8]byte
+	lapi.PutPVO(me[:], spvo)
+	lapi.PutPVO(me[lapi.PVOLen:], rpvo)
+	binary.LittleEndian.PutUint64(me[2*lapi.PVOLen:], uint64(len(recv)))
 	// The scratch holds every rank's two PVOs, then a block to read into.
 	scratch := c.scratch(p*len(me) + len(mine))
 	pvos, tmp := scratch[:p*len(me)], scratch[p*len(me):]
 	if err := exchangePVOs(c, me[:], pvos); err != nil {
 		return err
 	}
-	pvo := func(q, which int) hal.PVO { return hal.GetPVO(pvos[q*len(me)+which*hal.PVOLen:]) }
+	pvo := func(q, which int) lapi.PVO { return lapi.GetPVO(pvos[q*len(me)+which*lapi.PVOLen:]) }
 	for q := range p {
-		if n := int(binary.LittleEndian.Uint64(pvos[q*len(me)+2*hal.PVOLen:])); n != len(recv) {
+		if n := int(binary.LittleEndian.Uint64(pvos[q*len(me)+2*lapi.PVOLen:])); n != len(recv) {
 			return fmt.Errorf("ranks disagree: rank %d reduces %d bytes, rank %d %d: %w", q, n, c.rank, len(recv), ErrArg)
 		}
 	}
 	k := directCounter(c)
 	ctx, cancel := c.w.deadline(context.Background())
 	defer cancel()
-	get := func(q int, src hal.PVO, dst []byte) error {
-		if err := lc.Get(hal.Rank(c.group[q]), src, dst, lapi.SendOpts{Origin: k}); err != nil {
+	get := func(q int, src lapi.PVO, dst []byte) error {
+		if err := lc.Get(lapi.Rank(c.group[q]), src, dst, lapi.SendOpts{Origin: k}); err != nil {
 			return err
 		}
 		if err := k.Wait(ctx, 1); err != nil {
@@ -137,15 +136,15 @@ func allreduceDirect(c *Comm, recv, send []byte, es int, red reducer) error {
 
 // registerBoth registers send and recv for the peers' reads (once when
 // they are the same buffer) and returns their PVOs and what releases them.
-func registerBoth(c *Comm, send, recv []byte) (spvo, rpvo hal.PVO, release func(), err error) {
+func registerBoth(c *Comm, send, recv []byte) (spvo, rpvo lapi.PVO, release func(), err error) {
 	lc := c.w.lc
-	if spvo, err = lc.Register(send, hal.AccessRead); err != nil {
+	if spvo, err = lc.Register(send, lapi.AccessRead); err != nil {
 		return
 	}
 	if &recv[0] == &send[0] {
 		return spvo, spvo, func() { lc.Deregister(spvo) }, nil
 	}
-	if rpvo, err = lc.Register(recv, hal.AccessRead); err != nil {
+	if rpvo, err = lc.Register(recv, lapi.AccessRead); err != nil {
 		lc.Deregister(spvo)
 		return
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 
-	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // The header an MPI message carries in its lapi user header,
@@ -13,7 +13,7 @@ import (
 // message's. A rendezvous request (RTS) names its size and the sender's
 // buffer:
 //
-//	eager (16 bytes)          RTS (32 + hal.PVOLen bytes)
+//	eager (16 bytes)          RTS (32 + lapi.PVOLen bytes)
 //	 0 ctx  u32               0 kind  u8   kindRTS, then 3 zero bytes
 //	 4 src  i32               4 ctx   u32  communicator context
 //	 8 tag  i32               8 src   i32  sender's rank in the communicator
@@ -30,7 +30,7 @@ const (
 
 	envEagerLen = 16
 	envLen      = 32
-	envRTSLen   = envLen + hal.PVOLen
+	envRTSLen   = envLen + lapi.PVOLen
 )
 
 // envelope is a decoded MPI message header.
@@ -42,7 +42,7 @@ type envelope struct {
 	seq  uint32
 	sreq uint32
 	size uint64
-	pvo  hal.PVO
+	pvo  lapi.PVO
 }
 
 // encode writes e into b, which has room for it (envEagerLen bytes for an
@@ -60,7 +60,7 @@ func (e *envelope) encode(b []byte) []byte {
 	le.PutUint32(b[16:], e.seq)
 	le.PutUint32(b[20:], e.sreq)
 	le.PutUint64(b[24:], e.size)
-	hal.PutPVO(b[envLen:], e.pvo)
+	lapi.PutPVO(b[envLen:], e.pvo)
 	return b
 }
 
@@ -93,7 +93,7 @@ func (e *envelope) decode(b []byte, n int) error {
 	case len(b) == envRTSLen && b[0] == kindRTS && b[1]|b[2]|b[3] == 0 && n == 0:
 		e.kind, e.ctx, e.seq, e.sreq = kindRTS, le.Uint32(b[4:]), le.Uint32(b[16:]), le.Uint32(b[20:])
 		e.src, e.tag = int(int32(le.Uint32(b[8:]))), int(int32(le.Uint32(b[12:])))
-		e.size, e.pvo = le.Uint64(b[24:]), hal.GetPVO(b[envLen:])
+		e.size, e.pvo = le.Uint64(b[24:]), lapi.GetPVO(b[envLen:])
 	default:
 		return errBadEnvelope
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -15,7 +15,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{envelope{kind: kindEager, ctx: 6, src: 3, tag: 1 << 30, seq: 77, size: 8}, 8},
 		{envelope{kind: kindEager, ctx: 1, size: 0}, 0},
 		{envelope{kind: kindRTS, ctx: 9, src: 1, tag: 2, seq: 3, sreq: 4, size: 1 << 40,
-			pvo: hal.PVO{Entry: 2, Offset: 3, Key: 4}}, 0},
+			pvo: lapi.PVO{Entry: 2, Offset: 3, Key: 4}}, 0},
 	} {
 		var b [envRTSLen]byte
 		enc := tc.env.encode(b[:])
@@ -46,7 +46,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	var b [envRTSLen]byte
 	f.Add((&envelope{kind: kindEager, ctx: 2, src: 1, tag: 5, seq: 9}).encode(b[:]), 8)
 	f.Add(bytes.Clone((&envelope{kind: kindRTS, ctx: 2, src: 1, tag: 5, seq: 9, sreq: 3, size: 1 << 20,
-		pvo: hal.PVO{Entry: 1, Key: 2}}).encode(b[:])), 0)
+		pvo: lapi.PVO{Entry: 1, Key: 2}}).encode(b[:])), 0)
 	f.Add([]byte{}, 0)
 	f.Add(make([]byte, envLen), 0)
 	f.Fuzz(func(t *testing.T, in []byte, n int) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // The nonblocking collectives: same arguments and results as the blocking
@@ -229,13 +229,13 @@ func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round,
 	if err != nil {
 		return nil, nil, err
 	}
-	const meLen = 2*hal.PVOLen + 8
+	const meLen = 2*lapi.PVOLen + 8
 	all := make([]byte, p*meLen)
 	me := all[c.rank*meLen : (c.rank+1)*meLen]
-	hal.PutPVO(me, spvo)
-	hal.PutPVO(me[hal.PVOLen:], rpvo)
-	binary.LittleEndian.PutUint64(me[2*hal.PVOLen:], uint64(len(recv)))
-	pvo := func(q, which int) hal.PVO { return hal.GetPVO(all[q*meLen+which*hal.PVOLen:]) }
+	lapi.PutPVO(me, spvo)
+	lapi.PutPVO(me[lapi.PVOLen:], rpvo)
+	binary.LittleEndian.PutUint64(me[2*lapi.PVOLen:], uint64(len(recv)))
+	pvo := func(q, which int) lapi.PVO { return lapi.GetPVO(all[q*meLen+which*lapi.PVOLen:]) }
 	var rs []round
 	// The exchange: each rank's PVOs and length straight from its owner
 	// (exchangePVOs says why).
@@ -249,7 +249,7 @@ func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round,
 	}
 	rs = append(rs, round{ops: ex, then: func() error {
 		for q := range p {
-			if n := int(binary.LittleEndian.Uint64(all[q*meLen+2*hal.PVOLen:])); n != len(recv) {
+			if n := int(binary.LittleEndian.Uint64(all[q*meLen+2*lapi.PVOLen:])); n != len(recv) {
 				return fmt.Errorf("ranks disagree: rank %d reduces %d bytes, rank %d %d: %w", q, n, c.rank, len(recv), ErrArg)
 			}
 		}
@@ -261,7 +261,7 @@ func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round,
 	for i := 1; i < p; i++ {
 		q := (c.rank + i) % p
 		reads = append(reads, xfer{b: tmp[(i-1)*len(mine) : i*len(mine)], peer: q,
-			src: func() hal.PVO { return pvo(q, 0).Add(uint64(off(c.rank))) }})
+			src: func() lapi.PVO { return pvo(q, 0).Add(uint64(off(c.rank))) }})
 	}
 	rs = append(rs, round{ops: reads, then: func() error {
 		if !inPlace {
@@ -279,7 +279,7 @@ func iallreduceDirect(c *Comm, recv, send []byte, es int, red reducer) ([]round,
 	for i := 1; i < p; i++ {
 		q := (c.rank + i) % p
 		gather = append(gather, xfer{b: recv[off(q):off(q+1)], peer: q,
-			src: func() hal.PVO { return pvo(q, 1).Add(uint64(off(q))) }})
+			src: func() lapi.PVO { return pvo(q, 1).Add(uint64(off(q))) }})
 	}
 	rs = append(rs, round{ops: gather})
 	// Nobody releases its buffers before the others have read them.

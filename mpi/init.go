@@ -87,7 +87,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		return nil, fmt.Errorf("mpi: init: job key: %w", err)
 	}
 	trk := newTracker(opts) // nil unless Options.Track (track.go)
-	cfg := hal.Config{JobKey: key, Rank: hal.Rank(rank), Size: size, Track: trk}
+	cfg := hal.Config{JobKey: key, Rank: lapi.Rank(rank), Size: size, Track: trk}
 	dev, err := openDevice(cl, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// Every process joins by reintegration: a rank that is restarted
 	// (same rank, new process) never receives RDMA meant for its earlier
 	// life, and peers' replicas of its TPT start afresh.
-	lcfg := lapi.Config{Device: dev, Rank: hal.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
+	lcfg := lapi.Config{Device: dev, Rank: lapi.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
 		SingleCopyThreshold: opts.SingleCopy, Track: trk}
 	oversub := oversubscribed(cl, opts.NodeCPUs)
 	if oversub {
@@ -132,7 +132,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		lc.Close()
 		return nil, err
 	}
-	w.closeAtFinalize(cl, dev, opts)
+	w.closeAtFinalize(cl, opts)
 	trace.Printf(2, "mpi %d: init: rank %d of %d via %s, device %s", rank, rank, size, cl.Kind(), dev.Addr())
 	return w, nil
 }
@@ -175,7 +175,7 @@ func exchangeAddrs(cl pmi.Client, dev hal.Device, opts Options) (nodes []int, mc
 			nodes[r], v, err = parseAddr(v, size)
 		}
 		if err == nil {
-			err = dev.Connect(hal.Rank(r), v)
+			err = dev.Connect(lapi.Rank(r), v)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
@@ -187,14 +187,14 @@ func exchangeAddrs(cl pmi.Client, dev hal.Device, opts Options) (nodes []int, mc
 // closeAtFinalize starts what a launched rank runs beside the job (the
 // profile, gorun's questions, the trace signals) and queues, in order,
 // what Finalize undoes.
-func (w *World) closeAtFinalize(cl pmi.Client, dev hal.Device, opts Options) {
-	rank, size := cl.Rank(), cl.Size()
+func (w *World) closeAtFinalize(cl pmi.Client, opts Options) {
+	rank := cl.Rank()
 	stop := profile.StartFromEnv(rank)
 	w.onClose = append(w.onClose, w.answerGorun()) // gorun --timeout asks what the rank waits for (report.go)
 	w.onClose = append(w.onClose, w.traceAtInit()) // SIGUSR1/SIGUSR2 change the trace level (trace.go)
 	w.onClose = append(w.onClose,
 		func() error { stop(); return nil },
-		func() error { traceDevices(rank, size, dev); return nil },
+		func() error { traceDevices(rank, w.lc); return nil },
 		w.lc.Close,
 		w.statsAtFinalize(opts.Stats), // WEFT_STATS (stats.go), after Close has brought the device's counters up to date
 		cl.Finalize)
@@ -212,7 +212,7 @@ func waitJoined(lc *lapi.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for p := range lc.Size() {
-		if err := lc.WaitRDMAReady(ctx, hal.Rank(p)); err != nil {
+		if err := lc.WaitRDMAReady(ctx, lapi.Rank(p)); err != nil {
 			return fmt.Errorf("mpi: init: rank %d did not join (reintegration): %w", p, err)
 		}
 	}
@@ -223,30 +223,20 @@ func waitJoined(lc *lapi.Context, timeout time.Duration) error {
 // carried: over a route, which ranks each member reaches and its
 // counters, so that a job can show which way its pairs went; over a
 // stripe (alone or a route's member), each NIC's share and state too.
-func traceDevices(rank, size int, dev hal.Device) {
+func traceDevices(rank int, lc *lapi.Context) {
 	if !trace.On(trace.Setup) {
 		return
 	}
-	if _, ok := dev.(*route.Device); !ok {
-		trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, dev.Addr(), dev.Counters())
-		traceStripe(rank, dev)
-		return
-	}
-	for _, d := range rankDevices(dev, rank, size) {
-		trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, d.name, d.peers, d.dev.Counters())
-		traceStripe(rank, d.dev)
-	}
-}
-
-// traceStripe says, if dev is a stripe, what each member carried and
-// whether it is in: "mpi: rank R stripe member I ADDR in: sent=...".
-func traceStripe(rank int, dev hal.Device) {
-	st, ok := dev.(*stripe.Device)
-	if !ok {
-		return
-	}
-	for _, m := range st.Members() {
-		trace.Printf(trace.Setup, "mpi: rank %d stripe %v", rank, m)
+	devs := lc.Devices()
+	for _, d := range devs {
+		if len(devs) == 1 {
+			trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, d.Addr, d.Counters)
+		} else {
+			trace.Printf(trace.Setup, "mpi: rank %d device %s toward ranks %v: %v", rank, d.Name, d.Peers, d.Counters)
+		}
+		for _, m := range d.Stripe {
+			trace.Printf(trace.Setup, "mpi: rank %d stripe %s", rank, m)
+		}
 	}
 }
 
@@ -313,7 +303,7 @@ func openDevice(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error)
 }
 
 // openShm opens the shared-memory device toward ranks (nil: every rank).
-func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []hal.Rank) (hal.Device, error) {
+func openShm(cl pmi.Client, cfg hal.Config, opts Options, ranks []lapi.Rank) (hal.Device, error) {
 	o := shm.Options{Ranks: ranks}
 	if oversubscribed(cl, opts.NodeCPUs) {
 		o.Spin = -1
@@ -426,7 +416,7 @@ func localIndex(cl pmi.Client) int {
 // toward the others, under one route (package route).
 func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) {
 	local := cl.Info().LocalRanks
-	ranks := make([]hal.Rank, len(local))
+	ranks := make([]lapi.Rank, len(local))
 	via := make([]int, cfg.Size)
 	for i := range via {
 		via[i] = 1
@@ -435,7 +425,7 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Options) (hal.Device, error) 
 		if r < 0 || r >= cfg.Size {
 			return nil, fmt.Errorf("mpi: init: the launcher puts rank %d on this node, of a job of %d", r, cfg.Size)
 		}
-		ranks[i], via[r] = hal.Rank(r), 0
+		ranks[i], via[r] = lapi.Rank(r), 0
 	}
 	sm, err := openShm(cl, cfg, opts, ranks)
 	if err != nil {

@@ -3,8 +3,8 @@ package mpi
 import (
 	"strconv"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/trace"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // arrival is a message that has begun to arrive: matched to a receive or
@@ -12,11 +12,11 @@ import (
 // from the same sender has not arrived yet).
 type arrival struct {
 	env      envelope
-	from     hal.Rank // sender's world rank
-	data     []byte   // where the eager data lands: the receive's buffer, or a temporary
-	inPlace  bool     // data is the matched receive's own buffer
-	complete bool     // all data has arrived
-	req      *request // matched receive, or nil
+	from     lapi.Rank // sender's world rank
+	data     []byte    // where the eager data lands: the receive's buffer, or a temporary
+	inPlace  bool      // data is the matched receive's own buffer
+	complete bool      // all data has arrived
+	req      *request  // matched receive, or nil
 	next     *arrival
 	// own is a temporary buffer kept across the arrival's reuse (up to
 	// ownMax bytes), so that a small unexpected message costs no
@@ -126,7 +126,7 @@ func (q *requestQueue) take(ok func(*request) bool) *request {
 
 // heldKey names a message that arrived before its predecessor.
 type heldKey struct {
-	from hal.Rank
+	from lapi.Rank
 	seq  uint32
 }
 
@@ -185,7 +185,7 @@ func (m *matcher) arrive(a *arrival, place func(*arrival)) {
 // returns the posted receive the message matches, or nil (the caller then
 // queues it as unexpected); ok is false, and nothing has changed, when the
 // message does not qualify and must go through arrive.
-func (m *matcher) matchNext(env *envelope, from hal.Rank) (r *request, ok bool) {
+func (m *matcher) matchNext(env *envelope, from lapi.Rank) (r *request, ok bool) {
 	if env.seq != m.expect[from] || len(m.held) > 0 {
 		return nil, false
 	}
@@ -209,7 +209,7 @@ func (m *matcher) match(a *arrival) {
 
 // traceArrival says, at level 4, whether a message that arrived in its
 // turn matched a posted receive or waits as unexpected.
-func (m *matcher) traceArrival(env *envelope, from hal.Rank, matched bool) {
+func (m *matcher) traceArrival(env *envelope, from lapi.Rank, matched bool) {
 	what := "queued as unexpected: no receive posted for it"
 	if matched {
 		what = "matched a posted receive"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -76,7 +75,7 @@ func (c *Comm) takeLocked(source, tag int) (*Message, error) {
 		return &Message{c: c, a: a, st: Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}}, nil
 	}
 	if source != AnySource {
-		return nil, w.lc.PeerErr(hal.Rank(c.group[source]))
+		return nil, w.lc.PeerErr(lapi.Rank(c.group[source]))
 	}
 	return nil, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -161,7 +160,7 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 			return true, nil
 		}
 		if source != AnySource {
-			if err := w.lc.PeerErr(hal.Rank(c.group[source])); err != nil {
+			if err := w.lc.PeerErr(lapi.Rank(c.group[source])); err != nil {
 				return false, err
 			}
 		}
@@ -238,8 +237,8 @@ func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
 	)
 	w.lc.Atomically(func(tx *lapi.Tx) {
 		putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd))
-		err = tx.Amsend(hal.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
-		behind = tx.Backlog(hal.Rank(wd)) > maxBacklog
+		err = tx.Amsend(lapi.Rank(wd), w.hEager, hdr[:], b, lapi.SendOpts{})
+		behind = tx.Backlog(lapi.Rank(wd)) > maxBacklog
 	})
 	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d: %w", dest, err)
@@ -263,10 +262,10 @@ func (w *World) holdBack(wd int) error {
 	ctx, cancel := w.deadline(context.Background())
 	defer cancel()
 	err := w.lc.WaitTx(ctx, func(tx *lapi.Tx) (bool, error) {
-		if err := tx.PeerErr(hal.Rank(wd)); err != nil {
+		if err := tx.PeerErr(lapi.Rank(wd)); err != nil {
 			return false, err
 		}
-		return tx.Backlog(hal.Rank(wd)) <= maxBacklog/2, nil
+		return tx.Backlog(lapi.Rank(wd)) <= maxBacklog/2, nil
 	})
 	if err != nil {
 		return fmt.Errorf("mpi: send to rank %d, %d messages behind: %w", wd, maxBacklog, err)
@@ -322,8 +321,8 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 			behind bool
 		)
 		w.lc.Atomically(func(tx *lapi.Tx) {
-			err = tx.Amsend(hal.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
-			behind = copied && tx.Backlog(hal.Rank(wd)) > maxBacklog
+			err = tx.Amsend(lapi.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
+			behind = copied && tx.Backlog(lapi.Rank(wd)) > maxBacklog
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
@@ -338,7 +337,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 		}
 		return r, nil
 	}
-	pvo, err := w.lc.Register(b, hal.AccessRead)
+	pvo, err := w.lc.Register(b, lapi.AccessRead)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
 	}
@@ -351,7 +350,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	w.lc.Atomically(func(tx *lapi.Tx) {
 		if err = c.coll.abortedLocked(ctx, tag); err == nil {
 			env.seq = w.nextSeqLocked(wd)
-			err = tx.Amsend(hal.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
+			err = tx.Amsend(lapi.Rank(wd), w.hRTS, env.encode(hdr[:]), nil, lapi.SendOpts{})
 		}
 	})
 	if err != nil {
@@ -384,7 +383,7 @@ func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error)
 			return
 		}
 		if src != AnySource {
-			if err = tx.PeerErr(hal.Rank(c.group[src])); err != nil {
+			if err = tx.PeerErr(lapi.Rank(c.group[src])); err != nil {
 				err = fmt.Errorf("mpi: receive from rank %d: %w", src, err)
 				return
 			}
@@ -518,7 +517,7 @@ func (w *World) getDone(r *request, err error) {
 // eagerHandler takes the first packet of an eager or rendezvous message.
 type eagerHandler struct{ w *World }
 
-func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+func (h eagerHandler) OnHeader(src lapi.Rank, uhdr []byte, n int) ([]byte, any) {
 	w := h.w
 	var env envelope
 	if env.decode(uhdr, n) != nil || int(src) >= w.size {
@@ -540,7 +539,7 @@ func (h eagerHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 // and the receive completes; otherwise it is kept (copied) as unexpected or
 // held back. Rendezvous headers go the OnHeader/OnComplete way, which can
 // start the read.
-func (h eagerHandler) OnWhole(src hal.Rank, uhdr, data []byte) bool {
+func (h eagerHandler) OnWhole(src lapi.Rank, uhdr, data []byte) bool {
 	w := h.w
 	var env envelope
 	if env.decode(uhdr, len(data)) != nil || env.kind != kindEager || int(src) >= w.size {
@@ -607,7 +606,7 @@ func (w *World) place(a *arrival) {
 	}
 }
 
-func (h eagerHandler) OnComplete(_ hal.Rank, cookie any) {
+func (h eagerHandler) OnComplete(_ lapi.Rank, cookie any) {
 	a, ok := cookie.(*arrival)
 	if !ok {
 		return
@@ -643,7 +642,7 @@ func (w *World) startDeferred() {
 // finHandler takes a receiver's FIN: the rendezvous send is complete.
 type finHandler struct{ w *World }
 
-func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
+func (h finHandler) OnHeader(_ lapi.Rank, uhdr []byte, _ int) ([]byte, any) {
 	if len(uhdr) != 4 {
 		return nil, nil
 	}
@@ -662,4 +661,4 @@ func (h finHandler) OnHeader(_ hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 	return nil, nil
 }
 
-func (finHandler) OnComplete(hal.Rank, any) {}
+func (finHandler) OnComplete(lapi.Rank, any) {}

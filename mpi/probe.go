@@ -1,7 +1,6 @@
 package mpi
 
 import (
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -26,7 +25,7 @@ func (c *Comm) Iprobe(source, tag int) (found bool, st Status, err error) {
 		if a := w.m.probe(c.ctx, source, tag); a != nil {
 			found, st = true, Status{Source: a.env.src, Tag: a.env.tag, Count: int(a.env.size)}
 		} else if source != AnySource {
-			err = tx.PeerErr(hal.Rank(c.group[source]))
+			err = tx.PeerErr(lapi.Rank(c.group[source]))
 		}
 	})
 	return found, st, err

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/transport/inproc"
 )
@@ -53,11 +52,11 @@ func refusedJoin(t *testing.T, key uint64, joinWait time.Duration) error {
 	t.Helper()
 	fab := inproc.NewFabric(3, key)
 	open := func(r int, epoch uint64) *lapi.Context {
-		dev, err := fab.Open(hal.Rank(r))
+		dev, err := fab.Open(lapi.Rank(r))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: 3, JobKey: key, Reintegrate: true, Epoch: epoch})
+		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: lapi.Rank(r), Size: 3, JobKey: key, Reintegrate: true, Epoch: epoch})
 		if err != nil {
 			t.Fatal(err)
 		}

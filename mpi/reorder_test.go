@@ -63,7 +63,7 @@ func TestHeldRendezvousReleasedByWholeMessage(t *testing.T) {
 	worlds := make([]*World, 2)
 	var hold *holdOne
 	for r := range worlds {
-		dev, err := fab.Open(hal.Rank(r))
+		dev, err := fab.Open(lapi.Rank(r))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestHeldRendezvousReleasedByWholeMessage(t *testing.T) {
 			hold = &holdOne{Device: dev}
 			dev = hold
 		}
-		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: 2, JobKey: key})
+		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: lapi.Rank(r), Size: 2, JobKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
 )
@@ -158,7 +157,7 @@ type request struct {
 	next     *request // posted queue
 
 	// send side (rendezvous): the registered buffer and the peer
-	pvo    hal.PVO
+	pvo    lapi.PVO
 	peer   int // world rank of the peer, for failure; -1 when none
 	id     uint32
 	tabled bool

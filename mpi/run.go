@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 	"github.com/weft-hpc/weft/transport/inproc"
 )
@@ -77,7 +76,7 @@ func runNodes(n int, opts Options, nodes []int, fn func(c *Comm) error) error {
 		mu.Unlock()
 		for q, w := range worlds {
 			if q != r {
-				w.lc.FailPeer(hal.Rank(r), err.Error())
+				w.lc.FailPeer(lapi.Rank(r), err.Error())
 			}
 		}
 	}
@@ -143,11 +142,11 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 	}
 	worlds := make([]*World, n)
 	for r := range n {
-		dev, err := fab.Open(hal.Rank(r))
+		dev, err := fab.Open(lapi.Rank(r))
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
 		}
-		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: hal.Rank(r), Size: n, JobKey: key, Spin: spin,
+		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: lapi.Rank(r), Size: n, JobKey: key, Spin: spin,
 			SingleCopyThreshold: opts.SingleCopy, Track: newTracker(opts)})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)

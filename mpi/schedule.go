@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -47,7 +46,7 @@ type xfer struct {
 	peer int // rank in the communicator
 	tag  int // the kind of step (tagBarrier, ...)
 	recv bool
-	src  func() hal.PVO
+	src  func() lapi.PVO
 }
 
 // schedule is a nonblocking collective in flight.
@@ -227,12 +226,12 @@ func (s *schedule) post() error {
 
 // read starts a lapi Get of len(b) bytes from peer's memory at src into
 // b, which completes the request it returns.
-func (s *schedule) read(b []byte, peer int, src hal.PVO) (*request, error) {
+func (s *schedule) read(b []byte, peer int, src lapi.PVO) (*request, error) {
 	c := s.c
 	w := c.w
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, c.ctx|1, peer, -1, c.group[peer], "Read"
-	if err := w.lc.Get(hal.Rank(c.group[peer]), src, b, lapi.SendOpts{Notify: r}); err != nil {
+	if err := w.lc.Get(lapi.Rank(c.group[peer]), src, b, lapi.SendOpts{Notify: r}); err != nil {
 		reqPool.Put(r) // lapi refused it: nobody names it
 		return nil, fmt.Errorf("mpi: read from rank %d: %w", peer, err)
 	}

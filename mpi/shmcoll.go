@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -229,7 +228,7 @@ func (s *shComm) start() uint32 {
 // for that.
 func (s *shComm) nudge(m int) {
 	w := s.c.w
-	_ = w.lc.Amsend(hal.Rank(s.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
+	_ = w.lc.Amsend(lapi.Rank(s.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
 }
 
 // arrived reports whether member from (or every member, from < 0) has
@@ -341,7 +340,7 @@ func (s *shComm) failed() error {
 
 // peerErr is member m's failure (under lapi's lock).
 func (s *shComm) peerErr(m int) error {
-	if err := s.c.w.lc.PeerErr(hal.Rank(s.c.group[m])); err != nil {
+	if err := s.c.w.lc.PeerErr(lapi.Rank(s.c.group[m])); err != nil {
 		return fmt.Errorf("mpi: rank %d: %w", m, err)
 	}
 	return nil
@@ -363,8 +362,8 @@ func (s *shComm) arm() bool {
 // and there is nothing else to do.
 type nudgeHandler struct{}
 
-func (nudgeHandler) OnHeader(hal.Rank, []byte, int) ([]byte, any) { return nil, nil }
-func (nudgeHandler) OnComplete(hal.Rank, any)                     {}
+func (nudgeHandler) OnHeader(lapi.Rank, []byte, int) ([]byte, any) { return nil, nil }
+func (nudgeHandler) OnComplete(lapi.Rank, any)                     {}
 
 // barrier: every member stamps the round and waits for the others'.
 func (s *shComm) barrier() error {

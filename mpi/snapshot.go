@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/lapi"
@@ -58,7 +57,7 @@ func (w *World) snapTimeout(r *request) {
 // written automatically already (under
 // lapi's lock: peerFailed's, before it fails the requests, so that they
 // are seen pending).
-func (w *World) snapFatal(tx *lapi.Tx, peer hal.Rank, err error) {
+func (w *World) snapFatal(tx *lapi.Tx, peer lapi.Rank, err error) {
 	if !w.snap.on() || w.snap.auto.Swap(true) {
 		return
 	}

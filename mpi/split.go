@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -26,7 +25,7 @@ import (
 // rendezvous instead: the CTS offers the whole buffer (split 0), the
 // receiver reads nothing, and the sender writes it all.
 //
-//	CTS    receiver → sender   sreq u32, rreq u32, split u64, end u64, pvo (hal.PVOLen)
+//	CTS    receiver → sender   sreq u32, rreq u32, split u64, end u64, pvo (lapi.PVOLen)
 //	PUTFIN sender → receiver   rreq u32, sreq u32, failed u8
 
 const (
@@ -34,7 +33,7 @@ const (
 	// splitNode is the least split size between ranks with single-copy
 	// transfers: from it, two copies at once beat one read.
 	splitNode = 128 << 10
-	ctsLen    = 24 + hal.PVOLen
+	ctsLen    = 24 + lapi.PVOLen
 	putFinLen = 9
 )
 
@@ -48,7 +47,7 @@ type splitState struct {
 	putting    bool
 	split, end int
 	rreq       uint32
-	dst        hal.PVO
+	dst        lapi.PVO
 }
 
 // splits reports whether a rendezvous receive of n bytes from world rank
@@ -70,7 +69,7 @@ func (w *World) startSplit(r *request, n int) {
 	if w.writeRendezvous {
 		half, parts = 0, 1
 	}
-	pvo, err := w.lc.Register(r.buf[half:n], hal.AccessWrite)
+	pvo, err := w.lc.Register(r.buf[half:n], lapi.AccessWrite)
 	if err != nil {
 		w.failGet(r, err)
 		return
@@ -86,7 +85,7 @@ func (w *World) startSplit(r *request, n int) {
 	le.PutUint32(u[4:], r.id)
 	le.PutUint64(u[8:], uint64(half))
 	le.PutUint64(u[16:], uint64(n))
-	hal.PutPVO(u[24:], pvo)
+	lapi.PutPVO(u[24:], pvo)
 	if err := w.lc.Amsend(a.from, w.hCTS, u, nil, lapi.SendOpts{}); err != nil {
 		w.mu.Lock()
 		r.sp.parts = 1 // the sender will write nothing, and nothing is read
@@ -127,7 +126,7 @@ func (w *World) endSplit(r *request) {
 // part, outside lapi's lock.
 type ctsHandler struct{ w *World }
 
-func (h ctsHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+func (h ctsHandler) OnHeader(src lapi.Rank, uhdr []byte, n int) ([]byte, any) {
 	if len(uhdr) != ctsLen || n != 0 {
 		return nil, nil
 	}
@@ -140,11 +139,11 @@ func (h ctsHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	if r == nil || r.recv || r.peer != int(src) || r.done.Load() || r.sp != nil || split > end || end > uint64(len(r.buf)) {
 		return nil, nil // stale, or not ours: ignored
 	}
-	r.sp = &splitState{putting: true, split: int(split), end: int(end), rreq: le.Uint32(uhdr[4:]), dst: hal.GetPVO(uhdr[24:])}
+	r.sp = &splitState{putting: true, split: int(split), end: int(end), rreq: le.Uint32(uhdr[4:]), dst: lapi.GetPVO(uhdr[24:])}
 	return nil, r
 }
 
-func (h ctsHandler) OnComplete(src hal.Rank, cookie any) {
+func (h ctsHandler) OnComplete(src lapi.Rank, cookie any) {
 	r, ok := cookie.(*request)
 	if !ok {
 		return
@@ -169,14 +168,14 @@ func (w *World) putDone(r *request, err error) {
 		u[8] = 1
 	}
 	w.mu.Unlock() // never hold w.mu across a call into lapi
-	w.lc.Amsend(hal.Rank(r.peer), w.hPutFin, u, nil, lapi.SendOpts{})
+	w.lc.Amsend(lapi.Rank(r.peer), w.hPutFin, u, nil, lapi.SendOpts{})
 	w.mu.Lock()
 }
 
 // putFinHandler takes a PUTFIN at the receiver: the sender's part is in.
 type putFinHandler struct{ w *World }
 
-func (h putFinHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
+func (h putFinHandler) OnHeader(src lapi.Rank, uhdr []byte, n int) ([]byte, any) {
 	if len(uhdr) != putFinLen || n != 0 || uhdr[8] > 1 {
 		return nil, nil
 	}
@@ -191,7 +190,7 @@ func (h putFinHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) 
 	return nil, r
 }
 
-func (h putFinHandler) OnComplete(_ hal.Rank, cookie any) {
+func (h putFinHandler) OnComplete(_ lapi.Rank, cookie any) {
 	r, ok := cookie.(*request)
 	if !ok {
 		return

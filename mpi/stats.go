@@ -7,10 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/lapi"
-	"github.com/weft-hpc/weft/route"
 )
 
 // Stats are a rank's counters: its reliable layer's and each device's. A
@@ -68,7 +66,7 @@ type DeviceStats struct {
 }
 
 // Stats returns this rank's counters. A device may count the frames of
-// its last Poll only at its next (hal.Counters), so a rank that has
+// its last Poll only at its next (lapi.DeviceCounters), so a rank that has
 // stopped receiving may see a few missing; the counters Finalize writes
 // for gorun --stats (Options.Stats) are taken after the device has closed,
 // and are complete.
@@ -88,57 +86,19 @@ func (w *World) statsFrom(ls lapi.Stats, rs lapi.RDMAStats) Stats {
 		Retransmits: ls.Retransmits, Duplicates: ls.Duplicates,
 		Stale: ls.Stale, BadPackets: ls.BadPackets,
 		Redrives: rs.Redrives, SingleCopyBytes: rs.CMABytes}
-	for _, d := range rankDevices(w.lc.Device(), w.rank, w.size) {
+	for _, d := range w.lc.Devices() {
 		s.Devices = append(s.Devices, deviceStats(d))
 	}
 	return s
 }
 
-// rankDevice is one of a rank's devices: over a route each member, else
-// the one device; its kind (its address's scheme) and the ranks it reaches.
-type rankDevice struct {
-	dev   hal.Device
-	name  string
-	peers []int
-}
-
-// rankDevices lists the devices of rank (of size) whose device is dev.
-func rankDevices(dev hal.Device, rank, size int) []rankDevice {
-	members := []hal.Device{dev}
-	r, isRoute := dev.(*route.Device)
-	if isRoute {
-		members = r.Members()
-	}
-	var out []rankDevice
-	for _, m := range members {
-		d := rankDevice{dev: m}
-		d.name, _, _ = strings.Cut(m.Addr(), ":")
-		for p := range size {
-			if p != rank && (!isRoute || r.Route(hal.Rank(p)) == m) {
-				d.peers = append(d.peers, p)
-			}
-		}
-		out = append(out, d)
-	}
-	return out
-}
-
 // deviceStats reads one device's counters.
-func deviceStats(d rankDevice) DeviceStats {
-	c := d.dev.Counters()
-	ds := DeviceStats{Name: d.name, Peers: d.peers,
+func deviceStats(d lapi.DeviceInfo) DeviceStats {
+	c := d.Counters
+	return DeviceStats{Name: d.Name, Peers: d.Peers,
 		FramesSent: c.FramesSent.Load(), FramesRecv: c.FramesRecv.Load(),
 		BytesSent: c.BytesSent.Load(), BytesRecv: c.BytesRecv.Load(),
-		Dropped: c.Dropped()}
-	for r := range hal.NumDropReasons {
-		if n := c.Drops[r].Load(); n > 0 {
-			if ds.DropReasons == nil {
-				ds.DropReasons = map[string]uint64{}
-			}
-			ds.DropReasons[r.String()] = n
-		}
-	}
-	return ds
+		Dropped: c.Dropped(), DropReasons: d.Drops()}
 }
 
 // statsAtFinalize returns what Finalize runs for Options.Stats, once the

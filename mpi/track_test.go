@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // siteAbove is "track_test.go:N", N the line above the caller's: the
@@ -99,7 +99,7 @@ func TestTrackLeaks(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = c.World().lc.TPT().Register(make([]byte, 4096), hal.AccessRead)
+		_, err = c.World().lc.TPT().Register(make([]byte, 4096), lapi.AccessRead)
 		leak("registration of 4096 bytes", siteAbove())
 		if err != nil {
 			return err

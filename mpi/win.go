@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
 )
 
 // One-sided communication (MPI 4.1 chapter 12): a window is a []T every
 // rank of a communicator exposes, registered with lapi so that peers can
-// name it (a hal.PVO). Put and Get are lapi's Put and Get on it (RDMA for
+// name it (a lapi.PVO). Put and Get are lapi's Put and Get on it (RDMA for
 // large transfers, one copy within a node from lapi's SingleCopyThreshold),
 // Accumulate is lapi's half-RDMA accumulate (the target reduces each
 // packet as it lands). Each origin counts what it started toward each
@@ -146,11 +145,11 @@ type Win[T Elem] struct {
 	c     *Comm
 	lc    *lapi.Context
 	base  []T
-	mem   []byte  // base's bytes
-	es    int     // element size
-	reg   hal.PVO // base, registered; zero when base is empty
-	lockw []int64 // this rank's lock word (win_lock.go)
-	lreg  hal.PVO // lockw, registered
+	mem   []byte   // base's bytes
+	es    int      // element size
+	reg   lapi.PVO // base, registered; zero when base is empty
+	lockw []int64  // this rank's lock word (win_lock.go)
+	lreg  lapi.PVO // lockw, registered
 	peers []winPeer
 	// k[t] counts the operations toward rank t (of c) as they complete
 	// (nil until the first); pend[t] is how many were started and not
@@ -177,15 +176,15 @@ type Win[T Elem] struct {
 
 // winPeer is what an origin knows of a target's window.
 type winPeer struct {
-	base hal.PVO // its window; zero when it is empty
-	lock hal.PVO // its lock word
-	n    int     // its length in elements
-	rank hal.Rank
+	base lapi.PVO // its window; zero when it is empty
+	lock lapi.PVO // its lock word
+	n    int      // its length in elements
+	rank lapi.Rank
 }
 
 // winRecLen is a rank's record in NewWin's exchange: its window's PVO, its
 // lock word's PVO, the window's length in elements and the element size.
-const winRecLen = 2*hal.PVOLen + 12
+const winRecLen = 2*lapi.PVOLen + 12
 
 // NewWin makes base the calling rank's part of a window over c
 // (MPI_Win_create); collective over c. Every rank learns every other's
@@ -208,19 +207,19 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	}
 	var err error
 	if len(win.mem) > 0 {
-		if win.reg, err = lc.Register(win.mem, hal.AccessRead|hal.AccessWrite); err != nil {
+		if win.reg, err = lc.Register(win.mem, lapi.AccessRead|lapi.AccessWrite); err != nil {
 			return nil, fmt.Errorf("mpi: new window: %w", err)
 		}
 	}
-	if win.lreg, err = lc.Register(asBytes(win.lockw), hal.AccessRead|hal.AccessWrite); err != nil {
+	if win.lreg, err = lc.Register(asBytes(win.lockw), lapi.AccessRead|lapi.AccessWrite); err != nil {
 		win.deregister()
 		return nil, fmt.Errorf("mpi: new window: %w", err)
 	}
 	var me [winRecLen]byte
-	hal.PutPVO(me[:], win.reg)
-	hal.PutPVO(me[hal.PVOLen:], win.lreg)
-	binary.LittleEndian.PutUint64(me[2*hal.PVOLen:], uint64(len(base)))
-	binary.LittleEndian.PutUint32(me[2*hal.PVOLen+8:], uint32(win.es))
+	lapi.PutPVO(me[:], win.reg)
+	lapi.PutPVO(me[lapi.PVOLen:], win.lreg)
+	binary.LittleEndian.PutUint64(me[2*lapi.PVOLen:], uint64(len(base)))
+	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+8:], uint32(win.es))
 	all := make([]byte, c.size*winRecLen)
 	// Each record comes straight from its owner (exchangePVOs), so that
 	// the PVOs are in the receivers' replicas of its TPT by then.
@@ -230,13 +229,13 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	if err == nil {
 		for q := range c.size {
 			r := all[q*winRecLen:]
-			if es := int(binary.LittleEndian.Uint32(r[2*hal.PVOLen+8:])); es != win.es {
+			if es := int(binary.LittleEndian.Uint32(r[2*lapi.PVOLen+8:])); es != win.es {
 				err = fmt.Errorf("mpi: new window: rank %d's elements are %d bytes, rank %d's %d: %w", q, es, c.rank, win.es, ErrArg)
 				break
 			}
 			win.peers[q] = winPeer{
-				base: hal.GetPVO(r), lock: hal.GetPVO(r[hal.PVOLen:]),
-				n: int(binary.LittleEndian.Uint64(r[2*hal.PVOLen:])), rank: hal.Rank(c.group[q]),
+				base: lapi.GetPVO(r), lock: lapi.GetPVO(r[lapi.PVOLen:]),
+				n: int(binary.LittleEndian.Uint64(r[2*lapi.PVOLen:])), rank: lapi.Rank(c.group[q]),
 			}
 		}
 	}
@@ -257,10 +256,10 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 
 // deregister releases the window's registrations.
 func (win *Win[T]) deregister() {
-	if win.reg != (hal.PVO{}) {
+	if win.reg != (lapi.PVO{}) {
 		win.lc.Deregister(win.reg)
 	}
-	if win.lreg != (hal.PVO{}) {
+	if win.lreg != (lapi.PVO{}) {
 		win.lc.Deregister(win.lreg)
 	}
 }

@@ -684,7 +684,7 @@ func udpWorlds(tb testing.TB, n int) []*World {
 	key := uint64(time.Now().UnixNano())
 	devs := make([]*udp.Device, n)
 	for r := range n {
-		d, err := udp.Open(hal.Config{JobKey: key, Rank: hal.Rank(r), Size: n}, udp.Options{})
+		d, err := udp.Open(hal.Config{JobKey: key, Rank: lapi.Rank(r), Size: n}, udp.Options{})
 		if err != nil {
 			tb.Skipf("udp device unavailable: %v", err)
 		}
@@ -699,11 +699,11 @@ func udpWorlds(tb testing.TB, n int) []*World {
 	})
 	for r, d := range devs {
 		for p, q := range devs {
-			if err := d.Connect(hal.Rank(p), q.Addr()); err != nil {
+			if err := d.Connect(lapi.Rank(p), q.Addr()); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		lc, err := lapi.Open(lapi.Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: key})
+		lc, err := lapi.Open(lapi.Config{Device: d, Rank: lapi.Rank(r), Size: n, JobKey: key})
 		if err != nil {
 			tb.Fatal(err)
 		}

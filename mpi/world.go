@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
 )
@@ -72,7 +71,7 @@ type World struct {
 // newWorld sets MPI up over an open lapi context, with opts' thresholds.
 // nodes[r] is the node of world rank r, named by the lowest world rank on
 // it; nil means every rank is on this node. When the job spans nodes, the
-// device's shared block (hal.SharedMemory) is the node's: its shares
+// device's shared block (lapi.Context.SharedBlock) is the node's: its shares
 // belong to the node's ranks in ascending world-rank order. Every rank
 // registers the same handlers in the same order.
 func newWorld(lc *lapi.Context, opts Options, nodes []int) (*World, error) {
@@ -154,12 +153,12 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.registerHandlers()
 	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
-	if sm, ok := lc.Device().(hal.SharedMemory); ok {
+	if mem := lc.SharedBlock(); mem != nil {
 		nslots := w.size
 		if l.slots != nil {
 			nslots = l.nslots
 		}
-		b, err := newShBlock(sm.SharedBlock(), nslots, l.slots, opts.NoShmColl)
+		b, err := newShBlock(mem, nslots, l.slots, opts.NoShmColl)
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +206,7 @@ func (w *World) setThresholds(opts Options) {
 	}
 	if lc.SingleCopy() > 0 {
 		for r := range w.size {
-			if r != w.rank && lc.SingleCopyTo(hal.Rank(r)) == 0 {
+			if r != w.rank && lc.SingleCopyTo(lapi.Rank(r)) == 0 {
 				if w.far == nil {
 					w.far = make([]bool, w.size)
 					w.eagerFar = orDefault(opts.Eager, 64<<10)
@@ -373,7 +372,7 @@ func (w *World) Waiting() string {
 // peerFailed runs under lapi's lock when a peer is declared failed: every
 // request that involves it fails, as do wildcard receives, which it might
 // have matched.
-func (w *World) peerFailed(tx *lapi.Tx, peer hal.Rank, err error) {
+func (w *World) peerFailed(tx *lapi.Tx, peer lapi.Rank, err error) {
 	w.snapFatal(tx, peer, err) // what was pending, before it fails (snapshot.go)
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,0 +1,80 @@
+package lapi
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/route"
+	"github.com/weft-hpc/weft/stripe"
+)
+
+// DeviceInfo describes one of the rank's devices: over a route each
+// member, else the one device.
+type DeviceInfo struct {
+	// Name is the kind of device, its address's scheme ("shm", "udp",
+	// "verbs", "stripe"); Addr its whole address.
+	Name, Addr string
+	// Peers are the other ranks it reaches.
+	Peers []int
+	// Counters are its frame counters, live.
+	Counters *DeviceCounters
+	// Stripe describes each member of a stripe (stripe.MemberStats), nil
+	// for other devices.
+	Stripe []string
+}
+
+// Drops are the frames the device dropped, by reason (only the reasons
+// with some); nil when none.
+func (d DeviceInfo) Drops() map[string]uint64 {
+	var out map[string]uint64
+	for r := range hal.NumDropReasons {
+		if n := d.Counters.Drops[r].Load(); n > 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[r.String()] = n
+		}
+	}
+	return out
+}
+
+// Devices describes the rank's devices: each member of the route the
+// context drives (Config.Devices, or a route given as Config.Device) with
+// the ranks it reaches, else the one device, which reaches every other
+// rank.
+func (c *Context) Devices() []DeviceInfo {
+	members := []hal.Device{c.dev}
+	r, isRoute := c.dev.(*route.Device)
+	if isRoute {
+		members = r.Members()
+	}
+	out := make([]DeviceInfo, 0, len(members))
+	for _, m := range members {
+		d := DeviceInfo{Addr: m.Addr(), Counters: m.Counters()}
+		d.Name, _, _ = strings.Cut(d.Addr, ":")
+		for p := range c.cfg.Size {
+			if p != int(c.rank) && (!isRoute || r.Route(hal.Rank(p)) == m) {
+				d.Peers = append(d.Peers, p)
+			}
+		}
+		if st, ok := m.(*stripe.Device); ok {
+			for _, ms := range st.Members() {
+				d.Stripe = append(d.Stripe, fmt.Sprint(ms))
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// SharedBlock is the block of memory the device maps in every rank of
+// this node (hal.SharedMemory: the shm device's segment, over a route
+// its shm member's, the in-process device's), or nil when it has none:
+// what the layer above runs its shared-memory collectives on.
+func (c *Context) SharedBlock() []byte {
+	if sm, ok := c.dev.(hal.SharedMemory); ok {
+		return sm.SharedBlock()
+	}
+	return nil
+}
