@@ -71,11 +71,11 @@ type Context struct {
 // Open starts a lapi context over cfg.Device. It owns the device from now
 // on and closes it in Close.
 func Open(cfg Config) (*Context, error) {
-	if cfg.Device == nil {
-		return nil, fmt.Errorf("lapi: open: no device")
-	}
 	if cfg.Size <= 0 || int(cfg.Rank) >= cfg.Size {
 		return nil, fmt.Errorf("lapi: open: rank %d of %d: %w", cfg.Rank, cfg.Size, ErrBadRank)
+	}
+	if err := cfg.setDevice(); err != nil {
+		return nil, err
 	}
 	cfg.setDefaults()
 	caps := cfg.Device.Caps()

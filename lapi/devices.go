@@ -1,6 +1,7 @@
 package lapi
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -8,6 +9,39 @@ import (
 	"github.com/weft-hpc/weft/route"
 	"github.com/weft-hpc/weft/stripe"
 )
+
+// setDevice makes Device the one device the context drives: Devices'
+// route, or their one member. It checks first what would make Open fail
+// after the route is built, so that a failed Open leaves the devices to
+// the caller.
+func (cfg *Config) setDevice() error {
+	switch {
+	case cfg.Device != nil && len(cfg.Devices) > 0:
+		return errors.New("lapi: open: both Device and Devices set")
+	case cfg.Device != nil:
+		return nil
+	case len(cfg.Devices) == 0:
+		return errors.New("lapi: open: no device")
+	case len(cfg.Devices) == 1 && cfg.Route == nil:
+		cfg.Device = cfg.Devices[0]
+		return nil
+	case len(cfg.Route) != cfg.Size:
+		return fmt.Errorf("lapi: open: a route of %d ranks for a job of %d", len(cfg.Route), cfg.Size)
+	}
+	for i, d := range cfg.Devices {
+		if d != nil && d.Caps().MTU < pktHdrLen+64 {
+			return fmt.Errorf("lapi: open: device %d (%s) MTU %d too small (need %d)", i, d.Addr(), d.Caps().MTU, pktHdrLen+64)
+		}
+	}
+	// A simulation (Clock set) drives the devices in virtual time, where
+	// a watcher goroutine's view of readiness would race the driver.
+	rt, err := route.New(cfg.Devices, cfg.Route, route.Options{PollAll: cfg.Clock != nil})
+	if err != nil {
+		return fmt.Errorf("lapi: open: %w", err)
+	}
+	cfg.Device = rt
+	return nil
+}
 
 // DeviceInfo describes one of the rank's devices: over a route each
 // member, else the one device.

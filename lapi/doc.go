@@ -62,6 +62,14 @@
 // by the peer's own TPT), Put and Get of SingleCopyThreshold bytes or more
 // are that one copy instead.
 //
+// A context drives one device, or a set of devices and, per peer, the one
+// that reaches it (Config.Devices and Route: shared memory toward the
+// node's ranks, the network toward the others), under one route that it
+// builds at Open (package route; a stripe of NICs is one device of the
+// set). devices.go reports them (Devices) and the node's shared block
+// (SharedBlock); types.go names what of hal the layer above uses (Rank,
+// PVO, Access), so that it reaches hal only through lapi.
+//
 // Close on an unreliable device drains first: it waits until what it sent
 // is acknowledged and peers stop resending, so ranks may close right after
 // a barrier.
@@ -86,5 +94,6 @@
 // condition or an OnPeerFailed callback, each lent a Tx (tx.go); the lock
 // itself is not exported.
 //
-// lapi may import hal, stripe, lazyreg and internal packages; never mpi.
+// lapi may import hal, stripe, route, lazyreg and internal packages; never
+// mpi.
 package lapi

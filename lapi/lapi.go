@@ -11,8 +11,16 @@ import (
 
 // Config opens a Context. Zero durations and counts take the defaults noted.
 type Config struct {
-	// Device carries the frames; Rank, Size and JobKey describe the job.
-	Device hal.Device
+	// Device carries the frames to every rank. Alternatively Devices
+	// carry them, Route[r] being the index in Devices of the one that
+	// reaches rank r (one entry per rank; nil with one device): Open
+	// drives them under one route (package route), which polls them all.
+	// Open takes the devices: Close closes them; when Open fails they are
+	// still the caller's.
+	Device  hal.Device
+	Devices []hal.Device
+	Route   []int
+	// Rank, Size and JobKey describe the job.
 	Rank   hal.Rank
 	Size   int
 	JobKey uint64

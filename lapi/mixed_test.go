@@ -11,7 +11,6 @@ import (
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/simnet"
-	"github.com/weft-hpc/weft/route"
 )
 
 // nodeDevice is a lossless simulated device presented as reliable and
@@ -72,19 +71,22 @@ func (j *simJob) openMixed(r int, node, lossy hal.Device, mod ...func(*Config)) 
 			via[p] = 1
 		}
 	}
-	d, err := route.New([]hal.Device{nodeDevice{node}, lossy}, via, route.Options{PollAll: true})
-	if err != nil {
-		j.t.Fatal(err)
-	}
+	// The members are connected before Open, as devices.Set connects
+	// them: Open builds the route over them.
+	members := []hal.Device{nodeDevice{node}, lossy}
 	for p := range n {
-		if p != r {
-			a := route.Scheme + nodeDevice{j.node.Device(hal.Rank(p))}.Addr() + route.Sep + j.net.Device(hal.Rank(p)).Addr()
-			if err := d.Connect(hal.Rank(p), a); err != nil {
-				j.t.Fatal(err)
-			}
+		if p == r {
+			continue
+		}
+		peer := j.net.Device(hal.Rank(p))
+		if via[p] == 0 {
+			peer = nodeDevice{j.node.Device(hal.Rank(p))}
+		}
+		if err := members[via[p]].Connect(hal.Rank(p), peer.Addr()); err != nil {
+			j.t.Fatal(err)
 		}
 	}
-	cfg := Config{Device: d, Rank: hal.Rank(r), Size: n, JobKey: simnet.DefaultJobKey,
+	cfg := Config{Devices: members, Route: via, Rank: hal.Rank(r), Size: n, JobKey: simnet.DefaultJobKey,
 		Clock: j.net.Now, PeerTimeout: time.Minute}
 	for _, f := range mod {
 		f(&cfg)

@@ -153,7 +153,7 @@ func New(members []hal.Device, via []int, opts Options) (*Device, error) {
 	// every rank did join is the layer above's to check (mpi does,
 	// through PMI).
 	d.caps.Broadcast = d.bcast != nil
-	d.addr = Scheme + strings.Join(addrs, Sep)
+	d.addr = Address(addrs)
 	d.onFrame = d.checkSource
 	if !opts.PollAll {
 		d.startWatchers()
@@ -195,20 +195,13 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if int(peer) >= len(d.via) {
 		return fmt.Errorf("route: connect rank %d of %d: %w", peer, len(d.via), hal.ErrUnknownPeer)
 	}
-	rest, ok := strings.CutPrefix(addr, Scheme)
-	parts := strings.Split(rest, Sep)
-	if !ok || rest == "" {
+	if rest, ok := strings.CutPrefix(addr, Scheme); !ok || rest == "" {
 		return fmt.Errorf("route: connect rank %d: %q is not a route address: %w (%w)",
 			peer, addr, ErrBadAddress, hal.ErrUnknownPeer)
 	}
 	m := d.via[peer]
-	part := ""
-	for _, p := range parts {
-		if scheme(p) == d.schemes[m] {
-			part = p
-		}
-	}
-	if part == "" {
+	part, ok := partOf(addr, d.schemes[m])
+	if !ok {
 		return fmt.Errorf("route: connect rank %d: %q has no %s address: %w (%w)",
 			peer, addr, d.schemes[m], ErrBadAddress, hal.ErrUnknownPeer)
 	}
@@ -216,6 +209,30 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 		return fmt.Errorf("route: connect rank %d on member %d: %w", peer, m, err)
 	}
 	return nil
+}
+
+// Address is the route address of members whose addresses are addrs,
+// in order: what Addr returns for a route over them.
+func Address(addrs []string) string { return Scheme + strings.Join(addrs, Sep) }
+
+// Part is the part of the route address addr that a member whose own
+// address is own connects to: the part of own's scheme (the last, if
+// several). ok is false when addr is not a route address or has no such
+// part.
+func Part(addr, own string) (part string, ok bool) { return partOf(addr, scheme(own)) }
+
+// partOf is the part of the route address addr of scheme sc.
+func partOf(addr, sc string) (part string, ok bool) {
+	rest, ok := strings.CutPrefix(addr, Scheme)
+	if !ok || rest == "" {
+		return "", false
+	}
+	for _, p := range strings.Split(rest, Sep) {
+		if scheme(p) == sc {
+			part = p
+		}
+	}
+	return part, part != ""
 }
 
 // memberOf is the member that reaches the destination in hdr.
