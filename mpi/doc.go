@@ -158,6 +158,8 @@
 // communicator stays usable; after an abort its collectives go by
 // messages, not through shared memory.
 //
-// mpi may import lapi, hal, lazyreg and internal packages (pmi, trace, and
-// the transports it opens at start-up).
+// mpi may import lapi and internal packages (pmi, trace, and
+// internal/devices, which opens the rank's devices at start-up and hands
+// them to lapi): it uses hal only through what lapi exposes, and names
+// no device.
 package mpi

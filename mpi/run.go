@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weft-hpc/weft/internal/devices"
 	"github.com/weft-hpc/weft/lapi"
-	"github.com/weft-hpc/weft/transport/inproc"
 )
 
 // Run starts n ranks as goroutines in this process, over the in-process
@@ -135,20 +135,30 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 	var kb [8]byte
 	_, _ = crand.Read(kb[:])
 	key := binary.LittleEndian.Uint64(kb[:])
-	fab := inproc.NewFabric(n, key)
+	devs, err := devices.Inproc(n, key)
+	if err != nil {
+		return nil, err
+	}
 	spin := lapiDefaultSpin
 	if n > runtime.GOMAXPROCS(0) {
 		spin = -1 // more ranks than cores: spinning only delays the rank that would answer
 	}
 	worlds := make([]*World, n)
-	for r := range n {
-		dev, err := fab.Open(lapi.Rank(r))
-		if err != nil {
-			return nil, fmt.Errorf("mpi: run: open rank %d: %w", r, err)
+	// closeRest closes the worlds of ranks below r and the devices no
+	// context has taken, from rank from on.
+	closeRest := func(r, from int) {
+		for _, o := range worlds[:r] {
+			o.lc.Close()
 		}
-		lc, err := lapi.Open(lapi.Config{Device: dev, Rank: lapi.Rank(r), Size: n, JobKey: key, Spin: spin,
+		for _, d := range devs[from:] {
+			d.Close()
+		}
+	}
+	for r := range n {
+		lc, err := lapi.Open(lapi.Config{Device: devs[r], Rank: lapi.Rank(r), Size: n, JobKey: key, Spin: spin,
 			SingleCopyThreshold: opts.SingleCopy, Track: newTracker(opts)})
 		if err != nil {
+			closeRest(r, r)
 			return nil, fmt.Errorf("mpi: run: rank %d: %w", r, err)
 		}
 		l := layout{nodes: nodes}
@@ -164,9 +174,7 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 		w, err := newWorldLayout(lc, opts, l)
 		if err != nil {
 			lc.Close()
-			for _, o := range worlds[:r] {
-				o.lc.Close()
-			}
+			closeRest(r, r+1)
 			return nil, fmt.Errorf("mpi: run: %w", err)
 		}
 		w.oversub = spin < 0

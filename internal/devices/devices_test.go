@@ -1,13 +1,44 @@
-package mpi
+package devices
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/stripe"
 	"github.com/weft-hpc/weft/transport/udp"
 )
+
+// localRanks is a PMI client that knows only how many ranks share the node.
+type localRanks struct {
+	pmi.Client
+	n int
+}
+
+func (l localRanks) Info() pmi.Info { return pmi.Info{LocalRanks: make([]int, l.n)} }
+
+// TestOversubscribed: more ranks than this process's CPUs, or than
+// Options.NodeCPUs (WEFT_NODE_CPUS) when gorun bound each rank to one of
+// them. (A malformed WEFT_NODE_CPUS is refused: mpi.TestOptionsFromEnv.)
+func TestOversubscribed(t *testing.T) {
+	cpus := runtime.NumCPU()
+	for _, c := range []struct {
+		nodeCPUs int
+		ranks    int
+		want     bool
+	}{
+		{0, cpus, false},
+		{0, cpus + 1, true},
+		{4, 4, false}, // bound: one CPU each, of four
+		{4, 5, true},
+	} {
+		if got := Oversubscribed(localRanks{n: c.ranks}, c.nodeCPUs); got != c.want {
+			t.Errorf("NodeCPUs %d, %d local ranks, %d CPUs: Oversubscribed %v, want %v", c.nodeCPUs, c.ranks, cpus, got, c.want)
+		}
+	}
+}
 
 // TestNICAddr: an Options.NICs entry is an address as it is, or an
 // interface's IPv4 address; an interface that does not exist is an error
@@ -28,9 +59,11 @@ func TestNICAddr(t *testing.T) {
 // is theirs joined; one NIC is a plain UDP device bound there; a NIC that
 // does not exist fails, naming it.
 func TestOpenNetNICs(t *testing.T) {
-	clearEnv(t)
+	for _, v := range []string{udp.GSOEnvVar, udp.McastEnvVar, udp.BatchEnvVar} {
+		t.Setenv(v, "")
+	}
 	cfg := hal.Config{JobKey: 1, Rank: 0, Size: 2}
-	dev, err := openNet(localRanks{n: 1}, cfg, Options{NICs: []string{"lo", "127.0.0.1"}}, udp.Options{})
+	dev, err := openNet(localRanks{n: 1}, cfg, Config{NICs: []string{"lo", "127.0.0.1"}}, udp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +77,7 @@ func TestOpenNetNICs(t *testing.T) {
 	}
 	dev.Close()
 
-	dev, err = openNet(localRanks{n: 1}, cfg, Options{NICs: []string{"lo"}}, udp.Options{})
+	dev, err = openNet(localRanks{n: 1}, cfg, Config{NICs: []string{"lo"}}, udp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +86,7 @@ func TestOpenNetNICs(t *testing.T) {
 	}
 	dev.Close()
 
-	_, err = openNet(localRanks{n: 1}, cfg, Options{NICs: []string{"lo", "nosuchnic9"}}, udp.Options{})
+	_, err = openNet(localRanks{n: 1}, cfg, Config{NICs: []string{"lo", "nosuchnic9"}}, udp.Options{})
 	if err == nil || !strings.Contains(err.Error(), `"nosuchnic9"`) {
 		t.Errorf("a missing NIC: %v; want an error naming it", err)
 	}
