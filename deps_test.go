@@ -95,9 +95,13 @@ var layers = []rule{
 	// route, like stripe, is a device made of devices: beside it.
 	{"route/...", []string{"std", "hal/...", "!internal/launch", "internal/..."}},
 	{"lapi/...", []string{"std", "stripe", "route", "hal/...", "lazyreg", "!internal/launch", "internal/..."}},
+	// Collectives through a block of memory the node's ranks map: memory
+	// and rounds only; the waiting is its host's (mpi), through an
+	// interface.
+	{"shmcoll", []string{"std"}},
 	// mpi uses hal only through lapi, and has its devices opened by
 	// internal/devices: it imports neither hal nor any device.
-	{"mpi/...", []string{"std", "lapi", "!internal/launch", "internal/..."}},
+	{"mpi/...", []string{"std", "lapi", "shmcoll", "!internal/launch", "internal/..."}},
 
 	// Programs.
 	{"cmd/gorun/...", []string{"std", "internal/launch"}},

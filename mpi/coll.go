@@ -54,7 +54,7 @@ func (c *Comm) bcast(b []byte, root int) error {
 		return c.hier.bcast(b, root)
 	}
 	if c.shared(len(b)) {
-		return c.sh.bcast(b, root)
+		return c.sh.Bcast(b, root)
 	}
 	if bcastRDMA(c, len(b)) {
 		return bcastTree(c, b, root, false)
@@ -191,7 +191,7 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 		return c.hier.reduce(send, recv, red, root)
 	}
 	if c.shared(len(send)) {
-		return c.sh.reduce(send, recv, red, root)
+		return c.sh.Reduce(send, recv, red.reduce, root)
 	}
 	top := root
 	if !red.commutative() {
@@ -260,7 +260,7 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 	count := len(b) / es
 	switch {
 	case c.shared(len(b)):
-		return c.sh.allreduce(send, b, red)
+		return c.sh.Allreduce(send, b, red.reduce)
 	case red.commutative() && direct(c, len(b), es):
 		return allreduceDirect(c, b, send, es, red)
 	}

@@ -29,7 +29,7 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 		return c.hier.gather(send, recv, root)
 	}
 	if c.shared(len(send)) {
-		return c.sh.gather(send, recv, root)
+		return c.sh.Gather(send, recv, root)
 	}
 	if c.rank != root {
 		return c.csend(send, root, tagGather)
@@ -73,7 +73,7 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 		return c.hier.scatter(send, recv, root)
 	}
 	if c.shared(c.size * len(recv)) {
-		return c.sh.scatter(send, recv, root)
+		return c.sh.Scatter(send, recv, root)
 	}
 	if c.rank != root {
 		return c.crecv(recv, root, tagScatter)
@@ -119,7 +119,7 @@ func (c *Comm) allgather(send, recv []byte) error {
 		return c.hier.allgather(send, recv)
 	}
 	if c.shared(n) {
-		return c.sh.allgather(send, recv)
+		return c.sh.Allgather(send, recv)
 	}
 	if c.allgatherPut(n) {
 		return c.allgatherRDMA(send, recv)
@@ -173,7 +173,7 @@ func Alltoall[T Elem](c *Comm, send, recv []T) error {
 // and receives from rank-i, so no rank is flooded.
 func (c *Comm) alltoall(send, recv []byte) error {
 	if c.shared(len(send)) {
-		return c.sh.alltoall(send, recv)
+		return c.sh.Alltoall(send, recv)
 	}
 	p := c.size
 	n := len(send) / p

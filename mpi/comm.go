@@ -9,6 +9,7 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/shmcoll"
 )
 
 // Comm is a communicator: a group of ranks with its own matching context,
@@ -30,8 +31,8 @@ type Comm struct {
 	rput *putColl
 	tmp  []byte // scratch for the collectives' receives (scratch)
 	// sh runs the small collectives through the device's shared block
-	// (shmcoll.go); nil: through messages.
-	sh *shComm
+	// (package shmcoll, shmcoll.go); nil: through messages.
+	sh *shmcoll.Group
 	// coll numbers the collectives and keeps their signatures, so that
 	// ranks that disagree about one are told (agree.go). A hierarchical
 	// collective's sub-communicators share their parent's (hier.go).
@@ -259,7 +260,7 @@ func (c *Comm) barrier() error {
 		return c.hier.barrier()
 	}
 	if c.shared(0) {
-		return c.sh.barrier()
+		return c.sh.Barrier()
 	}
 	for k := 1; k < c.size; k <<= 1 {
 		if err := c.csendrecv(nil, (c.rank+k)%c.size, nil, (c.rank-k+c.size)%c.size, tagBarrier); err != nil {

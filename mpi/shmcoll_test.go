@@ -82,8 +82,8 @@ func TestSharedCollectives(t *testing.T) {
 					}
 					rounds++
 				}
-				if c.sh.k != rounds {
-					return fmt.Errorf("rank %d: %d shared rounds, want %d", c.Rank(), c.sh.k, rounds)
+				if c.sh.Rounds() != rounds {
+					return fmt.Errorf("rank %d: %d shared rounds, want %d", c.Rank(), c.sh.Rounds(), rounds)
 				}
 				return nil
 			})
@@ -205,7 +205,7 @@ func TestSharedWaiterNudged(t *testing.T) {
 		if c.Rank() == 1 {
 			return c.Barrier()
 		}
-		for c.sh.sleep[1].Load() == 0 {
+		for !c.sh.Asleep(1) {
 			runtime.Gosched() // until rank 1 is about to block
 		}
 		before := c.World().lc.Stats().MessagesSent
@@ -340,7 +340,7 @@ func TestSharedCommunicators(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, want := c.w.sh.areas, 15; got != want { // what README and doc.go say for 64 KiB per rank
+		if got, want := c.w.sh.Areas(), 15; got != want { // what README and doc.go say for 64 KiB per rank
 			return fmt.Errorf("%d areas in a block of %d KiB per rank, want %d", got, inproc.SharedBytes>>10, want)
 		}
 		if d.sh == nil || half.sh == nil {
@@ -364,8 +364,8 @@ func TestSharedCommunicators(t *testing.T) {
 				return err
 			}
 		}
-		if area := int(last.ctx / 2); area < c.w.sh.areas {
-			return fmt.Errorf("communicator with context %d (area %d of %d) has no shared state", last.ctx, area, c.w.sh.areas)
+		if area := int(last.ctx / 2); area < c.w.sh.Areas() {
+			return fmt.Errorf("communicator with context %d (area %d of %d) has no shared state", last.ctx, area, c.w.sh.Areas())
 		}
 		v := []int64{1}
 		if err := Allreduce(last, v, v, Sum); err != nil || v[0] != n {
@@ -445,13 +445,13 @@ func TestSharedBcastFlowControl(t *testing.T) {
 		if err := Bcast(c, v, 0); err != nil || v[0] != 1 {
 			return fmt.Errorf("first bcast: %d, %v", v[0], err)
 		}
-		for c.sh.stamp[0][0].Load() != 2 {
+		for c.sh.Stamp(0, 0) != 2 {
 			runtime.Gosched() // until the root has stamped round 2
 		}
 		for range 1000 {
 			runtime.Gosched() // room for a root that did not wait to run on
 		}
-		if s := c.sh.stamp[0][1].Load(); s != 1 {
+		if s := c.sh.Stamp(0, 1); s != 1 {
 			return fmt.Errorf("the root stamped round %d in round 1's slot before rank 1 started round 2", s)
 		}
 		for want := int64(2); want <= 3; want++ {

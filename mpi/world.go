@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-hpc/weft/internal/track"
 	"github.com/weft-hpc/weft/lapi"
+	"github.com/weft-hpc/weft/shmcoll"
 )
 
 // World is one rank's MPI instance: its lapi context, matching state and
@@ -32,7 +33,7 @@ type World struct {
 	hCTS, hPutFin      lapi.HandlerID
 	hNudge             lapi.HandlerID // wakes a rank blocked in a shared-memory collective (shmcoll.go)
 	hAgree, hAbort     lapi.HandlerID // collectives' signatures and aborts (agree.go)
-	sh                 *shBlock       // the device's shared block; nil: collectives use messages
+	sh                 *shmcoll.Block // the device's shared block; nil: collectives use messages
 	nodes              []int          // node of each world rank (its lowest world rank); nil: one node
 	hierCalls          atomic.Int64   // collectives run node by node (hier.go), for tests
 	agreeSent          atomic.Uint64  // signatures sent to compare a blocked call (agree.go), for tests
@@ -158,11 +159,9 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 		if l.slots != nil {
 			nslots = l.nslots
 		}
-		b, err := newShBlock(mem, nslots, l.slots, opts.NoShmColl)
-		if err != nil {
-			return nil, err
+		if !opts.NoShmColl {
+			w.sh = shmcoll.NewBlock(mem, nslots, l.slots)
 		}
-		w.sh = b
 	}
 	group := make([]int, w.size)
 	for i := range group {
