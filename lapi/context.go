@@ -236,9 +236,6 @@ func (c *Context) Rank() hal.Rank { return c.rank }
 // Size is the number of ranks in the job.
 func (c *Context) Size() int { return c.cfg.Size }
 
-// Device is the device this context drives.
-func (c *Context) Device() hal.Device { return c.dev }
-
 // TPT is this rank's translation and protection table: the regions that
 // remote Put, Get and Rmw may reach.
 func (c *Context) TPT() *hal.TPT { return c.tpt }

@@ -73,31 +73,42 @@ func (d DeviceInfo) Drops() map[string]uint64 {
 	return out
 }
 
-// Devices describes the rank's devices: each member of the route the
-// context drives (Config.Devices, or a route given as Config.Device) with
-// the ranks it reaches, else the one device, which reaches every other
-// rank.
-func (c *Context) Devices() []DeviceInfo {
-	members := []hal.Device{c.dev}
-	r, isRoute := c.dev.(*route.Device)
+// Devices is the rank's devices as the context drives them.
+func (c *Context) Devices() Devices { return Devices{dev: c.dev, rank: int(c.rank), size: c.cfg.Size} }
+
+// Devices is a context's devices: one, or the members of a route
+// (Config.Devices, or a route given as Config.Device).
+type Devices struct {
+	dev        hal.Device
+	rank, size int
+}
+
+// Device is the device the context drives: the one device, or the route.
+func (d Devices) Device() hal.Device { return d.dev }
+
+// Info describes each member of the route with the ranks it reaches,
+// else the one device, which reaches every other rank.
+func (d Devices) Info() []DeviceInfo {
+	members := []hal.Device{d.dev}
+	r, isRoute := d.dev.(*route.Device)
 	if isRoute {
 		members = r.Members()
 	}
 	out := make([]DeviceInfo, 0, len(members))
 	for _, m := range members {
-		d := DeviceInfo{Addr: m.Addr(), Counters: m.Counters()}
-		d.Name, _, _ = strings.Cut(d.Addr, ":")
-		for p := range c.cfg.Size {
-			if p != int(c.rank) && (!isRoute || r.Route(hal.Rank(p)) == m) {
-				d.Peers = append(d.Peers, p)
+		di := DeviceInfo{Addr: m.Addr(), Counters: m.Counters()}
+		di.Name, _, _ = strings.Cut(di.Addr, ":")
+		for p := range d.size {
+			if p != d.rank && (!isRoute || r.Route(hal.Rank(p)) == m) {
+				di.Peers = append(di.Peers, p)
 			}
 		}
 		if st, ok := m.(*stripe.Device); ok {
 			for _, ms := range st.Members() {
-				d.Stripe = append(d.Stripe, fmt.Sprint(ms))
+				di.Stripe = append(di.Stripe, fmt.Sprint(ms))
 			}
 		}
-		out = append(out, d)
+		out = append(out, di)
 	}
 	return out
 }
@@ -106,8 +117,8 @@ func (c *Context) Devices() []DeviceInfo {
 // this node (hal.SharedMemory: the shm device's segment, over a route
 // its shm member's, the in-process device's), or nil when it has none:
 // what the layer above runs its shared-memory collectives on.
-func (c *Context) SharedBlock() []byte {
-	if sm, ok := c.dev.(hal.SharedMemory); ok {
+func (d Devices) SharedBlock() []byte {
+	if sm, ok := d.dev.(hal.SharedMemory); ok {
 		return sm.SharedBlock()
 	}
 	return nil

@@ -41,11 +41,11 @@ func TestOpenDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Device() != dev || len(c.Devices()) != 1 || c.Devices()[0].Addr != dev.Addr() {
-		t.Errorf("one member: the context drives %v (%d devices), want the member itself", c.Device(), len(c.Devices()))
+	if c.Devices().Device() != dev || len(c.Devices().Info()) != 1 || c.Devices().Info()[0].Addr != dev.Addr() {
+		t.Errorf("one member: the context drives %v (%d devices), want the member itself", c.Devices().Device(), len(c.Devices().Info()))
 	}
-	if !slices.Equal(c.Devices()[0].Peers, []int{1}) {
-		t.Errorf("the one device reaches %v, want [1]", c.Devices()[0].Peers)
+	if !slices.Equal(c.Devices().Info()[0].Peers, []int{1}) {
+		t.Errorf("the one device reaches %v, want [1]", c.Devices().Info()[0].Peers)
 	}
 	if err := c.Close(); err != nil {
 		t.Error(err)

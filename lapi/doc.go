@@ -66,8 +66,8 @@
 // that reaches it (Config.Devices and Route: shared memory toward the
 // node's ranks, the network toward the others), under one route that it
 // builds at Open (package route; a stripe of NICs is one device of the
-// set). devices.go reports them (Devices) and the node's shared block
-// (SharedBlock); types.go names what of hal the layer above uses (Rank,
+// set). devices.go reports them and the node's shared block
+// (Context.Devices); types.go names what of hal the layer above uses (Rank,
 // PVO, Access), so that it reaches hal only through lapi.
 //
 // Close on an unreliable device drains first: it waits until what it sent

@@ -40,8 +40,9 @@
 // of up to 2 KiB per rank (Barrier, Bcast, Reduce, Allreduce, Gather,
 // Allgather; Scatter and Alltoall of up to 2 KiB in all) on communicators
 // of 2-16 ranks go through a block of memory every rank maps
-// (lapi.Context.SharedBlock; package shmcoll, run from shmcoll.go): each rank writes its part and a round number into its own
-// slot and reads the others', so a collective is one round whatever the
+// (lapi.Devices.SharedBlock; package shmcoll, run from shmcoll.go): each
+// rank writes its part and a round number into its own slot and reads
+// the others', so a collective is one round whatever the
 // number of ranks, and sends nothing unless a rank waiting for it is about
 // to sleep. Reductions combine the parts in rank order, so every rank gets
 // the same bits. With more ranks than cores, where every exchange of a

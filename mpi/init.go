@@ -218,7 +218,7 @@ func traceDevices(rank int, lc *lapi.Context) {
 	if !trace.On(trace.Setup) {
 		return
 	}
-	devs := lc.Devices()
+	devs := lc.Devices().Info()
 	for _, d := range devs {
 		if len(devs) == 1 {
 			trace.Printf(trace.Setup, "mpi: rank %d device %s: %v", rank, d.Addr, d.Counters)

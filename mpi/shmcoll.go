@@ -9,7 +9,7 @@ import (
 )
 
 // Shared-memory collectives: when lapi's device maps one block of memory
-// in every rank of the node (lapi.Context.SharedBlock), the small
+// in every rank of the node (lapi.Devices.SharedBlock), the small
 // collectives of a communicator of 2-16 ranks go through it (package
 // shmcoll), the communicator being the group's Host: it waits as a
 // message wait does (progress, yielding or blocking, WEFT_TIMEOUT,

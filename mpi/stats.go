@@ -86,7 +86,7 @@ func (w *World) statsFrom(ls lapi.Stats, rs lapi.RDMAStats) Stats {
 		Retransmits: ls.Retransmits, Duplicates: ls.Duplicates,
 		Stale: ls.Stale, BadPackets: ls.BadPackets,
 		Redrives: rs.Redrives, SingleCopyBytes: rs.CMABytes}
-	for _, d := range w.lc.Devices() {
+	for _, d := range w.lc.Devices().Info() {
 		s.Devices = append(s.Devices, deviceStats(d))
 	}
 	return s

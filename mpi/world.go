@@ -72,7 +72,7 @@ type World struct {
 // newWorld sets MPI up over an open lapi context, with opts' thresholds.
 // nodes[r] is the node of world rank r, named by the lowest world rank on
 // it; nil means every rank is on this node. When the job spans nodes, the
-// device's shared block (lapi.Context.SharedBlock) is the node's: its shares
+// device's shared block (lapi.Devices.SharedBlock) is the node's: its shares
 // belong to the node's ranks in ascending world-rank order. Every rank
 // registers the same handlers in the same order.
 func newWorld(lc *lapi.Context, opts Options, nodes []int) (*World, error) {
@@ -154,7 +154,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.registerHandlers()
 	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
-	if mem := lc.SharedBlock(); mem != nil {
+	if mem := lc.Devices().SharedBlock(); mem != nil {
 		nslots := w.size
 		if l.slots != nil {
 			nslots = l.nslots

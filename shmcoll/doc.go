@@ -1,5 +1,5 @@
 // Package shmcoll runs the small collectives of a group of ranks through
-// a block of memory every rank of a node maps (lapi.Context.SharedBlock:
+// a block of memory every rank of a node maps (lapi.Devices.SharedBlock:
 // the shm device's segment, or the in-process device's memory for
 // mpi.Run's goroutines). Each member writes its part into a slot of its
 // own and stamps the slot with the collective's round number, and the
