@@ -40,10 +40,11 @@ func Init() (*World, error) {
 // is, and otherwise both under a route (package route): shared memory
 // toward this node's ranks, UDP toward the others; shm and udp force one
 // (shm only when every rank is here); verbs puts every rank on an RDMA
-// device (openVerbs), and in a binary built without -tags verbs fails
-// with an error that says how to build it. With two or more
-// opts.NICs the UDP device is a stripe of one per NIC (openNet). A field
-// out of its range fails with an error wrapping ErrArg that names it.
+// device, and in a binary built without -tags verbs fails with an error
+// that says how to build it. With two or more opts.NICs the UDP device is
+// a stripe of one per NIC. (internal/devices opens the devices; lapi
+// routes them.) A field out of its range fails with an error wrapping
+// ErrArg that names it.
 func InitWith(opts Options) (*World, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)

@@ -87,7 +87,7 @@ func openShm(cl pmi.Client, cfg hal.Config, opts Config, ranks []hal.Rank) (hal.
 
 // openVerbs opens the RDMA device (package transport/verbs) for every
 // peer, this node's ranks too (the adapter loops their frames back): the
-// device in Options.VerbsDevices at this rank's place on the node, or the
+// device in Config.VerbsDevices at this rank's place on the node, or the
 // first with an active port. The errors name WEFT_TRANSPORT and, for a
 // device that cannot be opened, the device and what to do (verbs' own
 // errors: a missing device, a port down, the device file, the memlock
@@ -107,7 +107,7 @@ func openVerbs(cl pmi.Client, cfg hal.Config, opts Config) (hal.Device, error) {
 }
 
 // verbsOptions are the verbs device's options from opts: the device at
-// this rank's place on the node among Options.VerbsDevices, the port, the
+// this rank's place on the node among Config.VerbsDevices, the port, the
 // GID index, and spin for Wait (blocking at once where the node is
 // oversubscribed: as on shm, spinning delays the rank that would answer).
 func verbsOptions(cl pmi.Client, opts Config, spin time.Duration) verbs.Options {
@@ -128,7 +128,7 @@ func verbsOptions(cl pmi.Client, opts Config, spin time.Duration) verbs.Options 
 // network device, else each closes its own and the caller opens UDP. The
 // ranks agree through one PMI fence, which binaries without the tag (the
 // same binary on every rank) skip: they return (nil, nil) at once. With
-// Options.NICs the network is the NICs' stripe, and verbs is not tried.
+// Config.NICs the network is the NICs' stripe, and verbs is not tried.
 func autoVerbs(cl pmi.Client, cfg hal.Config, opts Config, spin time.Duration) (hal.Device, error) {
 	if !verbs.Built || len(opts.NICs) > 0 {
 		return nil, nil
@@ -218,7 +218,7 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Config) (Set, error) {
 }
 
 // openNet opens the network device: one UDP device on the address ranks on
-// other hosts reach (openUDP), or, with two or more Options.NICs, one per
+// other hosts reach (openUDP), or, with two or more Config.NICs, one per
 // NIC striped into one device (package stripe) whose address is the
 // members' joined, so that a peer's member i reaches this rank's member i.
 func openNet(cl pmi.Client, cfg hal.Config, opts Config, o udp.Options) (hal.Device, error) {
@@ -265,7 +265,7 @@ func openNet(cl pmi.Client, cfg hal.Config, opts Config, o udp.Options) (hal.Dev
 	return st, nil
 }
 
-// openUDP opens a UDP device bound to bind; nic is the Options.NICs entry
+// openUDP opens a UDP device bound to bind; nic is the Config.NICs entry
 // that named it, if any, for the error.
 func openUDP(cfg hal.Config, o udp.Options, bind, nic string) (hal.Device, error) {
 	o.Bind = bind
@@ -279,7 +279,7 @@ func openUDP(cfg hal.Config, o udp.Options, bind, nic string) (hal.Device, error
 	return dev, nil
 }
 
-// nicAddr is the address a UDP device binds for an Options.NICs entry: the
+// nicAddr is the address a UDP device binds for an Config.NICs entry: the
 // entry itself if it is an IP address, else the first IPv4 address of the
 // interface of that name on this host. The errors name the NIC and
 // WEFT_NICS, where users set it.
@@ -321,7 +321,7 @@ func wrapFaults(dev hal.Device) (hal.Device, error) {
 
 // Oversubscribed reports whether this node runs more ranks than it has
 // cores, so that waiting ranks must yield their core rather than spin.
-// nodeCPUs is Options.NodeCPUs: when gorun bound each rank to a share of
+// nodeCPUs is Config.NodeCPUs: when gorun bound each rank to a share of
 // the node's CPUs, how many they share; 0: the CPUs this process may run
 // on.
 func Oversubscribed(cl pmi.Client, nodeCPUs int) bool {
@@ -333,7 +333,7 @@ func Oversubscribed(cl pmi.Client, nodeCPUs int) bool {
 }
 
 // bindAddr chooses the local address for the device: bind
-// (Options.Bind) if set; loopback when every rank is on this node;
+// (Config.Bind) if set; loopback when every rank is on this node;
 // otherwise the address this host's name resolves to, which is how the
 // other hosts reach it.
 func bindAddr(cl pmi.Client, bind string) (string, error) {
