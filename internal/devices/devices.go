@@ -85,15 +85,17 @@ func (s Set) Connect(peer int, addr string) error {
 	return m.Connect(hal.Rank(peer), part)
 }
 
-// Broadcasts reports whether the set is one device that broadcasts
-// (hal.Broadcaster): what multicast Bcast needs. A broadcast over one of
-// several devices would reach only its peers.
+// Broadcasts reports whether a device of the set broadcasts
+// (hal.Broadcaster): what multicast Bcast needs. Over several, the route
+// lapi builds broadcasts on that member (package route says why that
+// reaches every rank that joined the group).
 func (s Set) Broadcasts() bool {
-	if len(s.Members) != 1 {
-		return false
+	for _, m := range s.Members {
+		if _, ok := m.(hal.Broadcaster); ok && m.Caps().Broadcast {
+			return true
+		}
 	}
-	_, ok := s.Members[0].(hal.Broadcaster)
-	return ok && s.Members[0].Caps().Broadcast
+	return false
 }
 
 // Close closes every device of the set: for a set lapi did not take.
