@@ -95,15 +95,14 @@ func (h *shHost) Nudge(m int) {
 	_ = w.lc.Amsend(lapi.Rank(h.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
 }
 
-// Call is the number of the communicator's collective call in progress.
-func (h *shHost) Call() uint32 { return h.c.coll.seq.Load() }
-
-// Usable: not once the world is finalized (the block may be unmapped).
-func (h *shHost) Usable() error {
+// Begin starts a shared collective: the number of the communicator's
+// collective call in progress; none once the world is finalized (the
+// block may be unmapped).
+func (h *shHost) Begin() (uint32, error) {
 	if h.c.w.closed.Load() {
-		return ErrFinalized
+		return 0, ErrFinalized
 	}
-	return nil
+	return h.c.coll.seq.Load(), nil
 }
 
 // cond is the wait's condition (under lapi's lock): the stamps, or the

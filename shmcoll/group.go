@@ -19,13 +19,13 @@ type Host interface {
 	// Nudge wakes member m if it blocked in Wait (an error is the
 	// Host's to ignore: the members waiting for m fail for it).
 	Nudge(m int)
-	// Call is the number of the collective call in progress, the same
-	// at every member: a part's size word carries it, so that members
-	// whose rounds went out of step are told.
-	Call() uint32
-	// Usable says why the group may not run a collective now (the
-	// block may be unmapped), or nil.
-	Usable() error
+	// Begin starts a collective: it returns the number of the
+	// collective call in progress, the same at every member (a part's
+	// size word carries it, so that members whose rounds went out of
+	// step are told), or why the group may not run one now (the block
+	// may be unmapped). One call per collective keeps the hot path to
+	// one indirect call.
+	Begin() (call uint32, err error)
 }
 
 // Config places a group in a block.
@@ -55,6 +55,7 @@ type Group struct {
 	size  [][2]*uint32        // by member, by slot: the length of its data
 	sleep []*atomic.Uint32    // by member
 	k     uint32              // the last round this member started
+	call  uint32              // the collective call in progress (Host.Begin)
 	err   error               // the failure that stopped this group's collectives
 	// synced is a round every member was seen to have started: rounds
 	// up to synced+1 may write their slots without looking (round k
@@ -126,7 +127,7 @@ func (g *Group) publish(data []byte, op string, tag int) (uint32, error) {
 		g.synced = k - 1
 	}
 	copy(g.data[g.me][j], data)
-	*g.size[g.me][j] = sizeWord(len(data), g.h.Call())
+	*g.size[g.me][j] = sizeWord(len(data), g.call)
 	return g.start(), nil
 }
 
@@ -217,13 +218,15 @@ func (g *Group) Disarm() {
 	}
 }
 
-// usable reports why the group's collectives cannot run: an earlier one
-// failed, or the Host says so.
+// usable begins a collective (Host.Begin), or reports why the group's
+// collectives cannot run: an earlier one failed, or the Host says so.
 func (g *Group) usable() error {
 	if g.err != nil {
 		return fmt.Errorf("an earlier shared-memory collective failed: %w", g.err)
 	}
-	return g.h.Usable()
+	call, err := g.h.Begin()
+	g.call = call
+	return err
 }
 
 // sizes checks that member from's part of round k (every member's, from <
@@ -238,7 +241,7 @@ func (g *Group) sizes(k uint32, n, from int) error {
 		if got := int(w & sizeMask); got != n {
 			return fmt.Errorf("ranks disagree: rank %d gave %d bytes, rank %d expects %d: %w", m, got, g.me, n, g.argE)
 		}
-		if call := g.h.Call(); w>>sizeBits != call&(1<<(32-sizeBits)-1) {
+		if call := g.call; w>>sizeBits != call&(1<<(32-sizeBits)-1) {
 			return fmt.Errorf("ranks disagree: rank %d's part is of collective #%d, rank %d is in #%d: %w", m, w>>sizeBits, g.me, call, g.argE)
 		}
 	}
@@ -246,7 +249,7 @@ func (g *Group) sizes(k uint32, n, from int) error {
 }
 
 // A part's size word holds its length and, above it, the number of the
-// collective call it belongs to (Host.Call), so that members whose rounds
+// collective call it belongs to (Host.Begin), so that members whose rounds
 // went out of step (after ranks disagreed on which calls go through the
 // block) are told, not handed a stale part of the right size.
 const (

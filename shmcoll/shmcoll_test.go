@@ -33,10 +33,9 @@ func (h *spinHost) Wait(op string, tag int) error {
 	h.g.Disarm()
 	return nil
 }
-func (h *spinHost) Nudge(int)     { h.nudges++ }
-func (h *spinHost) Call() uint32  { return h.call }
-func (h *spinHost) Usable() error { return nil }
-func (h *spinHost) next() *Group  { h.call++; return h.g }
+func (h *spinHost) Nudge(int)              { h.nudges++ }
+func (h *spinHost) Begin() (uint32, error) { return h.call, nil }
+func (h *spinHost) next() *Group           { h.call++; return h.g }
 func sum(dst, src []byte) {
 	binary.LittleEndian.PutUint64(dst, binary.LittleEndian.Uint64(dst)+binary.LittleEndian.Uint64(src))
 }
