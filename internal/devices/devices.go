@@ -35,7 +35,7 @@ type Config struct {
 	VerbsPort    int
 	VerbsGID     int
 	NodeCPUs     int  // the CPUs this node's ranks share (0: this process's)
-	Multicast    bool // the UDP device joins the job's multicast group
+	Multicast    bool // a lone UDP device joins the job's multicast group (not under a route)
 }
 
 // Set is a rank's devices and which of them reaches each rank.

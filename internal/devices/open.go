@@ -208,6 +208,11 @@ func openRoute(cl pmi.Client, cfg hal.Config, opts Config) (Set, error) {
 	// devices.
 	net, err := autoVerbs(cl, cfg, opts, -1)
 	if net == nil && err == nil {
+		// No multicast group here, whatever Config.Multicast says: a
+		// broadcast would reach this host's other ranks through the
+		// loopback too, where the hierarchy's Bcast reaches them
+		// through shared memory, much sooner. (Multicast among the
+		// nodes' leaders alone is not built.)
 		net, err = openNet(cl, cfg, opts, udp.Options{Spin: -1})
 	}
 	if err != nil {
