@@ -30,9 +30,9 @@
 // asks again for the segments it lost when its drive's last packet
 // arrives, or its timer runs out.
 //
-// Half-RDMA (halfrdma.go) has RDMA at one end and the processor at the
-// other: PutFromFIFO copies unregistered memory into RDMA packets that the
-// target places into its region; PutToFIFO streams the origin's region
+// Half-RDMA (halfrdma.go, Context.Half) has RDMA at one end and the
+// processor at the other: PutFromFIFO copies unregistered memory into
+// RDMA packets that the target places into its region; PutToFIFO streams the origin's region
 // to a FIFOHandler at the target, packet by packet (Accumulate is such a
 // write); GetToFIFO streams the target's region to a FIFOHandler at the
 // origin, which registers nothing; GetFromFIFO (halfread.go) has the

@@ -30,6 +30,14 @@ import (
 // Each is lapi's RDMA transfer (rdma.go): chunks on rCxts, redriven
 // under new tids, exactly once per packet at the end that takes them.
 
+// Half is a context's half-RDMA: c.Half().PutFromFIFO(...) and the other
+// modes above, and the registration of the FIFO handlers and sources they
+// name. A Half is a view of its context, free to copy.
+type Half struct{ c *Context }
+
+// Half is this context's half-RDMA.
+func (c *Context) Half() Half { return Half{c} }
+
 // lapi's handlers of half-RDMA (below firstUserHandler, after mcast.go's).
 const (
 	hFIFO     = hMcast + 1 // a half-send write sent as an active message (fifoAM)
@@ -82,7 +90,8 @@ type FIFOSource interface {
 // RegisterFIFOSource registers s to answer GetFromFIFO reads from this
 // rank and returns its ID (an ID space of its own, apart from
 // RegisterFIFO's).
-func (c *Context) RegisterFIFOSource(s FIFOSource) FIFOID {
+func (hf Half) RegisterFIFOSource(s FIFOSource) FIFOID {
+	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rd.sources = append(c.rd.sources, s)
@@ -91,7 +100,8 @@ func (c *Context) RegisterFIFOSource(s FIFOSource) FIFOID {
 
 // RegisterFIFO registers h to take PutToFIFO transfers into this rank and
 // returns its ID.
-func (c *Context) RegisterFIFO(h FIFOHandler) FIFOID {
+func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
+	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rd.fifos = append(c.rd.fifos, h)
@@ -125,8 +135,9 @@ func (r *rdmaState) noneByAM(tgt hal.Rank, n int, o *SendOpts) bool {
 // never a single copy or the device's hardware RDMA. o.Origin fires when
 // src may be reused, o.Completion when the data is in place at tgt (or
 // with an error naming the failed protection check), o.Target at tgt then.
-func (c *Context) PutFromFIFO(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	if err := c.checkHalf(tgt, uint64(len(src)), &o); err != nil {
+func (hf Half) PutFromFIFO(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
+	c := hf.c
+	if err := hf.checkHalf(tgt, uint64(len(src)), &o); err != nil {
 		return err
 	}
 	if tgt == c.rank || o.NoCompletion && c.rd.noneByAM(tgt, len(src), &o) {
@@ -146,8 +157,9 @@ func (c *Context) PutFromFIFO(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts)
 // (or with an error naming the failed protection check), o.Target at tgt
 // then. A handler ID tgt does not know is counted there (Stats.BadPackets)
 // and the transfer completes.
-func (c *Context) PutToFIFO(tgt hal.Rank, dst, src hal.PVO, n uint64, h FIFOID, o SendOpts) error {
-	if err := c.checkHalf(tgt, n, &o); err != nil {
+func (hf Half) PutToFIFO(tgt hal.Rank, dst, src hal.PVO, n uint64, h FIFOID, o SendOpts) error {
+	c := hf.c
+	if err := hf.checkHalf(tgt, n, &o); err != nil {
 		return err
 	}
 	mem, err := c.tpt.Resolve(src, n, hal.AccessRead)
@@ -168,11 +180,12 @@ func (c *Context) PutToFIFO(tgt hal.Rank, dst, src hal.PVO, n uint64, h FIFOID, 
 // data wherever it wants. o.Origin fires (or fails, with the protection
 // check that refused the read) once h has had every packet; a read's
 // Completion is its Origin. o.NoCompletion does not apply to a read.
-func (c *Context) GetToFIFO(tgt hal.Rank, src hal.PVO, n uint64, h FIFOHandler, o SendOpts) error {
+func (hf Half) GetToFIFO(tgt hal.Rank, src hal.PVO, n uint64, h FIFOHandler, o SendOpts) error {
+	c := hf.c
 	if o.NoCompletion {
 		return fmt.Errorf("lapi: get with NoCompletion: %w", ErrBadOpts)
 	}
-	if err := c.checkHalf(tgt, n, &o); err != nil {
+	if err := hf.checkHalf(tgt, n, &o); err != nil {
 		return err
 	}
 	if h == nil {
@@ -200,7 +213,8 @@ func (c *Context) GetToFIFO(tgt hal.Rank, src hal.PVO, n uint64, h FIFOHandler, 
 }
 
 // checkHalf checks what every half-RDMA call must have right.
-func (c *Context) checkHalf(tgt hal.Rank, n uint64, o *SendOpts) error {
+func (hf Half) checkHalf(tgt hal.Rank, n uint64, o *SendOpts) error {
+	c := hf.c
 	switch {
 	case int(tgt) >= c.cfg.Size:
 		return fmt.Errorf("lapi: half-RDMA with %d of %d: %w", tgt, c.cfg.Size, ErrBadRank)

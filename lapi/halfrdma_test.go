@@ -235,7 +235,7 @@ func newHalfRun(t *testing.T, j *simJob, seed uint64, n int) *halfRun {
 			t.Fatal(err)
 		}
 		h.recs[r], h.srvs[r] = &fifoRecorder{}, &fifoServer{mem: h.src[r]}
-		if id, sid := c.RegisterFIFO(h.recs[r]), c.RegisterFIFOSource(h.srvs[r]); id != 0 || sid != 0 {
+		if id, sid := c.Half().RegisterFIFO(h.recs[r]), c.Half().RegisterFIFOSource(h.srvs[r]); id != 0 || sid != 0 {
 			t.Fatalf("first FIFO handler and source got IDs %d and %d", id, sid)
 		}
 	}
@@ -313,17 +313,17 @@ func startHalf(t *testing.T, j *simJob, tc *halfCase, dst, spvo hal.PVO, sdata [
 		if tc.kind == hkPut {
 			err = c.Put(tgt, dst, tc.data, o)
 		} else {
-			err = c.PutFromFIFO(tgt, dst, tc.data, o)
+			err = c.Half().PutFromFIFO(tgt, dst, tc.data, o)
 		}
 	case hkToFIFO:
 		tc.data = append([]byte(nil), sdata...)
-		err = c.PutToFIFO(tgt, dst, spvo, uint64(tc.n), 0, o)
+		err = c.Half().PutToFIFO(tgt, dst, spvo, uint64(tc.n), 0, o)
 	case hkGet:
 		tc.sink = &fifoSink{buf: make([]byte, tc.n), hits: make(map[uint64]int), from: tgt}
-		err = c.GetToFIFO(tgt, dst, uint64(tc.n), tc.sink, SendOpts{Origin: tc.org1})
+		err = c.Half().GetToFIFO(tgt, dst, uint64(tc.n), tc.sink, SendOpts{Origin: tc.org1})
 	case hkGetFrom:
 		tc.data = append([]byte(nil), sdata...)
-		err = c.GetFromFIFO(tgt, dst, uint64(tc.n), 0, uint32(tc.soff), SendOpts{Origin: tc.org1})
+		err = c.Half().GetFromFIFO(tgt, dst, uint64(tc.n), 0, uint32(tc.soff), SendOpts{Origin: tc.org1})
 	}
 	if err != nil {
 		t.Fatalf("%v of %d B: %v", tc.kind, tc.n, err)
@@ -456,8 +456,8 @@ func runNone(t *testing.T, j *simJob, seed uint64) *noneCounts {
 	dpvo, _ := tgt.TPT().Register(dst, hal.AccessWrite)
 	spvo, _ := org.TPT().Register(src, hal.AccessRead)
 	rec := &fifoRecorder{}
-	tgt.RegisterFIFO(rec)
-	org.RegisterFIFO(&fifoRecorder{})
+	tgt.Half().RegisterFIFO(rec)
+	org.Half().RegisterFIFO(&fifoRecorder{})
 	for i, tc := range cases {
 		startHalf(t, j, tc, dpvo.Add(uint64(tc.off)), spvo.Add(uint64(tc.off)), src[tc.off:tc.off+tc.n], seed*1000+uint64(i))
 	}
@@ -592,13 +592,13 @@ func TestNoCompletionErrors(t *testing.T) {
 	if err := org.Put(1, hal.PVO{}, buf, SendOpts{Completion: k, NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
 		t.Fatalf("Put with a Completion counter and none: %v", err)
 	}
-	if err := org.GetToFIFO(1, hal.PVO{}, 10, &fifoSink{}, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
+	if err := org.Half().GetToFIFO(1, hal.PVO{}, 10, &fifoSink{}, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
 		t.Fatalf("a read with none: %v", err)
 	}
-	if err := org.GetToFIFO(5, hal.PVO{}, 10, &fifoSink{}, SendOpts{}); !errors.Is(err, ErrBadRank) {
+	if err := org.Half().GetToFIFO(5, hal.PVO{}, 10, &fifoSink{}, SendOpts{}); !errors.Is(err, ErrBadRank) {
 		t.Fatalf("a read from no rank: %v", err)
 	}
-	if err := org.PutToFIFO(1, hal.PVO{}, hal.PVO{}, 10, 0, SendOpts{}); !errors.Is(err, hal.ErrProtection) {
+	if err := org.Half().PutToFIFO(1, hal.PVO{}, hal.PVO{}, 10, 0, SendOpts{}); !errors.Is(err, hal.ErrProtection) {
 		t.Fatalf("a half-send write of an unregistered region: %v", err)
 	}
 	ro := make([]byte, 100)
@@ -611,7 +611,7 @@ func TestNoCompletionErrors(t *testing.T) {
 		}
 		return true
 	})
-	if err := org.PutFromFIFO(1, p, buf, SendOpts{Origin: k, Target: tk.ID(), NoCompletion: true}); err != nil {
+	if err := org.Half().PutFromFIFO(1, p, buf, SendOpts{Origin: k, Target: tk.ID(), NoCompletion: true}); err != nil {
 		t.Fatal(err)
 	}
 	j.run(time.Minute, nil, func() bool { return tk.Value() >= 1 && k.Value() >= 1 })
@@ -635,8 +635,8 @@ func TestHalfRDMAAllocs(t *testing.T) {
 	region, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
 	src := make([]byte, 3<<20) // three chunks
 	local, _ := c0.TPT().Register(src, hal.AccessRead)
-	id := c1.RegisterFIFO(&nopFIFO{})
-	c0.RegisterFIFO(&nopFIFO{})
+	id := c1.Half().RegisterFIFO(&nopFIFO{})
+	c0.Half().RegisterFIFO(&nopFIFO{})
 	defer serving(c1)()
 	k, tk := c0.NewCounter(), c1.NewCounter()
 	ctx := context.Background()
@@ -653,14 +653,14 @@ func TestHalfRDMAAllocs(t *testing.T) {
 			return c0.Put(1, region, src[:rdmaChunk], SendOpts{Origin: k, Target: tk.ID(), NoCompletion: true})
 		}},
 		{"put from FIFO", func() error {
-			return c0.PutFromFIFO(1, region, src, SendOpts{Completion: k, Target: tk.ID()})
+			return c0.Half().PutFromFIFO(1, region, src, SendOpts{Completion: k, Target: tk.ID()})
 		}},
 		{"put to FIFO", func() error {
-			return c0.PutToFIFO(1, region, local, uint64(len(src)), id, SendOpts{Completion: k, Target: tk.ID()})
+			return c0.Half().PutToFIFO(1, region, local, uint64(len(src)), id, SendOpts{Completion: k, Target: tk.ID()})
 		}},
 		{"get to FIFO", func() error {
 			tk.incr() // no target counter for a read
-			return c0.GetToFIFO(1, region, uint64(len(src)), sink, SendOpts{Origin: k})
+			return c0.Half().GetToFIFO(1, region, uint64(len(src)), sink, SendOpts{Origin: k})
 		}},
 	} {
 		run := func() {
@@ -701,7 +701,7 @@ func FuzzFIFOArg(f *testing.F) {
 		defer j.close()
 		c := j.ctxs[1]
 		var got []uint64
-		c.RegisterFIFO(fifoFunc(func(_ hal.Rank, o uint64, _, _ []byte) { got = append(got, o) }))
+		c.Half().RegisterFIFO(fifoFunc(func(_ hal.Rank, o uint64, _, _ []byte) { got = append(got, o) }))
 		dst := make([]byte, len(data))
 		c.mu.Lock()
 		c.rd.fifoPacket(0, arg, off, dst, data)
@@ -737,7 +737,7 @@ func TestGetFromFIFORefused(t *testing.T) {
 	defer j.close()
 	org, tgt := j.ctxs[0], j.ctxs[1]
 	srv := &fifoServer{mem: make([]byte, 1000)}
-	tgt.RegisterFIFOSource(srv)
+	tgt.Half().RegisterFIFOSource(srv)
 	dst := make([]byte, 5000)
 	rw, _ := org.TPT().Register(dst, hal.AccessWrite)
 	ro, _ := org.TPT().Register(make([]byte, 5000), hal.AccessRead)
@@ -752,7 +752,7 @@ func TestGetFromFIFORefused(t *testing.T) {
 		{"the origin's region refuses writes", ro, 900, 0},
 	} {
 		k := org.NewCounter()
-		if err := org.GetFromFIFO(1, tc.dst, tc.n, tc.src, 0, SendOpts{Origin: k}); err != nil {
+		if err := org.Half().GetFromFIFO(1, tc.dst, tc.n, tc.src, 0, SendOpts{Origin: k}); err != nil {
 			t.Fatal(err)
 		}
 		j.run(time.Minute, nil, func() bool { return k.Value() >= 1 })
@@ -766,7 +766,7 @@ func TestGetFromFIFORefused(t *testing.T) {
 	if !bytes.Equal(dst, make([]byte, 5000)) || srv.reads != srv.released {
 		t.Fatalf("memory written, or the source's answers not all released (%d reads, %d released)", srv.reads, srv.released)
 	}
-	if err := org.GetFromFIFO(1, rw, 10, 0, 0, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
+	if err := org.Half().GetFromFIFO(1, rw, 10, 0, 0, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
 		t.Fatalf("a read with none: %v", err)
 	}
 }

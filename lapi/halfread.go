@@ -29,15 +29,16 @@ const fifoReadLen = hal.PVOLen + 18
 // read's Completion is its Origin; o.Notify and o.NoCompletion do not
 // apply (ErrBadOpts): the origin keeps no state for the read, only the
 // counter.
-func (c *Context) GetFromFIFO(tgt hal.Rank, dst hal.PVO, n uint64, src FIFOID, arg uint32, o SendOpts) error {
+func (hf Half) GetFromFIFO(tgt hal.Rank, dst hal.PVO, n uint64, src FIFOID, arg uint32, o SendOpts) error {
+	c := hf.c
 	if o.NoCompletion || o.Notify != nil {
 		return fmt.Errorf("lapi: get from FIFO with NoCompletion or a Completer: %w", ErrBadOpts)
 	}
-	if err := c.checkHalf(tgt, n, &o); err != nil {
+	if err := hf.checkHalf(tgt, n, &o); err != nil {
 		return err
 	}
 	if tgt == c.rank {
-		return c.getFromFIFOHere(dst, n, src, arg, o.Origin)
+		return hf.getFromFIFOHere(dst, n, src, arg, o.Origin)
 	}
 	var u [fifoReadLen]byte
 	hal.PutPVO(u[:], dst)
@@ -63,7 +64,8 @@ func (c *Context) GetFromFIFO(tgt hal.Rank, dst hal.PVO, n uint64, src FIFOID, a
 }
 
 // getFromFIFOHere is GetFromFIFO of this rank's own source: one copy.
-func (c *Context) getFromFIFOHere(dst hal.PVO, n uint64, src FIFOID, arg uint32, k *Counter) error {
+func (hf Half) getFromFIFOHere(dst hal.PVO, n uint64, src FIFOID, arg uint32, k *Counter) error {
+	c := hf.c
 	mem, err := c.tpt.Resolve(dst, n, hal.AccessWrite)
 	if err != nil {
 		return fmt.Errorf("lapi: get from FIFO: %w", err)

@@ -94,7 +94,7 @@ func openModJob(t *testing.T, a, b string) *modJob {
 		}
 		t.Cleanup(func() { c.Close() })
 		take, src := &fifoTake{}, &fifoServe{mem: pattern(4<<20, uint64(1000+r))}
-		if c.RegisterFIFO(take) != 0 || c.RegisterFIFOSource(src) != 0 {
+		if c.Half().RegisterFIFO(take) != 0 || c.Half().RegisterFIFOSource(src) != 0 {
 			t.Fatal("the first FIFO handler or source is not ID 0")
 		}
 		j.ctxs, j.takes, j.srcs = append(j.ctxs, c), append(j.takes, take), append(j.srcs, src)
@@ -435,26 +435,26 @@ func modHalf(ctx context.Context, t *testing.T, j *modJob, size int) {
 		data := pattern(size, seed)
 		dst, dstP := j.region(t, p.tgt, size, seed+1)
 		unlike(dst, data)
-		if err := c.PutFromFIFO(tgt, dstP, data, ws("PutFromFIFO", true)); err != nil {
+		if err := c.Half().PutFromFIFO(tgt, dstP, data, ws("PutFromFIFO", true)); err != nil {
 			t.Fatal(err)
 		}
 		src, srcP := j.region(t, p.org, size, seed+2)
 		fdst, fdstP := j.region(t, p.tgt, size, seed+3)
 		unlike(fdst, src)
-		if err := c.PutToFIFO(tgt, fdstP, srcP, uint64(size), 0, ws("PutToFIFO", true)); err != nil {
+		if err := c.Half().PutToFIFO(tgt, fdstP, srcP, uint64(size), 0, ws("PutToFIFO", true)); err != nil {
 			t.Fatal(err)
 		}
 		far, farP := j.region(t, p.tgt, size, seed+4)
 		sinkBuf := make([]byte, size)
 		unlike(sinkBuf, far)
 		sinks[i] = &fifoTake{buf: sinkBuf}
-		if err := c.GetToFIFO(tgt, farP, uint64(size), sinks[i], ws("GetToFIFO", false)); err != nil {
+		if err := c.Half().GetToFIFO(tgt, farP, uint64(size), sinks[i], ws("GetToFIFO", false)); err != nil {
 			t.Fatal(err)
 		}
 		near, nearP := j.region(t, p.org, size, seed+5)
 		arg := uint32(13 + size%7 + i)
 		unlike(near, j.srcs[p.tgt].mem[arg:])
-		if err := c.GetFromFIFO(tgt, nearP, uint64(size), 0, arg, ws("GetFromFIFO", false)); err != nil {
+		if err := c.Half().GetFromFIFO(tgt, nearP, uint64(size), 0, arg, ws("GetFromFIFO", false)); err != nil {
 			t.Fatal(err)
 		}
 		checks = append(checks, check{"PutFromFIFO", dst, data}, check{"PutToFIFO", fdst, bytes.Clone(src)},
