@@ -27,7 +27,7 @@ import (
 //     packets while that lasts, not only every AckEvery.
 func TestAckPolicy(t *testing.T) {
 	const mtu = 1500
-	j := openSimJob(t, 2, faults.Spec{}, func(c *Config) { c.AckDelay = time.Second },
+	j := openSimJob(t, 2, faults.Spec{}, func(c *Config) { c.AckDelay, c.CopyThreshold = time.Second, 16<<10 },
 		simnet.WithMTU(mtu), simnet.WithLimits(8, 1024))
 	defer j.close()
 	k := &checker{t: t, me: 1, seen: map[[2]uint32]bool{}}
@@ -87,5 +87,49 @@ func TestAckPolicy(t *testing.T) {
 			defer c1.mu.Unlock()
 			return c1.rel.links[0].ackDue.IsZero() && !c1.rel.links[0].ackNow
 		})
+	}
+}
+
+// TestWaitsNowCopies: toward a peer over the lossy network, a 32 KiB
+// Amsend whose caller waits at once (SendOpts.WaitsNow) is copied and so
+// complete (origin counter fired) when it returns, rather than a round
+// trip later; without WaitsNow, or above NetCopyThreshold, it is not.
+// Every message arrives intact.
+func TestWaitsNowCopies(t *testing.T) {
+	j := newMixedJob(t, 4, faults.Spec{})
+	defer j.close()
+	c0 := j.ctxs[0]
+	k := &checker{t: t, me: 2, seen: map[[2]uint32]bool{}}
+	var h HandlerID
+	for r, c := range j.ctxs {
+		if r == 2 {
+			h = c.RegisterHandler(k)
+		} else {
+			c.RegisterHandler(&checker{t: t, seen: map[[2]uint32]bool{}})
+		}
+	}
+	for i, tc := range []struct {
+		size       int
+		waitsNow   bool
+		doneAtOnce bool
+	}{
+		{32 << 10, true, true},
+		{32 << 10, false, false},
+		{NetCopyThreshold, true, true},
+		{NetCopyThreshold + 1, true, false},
+	} {
+		var u [12]byte
+		binary.LittleEndian.PutUint32(u[4:], uint32(i))
+		org := c0.NewCounter()
+		if err := c0.Amsend(2, h, u[:], pattern[:tc.size], SendOpts{Origin: org, WaitsNow: tc.waitsNow}); err != nil {
+			t.Fatal(err)
+		}
+		if got := org.Value() == 1; got != tc.doneAtOnce {
+			t.Errorf("%d bytes, WaitsNow %v: complete when Amsend returned %v, want %v", tc.size, tc.waitsNow, got, tc.doneAtOnce)
+		}
+		j.run(time.Second, nil, func() bool { return org.Value() == 1 && k.got == i+1 })
+		if k.err != nil {
+			t.Fatal(k.err)
+		}
 	}
 }

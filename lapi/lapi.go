@@ -51,7 +51,7 @@ type Config struct {
 	// CopyThreshold: messages with at most this much data are copied when
 	// sent, so their origin counter fires at once (default 16 KiB; never
 	// AMRendezvous or more, since rendezvous reads the sender's buffer
-	// after Amsend returns).
+	// after Amsend returns). See also SendOpts.WaitsNow.
 	CopyThreshold int
 	// RDMAThreshold: Put and Get of at least this many bytes to another
 	// rank go by RDMA (default 64 KiB; negative: never). Accumulate always
@@ -108,6 +108,10 @@ type Config struct {
 	// deterministically.
 	Clock func() time.Time
 }
+
+// NetCopyThreshold is how much of a message Amsend copies, with
+// SendOpts.WaitsNow, toward a peer over an unreliable device.
+const NetCopyThreshold = 64 << 10
 
 func (c *Config) setDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -198,6 +202,16 @@ type SendOpts struct {
 	// fails too); a failed peer shows as the PeerError of the operations
 	// toward it.
 	NoCompletion bool
+	// WaitsNow says the caller waits for Origin (or Notify) as soon as
+	// Amsend returns, as MPI's blocking send does. Toward a peer over an
+	// unreliable device, where an uncopied message holds its sender
+	// until the peer acknowledges its last packet, a round trip later,
+	// Amsend then copies messages of up to NetCopyThreshold bytes (never
+	// AMRendezvous or more) and lets the caller go on at once, as a TCP
+	// socket's buffer does. A sender that does not wait at once (MPI's
+	// Isend) keeps the copy for CopyThreshold alone: its time overlaps
+	// the acknowledgement anyway.
+	WaitsNow bool
 }
 
 // Completer is told that an operation finished; err is nil on success.

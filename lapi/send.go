@@ -140,7 +140,8 @@ func (ad *dispatcher) sendSelf(ph *pktHdr, uhdr, data []byte, o *SendOpts) {
 // and pushes what the window and the device take now.
 func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *SendOpts, rel bool, room int) error {
 	c := ad.c
-	copyData := len(data) <= c.cfg.CopyThreshold
+	copyData := len(data) <= c.cfg.CopyThreshold ||
+		o.WaitsNow && !rel && len(data) <= NetCopyThreshold && (c.cfg.AMRendezvous < 0 || len(data) < c.cfg.AMRendezvous)
 	var m *outMsg
 	if !copyData && (o.Origin != nil || o.Notify != nil) {
 		m = ad.getMsg()

@@ -207,7 +207,7 @@ func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
 	if c.copies(len(b), dest) {
 		return c.sendCopied(b, dest, tag, ctx)
 	}
-	r, err := c.isend(b, dest, tag, ctx)
+	r, err := c.isendWaits(b, dest, tag, ctx, true)
 	if err != nil {
 		return err
 	}
@@ -299,6 +299,14 @@ func (c *Comm) eagerTo(dest int) int {
 // isend starts a send on context ctx (the communicator's, or its
 // collective context).
 func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
+	return c.isendWaits(b, dest, tag, ctx, false)
+}
+
+// isendWaits is isend; waitsNow says the caller waits for the request at
+// once (a blocking send), which lets lapi copy a larger eager message
+// toward the network rather than hold the send for its acknowledgement
+// (lapi.SendOpts.WaitsNow).
+func (c *Comm) isendWaits(b []byte, dest, tag int, ctx uint32, waitsNow bool) (*request, error) {
 	if err := c.checkDest(dest, tag); err != nil {
 		return nil, err
 	}
@@ -310,7 +318,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 	r := w.newRequest()
 	r.w, r.comm, r.ctx, r.src, r.tag, r.peer, r.op = w, c, ctx, dest, tag, wd, "Send"
 	if len(b) <= c.eagerTo(dest) {
-		var o lapi.SendOpts
+		o := lapi.SendOpts{WaitsNow: waitsNow}
 		copied := len(b) <= w.lc.CopyThreshold()
 		if !copied {
 			o.Notify = r // done when lapi no longer needs b
