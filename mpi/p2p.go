@@ -330,7 +330,9 @@ func (c *Comm) isendWaits(b []byte, dest, tag int, ctx uint32, waitsNow bool) (*
 		)
 		w.lc.Atomically(func(tx *lapi.Tx) {
 			err = tx.Amsend(lapi.Rank(wd), w.hEager, putEager(hdr[:], ctx, c.rank, tag, w.nextSeqLocked(wd)), b, o)
-			behind = copied && tx.Backlog(lapi.Rank(wd)) > maxBacklog
+			// A blocking send lapi may have copied (WaitsNow) returns at
+			// once too: it is held back like a copied one.
+			behind = (copied || waitsNow) && tx.Backlog(lapi.Rank(wd)) > maxBacklog
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mpi: send to rank %d: %w", dest, err)
