@@ -222,7 +222,7 @@ const timerResolution = time.Millisecond
 //
 // A hook in a context value, as net/http/httptrace passes its hooks:
 // the wait loop, which every message's latency goes through, stays as it
-// is (an argument cost the 8-byte ping-pong 4%), and only the blocking
+// is (an argument there costs every small message), and only the blocking
 // path looks for it.
 func WithArm(ctx context.Context, arm func() (armedNow bool)) context.Context {
 	return context.WithValue(ctx, armKey{}, arm)

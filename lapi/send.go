@@ -192,16 +192,15 @@ func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *S
 // nothing queued ahead of it toward tgt and no target or completion
 // counter: the device implies the frame header, only the tiny packet
 // header goes, built straight from the arguments (no packet header to fill
-// and read back, 3% of an 8-byte ping-pong), and
-// the frame is published on return. sent is false when the message must
+// and read back), and the frame is published on return. sent is false when the message must
 // go the general way: too long for a short frame or for one packet of the
 // MTU, or TPT updates still to push (err nil), or the device full (err
 // hal.ErrNoResource); with sent true, err is a failure of the peer.
 func (ad *dispatcher) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (sent bool, err error) {
 	c := ad.c
 	n := tinyHdrLen + len(uhdr)
-	// (tptBehind first: it inlines, and pushTPT, which does not, cost a
-	// call and 26 instructions on every send with nothing to push.)
+	// (tptBehind first: it inlines, and pushTPT, which does not, would
+	// cost a call on every send with nothing to push.)
 	if n+len(data) > c.shortMax || len(uhdr)+len(data) > c.mtuOf(tgt)-shortHdrLen || len(uhdr) > 0xff ||
 		c.cm.tptBehind(tgt) && !c.cm.pushTPT(tgt) {
 		return false, nil
@@ -211,7 +210,7 @@ func (ad *dispatcher) sendTiny(tgt hal.Rank, h HandlerID, uhdr, data []byte) (se
 	copy(b[tinyHdrLen:], uhdr)
 	err = c.short.SendShort(tgt, hal.FrameData, b, data)
 	// (errors.Is only on an error: called on nil it still costs a call
-	// and 18 instructions, 2% of an 8-byte message's send and delivery.)
+	// on every send.)
 	if err != nil && errors.Is(err, hal.ErrNoResource) {
 		return false, err // the ring is full: queued, progress sends it
 	}
