@@ -142,8 +142,7 @@ func (r *ring) attach(mem []byte, g *geometry) error {
 // intact reports whether the ring passes its check before each use: not
 // retired, and both markers in place. When it does not, checkFailed says
 // why. The test alone inlines into Send and Poll, where a call to the
-// whole check cost 25 instructions of each, 2% of an 8-byte message's
-// send and delivery (bench/instr.sh).
+// whole check would cost every message (bench/instr.sh counts it).
 func (r *ring) intact() bool {
 	return r.err == nil && atomic.LoadUint64(r.start) == r.wantStart && atomic.LoadUint64(r.end) == r.wantEnd
 }
@@ -221,8 +220,7 @@ func (r *ring) push(hdr, payload []byte) error {
 // but for the stamp's line, which the consumer polls: the next frame of
 // that size then copies into lines it holds instead of fetching each one
 // from the consumer's cache as it goes, which a ping-pong of 1-4 KiB
-// messages would pay on every message (45-70 ns one way, measured with
-// two processes). Only cells the consumer has given back are touched, and
+// messages would pay on every message. Only cells the consumer has given back are touched, and
 // no word the consumer reads before a stamp publishes it. A frame of one
 // line has nothing to warm: callers skip the call (see warms).
 func (r *ring) warm(n int) {
