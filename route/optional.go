@@ -118,3 +118,39 @@ func (d *Device) SendBroadcast(hdr, payload []byte) error {
 	d.dirty |= 1 << d.bcastIdx
 	return d.bcast.SendBroadcast(hdr, payload)
 }
+
+// PeersLost (hal.PeerLoss) sums the peers the members found lost without a
+// send (a verbs member watching its connections): over a route, a rank
+// that only waits for a dead peer learns of it as over the member alone.
+func (d *Device) PeersLost() uint64 {
+	var n uint64
+	for _, m := range d.members {
+		if pl, ok := m.(hal.PeerLoss); ok {
+			n += pl.PeersLost()
+		}
+	}
+	return n
+}
+
+// LostPeers (hal.PeerLoss) appends the peers the members found lost that
+// they have not returned before, each only from the member that reaches
+// it: another member's view of a peer routed elsewhere is not the route's.
+func (d *Device) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
+	for i, m := range d.members {
+		pl, ok := m.(hal.PeerLoss)
+		if !ok {
+			continue
+		}
+		from := len(dst)
+		dst = pl.LostPeers(dst)
+		keep := dst[:from]
+		for _, l := range dst[from:] {
+			if int(l.Peer) < len(d.via) && int(d.via[l.Peer]) == i {
+				keep = append(keep, l)
+			}
+		}
+		clear(dst[len(keep):])
+		dst = keep
+	}
+	return dst
+}

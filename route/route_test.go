@@ -285,3 +285,47 @@ func TestBroadcastNeedsMember(t *testing.T) {
 		t.Fatalf("SendBroadcast: %v, want hal.ErrUnknownPeer", err)
 	}
 }
+
+// lossMember is a member that reports lost peers (hal.PeerLoss), under an
+// address scheme of its own so that a route can hold it beside another
+// in-process device.
+type lossMember struct {
+	hal.Device
+	lost []hal.LostPeer
+}
+
+func (m *lossMember) Addr() string      { return "lossy" + m.Device.Addr() }
+func (m *lossMember) PeersLost() uint64 { return uint64(len(m.lost)) }
+func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
+	return append(dst, m.lost...)
+}
+
+// TestPeerLossThroughRoute: a route passes on the peers its members found
+// lost without a send (hal.PeerLoss), each only from the member that
+// reaches it.
+func TestPeerLossThroughRoute(t *testing.T) {
+	a, b := inproc.NewFabric(3, jobKey), inproc.NewFabric(3, jobKey)
+	near, err := a.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	farDev, err := b.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := errors.New("peer gone")
+	far := &lossMember{Device: farDev, lost: []hal.LostPeer{{Peer: 2, Err: dead}, {Peer: 1, Err: dead}}}
+	d, err := route.New([]hal.Device{near, far}, []int{0, 0, 1}, route.Options{PollAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var pl hal.PeerLoss = d
+	if n := pl.PeersLost(); n != 2 {
+		t.Fatalf("PeersLost %d, want the member's 2", n)
+	}
+	got := pl.LostPeers(nil)
+	if len(got) != 1 || got[0].Peer != 2 || !errors.Is(got[0].Err, dead) {
+		t.Fatalf("LostPeers %v, want rank 2 alone (rank 1 is reached through the other member)", got)
+	}
+}
