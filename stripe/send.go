@@ -22,14 +22,8 @@ const maxBackoff = 64
 // taken out and the next one tried. The frame is never modified, and as
 // with the members, it may be referenced until the next Flush returns.
 func (d *Device) Send(hdr, payload []byte) error {
-	if d.closed.Load() {
-		return errClosed
-	}
-	if len(hdr) < hal.HeaderLen {
-		return errShortHdr
-	}
-	if n := len(hdr) - hal.HeaderLen + len(payload); n > d.caps.MTU {
-		return fmt.Errorf("stripe: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
+	if err := d.checkFrame(hdr, payload); err != nil {
+		return err
 	}
 	dst := hal.Rank(binary.LittleEndian.Uint32(hdr[28:]))
 	in := d.okMask // toward a rank with no links (itself, one not connected): every member that works
@@ -65,11 +59,7 @@ func (d *Device) Send(hdr, payload []byte) error {
 			case err == nil:
 				m.backoff = 0
 				*next = k + 1
-				size := uint64(len(hdr) + len(payload))
-				m.stats.framesSent.Add(1)
-				m.stats.bytesSent.Add(size)
-				d.counters.FramesSent.Add(1)
-				d.counters.BytesSent.Add(size)
+				d.countSent(m, len(hdr)+len(payload))
 				if ps != nil {
 					ps.active = d.round + 1
 				}
@@ -98,6 +88,29 @@ func (d *Device) Send(hdr, payload []byte) error {
 	return fmt.Errorf("stripe: no member could send: %w", failed)
 }
 
+// checkFrame refuses a frame no member may be given: the stripe closed,
+// a header too short, a payload over the smallest member's MTU.
+func (d *Device) checkFrame(hdr, payload []byte) error {
+	if d.closed.Load() {
+		return errClosed
+	}
+	if len(hdr) < hal.HeaderLen {
+		return errShortHdr
+	}
+	if n := len(hdr) - hal.HeaderLen + len(payload); n > d.caps.MTU {
+		return fmt.Errorf("stripe: frame payload of %d bytes, MTU %d: %w", n, d.caps.MTU, hal.ErrTooLarge)
+	}
+	return nil
+}
+
+// countSent counts a frame of size bytes that member m took.
+func (d *Device) countSent(m *member, size int) {
+	m.stats.framesSent.Add(1)
+	m.stats.bytesSent.Add(uint64(size))
+	d.counters.FramesSent.Add(1)
+	d.counters.BytesSent.Add(uint64(size))
+}
+
 // broadcaster is m's device as a hal.Broadcaster, nil if it does not
 // broadcast (a device replaced by one without multicast included).
 func (m *member) broadcaster() hal.Broadcaster {
@@ -115,11 +128,8 @@ func (m *member) broadcaster() hal.Broadcaster {
 // member is full, the member's error when the frame is at fault, and
 // hal.ErrUnknownPeer when no member broadcasts.
 func (d *Device) SendBroadcast(hdr, payload []byte) error {
-	if d.closed.Load() {
-		return errClosed
-	}
-	if n := len(hdr) - hal.HeaderLen + len(payload); len(hdr) < hal.HeaderLen || n > d.caps.MTU {
-		return fmt.Errorf("stripe: broadcast frame of %d+%d bytes, MTU %d: %w", len(hdr), len(payload), d.caps.MTU, hal.ErrTooLarge)
+	if err := d.checkFrame(hdr, payload); err != nil {
+		return err
 	}
 	full := false
 	failed := errNoBroadcast
@@ -134,11 +144,7 @@ func (d *Device) SendBroadcast(hdr, payload []byte) error {
 		switch {
 		case err == nil:
 			d.nextBcast = k + 1
-			size := uint64(len(hdr) + len(payload))
-			m.stats.framesSent.Add(1)
-			m.stats.bytesSent.Add(size)
-			d.counters.FramesSent.Add(1)
-			d.counters.BytesSent.Add(size)
+			d.countSent(m, len(hdr)+len(payload))
 			return nil
 		case errors.Is(err, hal.ErrNoResource):
 			full = true
