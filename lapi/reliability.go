@@ -182,7 +182,7 @@ func (rl *reliability) pushLocked(peer hal.Rank, now time.Time) error {
 				// streams, and acknowledgements every ackAskEvery
 				// packets keep its window moving (AckEvery is sized for
 				// messages that fit in the window).
-				p.buf[hal.HeaderLen+1] |= flagAckNow
+				askAck(p.buf[hal.HeaderLen:])
 			}
 		}
 		if err = rl.transmit(p); err != nil {

@@ -280,6 +280,9 @@ func decodePkt(b []byte, h *pktHdr) (uhdr, data []byte, err error) {
 
 func putSeq(b []byte, seq uint32) { binary.LittleEndian.PutUint32(b[4:], seq) }
 
+// askAck sets flagAckNow in an encoded header.
+func askAck(b []byte) { b[1] |= flagAckNow }
+
 // putDstEp rewrites the destination incarnation of an encoded header: a
 // packet queued before its peer restarted goes out addressed to the life
 // known when it is (re)transmitted.
