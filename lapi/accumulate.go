@@ -105,7 +105,7 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 		c.am.runCompletions()
 		return nil
 	}
-	if o.NoCompletion && c.rd.noneByAM(tgt, len(src), &o) {
+	if c.rd.noneByAM(tgt, len(src), &o) {
 		return c.fifoAM(tgt, dst, src, accArg(op, t), o)
 	}
 	return c.rd.write(opAcc, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: accArg(op, t)}, src, &o)

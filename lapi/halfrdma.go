@@ -116,14 +116,15 @@ func checkNone(o *SendOpts) error {
 	return nil
 }
 
-// noneByAM reports whether a fire-and-forget write of n bytes to tgt goes
-// as lapi's sequenced, acknowledged packets rather than as RDMA packets:
-// toward a peer over an unreliable device, where RDMA's only repair is a
-// redrive that needs the completion; and where a Target counter must fire
-// once for a transfer of several chunks, which only the origin, hearing
-// each chunk's completion, could otherwise order.
+// noneByAM reports whether a write of n bytes to tgt is fire-and-forget
+// (o.NoCompletion) and goes as lapi's sequenced, acknowledged packets
+// rather than as RDMA packets: toward a peer over an unreliable device,
+// where RDMA's only repair is a redrive that needs the completion; and
+// where a Target counter must fire once for a transfer of several chunks,
+// which only the origin, hearing each chunk's completion, could otherwise
+// order.
 func (r *rdmaState) noneByAM(tgt hal.Rank, n int, o *SendOpts) bool {
-	return !r.c.reliableTo(tgt) || o.Target != 0 && n > rdmaChunk
+	return o.NoCompletion && (!r.c.reliableTo(tgt) || o.Target != 0 && n > rdmaChunk)
 }
 
 // PutFromFIFO is the half-receive RDMA write: the origin's processor
@@ -140,7 +141,7 @@ func (hf Half) PutFromFIFO(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) er
 	if err := hf.checkHalf(tgt, uint64(len(src)), &o); err != nil {
 		return err
 	}
-	if tgt == c.rank || o.NoCompletion && c.rd.noneByAM(tgt, len(src), &o) {
+	if tgt == c.rank || c.rd.noneByAM(tgt, len(src), &o) {
 		return c.putAM(tgt, dst, src, o)
 	}
 	return c.rd.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
@@ -167,7 +168,7 @@ func (hf Half) PutToFIFO(tgt hal.Rank, dst, src hal.PVO, n uint64, h FIFOID, o S
 		return fmt.Errorf("lapi: put to FIFO: %w", err)
 	}
 	arg := fifoArgBit | uint32(h)
-	if tgt == c.rank || o.NoCompletion && c.rd.noneByAM(tgt, len(mem), &o) {
+	if tgt == c.rank || c.rd.noneByAM(tgt, len(mem), &o) {
 		return c.fifoAM(tgt, dst, mem, arg, o)
 	}
 	return c.rd.write(opFIFOWrite, tgt, hal.RDMAHdr{PVO: dst, Place: hal.PlaceFIFO, Arg: arg}, mem, &o)

@@ -746,7 +746,7 @@ func (r *rdmaState) rdmaPending() bool {
 
 // putRDMA is Put by RDMA write; fire-and-forget the way noneByAM says.
 func (r *rdmaState) putRDMA(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
-	if o.NoCompletion && r.noneByAM(tgt, len(src), &o) {
+	if r.noneByAM(tgt, len(src), &o) {
 		return r.c.putAM(tgt, dst, src, o)
 	}
 	return r.write(opWrite, tgt, hal.RDMAHdr{PVO: dst}, src, &o)
