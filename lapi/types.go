@@ -33,5 +33,5 @@ const (
 )
 
 // DeviceCounters are a device's frame counters (hal.Counters), as
-// Context.DeviceCounters reports them.
+// DeviceInfo.Counters holds them.
 type DeviceCounters = hal.Counters
