@@ -46,7 +46,7 @@ func open(cl pmi.Client, cfg hal.Config, opts Config) (Set, error) {
 		}
 	case "shm":
 		if !oneNode {
-			return Set{}, fmt.Errorf("mpi: init: WEFT_TRANSPORT=shm, but the ranks are not all on this node (%d of %d here): use auto or udp", len(cl.Info().LocalRanks), cfg.Size)
+			return Set{}, fmt.Errorf("mpi: init: WEFT_TRANSPORT=shm, but the ranks are not all on this node (%d of %d here): use auto or udp", len(local), cfg.Size)
 		}
 	case "udp":
 	case "verbs":
