@@ -243,12 +243,12 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 	}
 	if !g.none {
 		h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
-	}
-	if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 && !g.none {
-		// Chunks complete at the target in any order: the target hears
-		// once, from the origin, when the last one has.
-		h.Notify &^= hal.NotifyTarget
-		g.tcntr = h.Cookie
+		if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 {
+			// Chunks complete at the target in any order: the target
+			// hears once, from the origin, when the last one has.
+			h.Notify &^= hal.NotifyTarget
+			g.tcntr = h.Cookie
+		}
 	}
 	r.groups++
 	if t := c.cfg.Track; t != nil {
