@@ -137,7 +137,7 @@ func (h fifoReadHandler) OnComplete(src hal.Rank, cookie any) {
 		return
 	}
 	c := h.c
-	var err error
+	err := ErrProtection // no such source, or a read too long
 	if r.s != nil && r.n <= maxFIFOChunks*rdmaChunk {
 		r.data, err = r.s.OnRead(src, r.arg, r.n)
 		if err == nil && uint64(len(r.data)) != r.n {
@@ -145,7 +145,7 @@ func (h fifoReadHandler) OnComplete(src hal.Rank, cookie any) {
 			err = ErrProtection // answered the wrong length
 		}
 	}
-	if r.s == nil || r.n > maxFIFOChunks*rdmaChunk || err != nil {
+	if err != nil {
 		c.mu.Lock()
 		c.rd.stats.Faults++
 		if r.cntr != 0 {
