@@ -537,11 +537,11 @@ func (d *Device) verbErr(verb string) error {
 func (d *Device) postRecv() error { return d.postRecvFrom(1) }
 
 // postRecvFrom posts the buffers collected in rx.repost when there are at
-// least least of them. Over reliable connections Poll gives back fewer than
+// least least (1 or more) of them. Over reliable connections Poll gives back fewer than
 // half a batch later (the shared receive queue has hundreds more): one
 // call to the adapter per message less on the latency path.
 func (d *Device) postRecvFrom(least int) error {
-	if d.rx.nrepost < least || d.rx.nrepost == 0 {
+	if d.rx.nrepost < least {
 		return nil
 	}
 	base := C.uint64_t(uintptr(unsafe.Pointer(&d.rx.buf[0])))
