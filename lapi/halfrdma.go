@@ -236,8 +236,8 @@ func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst, data [
 		return
 	}
 	id := arg & (1<<fifoChunkShift - 1)
-	if int(id) >= len(r.fifos) {
-		c.stats.BadPackets++
+	if int(id) >= len(r.fifos) || r.fifos[id] == nil {
+		c.stats.BadPackets++ // no handler there (or a nil one registered)
 		return
 	}
 	if len(data) == 0 {

@@ -824,3 +824,26 @@ func benchNone(b *testing.B, ctxs []*Context, size int, none bool) {
 	}
 	b.StopTimer()
 }
+
+// TestPutToNilFIFO: a PutToFIFO into a FIFO registered as nil is dropped
+// and counted at the target (as one naming no FIFO is), not run into a
+// nil handler in the progress engine.
+func TestPutToNilFIFO(t *testing.T) {
+	j := newRDMAJob(t, 2, faults.Spec{})
+	defer j.close()
+	org, tgt := j.ctxs[0], j.ctxs[1]
+	id := tgt.Half().RegisterFIFO(nil)
+	dpvo, _ := tgt.TPT().Register(make([]byte, 3000), hal.AccessWrite)
+	spvo, _ := org.TPT().Register(make([]byte, 3000), hal.AccessRead)
+	k := org.NewCounter()
+	if err := org.Half().PutToFIFO(1, dpvo, spvo, 3000, id, SendOpts{Origin: k}); err != nil {
+		t.Fatal(err)
+	}
+	j.run(time.Minute, nil, func() bool { return k.Value() >= 1 })
+	for range 50 {
+		j.step()
+	}
+	if n := tgt.Stats().BadPackets; n == 0 {
+		t.Fatal("the packets for a nil FIFO were not counted as bad")
+	}
+}
