@@ -519,7 +519,7 @@ func TestEngineReadRange(t *testing.T) {
 }
 
 // TestEngineReadFIFO: a half-send read (PlaceFIFO at the origin) hands
-// each response segment up once, in arrival order, across a redrive and
+// each response segment up once, across a redrive and
 // duplicates, with no origin region; after EndRead nothing goes up.
 func TestEngineReadFIFO(t *testing.T) {
 	_, tmem, tp, te, _ := target(t, 5001, AccessRead)

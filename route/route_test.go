@@ -292,12 +292,15 @@ func TestBroadcastNeedsMember(t *testing.T) {
 type lossMember struct {
 	hal.Device
 	lost []hal.LostPeer
+	gone uint64 // lost peers already returned
 }
 
 func (m *lossMember) Addr() string      { return "lossy" + m.Device.Addr() }
 func (m *lossMember) PeersLost() uint64 { return uint64(len(m.lost)) }
 func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
-	return append(dst, m.lost...)
+	dst = append(dst, m.lost...)
+	m.lost, m.gone = nil, m.gone+uint64(len(m.lost)) // each returned once
+	return dst
 }
 
 // TestPeerLossThroughRoute: a route passes on the peers its members found
@@ -327,5 +330,8 @@ func TestPeerLossThroughRoute(t *testing.T) {
 	got := pl.LostPeers(nil)
 	if len(got) != 1 || got[0].Peer != 2 || !errors.Is(got[0].Err, dead) {
 		t.Fatalf("LostPeers %v, want rank 2 alone (rank 1 is reached through the other member)", got)
+	}
+	if again := pl.LostPeers(nil); len(again) != 0 || pl.PeersLost() != 2 {
+		t.Fatalf("a second look: %v, count %d; want nothing new and the count kept", again, pl.PeersLost())
 	}
 }
