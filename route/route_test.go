@@ -296,7 +296,7 @@ type lossMember struct {
 }
 
 func (m *lossMember) Addr() string      { return "lossy" + m.Device.Addr() }
-func (m *lossMember) PeersLost() uint64 { return uint64(len(m.lost)) }
+func (m *lossMember) PeersLost() uint64 { return m.gone + uint64(len(m.lost)) }
 func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
 	dst = append(dst, m.lost...)
 	m.lost, m.gone = nil, m.gone+uint64(len(m.lost)) // each returned once
