@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -396,17 +397,25 @@ func TestWindowAllocations(t *testing.T) {
 	if recvAllocs > window {
 		t.Errorf("%v allocations per window of %d Irecvs (and Isends): want at most one handle each", recvAllocs, window)
 	}
-	// The handle is all an Irecv allocates: a few words, not the
-	// operation's state (about 200 bytes).
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	const runs = 200
-	for range runs {
-		step()
+	// The handle is all an Irecv allocates: a few words (a 64-byte size
+	// class), not the operation's state (about 200 bytes more). The
+	// count is process-wide, so the job's own goroutines (timers, the
+	// progress engine) add a few bytes now and then: the least of five
+	// batches is taken, and the bound leaves a quarter of a handle for
+	// them, far below what the operation's state would add.
+	per := math.Inf(1)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		const runs = 100
+		for range runs {
+			step()
+		}
+		runtime.ReadMemStats(&after)
+		per = min(per, float64(after.TotalAlloc-before.TotalAlloc)/(runs*window))
 	}
-	runtime.ReadMemStats(&after)
-	if per := float64(after.TotalAlloc-before.TotalAlloc) / (runs * window); per > 64 {
-		t.Errorf("%.0f bytes allocated per Irecv, want at most 64 (a handle)", per)
+	if per > 80 {
+		t.Errorf("%.1f bytes allocated per Irecv, want at most 80 (a 64-byte handle)", per)
 	}
 }
 
