@@ -265,9 +265,13 @@ func (c *Context) Reliable() bool { return c.reliable }
 
 // RegisterHandler adds an active-message handler and returns its ID. Every
 // rank must register the same handlers in the same order before traffic.
+// Past 65,535 handlers it adds nothing and returns NoHandler.
 func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.am.handlers) >= int(NoHandler) {
+		return NoHandler
+	}
 	c.am.handlers = append(c.am.handlers, newHandlerEntry(h))
 	return HandlerID(len(c.am.handlers) - 1)
 }

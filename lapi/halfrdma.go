@@ -66,6 +66,11 @@ type FIFOHandler interface {
 // handlers in the same order, so an ID means the same handler everywhere.
 type FIFOID uint16
 
+// NoFIFO is what RegisterFIFO and RegisterFIFOSource return once their
+// 16-bit ID space is used up (65,535 each); PutToFIFO and GetFromFIFO
+// refuse it.
+const NoFIFO FIFOID = 1<<16 - 1
+
 // An RDMA write's arg word, as lapi uses it: an Accumulate's operation
 // and type (accArg, below 1<<16), or fifoArgBit with a FIFOID in the low
 // 16 bits and the chunk's index in its transfer above them.
@@ -94,6 +99,9 @@ func (hf Half) RegisterFIFOSource(s FIFOSource) FIFOID {
 	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.rd.sources) >= int(NoFIFO) {
+		return NoFIFO
+	}
 	c.rd.sources = append(c.rd.sources, s)
 	return FIFOID(len(c.rd.sources) - 1)
 }
@@ -104,6 +112,9 @@ func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
 	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.rd.fifos) >= int(NoFIFO) {
+		return NoFIFO
+	}
 	c.rd.fifos = append(c.rd.fifos, h)
 	return FIFOID(len(c.rd.fifos) - 1)
 }
@@ -160,6 +171,9 @@ func (hf Half) PutFromFIFO(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) er
 // and the transfer completes.
 func (hf Half) PutToFIFO(tgt hal.Rank, dst, src hal.PVO, n uint64, h FIFOID, o SendOpts) error {
 	c := hf.c
+	if h == NoFIFO {
+		return fmt.Errorf("lapi: put to FIFO NoFIFO at rank %d: %w", tgt, ErrNoHandler)
+	}
 	if err := hf.checkHalf(tgt, n, &o); err != nil {
 		return err
 	}

@@ -847,3 +847,48 @@ func TestPutToNilFIFO(t *testing.T) {
 		t.Fatal("the packets for a nil FIFO were not counted as bad")
 	}
 }
+
+// TestIDSpaceExhausted registers handlers, FIFOs and FIFO sources until
+// their 16-bit ID spaces are used up: each registration past the last ID
+// returns NoHandler or NoFIFO (an ID that wrapped around would name
+// lapi's own handler 0, or FIFO 0, and deliver there), and a send naming
+// one fails with ErrNoHandler instead of going anywhere.
+func TestIDSpaceExhausted(t *testing.T) {
+	j := newRDMAJob(t, 2, faults.Spec{})
+	defer j.close()
+	c := j.ctxs[0]
+	seen := map[HandlerID]bool{}
+	for {
+		id := c.RegisterHandler(nopHandler{})
+		if id == NoHandler {
+			break
+		}
+		if seen[id] {
+			t.Fatalf("handler ID %d returned twice", id)
+		}
+		seen[id] = true
+	}
+	if id := c.RegisterHandler(nopHandler{}); id != NoHandler {
+		t.Fatalf("a registration after the last ID returned %d, want NoHandler", id)
+	}
+	if err := c.Amsend(1, NoHandler, nil, []byte{1}, SendOpts{}); !errors.Is(err, ErrNoHandler) {
+		t.Fatalf("Amsend to NoHandler: %v, want ErrNoHandler", err)
+	}
+	fifos, sources := 0, 0
+	for c.Half().RegisterFIFO(nil) != NoFIFO {
+		fifos++
+	}
+	for c.Half().RegisterFIFOSource(nil) != NoFIFO {
+		sources++
+	}
+	if fifos != int(NoFIFO) || sources != int(NoFIFO) {
+		t.Fatalf("%d FIFOs and %d sources registered, want %d each", fifos, sources, NoFIFO)
+	}
+	pvo, _ := c.TPT().Register(make([]byte, 64), hal.AccessRead|hal.AccessWrite)
+	if err := c.Half().PutToFIFO(1, pvo, pvo, 64, NoFIFO, SendOpts{}); !errors.Is(err, ErrNoHandler) {
+		t.Fatalf("PutToFIFO to NoFIFO: %v, want ErrNoHandler", err)
+	}
+	if err := c.Half().GetFromFIFO(1, pvo, 64, NoFIFO, 0, SendOpts{}); !errors.Is(err, ErrNoHandler) {
+		t.Fatalf("GetFromFIFO from NoFIFO: %v, want ErrNoHandler", err)
+	}
+}

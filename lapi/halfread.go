@@ -31,6 +31,9 @@ const fifoReadLen = hal.PVOLen + 18
 // counter.
 func (hf Half) GetFromFIFO(tgt hal.Rank, dst hal.PVO, n uint64, src FIFOID, arg uint32, o SendOpts) error {
 	c := hf.c
+	if src == NoFIFO {
+		return fmt.Errorf("lapi: get from FIFO source NoFIFO at rank %d: %w", tgt, ErrNoHandler)
+	}
 	if o.NoCompletion || o.Notify != nil {
 		return fmt.Errorf("lapi: get from FIFO with NoCompletion or a Completer: %w", ErrBadOpts)
 	}

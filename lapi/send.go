@@ -43,6 +43,9 @@ func fatalSendErr(err error) bool {
 // amsendTx is Amsend with the progress lock held.
 func (ad *dispatcher) amsendTx(tgt hal.Rank, h HandlerID, uhdr, data []byte, o SendOpts) error {
 	c := ad.c
+	if h == NoHandler {
+		return fmt.Errorf("lapi: send to rank %d: handler NoHandler: %w", tgt, ErrNoHandler)
+	}
 	if ad.useRendezvous(tgt, len(data), len(uhdr)) {
 		return ad.amRendezvousLocked(tgt, h, uhdr, data, o)
 	}
