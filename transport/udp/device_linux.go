@@ -84,10 +84,10 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot := o.MTU + hal.HeaderLen
+	slot, slots := o.MTU+hal.HeaderLen, o.Batch
 	if o.GSO {
 		// A datagram coalesced by UDP_GRO may be as large as any datagram.
-		slot = maxDatagram
+		slot, slots = maxDatagram, min(o.Batch, MaxGROSlots)
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -100,7 +100,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		if err != nil {
 			mc.off = fmt.Errorf("udp: multicast off: %w", err)
 		} else {
-			mc.fd, mc.addr, mc.rx = mfd, o.Multicast, newRxRing(o.Batch, slot)
+			mc.fd, mc.addr, mc.rx = mfd, o.Multicast, newRxRing(slots, slot)
 			mc.group = new(sockaddr)
 			_ = mc.group.setAddr(unix.AF_INET, o.Multicast) // an IPv4 address: openGroup checked
 		}
@@ -116,7 +116,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		peers: make([]*sockaddr, max(cfg.Size, 0)),
 		tx:    newTxQueue(o.Batch, o.GSO),
 		gso:   o.GSO,
-		rx:    newRxRing(o.Batch, slot),
+		rx:    newRxRing(slots, slot),
 	}
 	d.life.Release = d.release
 	d.pollfds[0] = unix.PollFd{Fd: int32(si.fd), Events: unix.POLLIN}

@@ -67,3 +67,32 @@ func (r received) payload0(t *testing.T) int {
 	}
 	return int(r.payload[0])
 }
+
+// With the default batch, a stream of full frames leaves in runs of a
+// whole GSO datagram (44 frames of 1,472 bytes at an Ethernet MTU), not
+// cut at the batch,
+// and a GSO device's receive ring holds MaxGROSlots coalesced buffers
+// while a plain one holds a slot per frame of its batch.
+func TestDefaultBatchRuns(t *testing.T) {
+	a := openRank(t, 0, 2, Options{GSO: true})
+	b := openRank(t, 1, 2, Options{})
+	connect(t, a, 1, b.Addr())
+	if got := a.Options().Batch; got != DefaultBatch {
+		t.Fatalf("batch %d, want DefaultBatch %d", got, DefaultBatch)
+	}
+	for range a.Options().Batch {
+		f := newFrame(0, 1, make([]byte, 1440))
+		if err := a.Send(f.hdr[:], f.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.tx.runs[:a.tx.coalesce()]; len(got) == 0 || got[0] != 44 {
+		t.Errorf("runs %v of a batch of %d full frames, want a first run of 44", got, a.Options().Batch)
+	}
+	if n := len(a.rx.msgs); n != min(DefaultBatch, MaxGROSlots) {
+		t.Errorf("GSO device: %d receive slots, want %d", n, min(DefaultBatch, MaxGROSlots))
+	}
+	if n := len(b.rx.msgs); n != DefaultBatch {
+		t.Errorf("plain device: %d receive slots, want %d", n, DefaultBatch)
+	}
+}

@@ -28,7 +28,9 @@ type Options struct {
 	// others are capped there silently.
 	RecvBuffer, SendBuffer int
 	// Batch is how many frames Send may queue before Flush must run, and how
-	// many datagrams one Poll receives per system call. 0 means DefaultBatch.
+	// many datagrams one Poll receives per system call (with GSO at most
+	// MaxGROSlots: each slot then holds a coalesced buffer of up to 64 KiB).
+	// 0 means DefaultBatch.
 	Batch int
 	// Unbatched makes Flush send each frame with its own sendmsg instead of
 	// one sendmmsg for the whole batch: slower, kept to measure batching.
@@ -39,7 +41,8 @@ type Options struct {
 	// turns UDP_GRO on so that such runs may arrive as one buffer. It pays
 	// off for streams of full frames. The device falls back to plain sends
 	// if the kernel refuses (Linux < 4.18, or a route without checksum
-	// offload). It costs a 64 KiB receive slot per Batch.
+	// offload). It costs a 64 KiB receive slot per Batch, MaxGROSlots at
+	// most.
 	GSO bool
 	// Spin is how long Wait busy-polls the socket before blocking in the
 	// kernel. Waking a blocked thread costs tens of microseconds on a VM, so
@@ -60,7 +63,14 @@ type Options struct {
 const (
 	DefaultBind         = "127.0.0.1"
 	DefaultSocketBuffer = 8 << 20
-	DefaultBatch        = 32
+	// DefaultBatch lets one Flush carry a full GSO datagram (44 frames at
+	// an Ethernet MTU) and the start of the next: with 32, every run of a
+	// stream was cut at 32 frames.
+	DefaultBatch = 64
+	// MaxGROSlots caps the receive ring of a GSO device: a slot holds a
+	// whole coalesced buffer, 64 KiB, and 32 of them (2 MiB) already hold
+	// what a batch of sends delivers.
+	MaxGROSlots = 32
 	// DefaultSpin outlasts a round trip that includes one blocked peer's
 	// wake-up (~40-65 µs on the development VM). With a spin shorter than
 	// that, one hiccup (a descheduled rank) sends a ping-pong pair into a
