@@ -71,7 +71,7 @@ func TestOptionsDefaults(t *testing.T) {
 	if err != nil || o.SendRing != DefaultSendRing || o.RecvRing != DefaultRecvRing {
 		t.Errorf("zero Options: %+v, %v", o, err)
 	}
-	for _, bad := range []Options{{Port: -1}, {Port: 256}, {GIDIndex: -1}, {MTU: -1}, {RecvRing: MaxRing + 1}, {SendRing: -1}} {
+	for _, bad := range []Options{{Port: -1}, {Port: 256}, {GIDIndex: -1}, {MTU: -1}, {RecvRing: MaxRing + 1}, {SendRing: -1}, {ConnectTimeout: -1}} {
 		if _, err := bad.withDefaults(); err == nil || !strings.HasPrefix(err.Error(), "verbs: ") {
 			t.Errorf("%+v: %v, want an error", bad, err)
 		}

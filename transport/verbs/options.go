@@ -62,7 +62,8 @@ type Options struct {
 	// ConnectTimeout bounds how long a Send toward a peer waits for the
 	// reliable connection Connect started toward it (the peer's device
 	// must answer); beyond, Send returns an error wrapping ErrPeerLost.
-	// 0 means DefaultConnectTimeout. Unused with Datagrams.
+	// 0 means DefaultConnectTimeout; negative is refused. Unused with
+	// Datagrams.
 	ConnectTimeout time.Duration
 	// PeerTimeout is how long a connected peer may stay silent (its
 	// device answers nothing, not even the hellos this device sends it
@@ -123,6 +124,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MTU < 0 || o.MTU > hal.MaxPayload {
 		return o, fmt.Errorf("verbs: MTU %d outside 0..%d", o.MTU, hal.MaxPayload)
+	}
+	if o.ConnectTimeout < 0 {
+		return o, fmt.Errorf("verbs: ConnectTimeout %v is negative (0 means %v)", o.ConnectTimeout, DefaultConnectTimeout)
 	}
 	if o.Spin == 0 {
 		o.Spin = DefaultSpin
