@@ -19,7 +19,9 @@
 // link.go is the state machine of one member toward one peer and its
 // reintegration; health.go is failure detection and peer reports;
 // probe.go is the probe frame, reintframe.go the members' reintegration
-// frame; stats.go the per-member counters (Member, Members).
+// frame; peerloss.go the peers members find lost without a send
+// (hal.PeerLoss: a link out, and the peer reported once every member lost
+// it); stats.go the per-member counters (Member, Members).
 //
 // # Links
 //

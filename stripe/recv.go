@@ -37,6 +37,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 	}
 	d.cur, d.userFn = nil, nil
+	d.takeMemberLosses()
 	d.checkSilence(d.now)
 	d.tickReint(d.now)
 	d.probe(d.now)
@@ -104,6 +105,9 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed
+	}
+	if d.loss.waiting.Swap(false) {
+		return nil // a peer newly reported lost (hal.PeerLoss): the caller looks after Wait
 	}
 	err := hal.WaitAny(ctx, *d.devs.Load()...)
 	switch {

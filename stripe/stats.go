@@ -19,9 +19,10 @@ const (
 	ReasonSilence                       // silent from the peer while its other members delivered
 	ReasonPeerDeaf                      // the peer reported hearing nothing from us on it
 	ReasonRejoinFailed                  // a rejoin got no answer (ActGaveUp) or a BOOT_NACK
+	ReasonPeerLost                      // the member found the peer lost without a send (hal.PeerLoss)
 )
 
-var reasonNames = [...]string{"none", "send-error", "poll-error", "silence", "peer-deaf", "rejoin-failed"}
+var reasonNames = [...]string{"none", "send-error", "poll-error", "silence", "peer-deaf", "rejoin-failed", "peer-lost"}
 
 // String names the reason as MemberStats prints it.
 func (r OutReason) String() string {

@@ -132,6 +132,8 @@ type Device struct {
 	outbox    []outMsg   // reintegration frames to send after polling
 	polled    []hal.Rank // peers that delivered in this Poll, for checkSilence
 
+	loss peerLoss // peers the members found lost without a send (peerloss.go)
+
 	cmu      sync.Mutex   // serialises refreshes of counters
 	counters hal.Counters // what the layer above sees; drops summed over members
 	drops    [hal.NumDropReasons]atomic.Uint64
@@ -153,6 +155,9 @@ type peerState struct {
 	next      int       // the member the next frame to it tries first
 	polled    bool      // in Device.polled: it delivered in this Poll
 	links     []link    // per member
+	lostOn    uint32    // members that found it lost without a send (peerloss.go)
+	lostErr   error     // the first such member's reason
+	reported  bool      // reported lost to the layer above (lost on every member)
 }
 
 // New makes a stripe over members, which must reach the same peers: member
@@ -204,6 +209,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 		d.okMask |= 1 << i
 	}
 	d.devs.Store(&devs)
+	d.loss.seen = make([]uint64, len(members))
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
 	for _, m := range d.members {
@@ -353,6 +359,7 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 	d.okMask |= 1 << i
 	m.stats.incarnation.Add(1)
 	d.outages.Add(1)
+	d.clearLost(i)
 	var errs []error
 	for p, ps := range d.peers {
 		if !ps.connected || hal.Rank(p) == d.opts.Rank {

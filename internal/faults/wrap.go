@@ -34,6 +34,7 @@ var (
 // that Close may be called while another goroutine is in Wait.
 type Device struct {
 	inner         hal.Device
+	loss          hal.PeerLoss // inner's, nil if it finds no peer lost without a send
 	caps          hal.Caps
 	innerReliable bool
 	spec          Spec
@@ -93,7 +94,28 @@ func Wrap(dev hal.Device, spec Spec, now func() time.Time) hal.Device {
 	w := &Device{inner: dev, caps: caps, innerReliable: caps.Reliable, spec: spec, now: now}
 	w.caps.Reliable, w.caps.Ordered = false, false
 	w.requireCRCFn = w.requireCRC
+	w.loss, _ = dev.(hal.PeerLoss)
 	return w
+}
+
+var _ hal.PeerLoss = (*Device)(nil)
+
+// PeersLost (hal.PeerLoss) is the inner device's count of peers found
+// lost without a send, 0 if it finds none: injected faults do not hide a
+// dead peer from the layer above.
+func (w *Device) PeersLost() uint64 {
+	if w.loss == nil {
+		return 0
+	}
+	return w.loss.PeersLost()
+}
+
+// LostPeers (hal.PeerLoss) passes on the inner device's lost peers.
+func (w *Device) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
+	if w.loss == nil {
+		return dst
+	}
+	return w.loss.LostPeers(dst)
 }
 
 // Stats counts the faults injected so far. Copies that the inner device

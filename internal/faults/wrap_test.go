@@ -430,3 +430,33 @@ func TestCorruptOverTrustingDevice(t *testing.T) {
 			corrupted, good, b.counters.Drops[hal.DropCRC].Load())
 	}
 }
+
+// lossDev finds one peer lost, as a verbs device watching its
+// connections does.
+type lossDev struct{ hal.Device }
+
+func (lossDev) PeersLost() uint64 { return 1 }
+func (lossDev) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
+	return append(dst, hal.LostPeer{Peer: 1, Err: errLost})
+}
+
+var errLost = errors.New("peer gone")
+
+// The wrapper passes on the peers its device found lost without a send
+// (hal.PeerLoss), and reports none over a device that finds none.
+func TestPeerLossPassedOn(t *testing.T) {
+	f := inproc.NewFabric(2, jobKey)
+	dev, err := f.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	plain := faults.Wrap(dev, faults.Spec{}, nil).(*faults.Device)
+	if n, got := plain.PeersLost(), plain.LostPeers(nil); n != 0 || len(got) != 0 {
+		t.Errorf("over inproc: count %d, peers %v; want none", n, got)
+	}
+	w := faults.Wrap(lossDev{dev}, faults.Spec{}, nil).(*faults.Device)
+	if got := w.LostPeers(nil); w.PeersLost() != 1 || len(got) != 1 || got[0].Peer != 1 || !errors.Is(got[0].Err, errLost) {
+		t.Errorf("over a device that lost rank 1: count %d, peers %v", w.PeersLost(), got)
+	}
+}
