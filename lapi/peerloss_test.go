@@ -100,3 +100,24 @@ func TestPeerLossWhileWaiting(t *testing.T) {
 		t.Errorf("rank 2: %v, want well", err)
 	}
 }
+
+// TestPeerLossWithoutBlocking: a caller that never blocks (a Test loop
+// calling Progress) learns of a peer the device found lost within
+// lossEvery passes, not only after a blocking Wait that never comes.
+func TestPeerLossWithoutBlocking(t *testing.T) {
+	var dev *lossDev
+	ctxs := openInprocJob(t, 2, faults.Spec{}, func(cfg *Config) {
+		if cfg.Rank == 0 {
+			dev = newLossDev(cfg.Device)
+			cfg.Device = dev
+		}
+	})
+	c := ctxs[0]
+	dev.lose(1, errors.New("rank 1's connection broke"))
+	for range lossEvery {
+		c.Progress()
+	}
+	if err := c.PeerErr(1); !errors.Is(err, ErrPeerFailed) {
+		t.Fatalf("after %d passes of Progress: rank 1 %v, want failed", lossEvery, err)
+	}
+}

@@ -19,6 +19,7 @@ type progressor struct {
 	gen         uint64 // bumped by every progress pass that did something
 	blockCancel context.CancelFunc
 	sleepers    int
+	passes      uint32 // passes made, for lossEvery
 	wake        chan struct{}
 	stopBg      chan struct{}
 	bgDone      chan struct{}
@@ -52,9 +53,19 @@ func (pg *progressor) pollLocked() int {
 	return n
 }
 
+// lossEvery is how many passes go between looks for peers the device
+// found lost without a send (takeLost), besides the look after every
+// blocking Wait: a caller that never blocks (a Test loop, a rank kept busy
+// by other peers) still learns of a dead peer, at the cost of an atomic
+// load every few dozen passes.
+const lossEvery = 64
+
 // afterPoll is the rest of a pass after a poll that took n frames.
 func (pg *progressor) afterPoll(n int) bool {
 	c := pg.c
+	if pg.passes++; pg.passes%lossEvery == 0 {
+		c.takeLost()
+	}
 	if !c.reliable && !pg.stale {
 		c.rel.tick(pg.pollNow)
 	}
