@@ -298,7 +298,17 @@ func (h fifoAMHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) 
 		c.rd.stats.Faults++ // fire-and-forget: no one to tell
 		return nil, nil
 	}
-	m := &fifoMsg{dst: mem, buf: make([]byte, n), arg: binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])}
+	var m *fifoMsg
+	r := &c.rd
+	if k := len(r.fifoFree); k > 0 {
+		m, r.fifoFree = r.fifoFree[k-1], r.fifoFree[:k-1]
+	} else {
+		m = new(fifoMsg)
+	}
+	if cap(m.buf) < n {
+		m.buf = make([]byte, n)
+	}
+	m.dst, m.buf, m.arg = mem, m.buf[:n], binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])
 	return m.buf, m
 }
 
@@ -307,7 +317,20 @@ func (h fifoAMHandler) OnComplete(src hal.Rank, cookie any) {
 	if !ok {
 		return
 	}
-	h.c.mu.Lock()
-	h.c.rd.fifoPacket(src, m.arg, 0, m.dst, m.buf)
-	h.c.mu.Unlock()
+	c := h.c
+	c.mu.Lock()
+	c.rd.fifoPacket(src, m.arg, 0, m.dst, m.buf)
+	m.dst = nil
+	if r := &c.rd; len(r.fifoFree) < maxFIFOFree && cap(m.buf) <= maxFIFOFreeBuf {
+		r.fifoFree = append(r.fifoFree, m)
+	}
+	c.mu.Unlock()
 }
+
+// A few fifoAM messages' buffers are kept for the next ones (c.mu held),
+// none larger than an RDMA chunk: a fire-and-forget stream of them then
+// allocates nothing, and one huge transfer is not kept alive.
+const (
+	maxFIFOFree    = 8
+	maxFIFOFreeBuf = rdmaChunk
+)

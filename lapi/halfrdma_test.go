@@ -892,3 +892,70 @@ func TestIDSpaceExhausted(t *testing.T) {
 		t.Fatalf("GetFromFIFO from NoFIFO: %v, want ErrNoHandler", err)
 	}
 }
+
+// bufSource answers every read with the same buffer.
+type bufSource struct{ buf []byte }
+
+func (s *bufSource) OnRead(_ hal.Rank, _ uint32, n uint64) ([]byte, error) { return s.buf[:n], nil }
+func (s *bufSource) Released([]byte)                                       {}
+
+// TestFireAndForgetAllocs: once warm, the transfers that go as lapi's own
+// active messages over an unreliable device allocate nothing at either
+// end: a fire-and-forget PutToFIFO of one packet and of several (its
+// target takes the data whole, or gathers it in a buffer of its own), and
+// a GetFromFIFO (its target asks its source and writes the answer).
+func TestFireAndForgetAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts: this runs without -race (go test ./lapi)")
+	}
+	unreliable := func(c *Config) { c.Device = faults.Wrap(c.Device, faults.Spec{}, time.Now) }
+	ctxs := openInprocJob(t, 2, faults.Spec{}, rdmaEngine, unreliable, func(c *Config) { c.Spin = time.Hour })
+	c0, c1 := ctxs[0], ctxs[1]
+	if c0.Reliable() {
+		t.Fatal("the wrapped device is reliable: the test needs lapi's own packets")
+	}
+	const big = 200 << 10 // several packets
+	mem := make([]byte, big)
+	region, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	src := make([]byte, big)
+	local, _ := c0.TPT().Register(src, hal.AccessRead|hal.AccessWrite)
+	id := c1.Half().RegisterFIFO(&nopFIFO{})
+	c0.Half().RegisterFIFO(&nopFIFO{})
+	sid := c1.Half().RegisterFIFOSource(&bufSource{buf: make([]byte, big)})
+	c0.Half().RegisterFIFOSource(&bufSource{})
+	defer serving(c1)()
+	k, tk := c0.NewCounter(), c1.NewCounter()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		op   func() error
+		wait *Counter
+	}{
+		{"put to FIFO, one packet", func() error {
+			return c0.Half().PutToFIFO(1, region, local, 64, id, SendOpts{NoCompletion: true, Target: tk.ID()})
+		}, tk},
+		{"put to FIFO, several packets", func() error {
+			return c0.Half().PutToFIFO(1, region, local, big, id, SendOpts{NoCompletion: true, Target: tk.ID()})
+		}, tk},
+		{"get from FIFO", func() error {
+			return c0.Half().GetFromFIFO(1, local, big, sid, 7, SendOpts{Origin: k})
+		}, k},
+	} {
+		run := func() {
+			if err := tc.op(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.wait.Wait(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Long: the packet pool grows to what a fire-and-forget stream
+		// leaves waiting for acknowledgement.
+		for range 2000 {
+			run()
+		}
+		if n := testing.AllocsPerRun(50, run); n > 0.1 {
+			t.Errorf("%s: %v allocations per transfer", tc.name, n)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package lapi
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -116,8 +117,22 @@ type fifoReadReq struct {
 	data []byte // the source's answer, until the write no longer reads it
 }
 
+// fifoReadReqs are requests done with, for the next ones: one per read
+// would be an allocation per GetFromFIFO at its target.
+var fifoReadReqs = sync.Pool{New: func() any { return new(fifoReadReq) }}
+
+// release gives the answer back to its source and the request to the
+// pool: the write is over, or never started.
+func (r *fifoReadReq) release() {
+	if r.s != nil && r.data != nil {
+		r.s.Released(r.data)
+	}
+	*r = fifoReadReq{}
+	fifoReadReqs.Put(r)
+}
+
 // Complete hands the answer back to its source: the write is over.
-func (r *fifoReadReq) Complete(error) { r.s.Released(r.data) }
+func (r *fifoReadReq) Complete(error) { r.release() }
 
 func (h fifoReadHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	c := h.c
@@ -126,7 +141,8 @@ func (h fifoReadHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any
 		return nil, nil
 	}
 	b := uhdr[hal.PVOLen:]
-	r := &fifoReadReq{dst: hal.GetPVO(uhdr), n: binary.LittleEndian.Uint64(b), src: FIFOID(binary.LittleEndian.Uint16(b[8:])),
+	r := fifoReadReqs.Get().(*fifoReadReq)
+	*r = fifoReadReq{dst: hal.GetPVO(uhdr), n: binary.LittleEndian.Uint64(b), src: FIFOID(binary.LittleEndian.Uint16(b[8:])),
 		arg: binary.LittleEndian.Uint32(b[10:]), cntr: binary.LittleEndian.Uint32(b[14:])}
 	r.s = c.rd.source(r.src)
 	return nil, r
@@ -155,12 +171,14 @@ func (h fifoReadHandler) OnComplete(src hal.Rank, cookie any) {
 			c.am.notifyCode(src, r.cntr, codeRefused)
 		}
 		c.unlockRun()
+		r.data = nil // nothing of the source's to give back
+		r.release()
 		return
 	}
 	// The write's Notify gives the data back to the source when done,
 	// failed or not; a write that does not start gives it back now.
 	if err := c.rd.write(opWrite, src, hal.RDMAHdr{PVO: r.dst}, r.data, &SendOpts{Target: r.cntr, Notify: r}); err != nil {
-		r.s.Released(r.data)
+		r.release()
 	}
 	c.am.runCompletions()
 }

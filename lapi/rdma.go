@@ -107,6 +107,7 @@ type outStream struct {
 // rdmaState is a context's part of the RDMA engine (guarded by c.mu).
 type rdmaState struct {
 	c          *Context
+	fifoFree   []*fifoMsg // fifoAM messages taken, for reuse (halfrdma.go)
 	eng        *hal.RDMAEngine
 	pool       *hal.RCxtPool
 	ops        []*rdmaOp // by rCxt ID

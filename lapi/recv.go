@@ -12,6 +12,7 @@ type dispatcher struct {
 	c        *Context
 	nextMsg  []uint32 // per peer: the next message's number
 	reasm    map[reasmKey]*inMsg
+	freeIn   []*inMsg // reassemblies done, for the next multi-packet message
 	handlers []handlerEntry
 	counters []*Counter
 	freeMsg  *outMsg
@@ -192,7 +193,12 @@ func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	m := ad.reasm[key]
 	if m == nil {
 		buf, cookie := hd.OnHeader(src, uhdr, int(ph.total))
-		m = &inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
+		if k := len(ad.freeIn); k > 0 {
+			m, ad.freeIn = ad.freeIn[k-1], ad.freeIn[:k-1]
+		} else {
+			m = new(inMsg)
+		}
+		*m = inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
 		ad.reasm[key] = m
 	}
 	if int(ph.offset) < len(m.buf) {
@@ -202,8 +208,16 @@ func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	if m.left <= 0 {
 		delete(ad.reasm, key)
 		ad.complete(hd, src, m.cookie, ph.tcntr, ph.ccntr)
+		if len(ad.freeIn) < maxFreeIn {
+			*m = inMsg{}
+			ad.freeIn = append(ad.freeIn, m)
+		}
 	}
 }
+
+// maxFreeIn bounds the reassembly records kept for reuse: as many as
+// messages commonly arrive interleaved.
+const maxFreeIn = 16
 
 // deliverWhole places a message that came in one packet, with its
 // target and completion counters.
