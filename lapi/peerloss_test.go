@@ -5,75 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/hal/haltest"
 	"github.com/weft-hpc/weft/internal/faults"
 )
-
-// lossDev is a device that reports a lost peer when the test says
-// (hal.PeerLoss), waking its Wait as a device that finds one does.
-type lossDev struct {
-	hal.Device
-	lost    context.Context
-	declare context.CancelFunc
-	n       atomic.Uint64
-	mu      sync.Mutex
-	list    []hal.LostPeer
-}
-
-func newLossDev(d hal.Device) *lossDev {
-	l := &lossDev{Device: d}
-	l.lost, l.declare = context.WithCancel(context.Background())
-	return l
-}
-
-// lose reports peer lost with err.
-func (l *lossDev) lose(peer hal.Rank, err error) {
-	l.mu.Lock()
-	l.list = append(l.list, hal.LostPeer{Peer: peer, Err: err})
-	l.mu.Unlock()
-	l.n.Add(1)
-	l.declare()
-}
-
-func (l *lossDev) PeersLost() uint64 { return l.n.Load() }
-
-func (l *lossDev) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	dst = append(dst, l.list...)
-	l.list = nil
-	return dst
-}
-
-func (l *lossDev) Wait(ctx context.Context) error {
-	if l.lost.Err() != nil {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.lost, cancel)
-	defer stop()
-	err := l.Device.Wait(ctx)
-	if l.lost.Err() != nil {
-		return nil
-	}
-	return err
-}
 
 // TestPeerLossWhileWaiting: a rank that only waits for a peer learns of
 // its loss from a device that reports it (hal.PeerLoss): the wait ends
 // with the peer's PeerError naming the device's cause, OnPeerFailed runs
 // once, and the other peers stay well.
 func TestPeerLossWhileWaiting(t *testing.T) {
-	var dev *lossDev
+	var dev *haltest.LossDevice
 	ctxs := openInprocJob(t, 3, faults.Spec{}, func(cfg *Config) {
 		if cfg.Rank == 0 {
-			dev = newLossDev(cfg.Device)
+			dev = haltest.NewLossDevice(cfg.Device)
 			cfg.Device = dev
 		}
 	})
@@ -85,7 +34,7 @@ func TestPeerLossWhileWaiting(t *testing.T) {
 		}
 	})
 	cause := fmt.Errorf("rank 1 answered nothing for 5s: %w", errors.ErrUnsupported)
-	time.AfterFunc(50*time.Millisecond, func() { dev.lose(1, cause) })
+	time.AfterFunc(50*time.Millisecond, func() { dev.Lose(1, cause) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := c.Wait(ctx, func() (bool, error) { return false, c.PeerErr(1) })
@@ -105,15 +54,15 @@ func TestPeerLossWhileWaiting(t *testing.T) {
 // calling Progress) learns of a peer the device found lost within
 // lossEvery passes, not only after a blocking Wait that never comes.
 func TestPeerLossWithoutBlocking(t *testing.T) {
-	var dev *lossDev
+	var dev *haltest.LossDevice
 	ctxs := openInprocJob(t, 2, faults.Spec{}, func(cfg *Config) {
 		if cfg.Rank == 0 {
-			dev = newLossDev(cfg.Device)
+			dev = haltest.NewLossDevice(cfg.Device)
 			cfg.Device = dev
 		}
 	})
 	c := ctxs[0]
-	dev.lose(1, errors.New("rank 1's connection broke"))
+	dev.Lose(1, errors.New("rank 1's connection broke"))
 	for range lossEvery {
 		c.Progress()
 	}

@@ -286,23 +286,6 @@ func TestBroadcastNeedsMember(t *testing.T) {
 	}
 }
 
-// lossMember is a member that reports lost peers (hal.PeerLoss), under an
-// address scheme of its own so that a route can hold it beside another
-// in-process device.
-type lossMember struct {
-	hal.Device
-	lost []hal.LostPeer
-	gone uint64 // lost peers already returned
-}
-
-func (m *lossMember) Addr() string      { return "lossy" + m.Device.Addr() }
-func (m *lossMember) PeersLost() uint64 { return m.gone + uint64(len(m.lost)) }
-func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
-	dst = append(dst, m.lost...)
-	m.lost, m.gone = nil, m.gone+uint64(len(m.lost)) // each returned once
-	return dst
-}
-
 // TestPeerLossThroughRoute: a route passes on the peers its members found
 // lost without a send (hal.PeerLoss), each only from the member that
 // reaches it.
@@ -317,7 +300,10 @@ func TestPeerLossThroughRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := errors.New("peer gone")
-	far := &lossMember{Device: farDev, lost: []hal.LostPeer{{Peer: 2, Err: dead}, {Peer: 1, Err: dead}}}
+	far := haltest.NewLossDevice(farDev)
+	far.Prefix = "lossy" // a scheme of its own beside the other inproc device
+	far.Lose(2, dead)
+	far.Lose(1, dead)
 	d, err := route.New([]hal.Device{near, far}, []int{0, 0, 1}, route.Options{PollAll: true})
 	if err != nil {
 		t.Fatal(err)

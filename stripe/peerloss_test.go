@@ -3,41 +3,14 @@ package stripe
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/hal/haltest"
 	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/simnet"
 )
-
-// lossMember is a member that finds peers lost without a send when the
-// test says so, as a verbs device watching its connections does.
-type lossMember struct {
-	hal.Device
-	n    atomic.Uint64
-	mu   sync.Mutex
-	lost []hal.LostPeer
-}
-
-func (m *lossMember) lose(peer hal.Rank, err error) {
-	m.mu.Lock()
-	m.lost = append(m.lost, hal.LostPeer{Peer: peer, Err: err})
-	m.mu.Unlock()
-	m.n.Add(1)
-}
-
-func (m *lossMember) PeersLost() uint64 { return m.n.Load() }
-
-func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	dst = append(dst, m.lost...)
-	m.lost = nil
-	return dst
-}
 
 // TestPeerLossOverStripe: a peer one member finds lost is that member's
 // link gone, and the stripe carries on over the other; a peer lost on
@@ -46,14 +19,14 @@ func (m *lossMember) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
 // so that a rank blocked for it looks.
 func TestPeerLossOverStripe(t *testing.T) {
 	f := newFabric(t, 3, make([]faults.Spec, 2))
-	var ms [2]*lossMember
+	var ms [2]*haltest.LossDevice
 	s := make([]*Device, 3)
 	for r := range s {
 		var devs []hal.Device
 		for i, n := range f.nets {
 			dev := n.Device(hal.Rank(r))
 			if r == 0 {
-				ms[i] = &lossMember{Device: dev}
+				ms[i] = haltest.NewLossDevice(dev)
 				dev = ms[i]
 			}
 			devs = append(devs, dev)
@@ -74,7 +47,7 @@ func TestPeerLossOverStripe(t *testing.T) {
 		}
 	}
 
-	ms[0].lose(1, dead)
+	ms[0].Lose(1, dead)
 	poll()
 	if st := s[0].Link(0, 1); st != LinkOut || s[0].Member(0).Reason != ReasonPeerLost {
 		t.Fatalf("member 0 toward rank 1: %v (%v), want out for peer-lost", st, s[0].Member(0).Reason)
@@ -94,7 +67,7 @@ func TestPeerLossOverStripe(t *testing.T) {
 		t.Fatalf("rank 1 got frames %v over the member left, want 4", ids)
 	}
 
-	ms[1].lose(1, dead)
+	ms[1].Lose(1, dead)
 	poll()
 	if n := s[0].PeersLost(); n != 1 {
 		t.Fatalf("PeersLost %d after both members lost rank 1, want 1", n)
@@ -114,7 +87,7 @@ func TestPeerLossOverStripe(t *testing.T) {
 
 	// Rank 2 lost on member 0, then member 1 fails as a whole: no member
 	// reaches it any more.
-	ms[0].lose(2, dead)
+	ms[0].Lose(2, dead)
 	poll()
 	if n := s[0].PeersLost(); n != 1 {
 		t.Fatalf("rank 2 reported (count %d) while member 1 reaches it", n)
