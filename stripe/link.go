@@ -156,6 +156,7 @@ func (d *Device) failMember(m *member, reason OutReason, err error) {
 	m.lastErr.Store(&err)
 	m.ok.Store(false)
 	d.okMask &^= 1 << m.idx
+	d.noteLoss()
 	now := d.opts.Now()
 	for p, ps := range d.peers {
 		if ps.connected && hal.Rank(p) != d.opts.Rank {
@@ -228,6 +229,7 @@ func (d *Device) settle(m *member, peer hal.Rank, ps *peerState, now time.Time) 
 	d.setLink(m, ps, linkIn)
 	l.in, l.heard, l.window, l.mark, l.deaf = now, now, now, ps.recv, false
 	l.fresh, l.stale = false, false
+	d.foundAgain(m, ps)
 	m.stats.ins.Add(1)
 	if trace.On(trace.Rare) {
 		trace.Printf(trace.Rare, "stripe %d: member %d (%s) back in toward rank %d after reintegration; %d of %d members in toward it",

@@ -20,13 +20,15 @@ import (
 
 var _ hal.PeerLoss = (*Device)(nil)
 
-// peerLoss is the stripe's side of hal.PeerLoss. seen and buf are
-// progress-lock state; pending is guarded by mu, and count and waiting
-// are atomic, for PeersLost, LostPeers and Wait off the progress lock.
+// peerLoss is the stripe's side of hal.PeerLoss. devs, seen, buf and
+// dirty are progress-lock state; pending is guarded by mu, and count and
+// waiting are atomic, for PeersLost, LostPeers and Wait off the progress
+// lock.
 type peerLoss struct {
-	seen    []uint64 // each member's PeersLost at the last look (0 for one without)
+	devs    []hal.PeerLoss // each member's, nil for one that finds no peer lost
+	seen    []uint64       // each member's PeersLost at the last look
 	buf     []hal.LostPeer
-	open    bool // some peer is lost on a member and not yet reported
+	dirty   bool // a loss or a member failure since the last reportLost
 	mu      sync.Mutex
 	pending []hal.LostPeer // lost on every member, not yet taken by LostPeers
 	count   atomic.Uint64  // peers reported lost so far
@@ -54,11 +56,11 @@ func (d *Device) LostPeers(dst []hal.LostPeer) []hal.LostPeer {
 // failed as a whole counts as having lost it) is reported (progress lock).
 func (d *Device) takeMemberLosses() {
 	l := &d.loss
-	for _, m := range d.members {
-		pl, ok := m.dev.(hal.PeerLoss)
-		if !ok {
+	for i, pl := range l.devs {
+		if pl == nil {
 			continue
 		}
+		m := d.members[i]
 		n := pl.PeersLost()
 		if n == l.seen[m.idx] {
 			continue
@@ -75,14 +77,31 @@ func (d *Device) takeMemberLosses() {
 			}
 			ps.lostOn |= 1 << m.idx
 			d.takeOut(m, lp.Peer, ps, ReasonPeerLost, d.now)
-			l.open = true
+			l.dirty = true
 		}
 		clear(l.buf)
 	}
-	if l.open {
+	if l.dirty {
 		d.reportLost()
 	}
 }
+
+// foundAgain forgets that member m lost ps's peer: its link is back in
+// (the peer answered a rejoin on it, in this life or a new one). The peer
+// is reachable again, so it is reported again if it is lost again
+// (progress lock).
+func (d *Device) foundAgain(m *member, ps *peerState) {
+	ps.lostOn &^= 1 << m.idx
+	ps.reported = false
+	if ps.lostOn == 0 {
+		ps.lostErr = nil
+	}
+}
+
+// noteLoss makes the next Poll judge the lost peers again: a member
+// failed as a whole, which may leave a peer lost on every member
+// (progress lock).
+func (d *Device) noteLoss() { d.loss.dirty = true }
 
 // reportLost reports the peers lost on every member that are not
 // reported yet (progress lock).
@@ -95,14 +114,10 @@ func (d *Device) reportLost() {
 		}
 	}
 	all := uint32(1)<<len(d.members) - 1
-	l.open = false
+	l.dirty = false
 	for p, ps := range d.peers {
-		if ps.lostOn == 0 || ps.reported {
-			continue
-		}
-		if (ps.lostOn|failed)&all != all {
-			l.open = true // still reachable on a member: reported when that one loses it too
-			continue
+		if ps.lostOn == 0 || ps.reported || (ps.lostOn|failed)&all != all {
+			continue // still reachable on a member: judged again when that one loses it or fails
 		}
 		ps.reported = true
 		err := fmt.Errorf("stripe: rank %d lost on every member: %w", p, ps.lostErr)
@@ -114,9 +129,20 @@ func (d *Device) reportLost() {
 	}
 }
 
+// lossDevs finds each member's hal.PeerLoss, once, at New and Replace.
+func (d *Device) lossDevs() {
+	if d.loss.devs == nil {
+		d.loss.devs, d.loss.seen = make([]hal.PeerLoss, len(d.members)), make([]uint64, len(d.members))
+	}
+	for i, m := range d.members {
+		d.loss.devs[i], _ = m.dev.(hal.PeerLoss)
+	}
+}
+
 // clearLost forgets that member i lost any peer: its device was replaced,
 // and the new one's connections are its own (progress lock).
 func (d *Device) clearLost(i int) {
+	d.lossDevs()
 	d.loss.seen[i] = 0
 	for _, ps := range d.peers {
 		ps.lostOn &^= 1 << i

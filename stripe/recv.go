@@ -13,8 +13,9 @@ import (
 // consumed, and data frames from a peer whose link is stale (joining with
 // a new incarnation at either end) are refused (link.go). Frames of different members come in no particular order. A
 // member whose Poll fails is taken out and the others polled; Poll fails
-// only when every member did. Poll then takes silent links out and sends
-// the reintegration frames and probes that are due.
+// only when every member did. Poll then takes the peers members found
+// lost without a send (peerloss.go), takes silent links out and sends the
+// reintegration frames and probes that are due.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
@@ -101,7 +102,9 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 // or the stripe is closed (hal.ErrClosed). It waits on every member at
 // once (hal.WaitAny) and returns as soon as one member's Wait returns nil.
 // A member whose Wait fails (a dead device, or one Replace closed) is left
-// out of this call; when every member fails, so does Wait.
+// out of this call; when every member fails, so does Wait. The first Wait
+// after the stripe reported a peer lost (hal.PeerLoss) returns nil at
+// once, so that the caller looks.
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed

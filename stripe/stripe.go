@@ -209,7 +209,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 		d.okMask |= 1 << i
 	}
 	d.devs.Store(&devs)
-	d.loss.seen = make([]uint64, len(members))
+	d.lossDevs()
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
 	for _, m := range d.members {
