@@ -327,10 +327,10 @@ func (h fifoAMHandler) OnComplete(src hal.Rank, cookie any) {
 	c.mu.Unlock()
 }
 
-// A few fifoAM messages' buffers are kept for the next ones (c.mu held),
-// none larger than an RDMA chunk: a fire-and-forget stream of them then
-// allocates nothing, and one huge transfer is not kept alive.
+// A few fifoAM messages' buffers are kept for the next ones (c.mu held):
+// a fire-and-forget stream of them then allocates nothing. Larger ones
+// go: at most 2 MiB stays kept per context.
 const (
 	maxFIFOFree    = 8
-	maxFIFOFreeBuf = rdmaChunk
+	maxFIFOFreeBuf = 256 << 10
 )

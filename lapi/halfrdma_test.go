@@ -884,6 +884,10 @@ func TestIDSpaceExhausted(t *testing.T) {
 	if fifos != int(NoFIFO) || sources != int(NoFIFO) {
 		t.Fatalf("%d FIFOs and %d sources registered, want %d each", fifos, sources, NoFIFO)
 	}
+	// One more of each: an ID that wrapped around would be 0.
+	if id, sid := c.Half().RegisterFIFO(nil), c.Half().RegisterFIFOSource(nil); id != NoFIFO || sid != NoFIFO {
+		t.Fatalf("registrations past the last ID returned %d and %d, want NoFIFO", id, sid)
+	}
 	pvo, _ := c.TPT().Register(make([]byte, 64), hal.AccessRead|hal.AccessWrite)
 	if err := c.Half().PutToFIFO(1, pvo, pvo, 64, NoFIFO, SendOpts{}); !errors.Is(err, ErrNoHandler) {
 		t.Fatalf("PutToFIFO to NoFIFO: %v, want ErrNoHandler", err)

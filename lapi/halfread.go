@@ -115,6 +115,7 @@ type fifoReadReq struct {
 	cntr uint32
 	s    FIFOSource
 	data []byte // the source's answer, until the write no longer reads it
+	lent bool   // the source answered: data goes back to it (Released)
 }
 
 // fifoReadReqs are requests done with, for the next ones: one per read
@@ -124,7 +125,7 @@ var fifoReadReqs = sync.Pool{New: func() any { return new(fifoReadReq) }}
 // release gives the answer back to its source and the request to the
 // pool: the write is over, or never started.
 func (r *fifoReadReq) release() {
-	if r.s != nil && r.data != nil {
+	if r.lent {
 		r.s.Released(r.data)
 	}
 	*r = fifoReadReq{}
@@ -171,12 +172,12 @@ func (h fifoReadHandler) OnComplete(src hal.Rank, cookie any) {
 			c.am.notifyCode(src, r.cntr, codeRefused)
 		}
 		c.unlockRun()
-		r.data = nil // nothing of the source's to give back
 		r.release()
 		return
 	}
 	// The write's Notify gives the data back to the source when done,
 	// failed or not; a write that does not start gives it back now.
+	r.lent = true
 	if err := c.rd.write(opWrite, src, hal.RDMAHdr{PVO: r.dst}, r.data, &SendOpts{Target: r.cntr, Notify: r}); err != nil {
 		r.release()
 	}

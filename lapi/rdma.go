@@ -107,7 +107,6 @@ type outStream struct {
 // rdmaState is a context's part of the RDMA engine (guarded by c.mu).
 type rdmaState struct {
 	c          *Context
-	fifoFree   []*fifoMsg // fifoAM messages taken, for reuse (halfrdma.go)
 	eng        *hal.RDMAEngine
 	pool       *hal.RCxtPool
 	ops        []*rdmaOp // by rCxt ID
@@ -130,6 +129,7 @@ type rdmaState struct {
 	sources    []FIFOSource  // RegisterFIFOSource's
 	freeOps    *rdmaOp
 	freeGroups *rdmaGroup
+	fifoFree   []*fifoMsg // fifoAM messages taken, for reuse (halfrdma.go)
 	serving    map[servKey]*hal.RDMAStream
 	hdrs       [][]byte // header buffers the device may hold until Flush
 	used       int
