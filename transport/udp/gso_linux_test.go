@@ -70,9 +70,8 @@ func (r received) payload0(t *testing.T) int {
 
 // With the default batch, a stream of full frames leaves in runs of a
 // whole GSO datagram (44 frames of 1,472 bytes at an Ethernet MTU), not
-// cut at the batch,
-// and a GSO device's receive ring holds MaxGROSlots coalesced buffers
-// while a plain one holds a slot per frame of its batch.
+// cut at the batch, and a GSO device's receive ring holds MaxGROSlots
+// coalesced buffers while a plain one holds a slot per frame of its batch.
 func TestDefaultBatchRuns(t *testing.T) {
 	a := openRank(t, 0, 2, Options{GSO: true})
 	b := openRank(t, 1, 2, Options{})

@@ -64,8 +64,7 @@ const (
 	DefaultBind         = "127.0.0.1"
 	DefaultSocketBuffer = 8 << 20
 	// DefaultBatch lets one Flush carry a full GSO datagram (44 frames at
-	// an Ethernet MTU) and the start of the next: with 32, every run of a
-	// stream was cut at 32 frames.
+	// an Ethernet MTU) and the start of the next.
 	DefaultBatch = 64
 	// MaxGROSlots caps the receive ring of a GSO device: a slot holds a
 	// whole coalesced buffer, 64 KiB, and 32 of them (2 MiB) already hold

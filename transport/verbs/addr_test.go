@@ -76,4 +76,7 @@ func TestOptionsDefaults(t *testing.T) {
 			t.Errorf("%+v: %v, want an error", bad, err)
 		}
 	}
+	if _, err := (Options{ConnectTimeout: -1}).withDefaults(); err == nil || !strings.Contains(err.Error(), "ConnectTimeout") {
+		t.Errorf("a negative ConnectTimeout: %v, want an error naming it", err)
+	}
 }
