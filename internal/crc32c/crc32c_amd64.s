@@ -4,13 +4,12 @@
 
 // func foldAVX512(s uint32, p []byte) uint32
 //
-// Folds p (len at least 64) in the reflected form: four
-// ZMM accumulators (sixteen 128-bit lanes) move 256 bytes an iteration, then
-// fold onto Z3, which moves 64 bytes an iteration; Z3's lanes fold onto one
-// 128-bit value that moves 16 bytes an iteration; two CRC32 instructions
-// reduce the last 128 bits, and CRC32 instructions take the last len%16
-// bytes. ·foldConsts holds the multipliers (see
-// crc32c.go for their layout and derivation).
+// Folds p (len at least 64) in the reflected form: four ZMM accumulators
+// (sixteen 128-bit lanes) move 256 bytes an iteration, then fold onto Z3,
+// which moves 64 bytes an iteration; Z3's lanes fold onto one 128-bit value
+// that moves 16 bytes an iteration; two CRC32 instructions reduce the last
+// 128 bits, and CRC32 instructions take the last len%16 bytes. ·foldConsts
+// holds the multipliers (see crc32c.go for their layout and derivation).
 TEXT ·foldAVX512(SB), NOSPLIT, $0-36
 	MOVL  s+0(FP), AX
 	MOVQ  p_base+8(FP), SI
