@@ -52,10 +52,12 @@ var layers = []rule{
 	// detection for the CRC32C choice, nothing of weft.
 	// internal/track, a std-only leaf, records what hal's tables and the
 	// devices hold for a leak report (WEFT_TRACK).
-	{"hal/...", []string{"std", "github.com/klauspost/cpuid/v2", "internal/track"}},
+	{"hal/...", []string{"std", "github.com/klauspost/cpuid/v2", "internal/track", "internal/crc32c"}},
 
 	// Leaves used from many layers.
 	{"internal/trace", []string{"std"}},
+	// CRC-32C for hal's frames: AVX-512 detection from x/sys/cpu.
+	{"internal/crc32c", []string{"std", "golang.org/x/sys/cpu"}},
 	{"internal/track", []string{"std"}},
 	// The fault injector wraps a hal.Device (loss, reorder, duplication,
 	// corruption) and so sits just above hal.

@@ -31,6 +31,8 @@
 // goroutines of this process) and SharedMemory (a block of memory every
 // rank maps, for collectives that need no frames).
 //
-// hal may import only the standard library and github.com/klauspost/cpuid/v2
-// (to report the CRC32 instruction). It never imports a weft package.
+// hal may import only the standard library, github.com/klauspost/cpuid/v2
+// (to report the CRC32 instruction), internal/crc32c (the frames' CRC32C,
+// folded with AVX-512 where the processor has it) and internal/track (the
+// leak report). It imports no weft layer.
 package hal

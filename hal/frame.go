@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 
 	"github.com/klauspost/cpuid/v2"
+	"github.com/weft-hpc/weft/internal/crc32c"
 )
 
 // Wire layout of a frame header (little-endian), HeaderLen bytes:
@@ -86,7 +87,10 @@ type Header struct {
 }
 
 // castagnoli is the CRC32C table; hash/crc32 switches to the SSE4.2 CRC32
-// instruction for this polynomial when the CPU has it.
+// instruction for this polynomial when the CPU has it. Check uses it for
+// the header's few bytes; a frame's long parts go through
+// internal/crc32c, the same CRC folded with AVX-512 where the processor
+// has it.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // CRCHardware reports whether CRC32C runs on the CPU's CRC32 instruction
@@ -120,8 +124,8 @@ func EncodeHeader(b []byte, h *Header) {
 func Seal(hdr, payload []byte) {
 	hdr[4] |= FlagCRC
 	binary.LittleEndian.PutUint32(hdr[12:], 0)
-	c := crc32.Update(0, castagnoli, hdr)
-	c = crc32.Update(c, castagnoli, payload)
+	c := crc32c.Update(0, hdr)
+	c = crc32c.Update(c, payload)
 	binary.LittleEndian.PutUint32(hdr[12:], c)
 }
 
@@ -170,7 +174,7 @@ func Check(frame []byte, jobKey uint64, needCRC bool, h *Header) ([]byte, error)
 		want := binary.LittleEndian.Uint32(frame[12:])
 		c := crc32.Update(0, castagnoli, frame[:12])
 		c = crc32.Update(c, castagnoli, zero4[:])
-		c = crc32.Update(c, castagnoli, frame[16:])
+		c = crc32c.Update(c, frame[16:])
 		if c != want {
 			return nil, frameErrs[DropCRC]
 		}
