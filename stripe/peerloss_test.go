@@ -9,7 +9,6 @@ import (
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/hal/haltest"
 	"github.com/weft-hpc/weft/internal/faults"
-	"github.com/weft-hpc/weft/internal/simnet"
 )
 
 // TestPeerLossOverStripe: a peer one member finds lost is that member's
@@ -22,27 +21,13 @@ import (
 func TestPeerLossOverStripe(t *testing.T) {
 	f := newFabric(t, 3, make([]faults.Spec, 2))
 	var ms [2]*haltest.LossDevice
-	s := make([]*Device, 3)
-	for r := range s {
-		var devs []hal.Device
-		for i, n := range f.nets {
-			dev := n.Device(hal.Rank(r))
-			if r == 0 {
-				ms[i] = haltest.NewLossDevice(dev)
-				dev = ms[i]
-			}
-			devs = append(devs, dev)
+	s := f.stripesOver(t, testOpts, func(r hal.Rank, i int, d hal.Device) hal.Device {
+		if r != 0 {
+			return d
 		}
-		o := testOpts
-		o.Rank, o.JobKey, o.Now = hal.Rank(r), simnet.DefaultJobKey, f.now
-		d, err := New(devs, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		s[r] = d
-	}
-	connect(t, s)
+		ms[i] = haltest.NewLossDevice(d)
+		return ms[i]
+	})
 	dead := errors.New("connection to the peer gone")
 	poll := func(d *Device) {
 		t.Helper()

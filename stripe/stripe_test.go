@@ -67,12 +67,23 @@ func (f *fabric) step() bool {
 // other, closed at the end of the test.
 func (f *fabric) stripes(t *testing.T, opts Options) []*Device {
 	t.Helper()
+	return f.stripesOver(t, opts, nil)
+}
+
+// stripesOver is stripes with rank r's member i made wrap(r, i, device)
+// when wrap is not nil.
+func (f *fabric) stripesOver(t *testing.T, opts Options, wrap func(r hal.Rank, i int, d hal.Device) hal.Device) []*Device {
+	t.Helper()
 	size := f.nets[0].Size()
 	out := make([]*Device, size)
 	for r := range out {
 		var devs []hal.Device
-		for _, n := range f.nets {
-			devs = append(devs, n.Device(hal.Rank(r)))
+		for i, n := range f.nets {
+			d := n.Device(hal.Rank(r))
+			if wrap != nil {
+				d = wrap(hal.Rank(r), i, d)
+			}
+			devs = append(devs, d)
 		}
 		o := opts
 		o.Rank, o.JobKey, o.Now = hal.Rank(r), simnet.DefaultJobKey, f.now
