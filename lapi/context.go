@@ -181,7 +181,7 @@ func (c *Context) compose() {
 	n := c.cfg.Size
 	c.tx.c = c
 	c.rel = reliability{c: c, queues: make([]sendQueue, n), isActive: make([]bool, n), acks: make([][]byte, n)}
-	c.am = dispatcher{c: c, nextMsg: make([]uint32, n), reasm: make(map[reasmKey]*inMsg),
+	c.am = dispatcher{c: c, nextMsg: make([]uint32, n), reasm: make(map[reasmKey]inMsg),
 		handlers: make([]handlerEntry, firstUserHandler), counters: []*Counter{nil}} // ID 0 means "no counter"
 	c.pr = progressor{c: c, wake: make(chan struct{})}
 	c.rd.c, c.nat.c, c.cm.c = c, c, c

@@ -14,18 +14,25 @@ import (
 	"github.com/weft-hpc/weft/internal/faults"
 )
 
-// TestPeerLossWhileWaiting: a rank that only waits for a peer learns of
-// its loss from a device that reports it (hal.PeerLoss): the wait ends
-// with the peer's PeerError naming the device's cause, OnPeerFailed runs
-// once, and the other peers stay well.
-func TestPeerLossWhileWaiting(t *testing.T) {
+// openLossJob opens an in-process job of n ranks whose rank 0 finds peers
+// lost when the test says so.
+func openLossJob(t *testing.T, n int) (*haltest.LossDevice, []*Context) {
 	var dev *haltest.LossDevice
-	ctxs := openInprocJob(t, 3, faults.Spec{}, func(cfg *Config) {
+	ctxs := openInprocJob(t, n, faults.Spec{}, func(cfg *Config) {
 		if cfg.Rank == 0 {
 			dev = haltest.NewLossDevice(cfg.Device)
 			cfg.Device = dev
 		}
 	})
+	return dev, ctxs
+}
+
+// TestPeerLossWhileWaiting: a rank that only waits for a peer learns of
+// its loss from a device that reports it (hal.PeerLoss): the wait ends
+// with the peer's PeerError naming the device's cause, OnPeerFailed runs
+// once, and the other peers stay well.
+func TestPeerLossWhileWaiting(t *testing.T) {
+	dev, ctxs := openLossJob(t, 3)
 	c := ctxs[0]
 	var calls atomic.Int32
 	c.OnPeerFailed(func(_ *Tx, peer hal.Rank, _ error) {
@@ -54,13 +61,7 @@ func TestPeerLossWhileWaiting(t *testing.T) {
 // calling Progress) learns of a peer the device found lost within
 // lossEvery passes, not only after a blocking Wait that never comes.
 func TestPeerLossWithoutBlocking(t *testing.T) {
-	var dev *haltest.LossDevice
-	ctxs := openInprocJob(t, 2, faults.Spec{}, func(cfg *Config) {
-		if cfg.Rank == 0 {
-			dev = haltest.NewLossDevice(cfg.Device)
-			cfg.Device = dev
-		}
-	})
+	dev, ctxs := openLossJob(t, 2)
 	c := ctxs[0]
 	dev.Lose(1, errors.New("rank 1's connection broke"))
 	for range lossEvery {

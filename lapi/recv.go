@@ -10,9 +10,8 @@ import (
 // arrive, the counters, and the completions that run outside the lock.
 type dispatcher struct {
 	c        *Context
-	nextMsg  []uint32 // per peer: the next message's number
-	reasm    map[reasmKey]*inMsg
-	freeIn   []*inMsg // reassemblies done, for the next multi-packet message
+	nextMsg  []uint32           // per peer: the next message's number
+	reasm    map[reasmKey]inMsg // by value: a multi-packet message allocates no record
 	handlers []handlerEntry
 	counters []*Counter
 	freeMsg  *outMsg
@@ -190,34 +189,22 @@ func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 		return
 	}
 	key := reasmKey{src, ph.msgID}
-	m := ad.reasm[key]
-	if m == nil {
+	m, ok := ad.reasm[key]
+	if !ok {
 		buf, cookie := hd.OnHeader(src, uhdr, int(ph.total))
-		if k := len(ad.freeIn); k > 0 {
-			m, ad.freeIn = ad.freeIn[k-1], ad.freeIn[:k-1]
-		} else {
-			m = new(inMsg)
-		}
-		*m = inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
-		ad.reasm[key] = m
+		m = inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
 	}
 	if int(ph.offset) < len(m.buf) {
 		copy(m.buf[ph.offset:], data)
 	}
 	m.left -= len(data)
-	if m.left <= 0 {
-		delete(ad.reasm, key)
-		ad.complete(hd, src, m.cookie, ph.tcntr, ph.ccntr)
-		if len(ad.freeIn) < maxFreeIn {
-			*m = inMsg{}
-			ad.freeIn = append(ad.freeIn, m)
-		}
+	if m.left > 0 {
+		ad.reasm[key] = m
+		return
 	}
+	delete(ad.reasm, key)
+	ad.complete(hd, src, m.cookie, ph.tcntr, ph.ccntr)
 }
-
-// maxFreeIn bounds the reassembly records kept for reuse: as many as
-// messages commonly arrive interleaved.
-const maxFreeIn = 16
 
 // deliverWhole places a message that came in one packet, with its
 // target and completion counters.

@@ -156,7 +156,7 @@ func (d *Device) failMember(m *member, reason OutReason, err error) {
 	m.lastErr.Store(&err)
 	m.ok.Store(false)
 	d.okMask &^= 1 << m.idx
-	d.noteLoss()
+	d.loss.dirty = true // a peer lost on the other members is lost on every one now
 	now := d.opts.Now()
 	for p, ps := range d.peers {
 		if ps.connected && hal.Rank(p) != d.opts.Rank {

@@ -62,10 +62,10 @@ func (d *Device) takeMemberLosses() {
 		}
 		m := d.members[i]
 		n := pl.PeersLost()
-		if n == l.seen[m.idx] {
+		if n == l.seen[i] {
 			continue
 		}
-		l.seen[m.idx] = n
+		l.seen[i] = n
 		l.buf = pl.LostPeers(l.buf[:0])
 		for _, lp := range l.buf {
 			ps := d.peer(lp.Peer)
@@ -98,22 +98,12 @@ func (d *Device) foundAgain(m *member, ps *peerState) {
 	}
 }
 
-// noteLoss makes the next Poll judge the lost peers again: a member
-// failed as a whole, which may leave a peer lost on every member
-// (progress lock).
-func (d *Device) noteLoss() { d.loss.dirty = true }
-
 // reportLost reports the peers lost on every member that are not
 // reported yet (progress lock).
 func (d *Device) reportLost() {
 	l := &d.loss
-	failed := uint32(0)
-	for _, m := range d.members {
-		if m.failed {
-			failed |= 1 << m.idx
-		}
-	}
 	all := uint32(1)<<len(d.members) - 1
+	failed := all &^ d.okMask // members out as a whole for a device error
 	l.dirty = false
 	for p, ps := range d.peers {
 		if ps.lostOn == 0 || ps.reported || (ps.lostOn|failed)&all != all {
