@@ -215,11 +215,18 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 // in order: what Addr returns for a route over them.
 func Address(addrs []string) string { return Scheme + strings.Join(addrs, Sep) }
 
-// Part is the part of the route address addr that a member whose own
-// address is own connects to: the part of own's scheme (the last, if
-// several). ok is false when addr is not a route address or has no such
-// part.
-func Part(addr, own string) (part string, ok bool) { return partOf(addr, scheme(own)) }
+// Part is the part of the address addr that a member whose own address
+// is own connects to. Of a route address, the part of own's scheme (the
+// last, if several); a plain address is its own part when its scheme is
+// own's: a rank alone on its host opens one device and publishes that
+// device's address, which its peers' routes connect to. ok is false when
+// addr has no such part.
+func Part(addr, own string) (part string, ok bool) {
+	if !strings.HasPrefix(addr, Scheme) {
+		return addr, addr != "" && scheme(addr) == scheme(own)
+	}
+	return partOf(addr, scheme(own))
+}
 
 // partOf is the part of the route address addr of scheme sc.
 func partOf(addr, sc string) (part string, ok bool) {

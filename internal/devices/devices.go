@@ -69,9 +69,14 @@ func (s Set) Addr() string {
 }
 
 // Connect gives the device that reaches peer its part of addr, the
-// peer's Addr.
+// peer's Addr. The two sets need not be alike: where hosts run different
+// numbers of ranks, a rank alone on its host has one device and a rank
+// beside others a route over several.
 func (s Set) Connect(peer int, addr string) error {
 	if len(s.Members) == 1 {
+		if part, ok := route.Part(addr, s.Members[0].Addr()); ok {
+			addr = part
+		}
 		return s.Members[0].Connect(hal.Rank(peer), addr)
 	}
 	if peer < 0 || peer >= len(s.Route) {

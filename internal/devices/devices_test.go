@@ -91,3 +91,57 @@ func TestOpenNetNICs(t *testing.T) {
 		t.Errorf("a missing NIC: %v; want an error naming it", err)
 	}
 }
+
+// addrDevice is a device that only has an address and records what it
+// was told to connect to.
+type addrDevice struct {
+	hal.Device
+	addr      string
+	connected map[hal.Rank]string
+}
+
+func (d *addrDevice) Addr() string { return d.addr }
+
+func (d *addrDevice) Connect(peer hal.Rank, addr string) error {
+	d.connected[peer] = addr
+	return nil
+}
+
+// TestConnectUnevenHosts: with two ranks on one host and one on the
+// other, the lone rank has one device and publishes its plain address,
+// the others a route address over shm and udp. Each side connects its
+// device to the right part of the other's address; an address with no
+// part for the device is refused, naming it.
+func TestConnectUnevenHosts(t *testing.T) {
+	const (
+		pairAddr = "route:shm:weft-1-shm0-r0:0:4242|udp:10.98.0.1:4000"
+		loneAddr = "udp:10.98.0.2:5000"
+	)
+	lone := &addrDevice{addr: loneAddr, connected: map[hal.Rank]string{}}
+	if err := (Set{Members: []hal.Device{lone}}).Connect(0, pairAddr); err != nil {
+		t.Fatalf("the lone rank's udp device connecting to a route address: %v", err)
+	}
+	if got := lone.connected[0]; got != "udp:10.98.0.1:4000" {
+		t.Errorf("the lone rank's device was given %q, want the route's udp part", got)
+	}
+	if err := (Set{Members: []hal.Device{lone}}).Connect(1, "udp:10.98.0.1:4001"); err != nil || lone.connected[1] != "udp:10.98.0.1:4001" {
+		t.Errorf("a plain address: %v, device given %q; want it as it is", err, lone.connected[1])
+	}
+
+	shm := &addrDevice{addr: "shm:weft-1-shm0-r1:1:4243", connected: map[hal.Rank]string{}}
+	net := &addrDevice{addr: "udp:10.98.0.1:4001", connected: map[hal.Rank]string{}}
+	pair := Set{Members: []hal.Device{shm, net}, Route: []int{0, 0, 1}}
+	if err := pair.Connect(2, loneAddr); err != nil {
+		t.Fatalf("a route connecting to the lone rank's plain address: %v", err)
+	}
+	if got := net.connected[2]; got != loneAddr {
+		t.Errorf("the route's udp member was given %q, want %q", got, loneAddr)
+	}
+	if err := pair.Connect(0, pairAddr); err != nil || shm.connected[0] != "shm:weft-1-shm0-r0:0:4242" {
+		t.Errorf("route to route: %v, shm member given %q", err, shm.connected[0])
+	}
+	err := pair.Connect(2, "verbs:rxe0:1:17")
+	if err == nil || !strings.Contains(err.Error(), `"verbs:rxe0:1:17" has no address for device udp:10.98.0.1:4001`) {
+		t.Errorf("an address of another scheme: %v; want an error naming it and the device", err)
+	}
+}

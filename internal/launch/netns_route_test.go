@@ -159,3 +159,46 @@ func TestMultiHostNetnsRoute(t *testing.T) {
 	}
 	assertNoRankLeft(t)
 }
+
+// TestMultiHostNetnsUnevenHosts: hosts that run different numbers of
+// ranks. A rank alone on its host opens only the network device and
+// publishes its plain address; the ranks beside others route, and each
+// side connects to the other's address (once a bootstrap failure: "has no
+// address for device"). Every collective and point-to-point size class is
+// exact with two ranks on host1 and one on host2, and the other way round,
+// and the pair that shares a host goes by shared memory.
+func TestMultiHostNetnsUnevenHosts(t *testing.T) {
+	rsh := netnsHosts(t)
+	for _, c := range []struct {
+		hosts string
+		shm   map[int]string // rank → the ranks its shm member reaches
+		lone  int
+		env   []string
+	}{
+		{"host1:2,host2:1", map[int]string{0: "1", 1: "0"}, 2, nil},
+		{"host1:1,host2:2", map[int]string{1: "2", 2: "1"}, 0, []string{"WEFT_FAULTS=loss=0.05,reorder=0.05,dup=0.02,seed=5"}},
+	} {
+		args := []string{"-n", "3", "-H", c.hosts, "--rsh", rsh, "--trace", "2"}
+		for _, e := range append(c.env, "WEFT_TIMEOUT=120s") {
+			args = append(args, "-x", e)
+		}
+		r := command(t, "", nil, bins.gorun, append(args, bins.collcheck, "-rounds", "20", "-p2p", "1", "-large", "4")...)
+		if r.code != 0 || !strings.Contains(r.stdout, "collcheck ok: 20 rounds on 3 ranks") {
+			t.Errorf("%s %v: status %d\n%s\n%s", c.hosts, c.env, r.code, r.stdout, r.stderr)
+			continue
+		}
+		used := devicesUsed(r.stderr)
+		for rank, peers := range c.shm {
+			if d := used[rank]; d["shm"].peers != peers || d["shm"].sent == 0 {
+				t.Errorf("%s: rank %d used %v, want shm toward [%s]", c.hosts, rank, d, peers)
+			}
+		}
+		if d, ok := used[c.lone]; ok {
+			t.Errorf("%s: rank %d, alone on its host, routed over %v; want its one device", c.hosts, c.lone, d)
+		}
+		if !strings.Contains(r.stderr, fmt.Sprintf("mpi: rank %d device udp:", c.lone)) {
+			t.Errorf("%s: rank %d, alone on its host, did not trace its one udp device:\n%s", c.hosts, c.lone, r.stderr)
+		}
+	}
+	assertNoRankLeft(t)
+}
