@@ -264,8 +264,10 @@ func (c *Context) Tracker() *track.Registry { return c.cfg.Track }
 func (c *Context) Reliable() bool { return c.reliable }
 
 // RegisterHandler adds an active-message handler and returns its ID. Every
-// rank must register the same handlers in the same order before traffic.
-// Past 65,535 handlers it adds nothing and returns NoHandler.
+// rank must register the same handlers in the same order. A packet that
+// came for the ID before it was registered here (a faster peer's) was
+// kept, and is delivered to h now. Past 65,535 handlers it adds nothing
+// and returns NoHandler.
 func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -273,6 +275,9 @@ func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 		return NoHandler
 	}
 	c.am.handlers = append(c.am.handlers, newHandlerEntry(h))
+	if c.am.deliverEarly() {
+		c.pr.progressed() // completions may be queued: a waiter runs them
+	}
 	return HandlerID(len(c.am.handlers) - 1)
 }
 

@@ -277,6 +277,7 @@ type Stats struct {
 	Duplicates               uint64 // discarded by sequence number
 	AcksSent                 uint64 // acknowledgement-only packets
 	BadPackets               uint64 // malformed lapi packets
+	EarlyPackets             uint64 // kept until their handler was registered
 	Stale                    uint64 // addressed to an earlier life of this rank
 	FailoverResends          uint64 // times the device took a member out and what was in flight went again
 	SendErrors               uint64 // device refusals taken as losses

@@ -21,6 +21,10 @@ type dispatcher struct {
 	spare    []completion       // runCompletions' other queue, nil while it runs one
 	// onFrameFn is onFrame, made once so that polling allocates nothing.
 	onFrameFn func(*hal.Header, []byte)
+	// early holds packets for handlers not registered yet (early.go),
+	// earlyBytes what they carry.
+	early      []earlyPkt
+	earlyBytes int
 }
 
 // reasmKey names a message being reassembled.
@@ -136,9 +140,12 @@ func (ad *dispatcher) onTiny(h *hal.Header, b []byte) {
 	if !ad.admit(h.Src, dstEp) {
 		return
 	}
-	if e := ad.handler(handler); e != nil {
-		ad.deliverWhole(e, h.Src, uhdr, data, 0, 0) // a tiny packet has no counters
+	if !ad.registered(handler) {
+		ph := pktHdr{kind: kindAM, handler: handler, total: uint32(len(data))}
+		ad.keepEarly(h.Src, &ph, uhdr, data) // a tiny packet has no counters
+		return
 	}
+	ad.deliverWhole(&ad.handlers[handler], h.Src, uhdr, data, 0, 0) // a tiny packet has no counters
 }
 
 // admit counts a decoded packet from src naming the destination epoch
@@ -166,23 +173,14 @@ func (ad *dispatcher) admit(src hal.Rank, dstEp uint32) bool {
 	return true
 }
 
-// handler is the registered handler id names, or nil, counted as a bad
-// packet.
-func (ad *dispatcher) handler(id uint16) *handlerEntry {
-	c := ad.c
-	if int(id) >= len(ad.handlers) || ad.handlers[id].h == nil {
-		c.stats.BadPackets++
-		return nil
-	}
-	return &ad.handlers[id]
-}
-
-// deliver places one packet of an active message.
+// deliver places one packet of an active message; one for a handler not
+// registered yet is kept until it is (early.go).
 func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
-	e := ad.handler(ph.handler)
-	if e == nil {
+	if !ad.registered(ph.handler) {
+		ad.keepEarly(src, ph, uhdr, data)
 		return
 	}
+	e := &ad.handlers[ph.handler]
 	hd := e.h
 	if ph.offset == 0 && len(data) == int(ph.total) {
 		ad.deliverWhole(e, src, uhdr, data, ph.tcntr, ph.ccntr)

@@ -1,0 +1,81 @@
+package lapi
+
+import (
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/trace"
+)
+
+// A packet may name a handler its destination has not registered yet.
+// Every rank registers the same handlers in the same order, but not at the
+// same moment: a peer that has finished starting sends as soon as
+// reintegration lets it, and this rank's background progress may complete
+// reintegration before its caller has registered anything. Over an
+// unreliable device such a packet has been numbered and acknowledged by
+// the time its handler is looked up, so dropping it lost the message for
+// good (an MPI job hung in its first Barrier this way, under load). The
+// dispatcher keeps it, copied, and RegisterHandler delivers it, in arrival
+// order and before any later packet. Past earlyMax packets or
+// earlyMaxBytes bytes (a peer naming handlers that are never registered),
+// further ones are counted bad and dropped.
+const (
+	earlyMax      = 1024
+	earlyMaxBytes = 4 << 20
+)
+
+// earlyPkt is a packet kept for a handler not yet registered.
+type earlyPkt struct {
+	src        hal.Rank
+	ph         pktHdr
+	uhdr, data []byte // one copy of both
+}
+
+// keepEarly keeps a packet of src for the unregistered handler ph names
+// (c.mu held), or counts it bad when the bound is reached.
+func (ad *dispatcher) keepEarly(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
+	c := ad.c
+	n := len(uhdr) + len(data)
+	if len(ad.early) >= earlyMax || ad.earlyBytes+n > earlyMaxBytes {
+		c.stats.BadPackets++
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d for handler %d: never registered here (%d packets kept for unregistered handlers already)",
+				c.rank, src, ph.handler, len(ad.early))
+		}
+		return
+	}
+	buf := make([]byte, n)
+	copy(buf, uhdr)
+	copy(buf[len(uhdr):], data)
+	ad.early = append(ad.early, earlyPkt{src: src, ph: *ph, uhdr: buf[:len(uhdr):len(uhdr)], data: buf[len(uhdr):]})
+	ad.earlyBytes += n
+	c.stats.EarlyPackets++
+	if trace.On(trace.Hot) {
+		trace.Printf(trace.Hot, "lapi %d: packet from rank %d for handler %d kept until it is registered", c.rank, src, ph.handler)
+	}
+}
+
+// deliverEarly delivers, in arrival order, the kept packets whose
+// handlers are registered now (c.mu held), and reports whether it
+// delivered any.
+func (ad *dispatcher) deliverEarly() bool {
+	if len(ad.early) == 0 {
+		return false
+	}
+	kept, delivered := ad.early[:0], false
+	for _, p := range ad.early {
+		if ad.registered(p.ph.handler) {
+			ad.earlyBytes -= len(p.uhdr) + len(p.data)
+			ad.deliver(p.src, &p.ph, p.uhdr, p.data)
+			delivered = true
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	clear(ad.early[len(kept):])
+	ad.early = kept
+	return delivered
+}
+
+// registered reports whether handler id is registered.
+func (ad *dispatcher) registered(id uint16) bool {
+	return int(id) < len(ad.handlers) && ad.handlers[id].h != nil
+}
