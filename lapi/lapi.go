@@ -48,6 +48,14 @@ type Config struct {
 	// rank sharing a core with another wants, since the peer it waits for
 	// may be the thread it yields to, and a sleep and wake-up costs more.
 	Spin, Yield time.Duration
+	// Gosched is how long a spinning waiter polls between two calls to
+	// runtime.Gosched, which let the goroutines queued on its processor
+	// run (default 4µs; negative: never). Ranks that are goroutines of
+	// one process (mpi.Run) wait for each other that way. Where nothing
+	// the waiter needs shares its processor, the call only costs: with a
+	// processor idle, each one wakes a thread of the runtime, which takes
+	// a core from the peer the waiter waits for.
+	Gosched time.Duration
 	// CopyThreshold: messages with at most this much data are copied when
 	// sent, so their origin counter fires at once (default 16 KiB; never
 	// AMRendezvous or more, since rendezvous reads the sender's buffer
@@ -125,6 +133,7 @@ func (c *Config) setDefaults() {
 	def(&c.AckDelay, 100*time.Microsecond)
 	def(&c.PeerTimeout, 30*time.Second)
 	def(&c.Spin, 50*time.Microsecond)
+	def(&c.Gosched, 4*time.Microsecond)
 	if c.Window <= 0 || c.Window > sackBits {
 		c.Window = sackBits
 	}

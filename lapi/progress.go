@@ -2,6 +2,7 @@ package lapi
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -23,6 +24,10 @@ type progressor struct {
 	wake        chan struct{}
 	stopBg      chan struct{}
 	bgDone      chan struct{}
+	// bgLooks counts background's wake-ups, bgPasses the passes it made
+	// itself (c.mu held).
+	bgLooks  atomic.Uint64
+	bgPasses uint64
 }
 
 // progressLocked is one pass of the progress engine: take what the device
@@ -198,13 +203,6 @@ func (c *Context) WaitTx(ctx context.Context, cond func(tx *Tx) (done bool, err 
 func (c *Context) WaitQuiet(ctx context.Context, cond func() (done bool, err error)) error {
 	return c.pr.waitFor(ctx, cond, nil, nil, -1, 0)
 }
-
-// goschedAfter is how long a spinning waiter polls between two calls to
-// runtime.Gosched, which let the other goroutines of its processor run.
-// Gosched takes the scheduler's lock and costs more than a poll: called
-// at every clock reading, it delayed a ping-pong's reply whenever the
-// message came during it.
-const goschedAfter = 4 * time.Microsecond
 
 // epoch is when this package started: monotonic counts from it.
 var epoch = time.Now()

@@ -163,3 +163,51 @@ func TestAMExactlyOnceUDP(t *testing.T) {
 	}
 	t.Logf("%d messages exactly once over UDP with %v; %d retransmissions", perRank*n, spec, rtx)
 }
+
+// TestBackgroundBacksOff: while the rank's goroutine makes progress
+// passes, the background timer goroutine wakes up less and less often (up
+// to every bgSlow instead of every bgFast) and makes no pass of its own;
+// once the goroutine stops, it takes over again: a message that then comes
+// is delivered with nobody else polling.
+func TestBackgroundBacksOff(t *testing.T) {
+	ctxs := openUDPJob(t, 2, faults.Spec{})
+	k := &lockedChecker{checker: checker{t: t, me: 1, seen: map[[2]uint32]bool{}}}
+	h := ctxs[0].RegisterHandler(&lockedChecker{checker: checker{t: t, me: 0, seen: map[[2]uint32]bool{}}})
+	ctxs[1].RegisterHandler(k)
+	looks := func() (looks, passes uint64) {
+		c := ctxs[1]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pr.bgLooks.Load(), c.pr.bgPasses
+	}
+
+	l0, p0 := looks()
+	const busy = 200 * time.Millisecond
+	for start := time.Now(); time.Since(start) < busy; {
+		ctxs[1].Progress()
+	}
+	l1, p1 := looks()
+	// Every bgFast, it would have looked about 400 times.
+	if l1-l0 > 60 || p1 != p0 {
+		t.Errorf("while the rank made progress for %v, background looked %d times and made %d passes; want at most 60 and none", busy, l1-l0, p1-p0)
+	}
+
+	var u [12]byte
+	if err := ctxs[0].Amsend(1, h, u[:], pattern[:100], SendOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Rank 0 waits for its message's delivery; rank 1 makes no call.
+	err := ctxs[0].Wait(ctx, func() (bool, error) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.got == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("rank 1 made no call, and its background did not deliver the message: %v", err)
+	}
+	if _, p2 := looks(); p2 == p1 {
+		t.Error("the message was delivered, but not by rank 1's background passes")
+	}
+}

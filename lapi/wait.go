@@ -23,7 +23,7 @@ func (pg *progressor) waitFor(ctx context.Context, cond func() (done bool, err e
 	// The spin window restarts whenever progress is made: a goroutine that
 	// waits for a long time in a busy exchange keeps polling, and blocks
 	// only after Spin with nothing happening.
-	ws := waitSpin{pg: pg, spin: spin, yield: yield}
+	ws := waitSpin{pg: pg, spin: spin, yield: yield, gosched: pg.c.cfg.Gosched}
 	// A context that is never done (Done is nil) is not asked for Err
 	// after every pass: an interface call each time.
 	cancelable := ctx.Done() != nil
@@ -126,10 +126,15 @@ func (pg *progressor) waitPass(cond func() (bool, error), condTx func(*Tx) (bool
 type waitSpin struct {
 	pg          *progressor
 	spin, yield time.Duration
-	spinning    bool
-	spinStart   time.Duration // monotonic()
-	nextSched   time.Duration // how long into the spin to call Gosched next
-	waited      time.Duration // since spinStart, at the last spun
+	// gosched is Config.Gosched: how long to spin between two calls
+	// to runtime.Gosched (negative: none). It is not called at every
+	// clock reading: Gosched takes the scheduler's lock and costs more
+	// than a poll, and a ping-pong's reply that came during one waited.
+	gosched   time.Duration
+	spinning  bool
+	spinStart time.Duration // monotonic()
+	nextSched time.Duration // how long into the spin to call Gosched next
+	waited    time.Duration // since spinStart, at the last spun
 }
 
 // spun reads the clock after a pass that made no progress, and reports
@@ -138,15 +143,15 @@ type waitSpin struct {
 func (ws *waitSpin) spun() bool {
 	now := monotonic()
 	if !ws.spinning {
-		ws.spinning, ws.spinStart, ws.nextSched = true, now, goschedAfter
+		ws.spinning, ws.spinStart, ws.nextSched = true, now, ws.gosched
 	}
 	// The timer and queue checks take the lock: only a waiter that
 	// would block makes them.
 	ws.waited = now - ws.spinStart
 	if ws.waited < ws.spin {
-		if ws.waited >= ws.nextSched {
+		if ws.gosched >= 0 && ws.waited >= ws.nextSched {
 			runtime.Gosched()
-			ws.nextSched = ws.waited + goschedAfter
+			ws.nextSched = ws.waited + ws.gosched
 		}
 		return true
 	}
@@ -229,25 +234,58 @@ func (pg *progressor) wakeLocked() {
 // background keeps an unreliable context's timers running while no
 // goroutine is inside lapi: retransmissions and acknowledgements must go
 // even when the application is computing.
+//
+// While a goroutine makes progress passes or blocks in the device, that
+// goroutine runs the timers, and background's own wake-ups only cost: on
+// a node whose every core runs a polling rank, each one takes a core from
+// a rank, and its peer waits that long too. So it looks every bgFast at
+// first, and each time it finds another goroutine at work it waits twice
+// as long, up to bgSlow; finding none, it makes the pass itself and
+// looks every bgFast again.
 func (pg *progressor) background() {
 	c := pg.c
 	defer close(pg.bgDone)
-	period := max(c.cfg.MinRTO, 500*time.Microsecond)
-	t := time.NewTicker(period)
+	fast := max(c.cfg.MinRTO, bgFast)
+	period := fast
+	t := time.NewTimer(period)
 	defer t.Stop()
+	// pg.passes and pg.gen at the last look (a pass that finds what
+	// its waiter waits for returns before counting itself a pass).
+	var passes uint32
+	var gen uint64
 	for {
 		select {
 		case <-pg.stopBg:
 			return
 		case <-t.C:
 		}
-		if !c.mu.TryLock() {
-			continue // someone is making progress already
+		pg.bgLooks.Add(1)
+		busy := true // someone holds the lock: making progress already
+		if c.mu.TryLock() {
+			busy = pg.blocking || pg.passes != passes || pg.gen != gen
+			if !busy && !c.closed {
+				pg.bgPasses++
+				pg.progressLocked()
+			}
+			passes, gen = pg.passes, pg.gen
+			c.mu.Unlock()
+			c.am.runCompletions()
 		}
-		if !c.closed && !pg.blocking {
-			pg.progressLocked()
+		if busy {
+			period = min(2*period, max(bgSlow, fast))
+		} else {
+			period = fast
 		}
-		c.mu.Unlock()
-		c.am.runCompletions()
+		t.Reset(period)
 	}
 }
+
+// bgFast and bgSlow bound how often background looks (the first is
+// raised to Config.MinRTO): every bgFast while no other goroutine makes
+// progress, so that a retransmission is at most that late; up to every
+// bgSlow while one does, which is then how late background notices it
+// stopped.
+const (
+	bgFast = 500 * time.Microsecond
+	bgSlow = 8 * time.Millisecond
+)

@@ -94,6 +94,11 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// life, and peers' replicas of its TPT start afresh.
 	lcfg := lapi.Config{Devices: set.Members, Route: set.Route, Rank: lapi.Rank(rank), Size: size, JobKey: key, Reintegrate: true,
 		SingleCopyThreshold: opts.SingleCopy, Track: trk}
+	// One rank per process: a spinning waiter holds up no other rank's
+	// goroutine, and runtime.Gosched every few microseconds (lapi's
+	// default, for mpi.Run's goroutine ranks) only woke idle runtime
+	// threads that took cores from the peers it waited for.
+	lcfg.Gosched = time.Millisecond
 	oversub := devices.Oversubscribed(cl, opts.NodeCPUs)
 	if oversub {
 		// More ranks than cores here: spinning only delays the rank that
