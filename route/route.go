@@ -64,7 +64,10 @@ type Device struct {
 	misroute atomic.Uint64 // frames dropped for arriving through the wrong member
 	closed   atomic.Bool
 
-	watches    []*watch // by member: its watcher; nil for the first (watch.go)
+	watches    []*watch    // by member: its watcher; nil for the first (watch.go)
+	nParked    int         // watched members parked (Poll's)
+	skips      uint32      // passes of Poll since the watchers started (Poll's)
+	anyReady   atomic.Bool // some watcher saw its member ready since Poll last looked
 	stopCtx    context.Context
 	stop       context.CancelFunc // ends the watchers, at Close
 	waitMu     sync.Mutex
@@ -304,20 +307,24 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		return 0, errClosed
 	}
 	d.deliver = fn
-	total := 0
-	var first error
-	for m, dev := range d.members {
-		d.member = m
-		var n int
-		var err error
-		if d.watches == nil || m == 0 {
-			n, err = dev.Poll(d.onFrame)
-		} else {
-			n, err = d.pollWatched(m) // watch.go
+	d.member = 0
+	total, first := d.members[0].Poll(d.onFrame)
+	if d.watches != nil {
+		if d.skips++; !d.quiet() {
+			n, err := d.pollWatched() // watch.go
+			total += n
+			if err != nil && first == nil {
+				first = err
+			}
 		}
-		total += n
-		if err != nil && first == nil {
-			first = err
+	} else {
+		for m := 1; m < len(d.members); m++ {
+			d.member = m
+			n, err := d.members[m].Poll(d.onFrame)
+			total += n
+			if err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	d.deliver = nil

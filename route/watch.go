@@ -36,7 +36,6 @@ type watch struct {
 	idle   int         // empty polls in a row (Poll's)
 	since  time.Time   // when the 64th of them came (Poll's)
 	parked bool        // Poll leaves the member to the watcher (Poll's)
-	skips  uint32      // passes that did not poll it while parked (Poll's)
 	ready  atomic.Bool // the watcher saw the member ready to deliver
 	armed  atomic.Bool // the watcher waits on the member, or is about to
 	arm    chan struct{}
@@ -75,6 +74,7 @@ func (d *Device) watcher(w *watch) {
 		// Also on an error: Poll then polls the member and meets it.
 		_ = err
 		w.ready.Store(true)
+		d.anyReady.Store(true)
 		w.armed.Store(false)
 		d.ring()
 	}
@@ -89,41 +89,54 @@ func (d *Device) ring() {
 	d.waitMu.Unlock()
 }
 
-// pollWatched polls member m, a watched one: every pass while it is not
-// parked; once parked, when its watcher has seen it ready, and every
-// parkedLook-th pass in case the watcher's thread waits for a processor.
-func (d *Device) pollWatched(m int) (int, error) {
-	w := d.watches[m]
-	if w.parked {
-		w.skips++
-		if !w.ready.Load() && w.skips%parkedLook != 0 {
-			w.armWatcher()
-			return 0, nil
+// pollWatched polls the watched members, those after the first: each one
+// on every pass while it is not parked; once parked, when its watcher has
+// seen it ready, and every parkedLook-th pass in case the watcher's thread
+// waits for a processor (Poll counts the passes in skips, and calls it
+// only when some member may be polled: quiet says when none is).
+func (d *Device) pollWatched() (int, error) {
+	d.anyReady.Store(false) // before the members' flags: a ring after this is seen now or next pass
+	total := 0
+	var first error
+	for m := 1; m < len(d.watches); m++ {
+		w := d.watches[m]
+		if w.parked && !w.ready.Load() && d.skips%parkedLook != 0 {
+			continue
 		}
-	}
-	if w.ready.Load() {
-		w.ready.Store(false)
-	}
-	n, err := w.dev.Poll(d.onFrame)
-	switch {
-	case n > 0 || err != nil:
-		w.parked, w.idle = false, 0
-	case w.parked:
-		w.armWatcher()
-	default:
-		// Silent: every 64 empty polls, see for how long (a clock
-		// read costs as much as a shared-memory poll).
-		if w.idle++; w.idle%64 == 0 {
-			now := time.Now()
-			if w.idle == 64 {
-				w.since = now
-			} else if now.Sub(w.since) >= parkSilence {
-				w.parked = true
-				w.armWatcher()
+		if w.ready.Load() {
+			w.ready.Store(false)
+		}
+		d.member = m
+		n, err := w.dev.Poll(d.onFrame)
+		total += n
+		if err != nil && first == nil {
+			first = err
+		}
+		switch {
+		case n > 0 || err != nil:
+			if w.parked {
+				w.parked = false
+				d.nParked--
+			}
+			w.idle = 0
+		case w.parked:
+			w.armWatcher()
+		default:
+			// Silent: every 64 empty polls, see for how long (a
+			// clock read costs as much as a shared-memory poll).
+			if w.idle++; w.idle%64 == 0 {
+				now := time.Now()
+				if w.idle == 64 {
+					w.since = now
+				} else if now.Sub(w.since) >= parkSilence {
+					w.parked = true
+					d.nParked++
+					w.armWatcher()
+				}
 			}
 		}
 	}
-	return n, err
+	return total, first
 }
 
 // waitWatched is Wait: on the first member in the calling goroutine, on
@@ -150,4 +163,12 @@ func (d *Device) waitWatched(ctx context.Context) error {
 		return nil // a watcher rang
 	}
 	return err
+}
+
+// quiet reports whether no watched member is to be polled this pass
+// (skips counted it): all are parked, no watcher rang, and it is not a
+// parkedLook-th pass. It is in the spin of every waiter on the node's
+// member, and costs one load and a compare.
+func (d *Device) quiet() bool {
+	return d.nParked == len(d.watches)-1 && d.skips%parkedLook != 0 && !d.anyReady.Load()
 }
