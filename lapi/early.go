@@ -5,7 +5,8 @@ import (
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
-// A packet may name a handler its destination has not registered yet.
+// A packet may name a handler (or a FIFO) its destination has not
+// registered yet.
 // Every rank registers the same handlers in the same order, but not at the
 // same moment: a peer that has finished starting sends as soon as
 // reintegration lets it, and this rank's background progress may complete
@@ -14,7 +15,9 @@ import (
 // the time its handler is looked up, so dropping it lost the message for
 // good (an MPI job hung in its first Barrier this way, under load). The
 // dispatcher keeps it, copied, and RegisterHandler delivers it, in arrival
-// order and before any later packet. Past earlyMax packets or
+// order and before any later packet; a half-RDMA write's packet for a
+// FIFO not registered yet (whose origin hears it complete) is kept the same
+// way until RegisterFIFO. Past earlyMax packets or
 // earlyMaxBytes bytes (a peer naming handlers that are never registered),
 // further ones are counted bad and dropped.
 const (
@@ -78,4 +81,42 @@ func (ad *dispatcher) deliverEarly() bool {
 // registered reports whether handler id is registered.
 func (ad *dispatcher) registered(id uint16) bool {
 	return int(id) < len(ad.handlers) && ad.handlers[id].h != nil
+}
+
+// earlyFIFO is a half-RDMA write's packet kept for a FIFO not registered
+// yet: fifoPacket's arguments, data copied.
+type earlyFIFO struct {
+	src       hal.Rank
+	arg       uint32
+	off       uint64
+	dst, data []byte
+}
+
+// keepEarlyFIFO keeps a packet for an unregistered FIFO (c.mu held), or
+// counts it bad when the bound is reached.
+func (r *rdmaState) keepEarlyFIFO(src hal.Rank, arg uint32, off uint64, dst, data []byte) {
+	c := r.c
+	if len(r.early) >= earlyMax || r.earlyBytes+len(data) > earlyMaxBytes {
+		c.stats.BadPackets++
+		return
+	}
+	r.early = append(r.early, earlyFIFO{src: src, arg: arg, off: off, dst: dst, data: append([]byte(nil), data...)})
+	r.earlyBytes += len(data)
+	c.stats.EarlyPackets++
+}
+
+// deliverEarlyFIFO hands the kept packets whose FIFOs are registered now
+// to them, in arrival order (c.mu held).
+func (r *rdmaState) deliverEarlyFIFO() {
+	kept := r.early[:0]
+	for _, p := range r.early {
+		if id := p.arg & (1<<fifoChunkShift - 1); int(id) < len(r.fifos) {
+			r.earlyBytes -= len(p.data)
+			r.fifoPacket(p.src, p.arg, p.off, p.dst, p.data)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	clear(r.early[len(kept):])
+	r.early = kept
 }

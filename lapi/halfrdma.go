@@ -107,7 +107,8 @@ func (hf Half) RegisterFIFOSource(s FIFOSource) FIFOID {
 }
 
 // RegisterFIFO registers h to take PutToFIFO transfers into this rank and
-// returns its ID.
+// returns its ID. Packets that came for the ID before (a faster peer's)
+// were kept, and h takes them now.
 func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
 	c := hf.c
 	c.mu.Lock()
@@ -116,6 +117,7 @@ func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
 		return NoFIFO
 	}
 	c.rd.fifos = append(c.rd.fifos, h)
+	c.rd.deliverEarlyFIFO() // early.go
 	return FIFOID(len(c.rd.fifos) - 1)
 }
 
@@ -250,12 +252,16 @@ func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst, data [
 		return
 	}
 	id := arg & (1<<fifoChunkShift - 1)
-	if int(id) >= len(r.fifos) || r.fifos[id] == nil {
-		c.stats.BadPackets++ // no handler there (or a nil one registered)
-		return
-	}
 	if len(data) == 0 {
 		return // a transfer of no bytes: its handler sees no packet
+	}
+	if int(id) >= len(r.fifos) {
+		r.keepEarlyFIFO(src, arg, off, dst, data) // early.go
+		return
+	}
+	if r.fifos[id] == nil {
+		c.stats.BadPackets++ // a nil handler registered
+		return
 	}
 	chunk := uint64(arg&^fifoArgBit) >> fifoChunkShift
 	r.fifos[id].OnFIFO(src, chunk*rdmaChunk+off, dst, data)

@@ -826,8 +826,8 @@ func benchNone(b *testing.B, ctxs []*Context, size int, none bool) {
 }
 
 // TestPutToNilFIFO: a PutToFIFO into a FIFO registered as nil is dropped
-// and counted at the target (as one naming no FIFO is), not run into a
-// nil handler in the progress engine.
+// and counted at the target, not run into a nil handler in the progress
+// engine (one for a FIFO not registered yet is kept: TestEarlyFIFO).
 func TestPutToNilFIFO(t *testing.T) {
 	j := newRDMAJob(t, 2, faults.Spec{})
 	defer j.close()

@@ -126,7 +126,9 @@ type rdmaState struct {
 	dones      []rdmaDone    // completions the device had no room for, oldest first
 	sentNone   []*rdmaOp     // chunks asking no completion, sent: done once the device is flushed
 	fifos      []FIFOHandler // RegisterFIFO's
-	sources    []FIFOSource  // RegisterFIFOSource's
+	early      []earlyFIFO   // packets for FIFOs not registered yet (early.go)
+	earlyBytes int
+	sources    []FIFOSource // RegisterFIFOSource's
 	freeOps    *rdmaOp
 	freeGroups *rdmaGroup
 	fifoFree   []*fifoMsg // fifoAM messages taken, for reuse (halfrdma.go)
