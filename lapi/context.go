@@ -136,7 +136,7 @@ func Open(cfg Config) (*Context, error) {
 	}
 	if !c.reliable {
 		if cfg.Clock == nil {
-			c.pr.stopBg, c.pr.bgDone = make(chan struct{}), make(chan struct{})
+			c.pr.stopBg, c.pr.bgDone, c.pr.bgKick = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 			go c.pr.background()
 		}
 	}

@@ -24,6 +24,8 @@ type progressor struct {
 	wake        chan struct{}
 	stopBg      chan struct{}
 	bgDone      chan struct{}
+	bgKick      chan struct{} // block's return: background looks often again
+	bgLong      atomic.Bool   // background sleeps longer than bgSlow: kick it
 	// bgLooks counts background's wake-ups, bgPasses the passes it made
 	// itself (c.mu held).
 	bgLooks  atomic.Uint64

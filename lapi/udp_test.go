@@ -3,6 +3,7 @@ package lapi
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -166,9 +167,10 @@ func TestAMExactlyOnceUDP(t *testing.T) {
 
 // TestBackgroundBacksOff: while the rank's goroutine makes progress
 // passes, the background timer goroutine wakes up less and less often (up
-// to every bgSlow instead of every bgFast) and makes no pass of its own;
-// once the goroutine stops, it takes over again: a message that then comes
-// is delivered with nobody else polling.
+// to every bgSlow instead of every bgFast) and makes no pass of its own,
+// and rarer still while the goroutine blocks in the device; once the
+// goroutine stops, it takes over again: a message that then comes is
+// delivered with nobody else polling.
 func TestBackgroundBacksOff(t *testing.T) {
 	ctxs := openUDPJob(t, 2, faults.Spec{})
 	k := &lockedChecker{checker: checker{t: t, me: 1, seen: map[[2]uint32]bool{}}}
@@ -192,6 +194,21 @@ func TestBackgroundBacksOff(t *testing.T) {
 		t.Errorf("while the rank made progress for %v, background looked %d times and made %d passes; want at most 60 and none", busy, l1-l0, p1-p0)
 	}
 
+	// While the rank's goroutine blocks in the device (which runs the
+	// timers itself), background looks rarer still: up to every
+	// bgBlocked, about 10 looks in 300 ms against 40 at bgSlow.
+	const blocked = 300 * time.Millisecond
+	bctx, bcancel := context.WithTimeout(context.Background(), blocked)
+	err := ctxs[1].Wait(bctx, func() (bool, error) { return false, nil })
+	bcancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait for nothing ended with %v", err)
+	}
+	l2, _ := looks()
+	if l2-l1 > 20 {
+		t.Errorf("while the rank blocked for %v, background looked %d times; want at most 20", blocked, l2-l1)
+	}
+
 	var u [12]byte
 	if err := ctxs[0].Amsend(1, h, u[:], pattern[:100], SendOpts{}); err != nil {
 		t.Fatal(err)
@@ -199,7 +216,7 @@ func TestBackgroundBacksOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Rank 0 waits for its message's delivery; rank 1 makes no call.
-	err := ctxs[0].Wait(ctx, func() (bool, error) {
+	err = ctxs[0].Wait(ctx, func() (bool, error) {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		return k.got == 1, nil

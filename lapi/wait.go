@@ -211,6 +211,12 @@ func (pg *progressor) block(ctx context.Context, gen uint64) {
 	c.mu.Unlock()
 	c.dev.Wait(wctx)
 	cancel()
+	if pg.bgLong.Load() && pg.bgLong.CompareAndSwap(true, false) {
+		select {
+		case pg.bgKick <- struct{}{}: // background looks often again (background)
+		default:
+		}
+	}
 	c.mu.Lock()
 	pg.blocking, pg.blockCancel = false, nil
 	c.takeLost() // a device's Wait returns when it finds a peer lost
@@ -240,8 +246,9 @@ func (pg *progressor) wakeLocked() {
 // a node whose every core runs a polling rank, each one takes a core from
 // a rank, and its peer waits that long too. So it looks every bgFast at
 // first, and each time it finds another goroutine at work it waits twice
-// as long, up to bgSlow; finding none, it makes the pass itself and
-// looks every bgFast again.
+// as long, up to bgSlow, or bgBlocked while one blocks in the device
+// (whose return kicks it, once per sleep longer than bgSlow); finding
+// none, it makes the pass itself and looks every bgFast again.
 func (pg *progressor) background() {
 	c := pg.c
 	defer close(pg.bgDone)
@@ -257,11 +264,22 @@ func (pg *progressor) background() {
 		select {
 		case <-pg.stopBg:
 			return
+		case <-pg.bgKick:
+			// A blocked goroutine came back: it may go on to compute.
+			period = fast
+			if !t.Stop() {
+				<-t.C
+			}
+			t.Reset(period)
+			continue
 		case <-t.C:
 		}
 		pg.bgLooks.Add(1)
-		busy := true // someone holds the lock: making progress already
+		busy, limit := true, bgSlow // someone holds the lock: making progress already
 		if c.mu.TryLock() {
+			if pg.blocking {
+				limit = bgBlocked
+			}
 			busy = pg.blocking || pg.passes != passes || pg.gen != gen
 			if !busy && !c.closed {
 				pg.bgPasses++
@@ -272,20 +290,23 @@ func (pg *progressor) background() {
 			c.am.runCompletions()
 		}
 		if busy {
-			period = min(2*period, max(bgSlow, fast))
+			period = min(2*period, max(limit, fast))
 		} else {
 			period = fast
 		}
+		pg.bgLong.Store(period > bgSlow) // then block's return kicks it
 		t.Reset(period)
 	}
 }
 
-// bgFast and bgSlow bound how often background looks (the first is
-// raised to Config.MinRTO): every bgFast while no other goroutine makes
-// progress, so that a retransmission is at most that late; up to every
-// bgSlow while one does, which is then how late background notices it
-// stopped.
+// bgFast, bgSlow and bgBlocked bound how often background looks (the
+// first is raised to Config.MinRTO): every bgFast while no other goroutine
+// makes progress, so that a retransmission is at most that late; up to
+// every bgSlow while one makes passes, which is then how late background
+// notices it stopped; up to every bgBlocked while one blocks in the
+// device, whose return kicks background at once.
 const (
-	bgFast = 500 * time.Microsecond
-	bgSlow = 8 * time.Millisecond
+	bgFast    = 500 * time.Microsecond
+	bgSlow    = 8 * time.Millisecond
+	bgBlocked = time.Second
 )
