@@ -343,6 +343,23 @@ linestate() {
 # complete and that has not exited $grace s later is stopped and counted
 # as stuck in finalize (MPICH over UCX's tcp: see the header).
 declare -A stuck=() fails=() firstfail=()
+# reap IMPL FIG ROUND: stop what a run left behind. A launcher stopped
+# while its ranks were stuck in finalize leaves them to ssh's hangup in
+# the other host, where they may spin for seconds into the next run (a
+# same-host latency of 2 ranks on 2 cores is three times slower beside
+# one); each run's leftovers are stopped, counted in raw/*.leftover.
+reap() {
+	local pids n=0 i
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		pids=$(pgrep -f "^[^ ]*$bin/" || true)
+		[[ -z $pids ]] && break
+		((i == 1)) && n=$(wc -w <<<"$pids")
+		kill -TERM $pids 2>/dev/null
+		((i == 10)) && kill -KILL $pids 2>/dev/null
+		sleep 0.5
+	done
+	((n == 0)) || echo "$n" >"$out/raw/$1.$2.$3.leftover"
+}
 run() {
 	local impl=$1 f=$2 r=$3
 	local dst="$out/raw/$impl.$f.$r.txt" err="$out/raw/$impl.$f.$r.err"
@@ -368,6 +385,7 @@ run() {
 	done
 	wait "$pid"
 	rc=$?
+	reap "$impl" "$f" "$r"
 	echo $(($(wire) - w0)) >"$out/raw/$impl.$f.$r.wire"
 	if ((killed)); then
 		stuck[$impl]=$((${stuck[$impl]:-0} + 1))
@@ -555,6 +573,14 @@ rows=(
 		echo
 		echo "Runs stopped after their table was complete (not exited ${grace} s later, in MPI_Finalize):"
 		for impl in "${!stuck[@]}"; do echo "  $impl: ${stuck[$impl]} of its runs"; done
+	fi
+	if compgen -G "$out/raw/*.leftover" >/dev/null; then
+		echo
+		echo "Processes a run left running, stopped before the next run (raw/*.leftover):"
+		for l in "$out"/raw/*.leftover; do
+			b=$(basename "$l" .leftover)
+			echo "  $b: $(cat "$l")"
+		done
 	fi
 	for impl in "${!fails[@]}"; do
 		echo
