@@ -1,6 +1,7 @@
 package lapi
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
@@ -98,16 +99,18 @@ func (l *link) onAck(cum uint32, sack [2]uint64, credit uint16, now time.Time, r
 	}
 	// The sack bits are relative to this acknowledgement's own cum, which
 	// may be older than una when acknowledgements arrive out of order.
-	for i := 0; i < sackBits; i++ {
-		if sack[i/64]&(1<<(i%64)) == 0 {
-			continue
-		}
-		s := cum + 1 + uint32(i)
-		if int32(l.nextSeq-s) <= 0 {
-			break
-		}
-		if int32(s-l.una) >= 0 {
-			n += l.release(s, now, released)
+	// Only the set bits are visited: every packet from the peer carries
+	// an acknowledgement, and its sack is empty but for losses.
+sacked:
+	for w, bitsw := range sack {
+		for ; bitsw != 0; bitsw &= bitsw - 1 {
+			s := cum + 1 + uint32(w*64+bits.TrailingZeros64(bitsw))
+			if int32(l.nextSeq-s) <= 0 {
+				break sacked
+			}
+			if int32(s-l.una) >= 0 {
+				n += l.release(s, now, released)
+			}
 		}
 	}
 	for l.una != l.nextSeq && l.inflight[l.una%sackBits] == nil {
