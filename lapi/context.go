@@ -275,7 +275,7 @@ func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 		return NoHandler
 	}
 	c.am.handlers = append(c.am.handlers, newHandlerEntry(h))
-	if c.am.deliverEarly() {
+	if !c.closed && c.am.deliverEarly() {
 		c.pr.progressed() // completions may be queued: a waiter runs them
 	}
 	return HandlerID(len(c.am.handlers) - 1)

@@ -1,6 +1,8 @@
 package lapi
 
 import (
+	"encoding/binary"
+
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/trace"
 )
@@ -15,11 +17,13 @@ import (
 // the time its handler is looked up, so dropping it lost the message for
 // good (an MPI job hung in its first Barrier this way, under load). The
 // dispatcher keeps it, copied, and RegisterHandler delivers it, in arrival
-// order and before any later packet; a half-RDMA write's packet for a
+// order and before any later packet (an RTS, a large message's header,
+// waits for the handler it names); a half-RDMA write's packet for a
 // FIFO not registered yet (whose origin hears it complete) is kept the same
 // way until RegisterFIFO. Past earlyMax packets or
 // earlyMaxBytes bytes (a peer naming handlers that are never registered),
-// further ones are counted bad and dropped.
+// further ones are dropped: over an unreliable device before they are
+// acknowledged (the sender tries again), over a reliable one counted bad.
 const (
 	earlyMax      = 1024
 	earlyMaxBytes = 4 << 20
@@ -37,7 +41,7 @@ type earlyPkt struct {
 func (ad *dispatcher) keepEarly(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	c := ad.c
 	n := len(uhdr) + len(data)
-	if len(ad.early) >= earlyMax || ad.earlyBytes+n > earlyMaxBytes {
+	if ad.earlyFull(n) {
 		c.stats.BadPackets++
 		if trace.On(trace.Hot) {
 			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d for handler %d: never registered here (%d packets kept for unregistered handlers already)",
@@ -65,7 +69,7 @@ func (ad *dispatcher) deliverEarly() bool {
 	}
 	kept, delivered := ad.early[:0], false
 	for _, p := range ad.early {
-		if ad.registered(p.ph.handler) {
+		if !ad.earlyFor(&p.ph, p.uhdr) {
 			ad.earlyBytes -= len(p.uhdr) + len(p.data)
 			ad.deliver(p.src, &p.ph, p.uhdr, p.data)
 			delivered = true
@@ -78,9 +82,52 @@ func (ad *dispatcher) deliverEarly() bool {
 	return delivered
 }
 
-// registered reports whether handler id is registered.
-func (ad *dispatcher) registered(id uint16) bool {
-	return int(id) < len(ad.handlers) && ad.handlers[id].h != nil
+// registered reports whether handler id is registered (perhaps as nil,
+// which deliver counts bad).
+func (ad *dispatcher) registered(id uint16) bool { return int(id) < len(ad.handlers) }
+
+// early reports whether the packet ph, with user header uhdr, is for a
+// handler not registered yet: its own, or for an RTS (a large message's
+// header, taken by lapi's own handler) the user's handler it names.
+func (ad *dispatcher) earlyFor(ph *pktHdr, uhdr []byte) bool {
+	if ph.handler == uint16(hRTS) && len(uhdr) >= 2 {
+		return !ad.registered(binary.LittleEndian.Uint16(uhdr))
+	}
+	return !ad.registered(ph.handler)
+}
+
+// earlyFull reports whether a packet of n bytes would not be kept. Over
+// an unreliable device onFrame then drops it before the reliability
+// layer numbers and acknowledges it: its sender sends it again until the
+// handler is registered, and nothing is lost.
+func (ad *dispatcher) earlyFull(n int) bool {
+	return len(ad.early) >= earlyMax || ad.earlyBytes+n > earlyMaxBytes
+}
+
+// dropEarly forgets the kept packets from peer (c.mu held): it failed,
+// and a later life of it numbers its messages afresh.
+func (ad *dispatcher) dropEarly(peer hal.Rank) {
+	kept := ad.early[:0]
+	for _, p := range ad.early {
+		if p.src == peer {
+			ad.earlyBytes -= len(p.uhdr) + len(p.data)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	clear(ad.early[len(kept):])
+	ad.early = kept
+	r := &ad.c.rd
+	fifo := r.early[:0]
+	for _, p := range r.early {
+		if p.src == peer {
+			r.earlyBytes -= len(p.data)
+		} else {
+			fifo = append(fifo, p)
+		}
+	}
+	clear(r.early[len(fifo):])
+	r.early = fifo
 }
 
 // earlyFIFO is a half-RDMA write's packet kept for a FIFO not registered

@@ -21,7 +21,10 @@ import (
 // Before, each was dropped as malformed after it was acknowledged: lost.
 func TestEarlyPackets(t *testing.T) {
 	const msgs = 40
-	sizes := []int{0, 8, 1000, 5000, 40 << 10} // one packet to several at the 16 KiB MTU
+	// One packet to several at the 16 KiB MTU; 300 KiB goes by
+	// rendezvous over the reliable device: its RTS is kept for the
+	// handler it names.
+	sizes := []int{0, 8, 1000, 5000, 40 << 10, 300 << 10}
 	send := func(t *testing.T, c *Context, h HandlerID, origin *Counter) {
 		for i := range msgs {
 			size := sizes[i%len(sizes)]
@@ -90,9 +93,48 @@ func TestEarlyPackets(t *testing.T) {
 	})
 }
 
-// TestEarlyPacketsBounded: packets for a handler that is never registered
-// are kept up to earlyMax, then counted bad; registering other handlers
-// delivers none of them.
+// TestEarlyPacketsPastTheBound: over an unreliable device, a message
+// larger than what is kept for an unregistered handler (6 MiB against
+// earlyMaxBytes) loses nothing: the packets past the bound are not
+// acknowledged, so the sender sends them again, and the whole message
+// arrives once the handler is registered.
+func TestEarlyPacketsPastTheBound(t *testing.T) {
+	j := openSimJob(t, 2, faults.Spec{Seed: 5}, nil, simnet.WithMTU(16<<10))
+	defer j.close()
+	h := j.ctxs[0].RegisterHandler(&checker{t: t, me: 0, seen: map[[2]uint32]bool{}})
+	big := make([]byte, 6<<20)
+	for i := range big {
+		big[i] = pattern[i%len(pattern)]
+	}
+	origin := j.ctxs[0].NewCounter()
+	if err := j.ctxs[0].Amsend(1, h, make([]byte, 12), big, SendOpts{Origin: origin}); err != nil {
+		t.Fatal(err)
+	}
+	// Until rank 1 has kept what it may and rank 0 has sent the rest
+	// again a few times (not for PeerTimeout, after which rank 0 would
+	// give rank 1 up).
+	j.run(time.Minute, nil, func() bool {
+		return j.ctxs[1].Stats().EarlyPackets >= earlyMaxBytes/(16<<10)-1 && j.ctxs[0].Stats().Retransmits >= 20
+	})
+	if s := j.ctxs[1].Stats(); s.BadPackets != 0 {
+		t.Fatalf("before registration: %d bad, %d kept", s.BadPackets, s.EarlyPackets)
+	}
+	var got []byte
+	rec := &wholeRecorder{}
+	j.ctxs[1].RegisterHandler(rec)
+	j.run(10*time.Minute, nil, func() bool { return rec.completes == 1 })
+	got = rec.buf
+	if !bytes.Equal(got, big) {
+		t.Fatalf("the 6 MiB message arrived with %d bytes, equal %v", len(got), bytes.Equal(got, big))
+	}
+	if s := j.ctxs[1].Stats(); s.BadPackets != 0 {
+		t.Fatalf("%d packets counted bad", s.BadPackets)
+	}
+}
+
+// TestEarlyPacketsBounded: over a reliable device, packets for a handler
+// that is never registered are kept up to earlyMax, then counted bad;
+// registering other handlers delivers none of them.
 func TestEarlyPacketsBounded(t *testing.T) {
 	c := openInprocJob(t, 2, faults.Spec{})[1]
 	good := hal.Header{Type: hal.FrameData, Src: 0, Dst: 1}
@@ -151,5 +193,23 @@ func TestEarlyFIFO(t *testing.T) {
 				t.Fatalf("target: %d bad, %d kept; want none bad, some kept", s.BadPackets, s.EarlyPackets)
 			}
 		})
+	}
+}
+
+// TestEarlyPacketsOfAFailedPeer: packets kept from a peer that then
+// failed are forgotten, not delivered to the handler registered later.
+func TestEarlyPacketsOfAFailedPeer(t *testing.T) {
+	c := openInprocJob(t, 2, faults.Spec{})[1]
+	good := hal.Header{Type: hal.FrameData, Src: 0, Dst: 1}
+	c.mu.Lock()
+	for i := range 5 {
+		c.am.onFrame(&good, tinyPacket(firstUserHandler, nil, []byte(fmt.Sprint(i))))
+	}
+	c.rel.dropPeer(0, ErrPeerFailed)
+	c.mu.Unlock()
+	rec := &wholeRecorder{}
+	c.RegisterHandler(rec)
+	if rec.whole+rec.headers != 0 || len(c.am.early) != 0 || c.am.earlyBytes != 0 {
+		t.Fatalf("a failed peer's kept packets: %d delivered, %d still kept (%d bytes)", rec.whole+rec.headers, len(c.am.early), c.am.earlyBytes)
 	}
 }

@@ -63,6 +63,7 @@ func (rl *reliability) dropPeer(peer hal.Rank, err error) {
 			delete(c.am.reasm, k)
 		}
 	}
+	c.am.dropEarly(peer)
 	c.gets.failPeer(c, peer, err)
 	c.rd.dropRDMA(peer, err)
 	if c.am.awaiting != nil {

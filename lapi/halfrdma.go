@@ -117,7 +117,9 @@ func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
 		return NoFIFO
 	}
 	c.rd.fifos = append(c.rd.fifos, h)
-	c.rd.deliverEarlyFIFO() // early.go
+	if !c.closed {
+		c.rd.deliverEarlyFIFO() // early.go
+	}
 	return FIFOID(len(c.rd.fifos) - 1)
 }
 

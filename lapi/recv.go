@@ -85,6 +85,9 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	if !c.reliableTo(h.Src) {
+		if ph.kind == kindAM && ph.flags&flagSeq != 0 && ad.earlyFor(&ph, uhdr) && ad.earlyFull(len(uhdr)+len(data)) {
+			return // unacknowledged: sent again until there is room (early.go)
+		}
 		if !c.rel.onPacket(h.Src, &ph) {
 			return
 		}
@@ -140,12 +143,8 @@ func (ad *dispatcher) onTiny(h *hal.Header, b []byte) {
 	if !ad.admit(h.Src, dstEp) {
 		return
 	}
-	if !ad.registered(handler) {
-		ph := pktHdr{kind: kindAM, handler: handler, total: uint32(len(data))}
-		ad.keepEarly(h.Src, &ph, uhdr, data) // a tiny packet has no counters
-		return
-	}
-	ad.deliverWhole(&ad.handlers[handler], h.Src, uhdr, data, 0, 0) // a tiny packet has no counters
+	ph := pktHdr{kind: kindAM, handler: handler, total: uint32(len(data))}
+	ad.deliver(h.Src, &ph, uhdr, data) // a tiny packet has no counters
 }
 
 // admit counts a decoded packet from src naming the destination epoch
@@ -176,11 +175,15 @@ func (ad *dispatcher) admit(src hal.Rank, dstEp uint32) bool {
 // deliver places one packet of an active message; one for a handler not
 // registered yet is kept until it is (early.go).
 func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
-	if !ad.registered(ph.handler) {
+	if ad.earlyFor(ph, uhdr) {
 		ad.keepEarly(src, ph, uhdr, data)
 		return
 	}
 	e := &ad.handlers[ph.handler]
+	if e.h == nil {
+		ad.c.stats.BadPackets++ // registered as nil
+		return
+	}
 	hd := e.h
 	if ph.offset == 0 && len(data) == int(ph.total) {
 		ad.deliverWhole(e, src, uhdr, data, ph.tcntr, ph.ccntr)
