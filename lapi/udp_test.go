@@ -190,8 +190,10 @@ func TestBackgroundBacksOff(t *testing.T) {
 	}
 	l1, p1 := looks()
 	// Every bgFast, it would have looked about 400 times.
-	if l1-l0 > 60 || p1 != p0 {
-		t.Errorf("while the rank made progress for %v, background looked %d times and made %d passes; want at most 60 and none", busy, l1-l0, p1-p0)
+	// (A few own passes where the goroutine lost its processor for a
+	// whole period; without the back-off it made one at every look.)
+	if l1-l0 > 60 || p1-p0 > 10 {
+		t.Errorf("while the rank made progress for %v, background looked %d times and made %d passes; want at most 60 and 10", busy, l1-l0, p1-p0)
 	}
 
 	// While the rank's goroutine blocks in the device (which runs the

@@ -211,14 +211,14 @@ func (pg *progressor) block(ctx context.Context, gen uint64) {
 	c.mu.Unlock()
 	c.dev.Wait(wctx)
 	cancel()
+	c.mu.Lock()
+	pg.blocking, pg.blockCancel = false, nil
 	if pg.bgLong.Load() && pg.bgLong.CompareAndSwap(true, false) {
 		select {
 		case pg.bgKick <- struct{}{}: // background looks often again (background)
 		default:
 		}
 	}
-	c.mu.Lock()
-	pg.blocking, pg.blockCancel = false, nil
 	c.takeLost() // a device's Wait returns when it finds a peer lost
 	pg.wakeLocked()
 	c.mu.Unlock()
@@ -267,36 +267,46 @@ func (pg *progressor) background() {
 		case <-pg.bgKick:
 			// A blocked goroutine came back: it may go on to compute.
 			period = fast
-			if !t.Stop() {
-				<-t.C
-			}
-			t.Reset(period)
+			t.Reset(period) // (since Go 1.23 no stale expiry can follow)
 			continue
 		case <-t.C:
 		}
 		pg.bgLooks.Add(1)
-		busy, limit := true, bgSlow // someone holds the lock: making progress already
 		if c.mu.TryLock() {
+			limit := bgSlow
 			if pg.blocking {
 				limit = bgBlocked
 			}
-			busy = pg.blocking || pg.passes != passes || pg.gen != gen
+			busy := pg.blocking || pg.passes != passes || pg.gen != gen
 			if !busy && !c.closed {
 				pg.bgPasses++
 				pg.progressLocked()
 			}
 			passes, gen = pg.passes, pg.gen
+			period = pg.bgPeriod(period, fast, limit, busy)
 			c.mu.Unlock()
 			c.am.runCompletions()
-		}
-		if busy {
-			period = min(2*period, max(limit, fast))
 		} else {
-			period = fast
+			// Someone holds the lock: making progress already.
+			period = pg.bgPeriod(period, fast, bgSlow, true)
 		}
-		pg.bgLong.Store(period > bgSlow) // then block's return kicks it
 		t.Reset(period)
 	}
+}
+
+// bgPeriod is background's next period after one of period: doubled up
+// to limit while another goroutine is busy, else fast. A period past
+// bgSlow is recorded in bgLong, so that block's return kicks background
+// (background stores it under c.mu when it saw a goroutine blocking, and
+// block reads it under c.mu: the kick is not missed).
+func (pg *progressor) bgPeriod(period, fast, limit time.Duration, busy bool) time.Duration {
+	if busy {
+		period = min(2*period, max(limit, fast))
+	} else {
+		period = fast
+	}
+	pg.bgLong.Store(period > bgSlow)
+	return period
 }
 
 // bgFast, bgSlow and bgBlocked bound how often background looks (the
