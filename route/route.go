@@ -226,7 +226,10 @@ func Address(addrs []string) string { return Scheme + strings.Join(addrs, Sep) }
 // addr has no such part.
 func Part(addr, own string) (part string, ok bool) {
 	if !strings.HasPrefix(addr, Scheme) {
-		return addr, addr != "" && scheme(addr) == scheme(own)
+		if addr == "" || scheme(addr) != scheme(own) {
+			return "", false
+		}
+		return addr, true
 	}
 	return partOf(addr, scheme(own))
 }

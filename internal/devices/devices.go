@@ -13,6 +13,7 @@ package devices
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/pmi"
@@ -74,10 +75,15 @@ func (s Set) Addr() string {
 // beside others a route over several.
 func (s Set) Connect(peer int, addr string) error {
 	if len(s.Members) == 1 {
-		if part, ok := route.Part(addr, s.Members[0].Addr()); ok {
+		m := s.Members[0]
+		if strings.HasPrefix(addr, route.Scheme) {
+			part, ok := route.Part(addr, m.Addr())
+			if !ok {
+				return fmt.Errorf("%q has no address for device %s: %w (%w)", addr, m.Addr(), route.ErrBadAddress, hal.ErrUnknownPeer)
+			}
 			addr = part
 		}
-		return s.Members[0].Connect(hal.Rank(peer), addr)
+		return m.Connect(hal.Rank(peer), addr)
 	}
 	if peer < 0 || peer >= len(s.Route) {
 		return fmt.Errorf("rank %d of %d: %w", peer, len(s.Route), hal.ErrUnknownPeer)

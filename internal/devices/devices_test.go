@@ -140,6 +140,10 @@ func TestConnectUnevenHosts(t *testing.T) {
 	if err := pair.Connect(0, pairAddr); err != nil || shm.connected[0] != "shm:weft-1-shm0-r0:0:4242" {
 		t.Errorf("route to route: %v, shm member given %q", err, shm.connected[0])
 	}
+	if err := (Set{Members: []hal.Device{lone}}).Connect(0, "route:shm:weft-1-shm0-r0:0:4242"); err == nil ||
+		!strings.Contains(err.Error(), "has no address for device udp:10.98.0.2:5000") {
+		t.Errorf("a route address with no udp part, to the lone rank: %v; want an error naming the device", err)
+	}
 	err := pair.Connect(2, "verbs:rxe0:1:17")
 	if err == nil || !strings.Contains(err.Error(), `"verbs:rxe0:1:17" has no address for device udp:10.98.0.1:4001`) {
 		t.Errorf("an address of another scheme: %v; want an error naming it and the device", err)
