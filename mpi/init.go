@@ -97,7 +97,10 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// One rank per process: a spinning waiter holds up no other rank's
 	// goroutine, and runtime.Gosched every few microseconds (lapi's
 	// default, for mpi.Run's goroutine ranks) only woke idle runtime
-	// threads that took cores from the peers it waited for.
+	// threads that took cores from the peers it waited for. (With
+	// GOMAXPROCS 1 the rank's own helpers, the route's watchers and
+	// lapi's timer goroutine, then run within a millisecond, or when it
+	// blocks; the route polls its parked members itself meanwhile.)
 	lcfg.Gosched = time.Millisecond
 	oversub := devices.Oversubscribed(cl, opts.NodeCPUs)
 	if oversub {
