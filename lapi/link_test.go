@@ -180,12 +180,7 @@ func TestLinkReorderedAck(t *testing.T) {
 // TestLinkSackBothWords: sack bits in both words release their packets,
 // and a bit past what was sent ends the walk.
 func TestLinkSackBothWords(t *testing.T) {
-	var l link
-	l.init(1, sackBits)
-	now := time.Unix(0, 0)
-	for range 100 {
-		l.assign(&outPkt{}, now)
-	}
+	l, now := linkSent(100)
 	var released []uint32
 	rel := func(p *outPkt) { released = append(released, p.seq) }
 	// cum 0: bit i stands for packet 1+i. Packets 1, 71 and 100 (never
@@ -199,14 +194,21 @@ func TestLinkSackBothWords(t *testing.T) {
 // BenchmarkOnAckEmptySack is the acknowledgement every packet from a
 // peer carries: nothing new, no sack bits.
 func BenchmarkOnAckEmptySack(b *testing.B) {
-	var l link
-	l.init(1, sackBits)
-	now := time.Unix(0, 0)
-	for range 10 {
-		l.assign(&outPkt{}, now)
-	}
+	l, now := linkSent(10)
 	rel := func(*outPkt) {}
 	for b.Loop() {
 		l.onAck(0, [2]uint64{}, 128, now, rel)
 	}
+}
+
+// linkSent is a link toward rank 1 with n packets sent at time 0, and
+// that time.
+func linkSent(n int) (*link, time.Time) {
+	l := new(link)
+	l.init(1, sackBits)
+	now := time.Unix(0, 0)
+	for range n {
+		l.assign(&outPkt{}, now)
+	}
+	return l, now
 }
