@@ -8,8 +8,7 @@ import (
 )
 
 // A packet may name a handler (or a FIFO) its destination has not
-// registered yet.
-// Every rank registers the same handlers in the same order, but not at the
+// registered yet. Every rank registers the same handlers in the same order, but not at the
 // same moment: a peer that has finished starting sends as soon as
 // reintegration lets it, and this rank's background progress may complete
 // reintegration before its caller has registered anything. Over an
@@ -86,7 +85,7 @@ func (ad *dispatcher) deliverEarly() bool {
 // which deliver counts bad).
 func (ad *dispatcher) registered(id uint16) bool { return int(id) < len(ad.handlers) }
 
-// early reports whether the packet ph, with user header uhdr, is for a
+// earlyFor reports whether the packet ph, with user header uhdr, is for a
 // handler not registered yet: its own, or for an RTS (a large message's
 // header, taken by lapi's own handler) the user's handler it names.
 func (ad *dispatcher) earlyFor(ph *pktHdr, uhdr []byte) bool {
