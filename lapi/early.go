@@ -40,7 +40,7 @@ type earlyPkt struct {
 func (ad *dispatcher) keepEarly(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	c := ad.c
 	n := len(uhdr) + len(data)
-	if ad.earlyFull(n) {
+	if earlyFull(len(ad.early), ad.earlyBytes, n) {
 		c.stats.BadPackets++
 		if trace.On(trace.Hot) {
 			trace.Printf(trace.Hot, "lapi %d: drop packet from rank %d for handler %d: never registered here (%d packets kept for unregistered handlers already)",
@@ -66,18 +66,16 @@ func (ad *dispatcher) deliverEarly() bool {
 	if len(ad.early) == 0 {
 		return false
 	}
-	kept, delivered := ad.early[:0], false
-	for _, p := range ad.early {
-		if !ad.earlyFor(&p.ph, p.uhdr) {
-			ad.earlyBytes -= len(p.uhdr) + len(p.data)
-			ad.deliver(p.src, &p.ph, p.uhdr, p.data)
-			delivered = true
-		} else {
-			kept = append(kept, p)
+	delivered := false
+	ad.early = sieve(ad.early, func(p earlyPkt) bool {
+		if ad.earlyFor(&p.ph, p.uhdr) {
+			return false
 		}
-	}
-	clear(ad.early[len(kept):])
-	ad.early = kept
+		ad.earlyBytes -= len(p.uhdr) + len(p.data)
+		ad.deliver(p.src, &p.ph, p.uhdr, p.data)
+		delivered = true
+		return true
+	})
 	return delivered
 }
 
@@ -95,38 +93,44 @@ func (ad *dispatcher) earlyFor(ph *pktHdr, uhdr []byte) bool {
 	return !ad.registered(ph.handler)
 }
 
-// earlyFull reports whether a packet of n bytes would not be kept. Over
-// an unreliable device onFrame then drops it before the reliability
-// layer numbers and acknowledges it: its sender sends it again until the
-// handler is registered, and nothing is lost.
-func (ad *dispatcher) earlyFull(n int) bool {
-	return len(ad.early) >= earlyMax || ad.earlyBytes+n > earlyMaxBytes
+// earlyFull reports whether a packet of n bytes would not be kept beside
+// count packets of bytes bytes kept already. Over an unreliable device
+// onFrame then drops it before the reliability layer numbers and
+// acknowledges it: its sender sends it again until the handler is
+// registered, and nothing is lost.
+func earlyFull(count, bytes, n int) bool {
+	return count >= earlyMax || bytes+n > earlyMaxBytes
+}
+
+// sieve removes from kept packets s, in place and in order, those take
+// takes (reports true for), and returns the others.
+func sieve[T any](s []T, take func(T) bool) []T {
+	kept := s[:0]
+	for _, p := range s {
+		if !take(p) {
+			kept = append(kept, p)
+		}
+	}
+	clear(s[len(kept):])
+	return kept
 }
 
 // dropEarly forgets the kept packets from peer (c.mu held): it failed,
 // and a later life of it numbers its messages afresh.
 func (ad *dispatcher) dropEarly(peer hal.Rank) {
-	kept := ad.early[:0]
-	for _, p := range ad.early {
+	ad.early = sieve(ad.early, func(p earlyPkt) bool {
 		if p.src == peer {
 			ad.earlyBytes -= len(p.uhdr) + len(p.data)
-		} else {
-			kept = append(kept, p)
 		}
-	}
-	clear(ad.early[len(kept):])
-	ad.early = kept
+		return p.src == peer
+	})
 	r := &ad.c.rd
-	fifo := r.early[:0]
-	for _, p := range r.early {
+	r.early = sieve(r.early, func(p earlyFIFO) bool {
 		if p.src == peer {
 			r.earlyBytes -= len(p.data)
-		} else {
-			fifo = append(fifo, p)
 		}
-	}
-	clear(r.early[len(fifo):])
-	r.early = fifo
+		return p.src == peer
+	})
 }
 
 // earlyFIFO is a half-RDMA write's packet kept for a FIFO not registered
@@ -142,7 +146,7 @@ type earlyFIFO struct {
 // counts it bad when the bound is reached.
 func (r *rdmaState) keepEarlyFIFO(src hal.Rank, arg uint32, off uint64, dst, data []byte) {
 	c := r.c
-	if len(r.early) >= earlyMax || r.earlyBytes+len(data) > earlyMaxBytes {
+	if earlyFull(len(r.early), r.earlyBytes, len(data)) {
 		c.stats.BadPackets++
 		return
 	}
@@ -154,15 +158,15 @@ func (r *rdmaState) keepEarlyFIFO(src hal.Rank, arg uint32, off uint64, dst, dat
 // deliverEarlyFIFO hands the kept packets whose FIFOs are registered now
 // to them, in arrival order (c.mu held).
 func (r *rdmaState) deliverEarlyFIFO() {
-	kept := r.early[:0]
-	for _, p := range r.early {
-		if id := p.arg & (1<<fifoChunkShift - 1); int(id) < len(r.fifos) {
-			r.earlyBytes -= len(p.data)
-			r.fifoPacket(p.src, p.arg, p.off, p.dst, p.data)
-		} else {
-			kept = append(kept, p)
-		}
+	if len(r.early) == 0 {
+		return
 	}
-	clear(r.early[len(kept):])
-	r.early = kept
+	r.early = sieve(r.early, func(p earlyFIFO) bool {
+		if id := p.arg & (1<<fifoChunkShift - 1); int(id) >= len(r.fifos) {
+			return false
+		}
+		r.earlyBytes -= len(p.data)
+		r.fifoPacket(p.src, p.arg, p.off, p.dst, p.data)
+		return true
+	})
 }

@@ -85,7 +85,7 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	if !c.reliableTo(h.Src) {
-		if ph.kind == kindAM && ph.flags&flagSeq != 0 && ad.earlyFor(&ph, uhdr) && ad.earlyFull(len(uhdr)+len(data)) {
+		if ph.kind == kindAM && ph.flags&flagSeq != 0 && ad.earlyFor(&ph, uhdr) && earlyFull(len(ad.early), ad.earlyBytes, len(uhdr)+len(data)) {
 			return // unacknowledged: sent again until there is room (early.go)
 		}
 		if !c.rel.onPacket(h.Src, &ph) {
