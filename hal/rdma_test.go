@@ -415,9 +415,14 @@ func TestEngineRead(t *testing.T) {
 	rs, _ = NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
 	evs, _ = feed(t, te, 0, packets(t, rs))
 	s = evs[0].Stream
+	b := make([]byte, StreamBufLen)
+	if _, data, err := s.Next(b); err != nil || !bytes.Equal(data, tmem[:1000]) {
+		t.Fatalf("first packet before the deregistration: %v", err)
+	}
+	s.Advance()
 	ttpt.Deregister(tp)
 	var pe *ProtectionError
-	if _, _, err := s.Next(make([]byte, StreamBufLen)); !errors.As(err, &pe) || pe.Check != "key" {
+	if _, _, err := s.Next(b); !errors.As(err, &pe) || pe.Check != "key" {
 		t.Fatalf("serving deregistered memory: %v", err)
 	}
 	// A request for memory it may not read is refused at once.

@@ -17,8 +17,8 @@ type RDMAStream struct {
 	Hdr   RDMAHdr // the template every packet is encoded from
 	frame Header
 	mem   []byte // the data, when the stream owns a slice of it
-	tpt   *TPT   // serving a read: the region is resolved per packet,
-	src   PVO    // so that deregistering it stops the stream
+	tpt   *TPT   // serving a read: the region is resolved again after
+	src   PVO    // any deregistration, so that deregistering it stops the stream
 	start uint64 // where each drive begins (a read request: the offset asked for)
 	end   uint64 // where it stops (0: the transfer's end)
 	next  uint64
@@ -27,6 +27,14 @@ type RDMAStream struct {
 	sel   bool
 	rep   []byte // a read request's bitmap of the segments it wants (RestartReadMissing)
 	done  bool
+
+	// region is src's memory from offset base to the stream's end, as
+	// resolved when tpt's removals counted seen: while nothing has been
+	// deregistered since, a packet's data is a slice of it, without a
+	// lookup under the table's lock per packet.
+	region []byte
+	base   uint64
+	seen   uint64
 }
 
 // StreamBufLen is the buffer Next needs: frame header, RDMA header and a
@@ -85,8 +93,7 @@ func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 	case s.Type == FrameRDMAReadReq:
 		n, data = 0, s.rep // empty unless it asks for missing segments
 	case s.tpt != nil:
-		data, err = s.tpt.Resolve(s.src.Add(s.next), n, AccessRead)
-		if err != nil {
+		if data, err = s.resolve(n); err != nil {
 			return nil, nil, err
 		}
 	default:
@@ -97,6 +104,30 @@ func (s *RDMAStream) Next(b []byte) (hdr, data []byte, err error) {
 	EncodeHeader(b, &s.frame)
 	EncodeRDMA(b[HeaderLen:], s.Type, h)
 	return b[:HeaderLen+hl], data, nil
+}
+
+// resolve returns the n bytes of the served region at s.next, checking
+// the region with the TPT again only when something was deregistered
+// since the last check (or the drive moved below what was checked).
+func (s *RDMAStream) resolve(n uint64) ([]byte, error) {
+	if s.region != nil && s.next >= s.base && s.tpt.Removals() == s.seen {
+		if off := s.next - s.base; n <= uint64(len(s.region)) && off <= uint64(len(s.region))-n {
+			return s.region[off : off+n], nil
+		}
+	}
+	s.region = nil
+	if s.next < s.last() {
+		// The count is read before the check: a removal during it makes
+		// the next packet check again.
+		r := s.tpt.Removals()
+		if region, err := s.tpt.Resolve(s.src.Add(s.next), s.last()-s.next, AccessRead); err == nil {
+			s.region, s.base, s.seen = region, s.next, r
+			return region[:n], nil
+		}
+	}
+	// What is left does not resolve as a whole (a read asking past the
+	// region's end): packet by packet, as far as the region goes.
+	return s.tpt.Resolve(s.src.Add(s.next), n, AccessRead)
 }
 
 // Advance moves past the packet Next returned: the device took it.

@@ -183,9 +183,10 @@ func (d *Device) Close() error {
 }
 
 // release closes the descriptors; lifecycle runs it once, when the device
-// is closed and no call is inside.
+// is closed and no call is inside. It leaves the send queue alone: Send
+// may still be queueing (it holds no guard), and the frames queued go with
+// the device.
 func (d *Device) release() {
-	d.tx.release(d.tx.head, d.tx.tail)
 	// Errors from close(2) on a socket or an eventfd leave nothing to do.
 	_ = unix.Close(d.sock.fd)
 	_ = unix.Close(d.efd)

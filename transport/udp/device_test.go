@@ -280,6 +280,41 @@ func TestClosedDevice(t *testing.T) {
 	}
 }
 
+// Send holds no guard (it uses no descriptor), only the closed check: a
+// goroutine that sends and flushes while another closes the device meets
+// ErrClosed, from Send or from Flush.
+func TestSendBesideClose(t *testing.T) {
+	a, _ := openPair(t, Options{})
+	f := newFrame(0, 1, make([]byte, 64))
+	sent := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		for i := 0; ; i++ {
+			if i == 100 {
+				close(sent)
+			}
+			err := a.Send(f.hdr[:], f.payload)
+			if errors.Is(err, hal.ErrNoResource) {
+				err = a.Flush()
+				if errors.Is(err, hal.ErrNoResource) {
+					continue
+				}
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	<-sent
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-done; !errors.Is(err, hal.ErrClosed) {
+		t.Fatalf("sending beside Close: %v, want ErrClosed", err)
+	}
+}
+
 // Steady-state Send, Flush and Poll allocate nothing per frame.
 func TestNoAllocsPerFrame(t *testing.T) {
 	a, b := openPair(t, Options{})
