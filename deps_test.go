@@ -66,12 +66,15 @@ var layers = []rule{
 	{"internal/simnet/...", []string{"std", "hal/...", "internal/faults"}},
 	// gorun's logic. internal/trace is a std-only leaf, allowed so that
 	// --trace can trace the launcher itself.
-	{"internal/launch/...", []string{"std", "internal/pmi", "internal/trace",
+	{"internal/launch/...", []string{"std", "internal/pmi", "internal/trace", "internal/cpubind",
 		"github.com/pkg/profile", "golang.org/x/sys/..."}},
 	// Per-rank profiles for gorun --profile, written by the rank itself.
 	{"internal/profile", []string{"std", "github.com/pkg/profile"}},
 	{"internal/osyield", []string{"std", "golang.org/x/sys/unix"}},
-	{"internal/sysmon", []string{"std", "golang.org/x/sys/unix"}},
+	{"internal/sysmon", []string{"std", "golang.org/x/sys/unix", "internal/cpubind"}},
+	// Sharing a node's CPUs among its ranks: gorun binds the ranks it
+	// starts here, mpi.Init a rank gorun started on another host.
+	{"internal/cpubind", []string{"std", "golang.org/x/sys/unix"}},
 	// vec's kernels need to know whether the processor has them.
 	{"internal/vec", []string{"std", "github.com/klauspost/cpuid/v2"}},
 	// Opening a rank's devices from the launcher's facts and the options

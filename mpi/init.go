@@ -67,6 +67,9 @@ func InitWith(opts Options) (*World, error) {
 func initWith(cl pmi.Client, opts Options) (*World, error) {
 	rank, size := cl.Rank(), cl.Size()
 	trace.SetRank(rank)
+	if err := bindRank(cl, &opts); err != nil {
+		return nil, err
+	}
 	if err := batchSysmon(opts.Sysmon, "batch"); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}

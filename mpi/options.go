@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/weft-hpc/weft/internal/cpubind"
 )
 
 // Options configures a world: the device Init opens and the thresholds
@@ -69,6 +71,17 @@ type Options struct {
 	// this process may run on. More ranks than that on the node makes
 	// waiting ranks yield their core instead of spinning. Init only.
 	NodeCPUs int
+
+	// BindTo binds this rank to its share of the node's CPUs in Init
+	// (WEFT_BIND_TO, which gorun sets for the ranks it starts on other
+	// hosts; those on its own it binds itself): "auto" gives each of the
+	// node's ranks its own share of the CPUs this process may run on, one
+	// CPU each when they outnumber them; "core" one CPU each; "" and
+	// "none" leave the rank alone. The rank's place among the node's
+	// ranks comes from the process manager. Binding also sets NodeCPUs,
+	// when it is 0, to the CPUs shared, and GOMAXPROCS, unless the
+	// environment sets it, to the rank's share. Init only.
+	BindTo string
 
 	// Yield is how long a waiting rank polls with sched_yield before it
 	// sleeps (WEFT_YIELD). 0 means the default: 1ms when the node runs
@@ -202,6 +215,8 @@ func (o Options) check() error {
 		return bad("Transport", o.Transport, transportForm)
 	case !slices.Contains([]string{"", "batch", "normal"}, o.Sysmon):
 		return bad("Sysmon", o.Sysmon, sysmonForm)
+	case o.BindTo != "" && !slices.Contains(cpubind.Modes, o.BindTo):
+		return bad("BindTo", o.BindTo, bindToForm)
 	case o.NodeCPUs < 0:
 		return bad("NodeCPUs", o.NodeCPUs, "0 or more")
 	case o.Timeout < 0:
@@ -225,6 +240,9 @@ func (o Options) check() error {
 	}
 	return nil
 }
+
+// bindToForm is what BindTo and WEFT_BIND_TO take.
+const bindToForm = "auto, core or none"
 
 // The forms of the verbs device's variables.
 const (
@@ -311,6 +329,10 @@ var envVars = []envVar{
 		n, err := strconv.Atoi(v)
 		o.NodeCPUs = n
 		return err == nil && n > 0
+	}},
+	{"WEFT_BIND_TO", bindToForm, func(o *Options, v string) bool {
+		o.BindTo = v
+		return slices.Contains(cpubind.Modes, v)
 	}},
 	{"WEFT_YIELD", "a duration such as 1ms, or 0 for none", func(o *Options, v string) bool {
 		d, err := time.ParseDuration(v)

@@ -61,6 +61,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_VERBS_PORT", []string{"1", "2"}, []Options{{VerbsPort: 1}, {VerbsPort: 2}}, []string{"0", "256", "-1", "one"}},
 		{"WEFT_VERBS_GID", []string{"1", "3"}, []Options{{VerbsGID: 1}, {VerbsGID: 3}}, []string{"0", "256", "-3", "v2"}},
 		{"WEFT_NODE_CPUS", []string{"4"}, []Options{{NodeCPUs: 4}}, []string{"junk", "0", "-2", "4cpus"}},
+		{"WEFT_BIND_TO", []string{"auto", "core", "none"}, []Options{{BindTo: "auto"}, {BindTo: "core"}, {BindTo: "none"}}, []string{"cores", "AUTO"}},
 		{"WEFT_YIELD", []string{"2ms", "0"}, []Options{{Yield: 2 * time.Millisecond}, {Yield: -1}}, []string{"soon", "-1ms", "5"}},
 		{"WEFT_TIMEOUT", []string{"30s", "0"}, []Options{{Timeout: 30 * time.Second}, {}}, []string{"later", "-1s"}},
 		{"WEFT_EAGER", []string{"100000"}, []Options{{Eager: 100000}}, []string{"junk", "0", "-1", "64k"}},
@@ -139,6 +140,7 @@ func TestOptionsCheck(t *testing.T) {
 	}{
 		{Options{Transport: "tcp"}, "Transport"},
 		{Options{Sysmon: "idle"}, "Sysmon"},
+		{Options{BindTo: "socket"}, "BindTo"},
 		{Options{NodeCPUs: -1}, "NodeCPUs"},
 		{Options{Timeout: -time.Second}, "Timeout"},
 		{Options{Eager: -1}, "Eager"},

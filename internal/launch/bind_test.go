@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/weft-hpc/weft/internal/cpubind"
 )
 
 // TestGorunBindTo runs ranks that print the CPUs they may run on and
@@ -15,7 +17,7 @@ import (
 // rank is left alone, as none leaves them all; core binds each rank to
 // one CPU.
 func TestGorunBindTo(t *testing.T) {
-	allowed, err := allowedCPUs()
+	allowed, err := cpubind.Allowed()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestGorunBindTo(t *testing.T) {
 			rank, _ := strconv.Atoi(m[1])
 			want := all
 			if c.kind != unbound {
-				want = cpuList(assign(allowed, c.kind == oneCPU, c.n)[rank])
+				want = cpubind.List(cpubind.Assign(allowed, c.kind == oneCPU, c.n)[rank])
 			}
 			if m[2] != want {
 				t.Errorf("--bind-to %s -n %d: rank %d may run on %s, want %s", c.bindTo, c.n, rank, m[2], want)
@@ -73,48 +75,4 @@ func TestGorunBindTo(t *testing.T) {
 			t.Errorf("--bind-to %s -n %d: %d ranks reported", c.bindTo, c.n, seen)
 		}
 	}
-}
-
-// TestAssign: shares of a machine's CPUs, holes in its list included.
-func TestAssign(t *testing.T) {
-	cpus := []int{0, 1, 2, 3, 8, 9, 10, 11}
-	for _, c := range []struct {
-		oneEach bool
-		n       int
-		want    string
-	}{
-		{false, 2, "0-3 8-11"},
-		{false, 3, "0-1 2-3,8 9-11"},
-		{false, 8, "0 1 2 3 8 9 10 11"},
-		{false, 10, "0 0 1 2 3 8 8 9 10 11"}, // blocks of consecutive ranks
-		{true, 3, "0 2 9"},
-		{true, 1, "0"},
-	} {
-		var got []string
-		for _, s := range assign(cpus, c.oneEach, c.n) {
-			got = append(got, cpuList(s))
-		}
-		if g := strings.Join(got, " "); g != c.want {
-			t.Errorf("assign(%v, oneEach %v, %d) = %s; want %s", cpus, c.oneEach, c.n, g, c.want)
-		}
-	}
-}
-
-// cpuList writes ascending CPUs as /proc's Cpus_allowed_list does: runs
-// of consecutive CPUs as first-last, joined by commas.
-func cpuList(cpus []int) string {
-	var parts []string
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(cpus[i]))
-		} else {
-			parts = append(parts, strconv.Itoa(cpus[i])+"-"+strconv.Itoa(cpus[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
 }

@@ -2,8 +2,10 @@
 // to the end. It builds the program once (or takes a binary), places ranks on
 // hosts by slot (mpirun semantics), serves PMI-1 to them (internal/pmi), forks
 // local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
-// PMI_PORT/PMI_ID (local ones bound to their share of the cores: --bind-to,
-// bind.go; a built program copied to each remote host first: copy.go; every
+// PMI_PORT/PMI_ID (each bound to its share of its host's cores, --bind-to,
+// internal/cpubind: local ones by gorun, remote ones by themselves in
+// mpi.Init through WEFT_BIND_TO; a built program copied to each remote host
+// first: copy.go; every
 // rank gets gorun's WEFT_* variables and -x), refuses at once a job its
 // device cannot run (Plan), passes their output through line by line (optionally
 // tagged with the rank), forwards SIGINT/SIGTERM (a second one kills; gorun

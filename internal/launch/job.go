@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-hpc/weft/internal/cpubind"
 	"github.com/weft-hpc/weft/internal/pmi"
 )
 
@@ -239,7 +240,7 @@ func (j *job) startRanks(ports map[string]string) {
 	for id, node := range j.place.NodeOf {
 		if j.place.Hosts[node].Local {
 			var err error
-			if cpus, shared, err = cpusFor(j.opts.BindTo, localN[id]); err != nil {
+			if cpus, shared, err = cpubind.For(j.opts.BindTo, localN[id]); err != nil {
 				j.out.say(err.Error() + ": ranks left unbound")
 			}
 			break
@@ -303,6 +304,11 @@ func (j *job) rankEnv(local bool) []string {
 	// (snapshot.go). WEFT_TIMEOUT is not set from --timeout: a rank's own
 	// timeout would race gorun's, and end the waits gorun asks about.
 	env = append(env, pmi.AskEnv+"=1", pmi.SnapshotEnv+"=1")
+	if !local {
+		// gorun binds the ranks it starts here itself (startRanks); one on
+		// another host binds itself in mpi.Init, among that host's ranks.
+		env = append(env, "WEFT_BIND_TO="+j.opts.BindTo)
+	}
 	if j.opts.Stats {
 		env = append(env, pmi.StatsEnv+"=1") // each rank writes its counters at Finalize (stats.go)
 	}
@@ -317,7 +323,7 @@ func (j *job) rankEnv(local bool) []string {
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", "WEFT_BIND_TO=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}

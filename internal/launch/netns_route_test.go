@@ -103,6 +103,7 @@ func TestMultiHostNetnsRoute(t *testing.T) {
 		!strings.Contains(r.stdout, "stats udp toward [2 3]: sent ") {
 		t.Errorf("rank 0's World.Stats do not show its shm device carrying the 3000 round trips toward rank 1:\n%s", r.stdout)
 	}
+	checkRemoteBinding(t, r.stderr, 4)
 	used := devicesUsed(r.stderr)
 	for rank, want := range []struct{ shm, udp string }{{"1", "2 3"}, {"0", "2 3"}, {"3", "0 1"}, {"2", "0 1"}} {
 		d := used[rank]
@@ -201,4 +202,28 @@ func TestMultiHostNetnsUnevenHosts(t *testing.T) {
 		}
 	}
 	assertNoRankLeft(t)
+}
+
+// checkRemoteBinding: gorun started all n ranks over ssh (two per host),
+// and each bound itself in mpi.Init (WEFT_BIND_TO=auto) to its share of
+// its host's CPUs, as gorun binds the ranks it starts itself: the two
+// ranks of a host take different CPUs where there are two or more.
+func checkRemoteBinding(t *testing.T, stderr string, n int) {
+	t.Helper()
+	bound := regexp.MustCompile(`mpi (\d+): bound to CPUs (\S+) \(WEFT_BIND_TO=auto: rank (\d+) of 2 on this node, (\d+) CPUs shared`)
+	cpus := map[int]string{}
+	shared := 0
+	for _, m := range bound.FindAllStringSubmatch(stderr, -1) {
+		rank, _ := strconv.Atoi(m[1])
+		cpus[rank] = m[2]
+		shared, _ = strconv.Atoi(m[4])
+	}
+	if len(cpus) != n {
+		t.Fatalf("%d of %d ranks said they bound themselves (mpi: bound to CPUs):\n%s", len(cpus), n, stderr)
+	}
+	for _, pair := range [][2]int{{0, 1}, {2, 3}} {
+		if shared >= 2 && cpus[pair[0]] == cpus[pair[1]] {
+			t.Errorf("ranks %d and %d of one host both bound to CPUs %s of %d", pair[0], pair[1], cpus[pair[0]], shared)
+		}
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/weft-hpc/weft/internal/cpubind"
 )
 
 // Sentinel errors of the launcher, for errors.Is.
@@ -74,8 +76,6 @@ const maxNICs = 16
 
 var profiles = []string{"cpu", "mem", "block", "mutex"}
 
-var bindings = []string{"auto", "core", "none"}
-
 const usageText = `usage: gorun [flags] PACKAGE-DIR|BINARY [args...]
        gorun --wrap [--] LAUNCHER [launcher args...]
 
@@ -130,7 +130,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Stats, "stats", false, "print at the end one table of every rank's counters at its Finalize: per rank its reliable layer (lapi: messages, packets, retransmits, RDMA redrives, single-copy bytes, drops by reason) and each device (peers, frames, bytes, drops by reason) (WEFT_STATS=1 for the ranks)")
 	fs.StringVar(&o.SnapshotDir, "snapshot-dir", "", "directory for the ranks' state snapshots, weft-snapshot-rankN.txt (default: a new directory in TMPDIR, made at the first one); a rank sends one at a fatal error and its first timeout (WEFT_TIMEOUT), and every running rank when asked (SIGWINCH) at --timeout, when a rank fails, and when gorun receives SIGQUIT (Ctrl-\\: the job goes on); gorun prints a summary naming what each rank waits for, the cycle when ranks wait on each other, the ranks a collective waits for, and the ranks not in MPI")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
-	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind local ranks to cores (auto: each rank its own share of this machine's cores, one core each when they outnumber them)")
+	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind ranks to cores on every host (auto: each rank its own share of its host's cores, one core each when they outnumber them; a rank on another host binds itself when it starts, through WEFT_BIND_TO)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")
 	fs.BoolVar(&o.Wrap, "wrap", false, "run a foreign launcher (mpirun, srun) with a GORUN_KVS rendezvous server")
 	fs.Usage = func() {
@@ -163,8 +163,8 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	if o.N < 1 {
 		return nil, fmt.Errorf("%w: -n %d: need at least one rank", ErrUsage, o.N)
 	}
-	if !slices.Contains(bindings, o.BindTo) {
-		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(bindings, ", "))
+	if !slices.Contains(cpubind.Modes, o.BindTo) {
+		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(cpubind.Modes, ", "))
 	}
 	if o.Profile != "" && !slices.Contains(profiles, o.Profile) {
 		return nil, fmt.Errorf("%w: --profile %q: want one of %s", ErrUsage, o.Profile, strings.Join(profiles, ", "))

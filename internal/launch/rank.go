@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-hpc/weft/internal/cpubind"
 )
 
 // rank is one process of the job, local or remote (then the process is the
@@ -114,7 +116,7 @@ func (j *job) startProcess(r *rank) error {
 	r.cmd.Stdout, r.cmd.Stderr = outW, errW
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if r.cpus != nil {
-		restore, err := bindThread(r.cpus)
+		restore, err := cpubind.BindThread(r.cpus)
 		if err != nil {
 			outR.Close()
 			outW.Close()

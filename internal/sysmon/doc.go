@@ -22,5 +22,6 @@
 // them without wake-up preemption. Batch therefore also starts a sweep:
 // once a second, every thread but sysmon's is moved back.
 //
-// sysmon may import the standard library and golang.org/x/sys/unix.
+// sysmon may import the standard library, golang.org/x/sys/unix and
+// internal/cpubind (for its list of the process's threads).
 package sysmon

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-hpc/weft/internal/cpubind"
 )
 
 // defaultPidMax is the kernel's largest pid_max, assumed when
@@ -110,15 +112,9 @@ func firstAfter(pid, pidMax int, tids []int) (int, bool) {
 
 // threads lists this process's thread ids.
 func threads() ([]int, error) {
-	ents, err := os.ReadDir("/proc/self/task")
+	tids, err := cpubind.Threads()
 	if err != nil {
-		return nil, fmt.Errorf("sysmon: listing this process's threads: %w", err)
-	}
-	tids := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if t, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, t)
-		}
+		return nil, fmt.Errorf("sysmon: %w", err)
 	}
 	return tids, nil
 }
