@@ -42,6 +42,17 @@ const (
 
 var elemSizes = [numElemTypes]int{0, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 8, 16}
 
+var elemNames = [numElemTypes]string{"", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+	"float32", "float64", "complex64", "complex128"}
+
+// String names the type as Go does (int8, float64...).
+func (t ElemType) String() string {
+	if t == 0 || t >= numElemTypes {
+		return fmt.Sprintf("ElemType(%d)", uint8(t))
+	}
+	return elemNames[t]
+}
+
 // Size is the element's size in bytes (0 for an unknown type).
 func (t ElemType) Size() int {
 	if t >= numElemTypes {

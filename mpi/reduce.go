@@ -83,14 +83,21 @@ func sized(t32, t64 lapi.ElemType) lapi.ElemType {
 	return t64
 }
 
+// elemTypeOf is lapi's element type for T (by its underlying kind).
+func elemTypeOf[T Elem]() lapi.ElemType {
+	if k := reflect.TypeFor[T]().Kind(); int(k) < len(elemTypes) {
+		return elemTypes[k]
+	}
+	return 0
+}
+
 // reducerFor returns the reducer for op on slices of n elements of T
 // (MaxLoc and MinLoc take an even n: (value, index) pairs).
 func reducerFor[T Elem](op Op, n int) (reducer, error) {
-	k := reflect.TypeFor[T]().Kind()
-	if int(k) >= len(elemTypes) || elemTypes[k] == 0 {
+	r := reducer{t: elemTypeOf[T]()}
+	if r.t == 0 {
 		return reducer{}, fmt.Errorf("mpi: no reduction for %v: %w", reflect.TypeFor[T](), ErrArg)
 	}
-	r := reducer{t: elemTypes[k]}
 	complexT := r.t == lapi.Complex64 || r.t == lapi.Complex128
 	switch op {
 	case Sum:

@@ -156,6 +156,9 @@ type Win[T Elem] struct {
 	// yet waited for.
 	k    []*lapi.Counter
 	pend []int64
+	// acc[t] bounds the elements of t's window that accumulates still in
+	// flight toward t change (empty: none), for their ordering.
+	acc []accRange
 	// Epochs: fence says a Fence opened an active-target epoch,
 	// fenceOps that operations were issued in it since; locked[t] is
 	// the lock this rank holds on t (lockNone, lockShared,
@@ -174,6 +177,9 @@ type Win[T Elem] struct {
 	trk     track.ID // the window's record (Options.Track), until Free
 }
 
+// accRange is a run of window elements [lo, hi).
+type accRange struct{ lo, hi int }
+
 // winPeer is what an origin knows of a target's window.
 type winPeer struct {
 	base lapi.PVO // its window; zero when it is empty
@@ -183,7 +189,7 @@ type winPeer struct {
 }
 
 // winRecLen is a rank's record in NewWin's exchange: its window's PVO, its
-// lock word's PVO, the window's length in elements and the element size.
+// lock word's PVO, the window's length in elements and its element type.
 const winRecLen = 2*lapi.PVOLen + 12
 
 // NewWin makes base the calling rank's part of a window over c
@@ -203,6 +209,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		peers:  make([]winPeer, c.size),
 		k:      make([]*lapi.Counter, c.size),
 		pend:   make([]int64, c.size),
+		acc:    make([]accRange, c.size),
 		locked: make([]uint8, c.size),
 	}
 	var err error
@@ -219,7 +226,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	lapi.PutPVO(me[:], win.reg)
 	lapi.PutPVO(me[lapi.PVOLen:], win.lreg)
 	binary.LittleEndian.PutUint64(me[2*lapi.PVOLen:], uint64(len(base)))
-	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+8:], uint32(win.es))
+	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+8:], uint32(elemTypeOf[T]()))
 	all := make([]byte, c.size*winRecLen)
 	// Each record comes straight from its owner (exchangePVOs), so that
 	// the PVOs are in the receivers' replicas of its TPT by then.
@@ -229,8 +236,11 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	if err == nil {
 		for q := range c.size {
 			r := all[q*winRecLen:]
-			if es := int(binary.LittleEndian.Uint32(r[2*lapi.PVOLen+8:])); es != win.es {
-				err = fmt.Errorf("mpi: new window: rank %d's elements are %d bytes, rank %d's %d: %w", q, es, c.rank, win.es, ErrArg)
+			// The element type, not only its size: an int64 Accumulate
+			// into another rank's float64 would add integer bits to a
+			// float's without an error.
+			if t := lapi.ElemType(binary.LittleEndian.Uint32(r[2*lapi.PVOLen+8:])); t != elemTypeOf[T]() {
+				err = fmt.Errorf("mpi: new window: rank %d's elements are %v, rank %d's %v: %w", q, t, c.rank, elemTypeOf[T](), ErrArg)
 				break
 			}
 			win.peers[q] = winPeer{
@@ -412,6 +422,15 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 		// lapi reduces under its lock, as it reduces the packets of
 		// other ranks' accumulates, so concurrent ones stay atomic.
 		k = nil
+	} else if a := &win.acc[target]; a.hi > a.lo && disp < a.hi && a.lo < disp+len(origin) {
+		// Accumulates from one origin to one location apply in the
+		// order issued (MPI's default accumulate_ordering), but lapi
+		// places packets in any order, a lost one's resend after its
+		// successors: one that overlaps an earlier one still in flight
+		// waits for it.
+		if err := win.complete(target); err != nil {
+			return fmt.Errorf("mpi: window accumulate to rank %d: waiting for an earlier one: %w", target, err)
+		}
 	}
 	err = win.lc.Accumulate(p.rank, p.base.Add(uint64(disp*win.es)), asBytes(origin), red.op, red.t,
 		lapi.SendOpts{Completion: k})
@@ -420,6 +439,11 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	}
 	if k != nil {
 		win.pend[target]++
+		a := &win.acc[target]
+		if a.hi <= a.lo {
+			a.lo, a.hi = disp, disp
+		}
+		a.lo, a.hi = min(a.lo, disp), max(a.hi, disp+len(origin))
 	}
 	return nil
 }
@@ -454,16 +478,17 @@ func (win *Win[T]) access(op string, target, disp, n int) (*winPeer, error) {
 	if target < 0 || target >= win.c.size {
 		return nil, win.checkRank(op, target)
 	}
-	if win.locked[target] == lockNone {
-		if !win.fence || win.nlocked > 0 {
-			return nil, win.noEpoch(op, target)
-		}
-		win.fenceOps = true
+	fenced := win.locked[target] == lockNone
+	if fenced && (!win.fence || win.nlocked > 0) {
+		return nil, win.noEpoch(op, target)
 	}
 	p := &win.peers[target]
 	if disp < 0 || disp > p.n || n > p.n-disp {
 		return nil, fmt.Errorf("mpi: window %s: elements [%d, %d) are outside rank %d's window of %d: %w",
 			op, disp, disp+n, target, p.n, ErrArg)
+	}
+	if fenced {
+		win.fenceOps = true // (not for a refused one, which changes nothing)
 	}
 	return p, nil
 }
@@ -495,6 +520,7 @@ func (win *Win[T]) complete(target int) error {
 	if n == 0 {
 		return nil
 	}
+	win.acc[target] = accRange{} // (also when the wait fails: nothing more is owed)
 	ctx, cancel := win.c.w.deadline(context.Background())
 	defer cancel()
 	win.pend[target] = 0

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -457,6 +458,14 @@ func TestWinErrors(t *testing.T) {
 			{"Accumulate with a user op", win.Accumulate(src, 1, 0, userOp), ErrArg},
 			{"Accumulate with an unknown op", win.Accumulate(src, 1, 0, Op(9)), ErrArg},
 		}...)
+		// The refused calls changed nothing: the epoch has no operation
+		// in it, so a Lock may start a passive one.
+		if err := win.Lock((me+1)%c.Size(), false); err != nil {
+			return fmt.Errorf("Lock after refused operations only: %v", err)
+		}
+		if err := win.Unlock((me + 1) % c.Size()); err != nil {
+			return err
+		}
 		if err := win.Fence(); err != nil {
 			return err
 		}
@@ -535,18 +544,82 @@ func TestWinErrors(t *testing.T) {
 	}
 }
 
+// TestWinAccumulateOrder: Accumulates from one origin to overlapping
+// elements apply in the order issued, as MPI orders them by default,
+// also where the device loses and reorders packets (lapi places them in
+// any order): Sum then Prod is (1+1)*3, never 1*3+1; on a run, on part of
+// it, and after a large Sum (many packets, by half-RDMA accumulate).
+func TestWinAccumulateOrder(t *testing.T) {
+	for _, faults := range winFaults {
+		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
+			t.Setenv("WEFT_FAULTS", faults)
+			err := Run(2, func(c *Comm) error {
+				const big = 1 << 18 // 2 MiB of int64
+				base := make([]int64, big)
+				win, err := NewWin(c, base)
+				if err != nil {
+					return err
+				}
+				ones, threes := make([]int64, big), make([]int64, 2)
+				for i := range ones {
+					ones[i] = 1
+				}
+				threes[0], threes[1] = 3, 3
+				for round := range 60 {
+					if c.Rank() == 1 {
+						clear(base[:8])
+						base[0], base[1], base[2], base[3] = 1, 1, 1, 1
+					}
+					if err := win.Fence(); err != nil {
+						return err
+					}
+					n := 4
+					if round%10 == 9 {
+						n = big
+					}
+					if c.Rank() == 0 {
+						if err := win.Accumulate(ones[:n], 1, 0, Sum); err != nil {
+							return err
+						}
+						if err := win.Accumulate(threes, 1, 1, Prod); err != nil {
+							return err
+						}
+					}
+					if err := win.Fence(); err != nil {
+						return err
+					}
+					if c.Rank() == 1 && (base[0] != 2 || base[1] != 6 || base[2] != 6 || base[3] != 2) {
+						return fmt.Errorf("round %d (Sum of %d): window %v, want [2 6 6 2]: the Prod overtook the Sum", round, n, base[:4])
+					}
+				}
+				return win.Free()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestWinMismatchedElements: ranks that make a window of different element
-// sizes fail with ErrArg, all of them.
+// types fail with ErrArg, all of them: of different sizes, and of one size
+// (int64 and float64, whose Accumulate would add an integer's bits to a
+// float's).
 func TestWinMismatchedElements(t *testing.T) {
 	err := Run(2, func(c *Comm) error {
-		var err error
+		var err, err2 error
 		if c.Rank() == 0 {
 			_, err = NewWin(c, make([]int32, 4))
+			_, err2 = NewWin(c, make([]int64, 4))
 		} else {
 			_, err = NewWin(c, make([]int64, 4))
+			_, err2 = NewWin(c, make([]float64, 4))
 		}
 		if !errors.Is(err, ErrArg) {
-			return fmt.Errorf("NewWin with elements of 4 and 8 bytes: %v, want ErrArg", err)
+			return fmt.Errorf("NewWin of int32 and int64 elements: %v, want ErrArg", err)
+		}
+		if !errors.Is(err2, ErrArg) || !strings.Contains(err2.Error(), "int64") || !strings.Contains(err2.Error(), "float64") {
+			return fmt.Errorf("NewWin of int64 and float64 elements: %v, want ErrArg naming both", err2)
 		}
 		return nil
 	})
