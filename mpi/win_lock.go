@@ -92,6 +92,9 @@ func (win *Win[T]) Lock(target int, exclusive bool) error {
 		if ok {
 			break
 		}
+		if err := win.failedMember(); err != nil {
+			return win.lockErr(ctx, "lock", target, err)
+		}
 		if releasing {
 			// The attempt may have overtaken this rank's own release:
 			// once that is answered, try again at once.
@@ -130,6 +133,12 @@ func (win *Win[T]) Unlock(target int) error {
 		return fmt.Errorf("mpi: window unlock of rank %d, which this rank has not locked: %w", target, ErrArg)
 	}
 	if err := win.complete(target); err != nil {
+		if perr := win.lc.PeerErr(win.peers[target].rank); perr != nil {
+			// The target failed: its lock is gone with it, and this
+			// epoch ends here, with the failure (Free may follow).
+			win.locked[target] = lockNone
+			win.nlocked--
+		}
 		return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
 	}
 	release := int64(-1)
@@ -141,6 +150,10 @@ func (win *Win[T]) Unlock(target int) error {
 	} else {
 		p := &win.peers[target]
 		if err := win.lc.Rmw(p.rank, lapi.FetchAndAdd, p.lock, release, 0, nil, lapi.SendOpts{Origin: win.rel}); err != nil {
+			if win.lc.PeerErr(p.rank) != nil {
+				win.locked[target] = lockNone // as above
+				win.nlocked--
+			}
 			return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
 		}
 		win.relPend++
@@ -226,6 +239,19 @@ func (win *Win[T]) pause(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 	return err
+}
+
+// failedMember is the failure of a rank of the window's group, or nil. A
+// lock word does not say who holds it, and a failed holder never
+// releases it: an attempt that finds the lock held fails once any rank
+// of the group has, instead of retrying for ever.
+func (win *Win[T]) failedMember() error {
+	for q, r := range win.c.group {
+		if err := win.lc.PeerErr(lapi.Rank(r)); err != nil {
+			return fmt.Errorf("the lock is held, and rank %d of the window failed (it may be the holder): %w", q, err)
+		}
+	}
+	return nil
 }
 
 // lockErr names a failed lock or unlock of target; a timeout says what the

@@ -601,6 +601,106 @@ func TestWinAccumulateOrder(t *testing.T) {
 	}
 }
 
+// TestWinLockHeldByFailedRank: rank 2 takes rank 0's lock and fails
+// holding it. Rank 1, knowing of the failure, then locks rank 0: it fails
+// with ErrPeerFailed naming rank 2, where it used to retry until the
+// timeout (none here would end it within the test's).
+func TestWinLockHeldByFailedRank(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	var lockErr error
+	err := Run(3, func(c *Comm) error {
+		win, err := NewWin(c, make([]int64, 4))
+		if err != nil {
+			return err
+		}
+		switch c.Rank() {
+		case 2:
+			if err := win.Lock(0, true); err != nil {
+				return err
+			}
+			if err := Send(c, []byte{1}, 1, 0); err != nil {
+				return err
+			}
+			if _, err := Recv(c, make([]byte, 1), 1, 2); err != nil {
+				return err
+			}
+			return errors.New("rank 2 fails holding rank 0's lock")
+		case 1:
+			if _, err := Recv(c, make([]byte, 1), 2, 0); err != nil {
+				return err
+			}
+			if err := Send(c, []byte{1}, 2, 2); err != nil {
+				return err
+			}
+			if _, err := Recv(c, make([]byte, 1), 2, 1); !errors.Is(err, ErrPeerFailed) {
+				return fmt.Errorf("receive from the failed rank 2: %v, want ErrPeerFailed", err)
+			}
+			start := time.Now()
+			lockErr = win.Lock(0, false)
+			if time.Since(start) > 10*time.Second {
+				return fmt.Errorf("Lock took %v", time.Since(start))
+			}
+			return Send(c, []byte{1}, 0, 0)
+		case 0: // the target, alive until rank 1 is done
+			_, err := Recv(c, make([]byte, 1), 1, 0)
+			return err
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "rank 2 fails") {
+		t.Errorf("Run: %v, want rank 2's error", err)
+	}
+	if !errors.Is(lockErr, ErrPeerFailed) || !strings.Contains(lockErr.Error(), "rank 2") {
+		t.Errorf("rank 1's Lock of rank 0, held by the failed rank 2: %v, want ErrPeerFailed naming rank 2", lockErr)
+	}
+}
+
+// TestWinLockOfFailedTarget: rank 1 holds rank 2's lock when rank 2
+// fails. Unlock fails with ErrPeerFailed and ends the epoch: Free then
+// fails with the failure too, not with ErrArg for a lock still held.
+func TestWinLockOfFailedTarget(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	var unlockErr, freeErr error
+	err := Run(3, func(c *Comm) error {
+		win, err := NewWin(c, make([]int64, 4))
+		if err != nil {
+			return err
+		}
+		switch c.Rank() {
+		case 1:
+			if err := win.Lock(2, true); err != nil {
+				return err
+			}
+			if err := win.Put([]int64{7}, 2, 0); err != nil {
+				return err
+			}
+			if err := Send(c, []byte{1}, 2, 0); err != nil {
+				return err
+			}
+			if _, err := Recv(c, make([]byte, 1), 2, 1); !errors.Is(err, ErrPeerFailed) {
+				return fmt.Errorf("receive from the failed rank 2: %v, want ErrPeerFailed", err)
+			}
+			unlockErr = win.Unlock(2)
+			freeErr = win.Free()
+		case 2:
+			if _, err := Recv(c, make([]byte, 1), 1, 0); err != nil {
+				return err
+			}
+			return errors.New("rank 2 fails while rank 1 holds its lock")
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "rank 2 fails") {
+		t.Errorf("Run: %v, want rank 2's error", err)
+	}
+	if !errors.Is(unlockErr, ErrPeerFailed) {
+		t.Errorf("Unlock of the failed rank 2: %v, want ErrPeerFailed", unlockErr)
+	}
+	if !errors.Is(freeErr, ErrPeerFailed) || errors.Is(freeErr, ErrArg) {
+		t.Errorf("Free after that: %v, want ErrPeerFailed (not ErrArg)", freeErr)
+	}
+}
+
 // TestWinMismatchedElements: ranks that make a window of different element
 // types fail with ErrArg, all of them: of different sizes, and of one size
 // (int64 and float64, whose Accumulate would add an integer's bits to a
