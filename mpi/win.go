@@ -293,7 +293,7 @@ func (win *Win[T]) Free() error {
 	if err := win.released(); err != nil {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
-	if err := win.c.Barrier(); err != nil {
+	if err := win.together(winFree); err != nil {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
 	win.freed = true
@@ -327,10 +327,40 @@ func (win *Win[T]) Fence() error {
 	if err := win.completeAll(); err != nil {
 		return fmt.Errorf("mpi: window fence: %w", err)
 	}
-	if err := win.c.Barrier(); err != nil {
+	if err := win.together(winFence); err != nil {
 		return fmt.Errorf("mpi: window fence: %w", err)
 	}
 	win.fence, win.fenceOps = true, false
+	return nil
+}
+
+// The calls that synchronise every rank of a window (together).
+const (
+	winFence = 1
+	winFree  = 2
+)
+
+// together is the collective step of Fence and Free: where a Barrier
+// would do, the ranks reduce which call each makes on which window (its
+// identity: the key of rank 0's lock word, the same at every rank), so
+// that a rank calling Fence while another calls Free, or Fence on another
+// window, fails with ErrArg at both instead of pairing up with it (a Put
+// into the freed window would then vanish without an error).
+func (win *Win[T]) together(call int64) error {
+	sig := call<<56 | int64(win.peers[0].lock.Key&(1<<56-1))
+	v := [2]int64{sig, -sig}
+	var r [2]int64
+	if err := Allreduce(win.c, v[:], r[:], Max); err != nil {
+		return err
+	}
+	if r[0] != -r[1] {
+		this, other := "Fence", "Free"
+		if call == winFree {
+			this, other = other, this
+		}
+		return fmt.Errorf("the ranks disagree: this rank calls %s on this window, another calls %s, or calls on another window: %w",
+			this, other, ErrArg)
+	}
 	return nil
 }
 

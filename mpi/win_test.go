@@ -701,6 +701,50 @@ func TestWinLockOfFailedTarget(t *testing.T) {
 	}
 }
 
+// TestWinMismatchedSync: ranks that call Fence and Free on one window,
+// or Fence on two different windows, fail with ErrArg at every rank
+// instead of pairing up (the Put that followed into the freed window
+// returned nil); the windows stay usable where they were not freed.
+func TestWinMismatchedSync(t *testing.T) {
+	err := Run(2, func(c *Comm) error {
+		a, err := NewWin(c, make([]int32, 4))
+		if err != nil {
+			return err
+		}
+		b, err := NewWin(c, make([]int32, 4))
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			err = a.Fence()
+		} else {
+			err = a.Free()
+		}
+		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "disagree") {
+			return fmt.Errorf("Fence against Free: %v, want ErrArg saying the ranks disagree", err)
+		}
+		w := a
+		if c.Rank() == 1 {
+			w = b
+		}
+		if err := w.Fence(); !errors.Is(err, ErrArg) {
+			return fmt.Errorf("Fence on different windows: %v, want ErrArg", err)
+		}
+		for _, w := range []*Win[int32]{a, b} {
+			if err := w.Fence(); err != nil {
+				return fmt.Errorf("Fence agreed on afterwards: %v", err)
+			}
+			if err := w.Free(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWinMismatchedElements: ranks that make a window of different element
 // types fail with ErrArg, all of them: of different sizes, and of one size
 // (int64 and float64, whose Accumulate would add an integer's bits to a
