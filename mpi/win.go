@@ -168,7 +168,7 @@ type Win[T Elem] struct {
 	locked   []uint8
 	nlocked  int
 	rmw      *lapi.Counter // the lock's read-modify-writes (win_lock.go)
-	prev     int64         // an rmw's previous value
+	prev     *int64        // where an rmw's previous value lands
 	// rel counts the answers to lock releases, which Unlock does not
 	// wait for; relPend is how many are owed.
 	rel     *lapi.Counter
@@ -210,6 +210,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		k:      make([]*lapi.Counter, c.size),
 		pend:   make([]int64, c.size),
 		acc:    make([]accRange, c.size),
+		prev:   new(int64),
 		locked: make([]uint8, c.size),
 	}
 	var err error

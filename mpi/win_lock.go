@@ -198,14 +198,18 @@ func (win *Win[T]) rmwAt(ctx context.Context, target int, op lapi.RmwOp, operand
 		return 0, fmt.Errorf("mpi: window lock: rmw %d", op)
 	}
 	p := &win.peers[target]
-	if err := win.lc.Rmw(p.rank, op, p.lock, operand, compare, &win.prev, lapi.SendOpts{Origin: win.rmw}); err != nil {
+	if err := win.lc.Rmw(p.rank, op, p.lock, operand, compare, win.prev, lapi.SendOpts{Origin: win.rmw}); err != nil {
 		return 0, err
 	}
 	if err := win.rmw.Wait(ctx, 1); err != nil {
-		win.rmw = win.c.w.win.counter(win.lc) // this one failed, or owes a reply still
+		// This one failed, or owes a reply still: a late reply must
+		// count, and write, nowhere the next attempt reads (an old value
+		// of 0 landing there would let an exclusive attempt believe it
+		// holds a lock another rank holds).
+		win.rmw, win.prev = win.c.w.win.counter(win.lc), new(int64)
 		return 0, err
 	}
-	return win.prev, nil
+	return *win.prev, nil
 }
 
 // released waits until every release this rank sent is answered (applied
