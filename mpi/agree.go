@@ -23,7 +23,10 @@ import (
 //     operations of the call, or the call itself when they begin it. Every
 //     collective message's tag carries the call's number, so that what an
 //     aborted call left behind (ranks that disagree may have chosen
-//     different algorithms) never matches a later call.
+//     different algorithms) never matches a later call, and a digest of
+//     its kind, op and root, so that ranks that disagree on those never
+//     match each other's steps (a shared-memory collective's parts carry
+//     the digest too): they wait, and the next mechanism tells them why.
 //   - Ranks that chose different algorithms may wait for messages that
 //     never come. A collective wait that has blocked for agreeAfter sends
 //     this rank's signature of the call (kind, bytes, root, op) to member
@@ -81,6 +84,8 @@ type collState struct {
 	// to: the one that made this record.
 	c   *Comm
 	seq atomic.Uint32 // collectives begun; only the caller's goroutine adds
+	// digest is the running call's callDigest (begin's).
+	digest atomic.Uint32
 	// ring holds the signatures of the last sigRing calls, by seq: word 0
 	// is seq<<32|kind<<8|op, word 1 is bytes<<24|root. A reader loads
 	// word 0 before and after word 1 (the writer clears it first).
@@ -105,14 +110,42 @@ type collState struct {
 	timer     *time.Timer   // fires agreeAfter after a wait first blocks
 }
 
-// seqMask keeps a call's number within a tag's bits above the kind's.
-const seqMask = 1<<23 - 1
+// A collective step's tag carries, above the step's kind (8 bits), the
+// call's number (seqMask's bits: calls in flight are never that many
+// apart) and above it the call's digest (callDigest), so that the steps
+// of ranks that disagree on the op or the root never match: a wrong op
+// would otherwise reduce without a wait, and give every rank its own
+// wrong result; now the wait blocks, and after agreeAfter the signatures
+// say why.
+const (
+	seqMask     = 1<<17 - 1
+	digestShift = 8 + 17
+	digestMask  = 1<<6 - 1
+)
 
 // ctag is the tag of a collective step of kind tag in the running call.
-func (c *Comm) ctag(tag int) int { return tag | callTag(c.coll.seq.Load()) }
+func (c *Comm) ctag(tag int) int {
+	return tag | callTag(c.coll.seq.Load(), uint8(c.coll.digest.Load()))
+}
 
-// callTag is what the tags of call k's steps carry above their kind.
-func callTag(k uint32) int { return int(k&seqMask) << 8 }
+// callTag is what the tags of call k's steps carry above their kind; d is
+// the call's digest.
+func callTag(k uint32, d uint8) int { return int(k&seqMask)<<8 | int(d&digestMask)<<digestShift }
+
+// callDigest digests what the members of a call must agree on besides its
+// size (which a receive checks exactly): its kind, its op and its root. A
+// user op (NewOp) is a number local to its process, and ranks may make
+// theirs in different orders: it is not digested.
+func callDigest(kind uint8, op Op, root int) uint8 {
+	if op >= firstUserOp {
+		op = firstUserOp
+	}
+	x := uint32(kind)*0x9e3779b1 ^ uint32(op)*0x85ebca77 ^ uint32(root)*0xc2b2ae3d
+	x ^= x >> 15
+	x *= 0x2c1b3c6d
+	x ^= x >> 12
+	return uint8(x & digestMask)
+}
 
 // callOf is the call whose step's tag is tag: the latest call begun whose
 // number agrees with the tag's bits (a nonblocking call may be older than
@@ -199,6 +232,7 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	slot[0].Store(0)
 	slot[1].Store(w1)
 	slot[0].Store(w0)
+	s.digest.Store(uint32(callDigest(kind, op, root)))
 	s.seq.Store(k)
 	if s.naborts.Load() != 0 {
 		if err := s.abortOf(k); err != nil {
@@ -482,7 +516,7 @@ func (s *collState) aborted(k uint32, cause uint8, msg string) {
 	// one of its sub-communicators', which share its collState (hier.go).
 	w := s.c.w
 	ours := func(r *request) bool {
-		return r.ctx&1 != 0 && r.comm != nil && r.comm.coll == s && uint32(r.tag>>8) == k&seqMask
+		return r.ctx&1 != 0 && r.comm != nil && r.comm.coll == s && uint32(r.tag>>8)&seqMask == k&seqMask
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -134,6 +134,117 @@ func allreducesAfter(c *Comm) error {
 	return nil
 }
 
+// TestCollectiveOpRootMismatch: ranks that agree on the length but not
+// on the op (Allreduce, Iallreduce, Reduce) or the root (Bcast, Reduce,
+// Gather, Scatter) get ErrArg, never a result reduced with another op or
+// taken from another root: the op used to go unseen (no size differed, no
+// wait blocked) and every rank returned its own wrong sum. In Allreduce
+// and Iallreduce every rank fails; in the rooted ones at least one does
+// where any rank receives, and none returns a wrong result. The
+// communicator goes on.
+func TestCollectiveOpRootMismatch(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	sizes := []int{10, 1000, 100000}
+	for _, shm := range []string{"on", "off"} {
+		for _, ranks := range []int{2, 3} {
+			t.Run(fmt.Sprintf("shmcoll=%s/n=%d", shm, ranks), func(t *testing.T) {
+				t.Setenv("WEFT_SHMCOLL", shm)
+				for _, kind := range []string{"Allreduce", "Iallreduce", "Reduce-op", "Bcast", "Reduce", "Gather", "Scatter"} {
+					for _, n := range sizes {
+						checkOpRootMismatch(t, ranks, kind, n)
+					}
+				}
+			})
+		}
+	}
+}
+
+func checkOpRootMismatch(t *testing.T, ranks int, kind string, n int) {
+	t.Helper()
+	errs := make([]error, ranks)
+	wrong := make([]string, ranks)
+	after := make([]error, ranks)
+	err := Run(ranks, func(c *Comm) error {
+		p, odd := c.Size(), c.Rank() == c.Size()-1
+		op, root := Sum, 0
+		if odd {
+			op, root = Max, 1
+		}
+		mine := make([]float64, n)
+		for i := range mine {
+			mine[i] = float64(c.Rank() + 1)
+		}
+		sum := float64(p * (p + 1) / 2)
+		var err error
+		switch kind {
+		case "Allreduce", "Iallreduce":
+			recv := make([]float64, n)
+			if kind == "Allreduce" {
+				err = Allreduce(c, mine, recv, op)
+			} else {
+				var q *Request
+				if q, err = Iallreduce(c, mine, recv, op); err == nil {
+					_, err = q.Wait()
+				}
+			}
+			if err == nil && recv[n-1] != sum {
+				wrong[c.Rank()] = fmt.Sprintf("sum %v, want %v", recv[n-1], sum)
+			}
+		case "Reduce-op":
+			recv := make([]float64, n)
+			if err = Reduce(c, mine, recv, op, 0); err == nil && c.Rank() == 0 && recv[n-1] != sum {
+				wrong[0] = fmt.Sprintf("sum %v, want %v", recv[n-1], sum)
+			}
+		default:
+			err = mismatchRoot(c, kind, mine, root)
+		}
+		errs[c.Rank()] = err
+		after[c.Rank()] = allreducesAfter(c)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s of %d on %d ranks: %v", kind, n, ranks, err)
+	}
+	failed := 0
+	for r, e := range errs {
+		switch {
+		case e != nil && (!errors.Is(e, ErrArg) || errors.Is(e, ErrTimeout)):
+			t.Errorf("%s of %d on %d ranks: rank %d: %v, want ErrArg", kind, n, ranks, r, e)
+		case e != nil:
+			failed++
+		case kind == "Allreduce" || kind == "Iallreduce":
+			t.Errorf("%s of %d on %d ranks: rank %d returned nil (%s)", kind, n, ranks, r, wrong[r])
+		}
+		if wrong[r] != "" && e == nil {
+			t.Errorf("%s of %d on %d ranks: rank %d: a wrong result without an error: %s", kind, n, ranks, r, wrong[r])
+		}
+		if after[r] != nil {
+			t.Errorf("%s of %d on %d ranks: rank %d after: %v", kind, n, ranks, r, after[r])
+		}
+	}
+	if failed == 0 && !(ranks == 2 && (kind == "Bcast" || kind == "Scatter")) {
+		// (On two ranks whose roots are 0 and 1, each is a root of a
+		// Bcast or Scatter: it only sends, and receives nothing wrong.)
+		t.Errorf("%s of %d on %d ranks: no rank failed", kind, n, ranks)
+	}
+}
+
+// mismatchRoot runs rooted collective kind with this rank's root.
+func mismatchRoot(c *Comm, kind string, mine []float64, root int) error {
+	n, p := len(mine), c.Size()
+	switch kind {
+	case "Bcast":
+		return Bcast(c, mine, root)
+	case "Reduce":
+		return Reduce(c, mine, make([]float64, n), Sum, root)
+	case "Gather":
+		return Gather(c, mine, make([]float64, p*n), root)
+	case "Scatter":
+		return Scatter(c, make([]float64, p*n), mine, root)
+	}
+	return fmt.Errorf("no collective %q", kind)
+}
+
 // TestAbortCarriesCause: when a collective fails on one rank, the members
 // that hear of it by the call's abort get an error wrapping the same
 // sentinel (a peer's failure stays ErrPeerFailed, a timeout ErrTimeout),

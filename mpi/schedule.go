@@ -53,6 +53,7 @@ type xfer struct {
 type schedule struct {
 	c      *Comm
 	k      uint32 // the call's number, which its tags carry
+	digest uint8  // and its callDigest
 	name   string // "Iallreduce", for errors and reports
 	rounds []round
 
@@ -103,7 +104,7 @@ func (s *schedule) roundDone() bool {
 // name, and posts its first round; cleanup, if set, runs as it ends.
 func startSchedule(c *Comm, name string, rounds []round, cleanup func()) *Request {
 	w := c.w
-	s := &schedule{c: c, k: c.coll.seq.Load(), name: name, rounds: rounds, cleanup: cleanup}
+	s := &schedule{c: c, k: c.coll.seq.Load(), digest: uint8(c.coll.digest.Load()), name: name, rounds: rounds, cleanup: cleanup}
 	s.fin = &request{w: w, comm: c, ctx: c.ctx | 1, op: name, src: -1, tag: c.ctag(0), peer: -1, sched: s}
 	s.mu.Lock()
 	s.advanceLocked()
@@ -194,7 +195,7 @@ func (s *schedule) post() error {
 	}
 	rd := s.rounds[s.cur]
 	ops := make([]*request, 0, len(rd.ops))
-	tag := callTag(s.k) | tagNonblocking
+	tag := callTag(s.k, s.digest) | tagNonblocking
 	var err error
 	for _, recv := range []bool{true, false} {
 		for _, x := range rd.ops {

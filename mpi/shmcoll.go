@@ -95,14 +95,17 @@ func (h *shHost) Nudge(m int) {
 	_ = w.lc.Amsend(lapi.Rank(h.c.group[m]), w.hNudge, nil, nil, lapi.SendOpts{})
 }
 
-// Begin starts a shared collective: the number of the communicator's
-// collective call in progress; none once the world is finalized (the
-// block may be unmapped).
+// Begin starts a shared collective: the identity of the communicator's
+// collective call in progress, its number (14 bits of it) and its digest
+// (callDigest) above, so that members that disagree on the op or the
+// root fail with ErrArg instead of reducing each with its own; none once
+// the world is finalized (the block may be unmapped).
 func (h *shHost) Begin() (uint32, error) {
 	if h.c.w.closed.Load() {
 		return 0, ErrFinalized
 	}
-	return h.c.coll.seq.Load(), nil
+	s := h.c.coll
+	return s.seq.Load()&(1<<14-1) | s.digest.Load()<<14, nil
 }
 
 // cond is the wait's condition (under lapi's lock): the stamps, or the

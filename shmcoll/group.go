@@ -19,12 +19,13 @@ type Host interface {
 	// Nudge wakes member m if it blocked in Wait (an error is the
 	// Host's to ignore: the members waiting for m fail for it).
 	Nudge(m int)
-	// Begin starts a collective: it returns the number of the
-	// collective call in progress, the same at every member (a part's
-	// size word carries it, so that members whose rounds went out of
-	// step are told), or why the group may not run one now (the block
-	// may be unmapped). One call per collective keeps the hot path to
-	// one indirect call.
+	// Begin starts a collective: it returns the identity of the
+	// collective call in progress, the same at every member that agrees
+	// on the call (a part's size word carries its low 20 bits, so that
+	// members whose rounds went out of step, or that disagree, are
+	// told), or why the group may not run one now (the block may be
+	// unmapped). One call per collective keeps the hot path to one
+	// indirect call.
 	Begin() (call uint32, err error)
 }
 
@@ -242,7 +243,8 @@ func (g *Group) sizes(k uint32, n, from int) error {
 			return fmt.Errorf("ranks disagree: rank %d gave %d bytes, rank %d expects %d: %w", m, got, g.me, n, g.argE)
 		}
 		if call := g.call; w>>sizeBits != call&(1<<(32-sizeBits)-1) {
-			return fmt.Errorf("ranks disagree: rank %d's part is of collective #%d, rank %d is in #%d: %w", m, w>>sizeBits, g.me, call, g.argE)
+			return fmt.Errorf("ranks disagree: rank %d's part is of another collective call than rank %d's (%#x, %#x: their number or their op or root): %w",
+				m, g.me, w>>sizeBits, call&(1<<(32-sizeBits)-1), g.argE)
 		}
 	}
 	return nil
