@@ -453,3 +453,80 @@ func TestIcollLeakCount(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIcollFailedPeer: a member failed before a nonblocking Iallreduce
+// began. Rank 1's Request fails with ErrPeerFailed: a round
+// whose receive from the failed member could not be posted used to post
+// its sends anyway, lose the receive's error and complete, and Wait
+// returned nil with this rank's own data as the sum.
+func TestIcollFailedPeer(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	t.Setenv("WEFT_DIRECT", "0")
+	t.Setenv("WEFT_EAGER", "1048576")
+	errs := make([]error, 3)
+	err := Run(3, func(c *Comm) error {
+		if c.Rank() == 0 {
+			return errors.New("rank 0 fails first")
+		}
+		if _, err := Recv(c, make([]byte, 1), 0, 0); !errors.Is(err, ErrPeerFailed) {
+			return fmt.Errorf("receive from the failed rank 0: %v", err)
+		}
+		if c.Rank() == 2 {
+			return nil // so that no abort from it tells rank 1
+		}
+		b := make([]float64, 16<<10) // 128 KiB: the ring
+		for i := range b {
+			b[i] = 1
+		}
+		q, err := Iallreduce(c, b, b, Sum)
+		if err == nil {
+			_, err = q.Wait()
+		}
+		if err == nil {
+			err = fmt.Errorf("Iallreduce returned nil, b[0] = %v", b[0])
+		}
+		errs[c.Rank()] = err
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "rank 0 fails") {
+		t.Errorf("Run: %v, want rank 0's error", err)
+	}
+	if !errors.Is(errs[1], ErrPeerFailed) {
+		t.Errorf("rank 1: %v, want ErrPeerFailed", errs[1])
+	}
+}
+
+// TestIcollTimeout: Wait on a nonblocking collective is bounded by
+// WEFT_TIMEOUT as every blocking wait is (it waited for ever), and
+// WaitSome reports the failed wait with the pending request instead of
+// returning the empty answer that means nothing is pending.
+func TestIcollTimeout(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "300ms")
+	var waitErr, someErr error
+	var waited time.Duration
+	var some []int
+	_ = Run(2, func(c *Comm) error {
+		if c.Rank() == 1 {
+			return nil // never joins the Ibarrier
+		}
+		q, err := c.Ibarrier()
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		_, waitErr = q.Wait()
+		waited = time.Since(start)
+		var errs []error
+		some, _, errs = WaitSome(q)
+		if len(errs) > 0 {
+			someErr = errs[0]
+		}
+		return nil
+	})
+	if !errors.Is(waitErr, ErrTimeout) || waited > 10*time.Second {
+		t.Errorf("Wait on an Ibarrier rank 1 never joins: %v after %v, want ErrTimeout", waitErr, waited)
+	}
+	if len(some) != 1 || some[0] != 0 || !errors.Is(someErr, ErrTimeout) {
+		t.Errorf("WaitSome: indices %v, first error %v; want [0] with ErrTimeout", some, someErr)
+	}
+}

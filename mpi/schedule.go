@@ -197,6 +197,7 @@ func (s *schedule) post() error {
 	ops := make([]*request, 0, len(rd.ops))
 	tag := callTag(s.k, s.digest) | tagNonblocking
 	var err error
+posting:
 	for _, recv := range []bool{true, false} {
 		for _, x := range rd.ops {
 			if x.recv != recv {
@@ -212,7 +213,10 @@ func (s *schedule) post() error {
 				r, err = c.isend(x.b, x.peer, x.tag|tag, c.ctx|1)
 			}
 			if err != nil {
-				break
+				// The round fails with it: a send posted after a failed
+				// receive would overwrite err, and the round complete
+				// without the data it never received.
+				break posting
 			}
 			ops = append(ops, r)
 		}
@@ -274,6 +278,8 @@ func (s *schedule) tryAdvance() {
 // nonblocking collective's Request.
 func (s *schedule) wait(ctx context.Context) error {
 	w := s.c.w
+	ctx, cancel := w.deadline(ctx) // WEFT_TIMEOUT, as every blocking wait
+	defer cancel()
 	reported := false
 	defer func() {
 		if reported {

@@ -132,9 +132,20 @@ func TestAny(reqs ...*Request) (index int, done bool, st Status, err error) {
 // every one that has (MPI_Waitsome) and returns their indices, statuses
 // and errors, in the order of reqs. A request that completed before
 // counts, so a program sets the entries it has seen to nil; when every
-// request is nil it returns no index at once.
+// request is nil it returns no index at once. When the wait itself fails
+// (WEFT_TIMEOUT, or requests of different ranks), it returns every request
+// still pending with that error, unsettled: never the empty answer that
+// means there is nothing left to wait for.
 func WaitSome(reqs ...*Request) (indices []int, sts []Status, errs []error) {
-	i, _, _ := WaitAny(reqs...)
+	i, _, err := WaitAny(reqs...)
+	if i < 0 && err != nil {
+		for j, q := range reqs {
+			if q.pending() {
+				indices, sts, errs = append(indices, j), append(sts, Status{}), append(errs, err)
+			}
+		}
+		return indices, sts, errs
+	}
 	if i < 0 {
 		return nil, nil, nil
 	}
