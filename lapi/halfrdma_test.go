@@ -595,6 +595,21 @@ func TestNoCompletionErrors(t *testing.T) {
 	if err := org.Half().GetToFIFO(1, hal.PVO{}, 10, &fifoSink{}, SendOpts{NoCompletion: true}); !errors.Is(err, ErrBadOpts) {
 		t.Fatalf("a read with none: %v", err)
 	}
+	// A Get's or Rmw's data lands here: Completion and Target counters,
+	// which they never incremented (a wait on one never ended), are
+	// refused.
+	var prev int64
+	for what, err := range map[string]error{
+		"Get with Completion":     org.Get(1, hal.PVO{}, buf, SendOpts{Completion: k}),
+		"Get with Target":         org.Get(1, hal.PVO{}, buf, SendOpts{Target: 1}),
+		"GetWhen with Completion": org.GetWhen(k, 1, 1, hal.PVO{}, buf, SendOpts{Completion: k}),
+		"Rmw with Completion":     org.Rmw(1, FetchAndAdd, hal.PVO{}, 1, 0, &prev, SendOpts{Completion: k}),
+		"Rmw with Target":         org.Rmw(1, FetchAndAdd, hal.PVO{}, 1, 0, &prev, SendOpts{Target: 1}),
+	} {
+		if !errors.Is(err, ErrBadOpts) {
+			t.Errorf("%s: %v, want ErrBadOpts", what, err)
+		}
+	}
 	if err := org.Half().GetToFIFO(5, hal.PVO{}, 10, &fifoSink{}, SendOpts{}); !errors.Is(err, ErrBadRank) {
 		t.Fatalf("a read from no rank: %v", err)
 	}

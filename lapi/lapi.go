@@ -194,10 +194,11 @@ type SendOpts struct {
 	// Origin is incremented when the data buffer may be reused.
 	Origin *Counter
 	// Completion is incremented when the target has completed the message
-	// (its completion handler ran, or the put or get was placed).
+	// (its completion handler ran, or the put was placed). Get and Rmw,
+	// whose data lands here (Origin counts it), refuse it (ErrBadOpts).
 	Completion *Counter
 	// Target is the ID of a counter at the target, incremented there on
-	// completion (see Counter.ID).
+	// completion (see Counter.ID). Get and Rmw refuse it (ErrBadOpts).
 	Target uint32
 	// Notify, if set, is told when Origin would fire (data reusable for a
 	// send, data arrived for a Get), or that the operation failed. It runs

@@ -275,6 +275,9 @@ func (t *getTable) put(s *getSlot) {
 // o.Origin fires when dst is filled (or fails with the protection check
 // that refused the read).
 func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+	if err := fetchOpts("get", o); err != nil {
+		return err
+	}
 	if uint64(len(dst)) > 1<<32-1 {
 		return fmt.Errorf("lapi: get of %d bytes: %w", len(dst), ErrTooLarge)
 	}
@@ -288,6 +291,17 @@ func (c *Context) Get(tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
 	hal.PutPVO(u[:], src)
 	binary.LittleEndian.PutUint32(u[hal.PVOLen:], uint32(len(dst)))
 	return c.am.request(tgt, hGet, u[:], hal.PVOLen+4, dst, nil, o)
+}
+
+// fetchOpts refuses the counters a get or rmw (op) would never increment:
+// their data lands at the origin, where Origin (or Notify) counts it, and
+// the target keeps no counter for them. They were accepted and ignored,
+// and a caller waiting on one waited for ever.
+func fetchOpts(op string, o SendOpts) error {
+	if o.Completion != nil || o.Target != 0 {
+		return fmt.Errorf("lapi: %s with a Completion or Target counter (Origin counts the data here): %w", op, ErrBadOpts)
+	}
+	return nil
 }
 
 // getReq is the target-side state of a get or rmw between its header and
@@ -364,6 +378,9 @@ func (h replyHandler) OnComplete(_ hal.Rank, cookie any) {
 func (c *Context) Rmw(tgt hal.Rank, op RmwOp, dst hal.PVO, operand, compare int64, prev *int64, o SendOpts) error {
 	if op < Swap || op > FetchAndOr {
 		return fmt.Errorf("lapi: rmw: unknown operation %d", op)
+	}
+	if err := fetchOpts("rmw", o); err != nil {
+		return err
 	}
 	var u [hal.PVOLen + 21]byte
 	hal.PutPVO(u[:], dst)

@@ -62,6 +62,9 @@ func (c *Context) PutWhen(when *Counter, at int64, tgt hal.Rank, dst hal.PVO, sr
 
 // GetWhen is Get (see Get) armed on a counter as PutWhen arms a Put.
 func (c *Context) GetWhen(when *Counter, at int64, tgt hal.Rank, src hal.PVO, dst []byte, o SendOpts) error {
+	if err := fetchOpts("get", o); err != nil {
+		return err // now, not when it fires
+	}
 	return c.trg.arm(&trigger{k: when, at: at, get: true, tgt: tgt, pvo: src, buf: dst, opts: o})
 }
 
