@@ -18,7 +18,7 @@ import (
 //	 6 dstDev  u8
 //	 7 srcWin  u8   window on that device
 //	 8 dstWin  u8
-//	 9 -       u8   zero
+//	 9 life    u8   the sender's life (Header.Life); 0: none said
 //	10 length  u16  payload bytes after the header
 //	12 crc     u32  CRC32C over header (this field zero) and payload, if FlagCRC
 //	16 jobKey  u64
@@ -29,7 +29,8 @@ const (
 	// Magic is the first two bytes of every frame, "WF" read little-endian.
 	Magic uint16 = 'W' | 'F'<<8
 	// Version is the wire format's version; frames of another are dropped.
-	Version = 1
+	// 2: byte 9 carries the sender's life.
+	Version = 2
 	// MaxPayload is the largest payload the length field can describe that
 	// still fits one UDP datagram (65507 bytes) with the header.
 	MaxPayload = 65507 - HeaderLen
@@ -84,6 +85,19 @@ type Header struct {
 	Len            uint16 // payload length
 	JobKey         uint64
 	Src, Dst       Rank
+	// Life is which life of the source rank sent the frame: a digest,
+	// 1-255, of the epoch it joined with (lapi's reintegration, LifeOf),
+	// so that a frame of an earlier life, delayed in the network, is told
+	// from the new life's; 0 when the sender does not say.
+	Life uint8
+}
+
+// LifeOf digests a reintegration epoch to Header.Life: 1-255, never 0.
+// Two lives of one rank have the same digest once in 255.
+func LifeOf(epoch uint64) uint8 {
+	x := epoch ^ epoch>>32
+	x ^= x >> 16
+	return uint8((x^x>>8)%255) + 1
 }
 
 // castagnoli is the CRC32C table; hash/crc32 switches to the SSE4.2 CRC32
@@ -109,7 +123,7 @@ func EncodeHeader(b []byte, h *Header) {
 	b[6] = h.DstDev
 	b[7] = h.SrcWin
 	b[8] = h.DstWin
-	b[9] = 0
+	b[9] = h.Life
 	binary.LittleEndian.PutUint16(b[10:], h.Len)
 	binary.LittleEndian.PutUint32(b[12:], 0)
 	binary.LittleEndian.PutUint64(b[16:], h.JobKey)
@@ -145,12 +159,8 @@ func DecodeHeader(b []byte, h *Header) error {
 	if !h.Type.Valid() {
 		return frameErrs[DropType]
 	}
-	if b[9] != 0 {
-		// The reserved byte: a frame using it is of a format we do not
-		// know. (Unknown flag bits are carried: flags may be optional.)
-		return frameErrs[DropVersion]
-	}
-	h.Flags = b[4]
+	h.Flags = b[4] // (unknown flag bits are carried: flags may be optional)
+	h.Life = b[9]
 	h.SrcDev, h.DstDev, h.SrcWin, h.DstWin = b[5], b[6], b[7], b[8]
 	h.Len = binary.LittleEndian.Uint16(b[10:])
 	if int(h.Len) != len(b)-HeaderLen || h.Len > MaxPayload {

@@ -25,6 +25,7 @@ func sampleHeader(t hal.FrameType, payloadLen int) hal.Header {
 		Len:    uint16(payloadLen),
 		JobKey: testJobKey,
 		Src:    0x01020304, Dst: 0xfffffffe,
+		Life: 0x77,
 	}
 }
 
@@ -121,7 +122,7 @@ func TestEncodeHeaderLayout(t *testing.T) {
 	}
 	hal.EncodeHeader(b[:], &h)
 	want := []byte{
-		'W', 'F', hal.Version, byte(hal.FrameRDMAWrite), 0x80, 1, 2, 3, 4, 0,
+		'W', 'F', hal.Version, byte(hal.FrameRDMAWrite), 0x80, 1, 2, 3, 4, 0x77, // life
 		0x34, 0x12, // length
 		0, 0, 0, 0, // crc
 		0xa7, 0xb0, 0xfe, 0xca, 0x0d, 0xf0, 0xed, 0x5e, // job key
@@ -226,7 +227,6 @@ var badFrames = []badFrame{
 	{"length field 0xffff", hal.DropLength, true, spoil(func(b []byte) []byte { b[10], b[11] = 0xff, 0xff; return b })},
 	{"payload bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[hal.HeaderLen+7] ^= 0x10; return b })},
 	{"header bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[5] ^= 1; return b })},
-	{"reserved byte set", hal.DropVersion, false, spoil(func(b []byte) []byte { b[9] = 1; return b })},
 	{"crc field", hal.DropCRC, false, spoil(func(b []byte) []byte { b[13]++; return b })},
 	{"job key bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[20] ^= 0x80; return b })},
 	{"rank bit flip", hal.DropCRC, false, spoil(func(b []byte) []byte { b[31] ^= 0x01; return b })},
@@ -485,5 +485,29 @@ func TestDropErrAllocs(t *testing.T) {
 	c.Drop(hal.DropReason(200)) // out of range: counted, not a panic
 	if c.Drops[hal.DropType].Load() != 1 {
 		t.Errorf("out-of-range reason not counted as DropType")
+	}
+}
+
+// TestLifeOf: a life is never 0 (which says "none"), and the lives of
+// random epochs collide about once in 255.
+func TestLifeOf(t *testing.T) {
+	same := 0
+	var prev uint8
+	for i := range 100000 {
+		ep := uint64(i)*0x9e3779b97f4a7c15 ^ uint64(i)<<40
+		l := hal.LifeOf(ep)
+		if l == 0 {
+			t.Fatalf("LifeOf(%#x) = 0", ep)
+		}
+		if i > 0 && l == prev {
+			same++
+		}
+		prev = l
+	}
+	if same > 100000/255*2 {
+		t.Errorf("%d of 100000 successive epochs share their life, want about %d", same, 100000/255)
+	}
+	if hal.LifeOf(1) == hal.LifeOf(99) || hal.LifeOf(1) == hal.LifeOf(2) {
+		t.Errorf("LifeOf 1, 2, 99: %d %d %d", hal.LifeOf(1), hal.LifeOf(2), hal.LifeOf(99))
 	}
 }

@@ -392,7 +392,7 @@ func TestEngineRead(t *testing.T) {
 		t.Fatalf("read request: %+v", evs)
 	}
 	s := evs[0].Stream
-	s.SetFrame(1, 1)
+	s.SetFrame(1, 1, 0)
 	resp := packets(t, s)
 	// A duplicate request is not served twice.
 	rs.Restart(r.Tid())
@@ -498,7 +498,7 @@ func TestEngineReadRange(t *testing.T) {
 	rs, _ := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
 	oe.ExpectRead(1, r, &req)
 	evs, _ := feed(t, te, 0, packets(t, rs))
-	evs[0].Stream.SetFrame(1, 1)
+	evs[0].Stream.SetFrame(1, 1, 0)
 	resp := packets(t, evs[0].Stream)
 	// Segments 3 and 6 are lost.
 	feed(t, oe, 1, append(append(resp[:3:3], resp[4:6]...), resp[7:]...))
@@ -512,7 +512,7 @@ func TestEngineReadRange(t *testing.T) {
 	if len(evs) != 1 || evs[0].Kind != EvServeRead {
 		t.Fatalf("range request: %+v", evs)
 	}
-	evs[0].Stream.SetFrame(1, 1)
+	evs[0].Stream.SetFrame(1, 1, 0)
 	resp = packets(t, evs[0].Stream)
 	if len(resp) != 4 {
 		t.Fatalf("range answered with %d packets, want 4", len(resp))
@@ -539,7 +539,7 @@ func TestEngineReadFIFO(t *testing.T) {
 	rs, _ := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
 	oe.ExpectRead(1, r, &req)
 	evs, _ := feed(t, te, 0, packets(t, rs))
-	evs[0].Stream.SetFrame(1, 1)
+	evs[0].Stream.SetFrame(1, 1, 0)
 	resp := packets(t, evs[0].Stream)
 	// Segments 1 and 5 lost, 2 duplicated, the rest reversed.
 	got := make([]byte, 5001)
@@ -564,7 +564,7 @@ func TestEngineReadFIFO(t *testing.T) {
 	oe.ExpectRead(1, r, &req)
 	rs, _ = NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, req, nil)
 	evs, _ = feed(t, te, 0, packets(t, rs))
-	evs[0].Stream.SetFrame(1, 1)
+	evs[0].Stream.SetFrame(1, 1, 0)
 	resp2 := packets(t, evs[0].Stream)
 	evs, _ = feed(t, oe, 1, append(resp2, resp...)) // the earlier drive's packets too: stale
 	take(evs)

@@ -240,7 +240,7 @@ func TestEngineReadSelective(t *testing.T) {
 			t.Fatalf("drive %d: request not served: %+v", drive, evs)
 		}
 		s := evs[0].Stream
-		s.SetFrame(1, 1)
+		s.SetFrame(1, 1, 0)
 		resp := packets(t, s)
 		var got [][]byte
 		for i, f := range resp {

@@ -253,8 +253,8 @@ func (s *RDMAStream) RestartRange(tid uint32, off, n uint64) {
 	}
 }
 
-// SetFrame sets the job key and ranks a served stream's packets carry
-// (the engine does not know them).
-func (s *RDMAStream) SetFrame(jobKey uint64, src Rank) {
-	s.frame.JobKey, s.frame.Src = jobKey, src
+// SetFrame sets the job key, source rank and its life (Header.Life) a
+// served stream's packets carry (the engine does not know them).
+func (s *RDMAStream) SetFrame(jobKey uint64, src Rank, life uint8) {
+	s.frame.JobKey, s.frame.Src, s.frame.Life = jobKey, src, life
 }

@@ -216,7 +216,7 @@ func (cs *cmaState) sendTPT(peer hal.Rank, es []hal.TPTEntry) bool {
 		n := min(per, len(es))
 		b := cs.buf
 		l := hal.EncodeTPTUpdate(b[hal.HeaderLen:], es[:n])
-		h := hal.Header{Type: hal.FrameTPTUpdate, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(l)}
+		h := hal.Header{Type: hal.FrameTPTUpdate, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(l), Life: c.life}
 		hal.EncodeHeader(b, &h)
 		if !c.reliableTo(peer) {
 			hal.Seal(b[:hal.HeaderLen], b[hal.HeaderLen:hal.HeaderLen+l])

@@ -101,7 +101,10 @@ type Config struct {
 	// until every peer has answered; a peer that restarts is reset (its
 	// sequence space, its half-received messages, the operations pending
 	// toward it fail with ErrPeerRestarted) and RDMA toward it resumes
-	// only once it is ready. Epoch names this incarnation (0: random).
+	// only once it is ready. Epoch names this incarnation (0: random);
+	// every frame says which (hal.Header.Life), and a frame of a peer's
+	// earlier life that comes after its new one joined is dropped
+	// (Stats.Stale), never taken for the new life's.
 	Reintegrate bool
 	Epoch       uint64
 	// Track, when not nil, records the site of every RDMA transfer

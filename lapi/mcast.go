@@ -405,7 +405,7 @@ func (st *mcastState) pumpLocked() (more bool, err error) {
 		data := st.buf[st.next:min(st.next+uint64(st.seg), total)]
 		hdr := st.hdrs[st.queued]
 		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameMcast, Len: uint16(hal.McastHdrLen + len(data)),
-			JobKey: c.cfg.JobKey, Src: c.rank, Dst: hal.BroadcastRank})
+			JobKey: c.cfg.JobKey, Src: c.rank, Dst: hal.BroadcastRank, Life: c.life})
 		hal.EncodeMcast(hdr[hal.HeaderLen:], &hal.McastHdr{ID: st.id, Total: total, Offset: st.next, Seg: st.seg})
 		hal.Seal(hdr, data)
 		if err := st.b.SendBroadcast(hdr, data); err != nil {

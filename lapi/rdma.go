@@ -322,7 +322,7 @@ func (r *rdmaState) start(op *rdmaOp) {
 	h.RCxt, h.Key, h.Tid = rc.ID, rc.Key, rc.Begin()
 	h.Base, h.Seg, h.DstEp = h.Tid, uint32(r.seg), c.ri.dstEpoch(peer)
 	s := &op.stream
-	if err := s.Reset(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer}, op.t, h, op.mem); err != nil {
+	if err := s.Reset(hal.Header{JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Life: c.life}, op.t, h, op.mem); err != nil {
 		// cannot happen: lapi built h
 		r.pool.Free(rc)
 		op.rc = nil

@@ -39,7 +39,7 @@ func (r *rdmaState) trySendDone(peer hal.Rank, h hal.RDMAHdr) bool {
 		hal.EncodeRDMA(b[hal.HeaderLen:], hal.FrameRDMADone, &h)
 		b = b[:hal.HeaderLen+hal.RDMAHdrLen]
 	}
-	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(len(b) - hal.HeaderLen)}
+	fh := hal.Header{Type: hal.FrameRDMADone, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: uint16(len(b) - hal.HeaderLen), Life: c.life}
 	hal.EncodeHeader(b, &fh)
 	if !c.reliableTo(peer) {
 		hal.Seal(b, nil)
@@ -170,7 +170,7 @@ func (r *rdmaState) rdmaEvent(ev *hal.RDMAEvent) {
 		r.redriveMissing(op, ev.Offset, ev.Data)
 	case hal.EvServeRead:
 		s := ev.Stream
-		s.SetFrame(c.cfg.JobKey, c.rank)
+		s.SetFrame(c.cfg.JobKey, c.rank, c.life)
 		s.Hdr.DstEp = c.ri.dstEpoch(ev.Peer)
 		k := servKey{ev.Peer, ev.RCxt}
 		if old := r.serving[k]; old != nil {

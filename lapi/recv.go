@@ -58,6 +58,18 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 	if trace.On(trace.HotDetail) {
 		c.tr.traceRecv(h, payload)
 	}
+	if h.Life != 0 && c.ri.staleLife(h.Src, h.Life) && !isReintFrame(h.Type) {
+		// From an earlier life of its sender, delayed: since the new
+		// life joined, this rank's sequence numbers, transfers and
+		// reply slots toward it start afresh, and the old packet would
+		// pass for a new one (a fetch-and-add or an accumulate applied
+		// twice).
+		c.stats.Stale++
+		if trace.On(trace.Hot) {
+			trace.Printf(trace.Hot, "lapi %d: drop %v frame from an earlier life of rank %d", c.rank, h.Type, h.Src)
+		}
+		return
+	}
 	if h.Type == hal.FrameData && len(payload) >= tinyHdrLen && payload[0] == kindAMTiny && c.reliableTo(h.Src) {
 		ad.onTiny(h, payload)
 		return

@@ -49,7 +49,7 @@ func (rg *reintDriver) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 	}
 	for _, m := range msgs {
 		b := rg.reintBuf[:]
-		h := hal.Header{Type: m.Type, JobKey: c.cfg.JobKey, Src: c.rank, Dst: m.Peer, Len: hal.ReintPayloadLen}
+		h := hal.Header{Type: m.Type, JobKey: c.cfg.JobKey, Src: c.rank, Dst: m.Peer, Len: hal.ReintPayloadLen, Life: c.life}
 		hal.EncodeHeader(b, &h)
 		hal.EncodeReint(b[hal.HeaderLen:], m)
 		if !c.reliableTo(m.Peer) {
@@ -148,6 +148,19 @@ func (rg *reintDriver) dstEpoch(peer hal.Rank) uint32 {
 // (c.mu held).
 func (rg *reintDriver) staleEpoch(dstEp uint32) bool {
 	return rg.reint != nil && dstEp != 0 && dstEp != uint32(rg.reint.Epoch())
+}
+
+// staleLife reports whether a frame from peer that says it comes from
+// life l (hal.Header.Life, not 0) comes from another life of peer than
+// the one this rank knows (c.mu held): an earlier one's, delayed. (A later
+// life's frame that overtook its BOOTING is dropped too, and sent again:
+// over a reliable device, which keeps order, BOOTING comes first.)
+func (rg *reintDriver) staleLife(peer hal.Rank, l uint8) bool {
+	if rg.reint == nil {
+		return false
+	}
+	ep := rg.reint.PeerEpoch(peer)
+	return ep != 0 && hal.LifeOf(ep) != l
 }
 
 // newReintegration starts the reintegration protocol of cfg's rank, in

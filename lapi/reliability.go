@@ -302,7 +302,7 @@ func (rl *reliability) sendAck(peer hal.Rank) {
 		b = make([]byte, hal.HeaderLen+pktHdrLen)
 		rl.acks[peer] = b
 	}
-	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: pktHdrLen}
+	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: peer, Len: pktHdrLen, Life: c.life}
 	hal.EncodeHeader(b, &hh)
 	l := &rl.links[peer]
 	credit, cum, sack := l.ackFields(c.cfg.Window)

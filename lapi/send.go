@@ -274,7 +274,7 @@ func (ad *dispatcher) frameHeader(b []byte, tgt hal.Rank, ph *pktHdr, uhdr []byt
 		hl = tinyHdrLen
 	}
 	b = b[:hal.HeaderLen+hl+len(uhdr)]
-	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt, Len: uint16(hl + len(uhdr) + n)}
+	hh := hal.Header{Type: hal.FrameData, JobKey: c.cfg.JobKey, Src: c.rank, Dst: tgt, Len: uint16(hl + len(uhdr) + n), Life: c.life}
 	hal.EncodeHeader(b, &hh)
 	switch {
 	case tiny:

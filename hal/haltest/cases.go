@@ -439,7 +439,7 @@ func testRDMA(t *testing.T, n *Net) {
 			serve = ev.Stream
 		}
 	}
-	serve.SetFrame(n.JobKey, 1)
+	serve.SetFrame(n.JobKey, 1, 0)
 	deliver(0, e0, hal.EvReadDone, stream(serve, 1))
 	if !slices.Equal(back, data) {
 		t.Fatal("RDMA read: the data read back differs")

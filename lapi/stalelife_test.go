@@ -1,0 +1,102 @@
+package lapi
+
+import (
+	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
+	"github.com/weft-hpc/weft/internal/simnet"
+)
+
+// TestStaleLifeRmw: a fetch-and-add sent by rank 1's earlier life,
+// delayed in the network, arrives at rank 0 after rank 1 restarted and
+// rejoined. Its frame says which life sent it (hal.Header.Life), and rank
+// 0 drops it: it used to take the reset link's sequence 0, be applied a
+// second time, and push the new life's first packet out as a duplicate,
+// whose reply then matched the old request's slot (helper-49's review).
+func TestStaleLifeRmw(t *testing.T) {
+	net, _ := simnet.New(2, faults.Spec{})
+	j := &simJob{t: t, net: net, ctxs: make([]*Context, 2)}
+	defer j.close()
+	for r := range j.ctxs {
+		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
+	}
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	v := make([]int64, 1)
+	pvo, _ := j.ctxs[0].TPT().Register(int64Bytes(v), hal.AccessRead|hal.AccessWrite)
+	var old [][]byte
+	net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		if src == 1 && dst == 0 && hal.FrameType(f[3]) == hal.FrameData { // frame type byte
+			old = append(old, append([]byte(nil), f...))
+		}
+		return true
+	})
+	k := j.ctxs[1].NewCounter()
+	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 1, 0, nil, SendOpts{Origin: k})
+	j.run(time.Second, nil, func() bool { return settled(k, 1) })
+	net.SetFilter(nil)
+	if len(old) == 0 {
+		t.Fatal("no frame of the earlier life recorded")
+	}
+	j.ctxs[1].Close()
+	dev, _ := net.Restart(1)
+	j.ctxs[1] = openReint(t, j, 1, dev, 99)
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	for _, f := range old { // the earlier life's frames, delayed
+		net.Inject(1, 0, f)
+	}
+	j.run(time.Second, nil, func() bool { return net.InFlight() == 0 })
+	k2 := j.ctxs[1].NewCounter()
+	var prev int64 = -1
+	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 10, 0, &prev, SendOpts{Origin: k2})
+	j.run(10*time.Second, nil, func() bool { return settled(k2, 1) })
+	if v[0] != 11 || prev != 1 {
+		t.Fatalf("after restart: v=%d prev=%d, want v=11 prev=1 (err %v)", v[0], prev, k2.err)
+	}
+}
+
+// TestStaleLifeAccumulate: an Accumulate's RDMA packet from rank 1's
+// earlier life, delayed, arrives at rank 0 after rank 1 restarted: the
+// engine had forgotten the transfer (ResetPeer), and reduced it a second
+// time. It is dropped as stale now.
+func TestStaleLifeAccumulate(t *testing.T) {
+	net, _ := simnet.New(2, faults.Spec{})
+	j := &simJob{t: t, net: net, ctxs: make([]*Context, 2)}
+	defer j.close()
+	for r := range j.ctxs {
+		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
+	}
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	v := make([]int64, 4)
+	pvo, _ := j.ctxs[0].TPT().Register(int64Bytes(v), hal.AccessRead|hal.AccessWrite)
+	var old [][]byte
+	net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		if src == 1 && dst == 0 && hal.FrameType(f[3]) == hal.FrameRDMAWrite {
+			old = append(old, append([]byte(nil), f...))
+		}
+		return true
+	})
+	k := j.ctxs[1].NewCounter()
+	one := []int64{1, 1, 1, 1}
+	if err := j.ctxs[1].Accumulate(0, pvo, int64Bytes(one), AccSum, Int64, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	j.run(time.Second, nil, func() bool { return settled(k, 1) })
+	net.SetFilter(nil)
+	if len(old) == 0 {
+		t.Fatal("no RDMA frame of the earlier life recorded")
+	}
+	j.ctxs[1].Close()
+	dev, _ := net.Restart(1)
+	j.ctxs[1] = openReint(t, j, 1, dev, 99)
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	stale := j.ctxs[0].Stats().Stale
+	for _, f := range old {
+		net.Inject(1, 0, f)
+	}
+	j.run(time.Second, nil, func() bool { return net.InFlight() == 0 && j.ctxs[0].Stats().Stale > stale })
+	if v[0] != 1 || v[3] != 1 {
+		t.Fatalf("after the earlier life's packet was replayed: v=%v, want all 1 (engine %+v)", v, j.ctxs[0].RDMAStats().Engine)
+	}
+}
