@@ -530,3 +530,46 @@ func TestIcollTimeout(t *testing.T) {
 		t.Errorf("WaitSome: indices %v, first error %v; want [0] with ErrTimeout", some, someErr)
 	}
 }
+
+// TestIcollMismatchWaitedOtherwise: two ranks call Ibcast each with the
+// other as the root. Whether a rank waits by Wait, WaitAny, a TestAll
+// loop or a Test loop, the signatures are compared and the Request fails
+// with ErrArg: only Wait had the call watched, and the others waited
+// until the timeout or for ever.
+func TestIcollMismatchWaitedOtherwise(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "10s")
+	for _, how := range []string{"Wait", "WaitAny", "TestAll", "Test"} {
+		err := Run(2, func(c *Comm) error {
+			q, err := Ibcast(c, make([]int32, 4), 1-c.Rank())
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			switch how {
+			case "Wait":
+				_, err = q.Wait()
+			case "WaitAny":
+				_, _, err = WaitAny(q)
+			case "TestAll":
+				for done := false; !done && time.Since(start) < 8*time.Second; {
+					done, err = TestAll(q)
+				}
+			case "Test":
+				done := false
+				for !done && time.Since(start) < 8*time.Second {
+					done, _, err = q.Test()
+				}
+				if !done {
+					err = errors.New("not done after 8 s of Test")
+				}
+			}
+			if !errors.Is(err, ErrArg) {
+				return fmt.Errorf("rank %d, %s, after %v: %v, want ErrArg", c.Rank(), how, time.Since(start).Round(time.Millisecond), err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

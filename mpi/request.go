@@ -97,6 +97,7 @@ func (r *request) progress() {
 		s.tryAdvance()
 		r.w.lc.Progress()
 		s.tryAdvance()
+		s.watch()
 		return
 	}
 	r.w.lc.Progress()

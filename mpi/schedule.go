@@ -254,6 +254,16 @@ func (s *schedule) fail(err error) {
 	s.complete(fmt.Errorf("mpi: %s: %w", s.name, err))
 }
 
+// watch has the members compare their signatures of s's call if it stays
+// unfinished for agreeAfter (collState.watchCall), as Wait does: for a
+// rank that waits for it by Test, TestAll or WaitAny instead, ranks that
+// disagree on the call would otherwise wait for each other for ever.
+func (s *schedule) watch() {
+	if !s.fin.done.Load() && s.c.coll.blocked.Load() != s.k {
+		s.c.coll.watchCall(s.k)
+	}
+}
+
 // complete ends s with err. A goroutine waiting for s in lapi (WaitAny,
 // or the caller's Wait while the progress goroutine advanced s) is told:
 // this happened outside lapi's progress, which wakes waiters by itself.
@@ -263,6 +273,7 @@ func (s *schedule) complete(err error) {
 		s.cleanup = nil
 	}
 	s.fin.finish(Status{}, err)
+	s.c.coll.blocked.CompareAndSwap(s.k, 0) // (watch's, or a Wait's about to unwatch)
 	s.c.w.lc.Wake()
 }
 

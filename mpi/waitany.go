@@ -51,6 +51,12 @@ func WaitAny(reqs ...*Request) (index int, st Status, err error) {
 		}, func() {
 			w.waiting.Store(note)
 			reported = true
+			for _, q := range reqs {
+				if q.pending() && q.op.sched != nil {
+					q.op.sched.watch() // as Wait has its call watched
+					break
+				}
+			}
 		})
 		if reported {
 			w.waiting.Store(nil)
@@ -79,6 +85,7 @@ func TestAll(reqs ...*Request) (done bool, err error) {
 	for _, q := range reqs {
 		if q.pending() && q.op.sched != nil {
 			q.op.sched.tryAdvance()
+			q.op.sched.watch()
 		}
 	}
 	for _, q := range reqs {
