@@ -573,3 +573,38 @@ func TestIcollMismatchWaitedOtherwise(t *testing.T) {
 		}
 	}
 }
+
+// TestIcollFreeInFlight: a communicator freed while a nonblocking
+// collective on it is in flight lets the collective complete, as Free
+// says: its later rounds used to fail with "communicator was freed" at
+// the ranks that passed the data on, and their children never got it.
+func TestIcollFreeInFlight(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	err := Run(4, func(c *Comm) error {
+		d, err := c.Dup()
+		if err != nil {
+			return err
+		}
+		b := make([]int32, 4)
+		if d.Rank() == 3 {
+			b[0] = 7
+		}
+		q, err := Ibcast(d, b, 3)
+		if err != nil {
+			return err
+		}
+		if err := d.Free(); err != nil {
+			return err
+		}
+		if _, err := q.Wait(); err != nil {
+			return fmt.Errorf("rank %d: %w", c.Rank(), err)
+		}
+		if b[0] != 7 {
+			return fmt.Errorf("rank %d: %v, want 7 from rank 3", c.Rank(), b)
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

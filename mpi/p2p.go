@@ -140,7 +140,7 @@ func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, r
 // Probe blocks until a message from source with tag can be received and
 // describes it; Count is in bytes.
 func (c *Comm) Probe(source, tag int) (Status, error) {
-	if err := c.checkSource(source, tag); err != nil {
+	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return Status{}, err
 	}
 	w := c.w
@@ -173,8 +173,12 @@ func (c *Comm) Probe(source, tag int) (Status, error) {
 	return st, nil
 }
 
-func (c *Comm) checkSource(src, tag int) error {
-	if c.freed {
+// checkSource checks a receive's or probe's source and tag on context
+// ctx. Only a collective context (odd) may be used once c is freed: by
+// the later rounds of a nonblocking collective started before Free,
+// which go on to complete.
+func (c *Comm) checkSource(src, tag int, ctx uint32) error {
+	if c.freed && ctx&1 == 0 {
 		return c.freedErr()
 	}
 	if src != AnySource && (src < 0 || src >= c.size) {
@@ -186,8 +190,9 @@ func (c *Comm) checkSource(src, tag int) error {
 	return nil
 }
 
-func (c *Comm) checkDest(dest, tag int) error {
-	if c.freed {
+// checkDest is checkSource for a send.
+func (c *Comm) checkDest(dest, tag int, ctx uint32) error {
+	if c.freed && ctx&1 == 0 {
 		return c.freedErr()
 	}
 	if dest < 0 || dest >= c.size {
@@ -218,7 +223,7 @@ func (c *Comm) send(b []byte, dest, tag int, ctx uint32) error {
 // sendCopied sends b, which lapi copies (see copies): the send is
 // complete when it returns.
 func (c *Comm) sendCopied(b []byte, dest, tag int, ctx uint32) error {
-	if err := c.checkDest(dest, tag); err != nil {
+	if err := c.checkDest(dest, tag, ctx); err != nil {
 		return err
 	}
 	w := c.w
@@ -307,7 +312,7 @@ func (c *Comm) isend(b []byte, dest, tag int, ctx uint32) (*request, error) {
 // toward the network rather than hold the send for its acknowledgement
 // (lapi.SendOpts.WaitsNow).
 func (c *Comm) isendWaits(b []byte, dest, tag int, ctx uint32, waitsNow bool) (*request, error) {
-	if err := c.checkDest(dest, tag); err != nil {
+	if err := c.checkDest(dest, tag, ctx); err != nil {
 		return nil, err
 	}
 	w := c.w
@@ -375,7 +380,7 @@ func (c *Comm) isendWaits(b []byte, dest, tag int, ctx uint32, waitsNow bool) (*
 
 // irecv posts a receive on context ctx.
 func (c *Comm) irecv(b []byte, elem, src, tag int, ctx uint32) (*request, error) {
-	if err := c.checkSource(src, tag); err != nil {
+	if err := c.checkSource(src, tag, ctx); err != nil {
 		return nil, err
 	}
 	w := c.w

@@ -11,7 +11,7 @@ import (
 // named source that has failed and no message from it waiting, Iprobe
 // returns the failure (ErrPeerFailed) rather than false forever.
 func (c *Comm) Iprobe(source, tag int) (found bool, st Status, err error) {
-	if err := c.checkSource(source, tag); err != nil {
+	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return false, Status{}, err
 	}
 	w := c.w
