@@ -62,6 +62,7 @@ type Device struct {
 	deliver  func(*hal.Header, []byte)
 	counters hal.Counters
 	misroute atomic.Uint64 // frames dropped for arriving through the wrong member
+	pollMis  int           // of them, those of the Poll in progress (Poll's)
 	closed   atomic.Bool
 
 	watches    []*watch    // by member: its watcher; nil for the first (watch.go)
@@ -331,6 +332,10 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 	}
 	d.deliver = nil
+	if d.pollMis != 0 {
+		total -= d.pollMis // members count what they handed checkSource
+		d.pollMis = 0
+	}
 	if d.polls++; d.polls&255 == 0 {
 		d.fold()
 	}
@@ -349,6 +354,7 @@ func (d *Device) checkSource(h *hal.Header, payload []byte) {
 	}
 	if int(h.Src) >= len(d.via) || int(d.via[h.Src]) != d.member {
 		d.misroute.Add(1)
+		d.pollMis++ // not delivered: Poll takes it off the members' count
 		return
 	}
 	d.deliver(h, payload)

@@ -82,6 +82,7 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 	}
 	if ps != nil && ps.links[m.idx].stale {
 		m.stats.refused.Add(1)
+		d.drops[hal.DropPeer].Add(1) // from an incarnation that is gone
 		return
 	}
 	size := uint64(hal.HeaderLen + len(payload))

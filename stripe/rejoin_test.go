@@ -9,6 +9,7 @@ import (
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/simnet"
+	"github.com/weft-hpc/weft/transport/inproc"
 )
 
 // mesh drives n ranks that each send one frame to every other rank every
@@ -287,6 +288,12 @@ func TestReplaceMember(t *testing.T) {
 				t.Errorf("a frame of the old incarnation arriving at rank 0 after the restart's BOOTING: injected %v, delivered %d times, rank 0 refused %d; want refused",
 					injected, x.got[staleID], m0.Refused)
 			}
+			// A refused frame is a drop of the stripe's (from a peer's
+			// incarnation that is gone), so that received frames are
+			// delivered ones plus counted drops.
+			if d := s[0].Counters().Drops[hal.DropPeer].Load(); d < m0.Refused {
+				t.Errorf("rank 0 refused %d frames and counts %d DropPeer drops, want at least as many", m0.Refused, d)
+			}
 			if down > 0 && (m0.Outs != 1 || m0.Reason != ReasonSilence && m0.Reason != ReasonPeerDeaf) {
 				t.Errorf("slow restart: rank 0's member 1 %v, want taken out once (silence or the peer's report)", m0)
 			}
@@ -328,6 +335,54 @@ func TestReplaceErrors(t *testing.T) {
 	if err := s[0].Replace(1, small.Device(1)); !errors.Is(err, hal.ErrClosed) {
 		t.Errorf("Replace on a closed stripe: %v, want hal.ErrClosed", err)
 	}
+
+	// A stripe of reliable members says Reliable, and lapi keeps nothing
+	// to send again toward its peers: Replace would lose what was in
+	// flight on the old member, so it is refused. A one-member stripe is
+	// Ordered as its member is: an unordered replacement is refused.
+	const key = 0x57_52_49_50_45
+	var members []hal.Device
+	for range 2 {
+		d, err := inproc.NewFabric(2, key).Open(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, d)
+	}
+	rs, err := New(members, Options{Rank: 0, JobKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	fresh, err := inproc.NewFabric(2, key).Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := rs.Replace(1, fresh); !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "reliable") {
+		t.Errorf("Replace in a reliable stripe: %v, want ErrBadMember naming it reliable", err)
+	}
+	f1 := newFabric(t, 2, make([]faults.Spec, 2))
+	one, err := New([]hal.Device{ordered{f1.nets[0].Device(0)}}, Options{Rank: 0, JobKey: simnet.DefaultJobKey, Now: f1.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if c := one.Caps(); !c.Ordered || c.Reliable {
+		t.Fatalf("one ordered member: %+v, want Ordered, not Reliable", c)
+	}
+	if err := one.Replace(0, f1.nets[1].Device(0)); !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "Ordered: true") {
+		t.Errorf("Replace of an ordered stripe's member by an unordered device: %v, want ErrBadMember", err)
+	}
+}
+
+// ordered says its device delivers in order (a test's claim).
+type ordered struct{ hal.Device }
+
+func (o ordered) Caps() hal.Caps {
+	c := o.Device.Caps()
+	c.Ordered = true
+	return c
 }
 
 // Under loss and reordering on the member's network, the rejoin after a

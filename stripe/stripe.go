@@ -310,8 +310,11 @@ func containsEmpty(s []string) bool {
 // carries data frames toward it; data frames from a peer that arrive on it
 // before then (sent to the old incarnation) are refused and counted. The
 // layer above is told (hal.Failover) that frames in flight may be lost.
-// dev must have an MTU of at least the stripe's, and be Reliable if the
-// stripe is.
+// dev must have an MTU of at least the stripe's, and keep what the stripe
+// says of itself: Ordered if the stripe is, Broadcast if the member it
+// replaces could. A Reliable stripe refuses Replace: the frames in flight
+// on the old member are lost with it, and the layer above keeps none to
+// send again toward a peer it reaches reliably.
 func (d *Device) Replace(i int, dev hal.Device) error {
 	if d.closed.Load() {
 		return errClosed
@@ -327,9 +330,17 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 			return fmt.Errorf("stripe: replace member %d with member %d's device: %w", i, m.idx, ErrBadMember)
 		}
 	}
+	if d.caps.Reliable {
+		return fmt.Errorf("stripe: replace member %d of a reliable stripe: the frames in flight on it would be lost, and nothing above sends them again: %w", i, ErrBadMember)
+	}
 	c := dev.Caps()
-	if c.MTU < d.caps.MTU || d.caps.Reliable && !c.Reliable {
-		return fmt.Errorf("stripe: replace member %d: caps %+v, want an MTU of at least %d (and Reliable: %v): %w", i, c, d.caps.MTU, d.caps.Reliable, ErrBadMember)
+	d.mmu.RLock()
+	wasBcast := d.members[i].broadcaster() != nil
+	d.mmu.RUnlock()
+	_, canBcast := dev.(hal.Broadcaster)
+	if c.MTU < d.caps.MTU || d.caps.Ordered && !c.Ordered || wasBcast && !(canBcast && c.Broadcast) {
+		return fmt.Errorf("stripe: replace member %d: caps %+v, want an MTU of at least %d (and Ordered: %v, Broadcast: %v): %w",
+			i, c, d.caps.MTU, d.caps.Ordered, wasBcast, ErrBadMember)
 	}
 	a := dev.Addr()
 	if err := checkAddr(i, a); err != nil {
