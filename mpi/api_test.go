@@ -518,3 +518,67 @@ func TestRequestInto(t *testing.T) {
 		t.Errorf("%v allocations per window of %d IsendInto and IrecvInto, want 0", allocs, window)
 	}
 }
+
+// TestArgumentEdges: a tag above MaxTag fails with ErrArg (it was written
+// as an int32: 1<<31 came out negative, was dropped by the receiver and
+// held back every later message of the pair; 1<<32+5 matched tag 5); a
+// Sendrecv with a bad source fails before it sends, and one whose send
+// fails leaves no receive posted; Split orders extreme keys (their
+// difference overflowed); Free of Split's nil communicator fails with
+// ErrArg instead of crashing.
+func TestArgumentEdges(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	err := Run(2, func(c *Comm) error {
+		me, other := c.Rank(), 1-c.Rank()
+		for _, tag := range []int{MaxTag + 1, 1<<32 + 5} {
+			if err := Send(c, []int32{1}, other, tag); !errors.Is(err, ErrArg) {
+				return fmt.Errorf("Send with tag %d: %v, want ErrArg", tag, err)
+			}
+			if _, err := Irecv(c, make([]int32, 1), other, tag); !errors.Is(err, ErrArg) {
+				return fmt.Errorf("Irecv with tag %d: %v, want ErrArg", tag, err)
+			}
+		}
+		// A bad source, eager and rendezvous: nothing is sent.
+		for _, n := range []int{1, 100 << 10} {
+			if _, err := Sendrecv(c, make([]int32, n), other, 3, make([]int32, n), 9, 3); !errors.Is(err, ErrRank) {
+				return fmt.Errorf("Sendrecv of %d from rank 9: %v, want ErrRank", n, err)
+			}
+		}
+		// A rendezvous-size send to a bad rank: the receive it posted first
+		// is gone, and the message of tag 7 goes to the next receive.
+		if _, err := Sendrecv(c, make([]int32, 100<<10), 5, 1, make([]int32, 1), other, 7); !errors.Is(err, ErrRank) {
+			return fmt.Errorf("Sendrecv to rank 5: %v, want ErrRank", err)
+		}
+		if err := Send(c, []int32{int32(40 + me)}, other, 7); err != nil {
+			return err
+		}
+		got := make([]int32, 1)
+		if _, err := Recv(c, got, other, 7); err != nil || got[0] != int32(40+other) {
+			return fmt.Errorf("receive of tag 7 after the failed Sendrecv: %v %v", got, err)
+		}
+		// Nothing of tag 3 was sent by the failed calls.
+		if found, _, err := c.Iprobe(other, 3); err != nil || found {
+			return fmt.Errorf("a failed Sendrecv's message arrived: found %v, %v", found, err)
+		}
+		// Extreme keys keep their order: rank 0 has the smaller.
+		key := math.MinInt
+		if me == 1 {
+			key = math.MaxInt
+		}
+		s, err := c.Split(0, key)
+		if err != nil || s.Rank() != me {
+			return fmt.Errorf("Split with key %d: rank %v, %v; want %d", key, s.Rank(), err, me)
+		}
+		if err := s.Free(); err != nil {
+			return err
+		}
+		var none *Comm
+		if err := none.Free(); !errors.Is(err, ErrArg) {
+			return fmt.Errorf("Free of a nil communicator: %v, want ErrArg", err)
+		}
+		return c.Barrier()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

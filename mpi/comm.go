@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -134,7 +135,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	}
 	slices.SortStableFunc(ms, func(a, b member) int {
 		if a.key != b.key {
-			return a.key - b.key
+			return cmp.Compare(a.key, b.key) // (a difference overflows for extreme keys)
 		}
 		return a.old - b.old
 	})
@@ -160,6 +161,11 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 // communicator must not be used for anything else afterwards. Freeing
 // the world's communicator, or one twice, fails with ErrArg.
 func (c *Comm) Free() error {
+	if c == nil {
+		// What Split gives a rank of color -1 (MPI_COMM_NULL): freeing it
+		// is an error, as in MPI, not a crash.
+		return fmt.Errorf("mpi: free: a nil communicator (Split's for color -1): %w", ErrArg)
+	}
 	w := c.w
 	switch {
 	case c == w.comm:

@@ -14,6 +14,10 @@ const (
 	AnyTag    = -1
 )
 
+// MaxTag is the largest tag a message may carry (MPI_TAG_UB): a larger
+// one fails with ErrArg.
+const MaxTag = 1<<31 - 1
+
 // Status describes a received (or probed) message.
 type Status struct {
 	Source int // sender's rank in the communicator

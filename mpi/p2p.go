@@ -108,6 +108,14 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, re
 // sendrecv is Sendrecv on context ctx, the receive buffer holding
 // elements of elem bytes.
 func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, recvTag int, ctx uint32) (Status, error) {
+	// Both ends' arguments first: a bad source must not fail the call
+	// after its message went.
+	if err := c.checkDest(dest, sendTag, ctx); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkSource(source, recvTag, ctx); err != nil {
+		return Status{}, err
+	}
 	if c.copies(len(sb), dest) {
 		// An eager send completes at once: it goes first, so that the
 		// peer's wait ends sooner; posting the receive overlaps its
@@ -128,6 +136,16 @@ func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, r
 	}
 	sr, err := c.isend(sb, dest, sendTag, ctx)
 	if err != nil {
+		// The receive must not outlive the failed call: it would take
+		// a message into a buffer its caller believes free. Unposted,
+		// or, if it matched already, waited for.
+		w := c.w
+		w.lc.Atomically(func(*lapi.Tx) {
+			if w.m.cancelPosted(rr) {
+				rr.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
+			}
+		})
+		_, _ = rr.waitRecycle()
 		return Status{}, err
 	}
 	st, rerr := rr.waitRecycle()
@@ -184,8 +202,8 @@ func (c *Comm) checkSource(src, tag int, ctx uint32) error {
 	if src != AnySource && (src < 0 || src >= c.size) {
 		return fmt.Errorf("mpi: source %d in a communicator of %d: %w", src, c.size, ErrRank)
 	}
-	if tag < 0 && tag != AnyTag {
-		return fmt.Errorf("mpi: tag %d: %w", tag, ErrArg)
+	if tag < 0 && tag != AnyTag || tag > MaxTag {
+		return fmt.Errorf("mpi: tag %d: want 0 to MaxTag (%d), or AnyTag: %w", tag, MaxTag, ErrArg)
 	}
 	return nil
 }
@@ -198,8 +216,8 @@ func (c *Comm) checkDest(dest, tag int, ctx uint32) error {
 	if dest < 0 || dest >= c.size {
 		return fmt.Errorf("mpi: send to rank %d in a communicator of %d: %w", dest, c.size, ErrRank)
 	}
-	if tag < 0 {
-		return fmt.Errorf("mpi: send with tag %d: %w", tag, ErrArg)
+	if tag < 0 || tag > MaxTag {
+		return fmt.Errorf("mpi: send with tag %d: want 0 to MaxTag (%d): %w", tag, MaxTag, ErrArg)
 	}
 	return nil
 }
