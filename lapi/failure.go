@@ -58,9 +58,12 @@ func (rl *reliability) dropPeer(peer hal.Rank, err error) {
 		}
 		l.una = l.nextSeq
 	}
-	for k := range c.am.reasm {
+	for k, m := range c.am.reasm {
 		if k.src == peer {
 			delete(c.am.reasm, k)
+			if ah, ok := m.h.(AbortHandler); ok {
+				ah.OnAbort(peer, m.cookie, err) // its OnComplete never comes
+			}
 		}
 	}
 	c.am.dropEarly(peer)

@@ -181,6 +181,17 @@ type AMHandler interface {
 	OnComplete(src hal.Rank, cookie any)
 }
 
+// AbortHandler is an AMHandler told of a message whose sender failed, or
+// restarted, before all its data came: lapi drops the message and, instead
+// of the OnComplete it will never call, calls OnAbort with the cookie
+// OnHeader returned and the peer's error, in the progress engine with the
+// lock held (it must not block or call into the context). The buffer
+// holds what had come, in no particular order.
+type AbortHandler interface {
+	AMHandler
+	OnAbort(src hal.Rank, cookie any, err error)
+}
+
 // WholeHandler is an AMHandler that can also take a message that arrived
 // whole, in one packet, at once: OnWhole runs in the progress engine with
 // the lock held (it must not block or call into the context) and returns

@@ -37,7 +37,8 @@ type reasmKey struct {
 type inMsg struct {
 	buf    []byte
 	cookie any
-	left   int // data bytes not yet arrived
+	left   int       // data bytes not yet arrived
+	h      AMHandler // whose OnHeader gave buf and cookie (for OnAbort)
 }
 
 // completion is a message whose data has all been placed; its handler's
@@ -205,7 +206,7 @@ func (ad *dispatcher) deliver(src hal.Rank, ph *pktHdr, uhdr, data []byte) {
 	m, ok := ad.reasm[key]
 	if !ok {
 		buf, cookie := hd.OnHeader(src, uhdr, int(ph.total))
-		m = inMsg{buf: buf, cookie: cookie, left: int(ph.total)}
+		m = inMsg{buf: buf, cookie: cookie, left: int(ph.total), h: hd}
 	}
 	if int(ph.offset) < len(m.buf) {
 		copy(m.buf[ph.offset:], data)

@@ -15,7 +15,8 @@ type arrival struct {
 	from     lapi.Rank // sender's world rank
 	data     []byte    // where the eager data lands: the receive's buffer, or a temporary
 	inPlace  bool      // data is the matched receive's own buffer
-	complete bool      // all data has arrived
+	complete bool      // all data has arrived, or never will (failed)
+	failed   error     // its sender failed before all its data came
 	req      *request  // matched receive, or nil
 	next     *arrival
 	// own is a temporary buffer kept across the arrival's reuse (up to

@@ -448,7 +448,7 @@ func (w *World) bindLocked(r *request, a *arrival) (get bool) {
 	w.mu.Lock()
 	a.req = r
 	if a.complete {
-		if a.env.kind == kindRTS {
+		if a.env.kind == kindRTS && a.failed == nil {
 			r.rts, get = a, true
 		} else {
 			w.finishRecv(a)
@@ -458,9 +458,15 @@ func (w *World) bindLocked(r *request, a *arrival) (get bool) {
 	return get
 }
 
-// finishRecv completes a matched eager receive whose data has all arrived.
+// finishRecv completes a matched eager receive whose data has all arrived,
+// or fails it with its sender's failure, which left the data incomplete.
 func (w *World) finishRecv(a *arrival) {
 	r := a.req
+	if a.failed != nil {
+		r.finish(Status{}, fmt.Errorf("mpi: receive of a message from rank %d (tag %d) its sender did not finish: %w", a.env.src, a.env.tag, a.failed))
+		w.freeArrival(a)
+		return
+	}
 	n := min(int(a.env.size), len(r.buf))
 	if !a.inPlace {
 		copy(r.buf, a.data[:min(n, len(a.data))])
@@ -656,6 +662,27 @@ func (h eagerHandler) OnComplete(_ lapi.Rank, cookie any) {
 		}
 	}
 	w.startDeferred()
+}
+
+// OnAbort (lapi.AbortHandler) takes a message whose sender failed before
+// all its data came: a receive it matched fails with the sender's error,
+// and one that matches it later will (finishRecv), never with part of the
+// data as if it were whole.
+func (h eagerHandler) OnAbort(_ lapi.Rank, cookie any, err error) {
+	a, ok := cookie.(*arrival)
+	if !ok {
+		return
+	}
+	w := h.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a.complete {
+		return
+	}
+	a.complete, a.failed = true, err
+	if a.req != nil {
+		w.finishRecv(a)
+	}
 }
 
 // startDeferred starts the rendezvous reads queued while lapi's lock was

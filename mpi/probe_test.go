@@ -305,3 +305,85 @@ func testAllCase(c *Comm) error {
 	}
 	return nil
 }
+
+// TestSenderFailsMidMessage: rank 1 starts a 190 KiB eager message over
+// a lossy device and fails before all of it has come. Rank 0's wildcard
+// receive, posted before rank 1 starts, or posted once a probe shows the
+// message (complete, or never to be), either gets the whole message or
+// fails with ErrPeerFailed: matched before the failure it used to wait
+// for ever (out of reach of it), and matched after, return nil with part
+// of the data.
+func TestSenderFailsMidMessage(t *testing.T) {
+	const n = 190 << 10
+	checked := 0
+	for _, posted := range []bool{true, false} {
+		for seed := 1; seed <= 12; seed++ {
+			t.Setenv("WEFT_FAULTS", fmt.Sprintf("loss=0.3,seed=%d", seed))
+			var recvErr error
+			var got []byte
+			probed := posted
+			_ = RunWith(2, Options{Eager: 200 << 10, Timeout: 20 * time.Second}, func(c *Comm) error {
+				if c.Rank() == 1 {
+					if _, err := Recv(c, make([]byte, 1), 0, 9); err != nil {
+						return err
+					}
+					msg := make([]byte, n)
+					for i := range msg {
+						msg[i] = byte(i%251 + 1)
+					}
+					if _, err := Isend(c, msg, 0, 4); err != nil {
+						return err
+					}
+					return errors.New("rank 1 fails mid-message")
+				}
+				got = make([]byte, n)
+				var q *Request
+				var err error
+				if posted {
+					if q, err = Irecv(c, got, AnySource, 4); err != nil {
+						return err
+					}
+				}
+				if err := Send(c, []byte{1}, 1, 9); err != nil {
+					return err
+				}
+				if !posted {
+					// Until the message shows (whole, or failed), or rank 1
+					// is known failed with nothing of it here.
+					for found := false; !found && c.w.lc.PeerErr(1) == nil; {
+						found, _, _ = c.Iprobe(AnySource, 4)
+					}
+					found, _, _ := c.Iprobe(AnySource, 4)
+					if probed = found; !found {
+						return nil
+					}
+					if q, err = Irecv(c, got, AnySource, 4); err != nil {
+						recvErr = err
+						return nil
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_, recvErr = q.WaitContext(ctx)
+				return nil
+			})
+			if !probed {
+				continue // nothing of the message reached rank 0's matching
+			}
+			checked++
+			switch {
+			case recvErr == nil:
+				for i, b := range got {
+					if b != byte(i%251+1) {
+						t.Fatalf("posted %v, seed %d: the receive returned nil with byte %d = %d: part of the message", posted, seed, i, b)
+					}
+				}
+			case !errors.Is(recvErr, ErrPeerFailed):
+				t.Fatalf("posted %v, seed %d: %v, want the whole message or ErrPeerFailed", posted, seed, recvErr)
+			}
+		}
+	}
+	if checked < 12 {
+		t.Errorf("only %d of 24 runs had the message reach rank 0", checked)
+	}
+}

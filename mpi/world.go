@@ -399,7 +399,7 @@ func (w *World) peerFailed(tx *lapi.Tx, peer lapi.Rank, err error) {
 	})
 	for a := w.m.unexpected.head; a != nil; a = a.next {
 		if a.from == peer && !a.complete {
-			a.complete = true // it never will: let a probe see it, a receive fail
+			a.complete, a.failed = true, err // it never will: let a probe see it, a receive fail
 		}
 	}
 }
