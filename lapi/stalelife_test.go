@@ -16,33 +16,13 @@ import (
 // second time, and push the new life's first packet out as a duplicate,
 // whose reply then matched the old request's slot (helper-49's review).
 func TestStaleLifeRmw(t *testing.T) {
-	net, _ := simnet.New(2, faults.Spec{})
-	j := &simJob{t: t, net: net, ctxs: make([]*Context, 2)}
-	defer j.close()
-	for r := range j.ctxs {
-		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
-	}
-	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
-	v := make([]int64, 1)
-	pvo, _ := j.ctxs[0].TPT().Register(int64Bytes(v), hal.AccessRead|hal.AccessWrite)
 	var old [][]byte
-	net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
-		if src == 1 && dst == 0 && hal.FrameType(f[3]) == hal.FrameData { // frame type byte
-			old = append(old, append([]byte(nil), f...))
-		}
-		return true
-	})
+	j, net, v, pvo := staleLifeJob(t, 1, hal.FrameData, &old)
+	defer j.close()
 	k := j.ctxs[1].NewCounter()
 	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 1, 0, nil, SendOpts{Origin: k})
 	j.run(time.Second, nil, func() bool { return settled(k, 1) })
-	net.SetFilter(nil)
-	if len(old) == 0 {
-		t.Fatal("no frame of the earlier life recorded")
-	}
-	j.ctxs[1].Close()
-	dev, _ := net.Restart(1)
-	j.ctxs[1] = openReint(t, j, 1, dev, 99)
-	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	restartRank1(t, j, net, old)
 	for _, f := range old { // the earlier life's frames, delayed
 		net.Inject(1, 0, f)
 	}
@@ -61,36 +41,16 @@ func TestStaleLifeRmw(t *testing.T) {
 // engine had forgotten the transfer (ResetPeer), and reduced it a second
 // time. It is dropped as stale now.
 func TestStaleLifeAccumulate(t *testing.T) {
-	net, _ := simnet.New(2, faults.Spec{})
-	j := &simJob{t: t, net: net, ctxs: make([]*Context, 2)}
-	defer j.close()
-	for r := range j.ctxs {
-		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
-	}
-	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
-	v := make([]int64, 4)
-	pvo, _ := j.ctxs[0].TPT().Register(int64Bytes(v), hal.AccessRead|hal.AccessWrite)
 	var old [][]byte
-	net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
-		if src == 1 && dst == 0 && hal.FrameType(f[3]) == hal.FrameRDMAWrite {
-			old = append(old, append([]byte(nil), f...))
-		}
-		return true
-	})
+	j, net, v, pvo := staleLifeJob(t, 4, hal.FrameRDMAWrite, &old)
+	defer j.close()
 	k := j.ctxs[1].NewCounter()
 	one := []int64{1, 1, 1, 1}
 	if err := j.ctxs[1].Accumulate(0, pvo, int64Bytes(one), AccSum, Int64, SendOpts{Completion: k}); err != nil {
 		t.Fatal(err)
 	}
 	j.run(time.Second, nil, func() bool { return settled(k, 1) })
-	net.SetFilter(nil)
-	if len(old) == 0 {
-		t.Fatal("no RDMA frame of the earlier life recorded")
-	}
-	j.ctxs[1].Close()
-	dev, _ := net.Restart(1)
-	j.ctxs[1] = openReint(t, j, 1, dev, 99)
-	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	restartRank1(t, j, net, old)
 	stale := j.ctxs[0].Stats().Stale
 	for _, f := range old {
 		net.Inject(1, 0, f)
@@ -99,4 +59,38 @@ func TestStaleLifeAccumulate(t *testing.T) {
 	if v[0] != 1 || v[3] != 1 {
 		t.Fatalf("after the earlier life's packet was replayed: v=%v, want all 1 (engine %+v)", v, j.ctxs[0].RDMAStats().Engine)
 	}
+}
+
+// staleLifeJob is two reintegrating ranks over a lossless simulated
+// network, joined, with a region of n int64s registered at rank 0; frames
+// of type ft that rank 1 sends rank 0 are recorded into *old.
+func staleLifeJob(t *testing.T, n int, ft hal.FrameType, old *[][]byte) (*simJob, *simnet.Network, []int64, hal.PVO) {
+	net, _ := simnet.New(2, faults.Spec{})
+	j := &simJob{t: t, net: net, ctxs: make([]*Context, 2)}
+	for r := range j.ctxs {
+		j.ctxs[r] = openReint(t, j, r, net.Device(hal.Rank(r)), uint64(r+1))
+	}
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	v := make([]int64, n)
+	pvo, _ := j.ctxs[0].TPT().Register(int64Bytes(v), hal.AccessRead|hal.AccessWrite)
+	net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		if src == 1 && dst == 0 && hal.FrameType(f[3]) == ft { // the frame type byte
+			*old = append(*old, append([]byte(nil), f...))
+		}
+		return true
+	})
+	return j, net, v, pvo
+}
+
+// restartRank1 stops recording, restarts rank 1 in a new life (epoch 99)
+// and runs until both ranks are joined again.
+func restartRank1(t *testing.T, j *simJob, net *simnet.Network, old [][]byte) {
+	net.SetFilter(nil)
+	if len(old) == 0 {
+		t.Fatal("no frame of the earlier life recorded")
+	}
+	j.ctxs[1].Close()
+	dev, _ := net.Restart(1)
+	j.ctxs[1] = openReint(t, j, 1, dev, 99)
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
 }
