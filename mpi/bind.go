@@ -16,11 +16,18 @@ import (
 // goroutines: gorun binds the ranks it starts on its own host itself, and
 // asks those it starts on others to, whose CPUs only they can see.
 // Unbound, two polling ranks of a node sometimes share a CPU for many
-// milliseconds while another idles. It fills in opts.NodeCPUs and, unless
+// milliseconds while another idles. A rank on the launcher's own machine
+// (a network namespace standing for a host: cpubind.LauncherBootEnv) is
+// left alone. It fills in opts.NodeCPUs and, unless
 // the environment sets GOMAXPROCS, sets it to the rank's share as the
 // runtime would have had the rank started bound.
 func bindRank(cl pmi.Client, opts *Options) error {
 	if opts.BindTo == "" || opts.BindTo == "none" {
+		return nil
+	}
+	if id := os.Getenv(cpubind.LauncherBootEnv); id != "" && id == cpubind.BootID() {
+		trace.Printf(trace.Setup, "mpi %d: not bound (WEFT_BIND_TO=%s): this host is the launcher's machine, whose CPUs every such host shares",
+			cl.Rank(), opts.BindTo)
 		return nil
 	}
 	local := cl.Info().LocalRanks

@@ -77,8 +77,11 @@ type Options struct {
 	// hosts; those on its own it binds itself): "auto" gives each of the
 	// node's ranks its own share of the CPUs this process may run on, one
 	// CPU each when they outnumber them; "core" one CPU each; "" and
-	// "none" leave the rank alone. The rank's place among the node's
-	// ranks comes from the process manager. Binding also sets NodeCPUs,
+	// "none" leave the rank alone, as does a rank on the launcher's own
+	// machine (WEFT_LAUNCHER_BOOT, which gorun sets: hosts that are
+	// network namespaces of one machine share its CPUs). The rank's place
+	// among the node's ranks comes from the process manager. Binding also
+	// sets NodeCPUs,
 	// when it is 0, to the CPUs shared, and GOMAXPROCS, unless the
 	// environment sets it, to the rank's share. Init only.
 	BindTo string

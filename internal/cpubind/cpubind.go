@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -143,6 +144,25 @@ func cpuSet(cpus []int) unix.CPUSet {
 		set.Set(c)
 	}
 	return set
+}
+
+// LauncherBootEnv carries the launcher's BootID to the ranks it starts on
+// other hosts: one whose own BootID is the same runs on the launcher's
+// machine (a network namespace standing for a host), whose CPUs every
+// such "host" shares, and is not bound: each host's share would put the
+// ranks of several hosts on the same CPUs (two that talk to each other
+// each on CPU 0).
+const LauncherBootEnv = "WEFT_LAUNCHER_BOOT"
+
+// BootID names the running kernel (its boot_id): the same on every
+// network namespace of one machine, different on another machine. "" when
+// it cannot be read.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // List writes ascending CPUs as /proc's Cpus_allowed_list does: runs of

@@ -19,7 +19,9 @@
 // (BindThread around the start: a process inherits the starting thread's
 // mask). A rank it starts on another host binds itself in mpi.Init
 // (BindProcess, every thread of the process), from WEFT_BIND_TO and its
-// place among its host's ranks.
+// place among its host's ranks, unless that host is the launcher's own
+// machine (LauncherBootEnv): network namespaces standing for hosts share
+// its CPUs, and their shares would overlap.
 //
 // cpubind may import the standard library and golang.org/x/sys/unix.
 package cpubind

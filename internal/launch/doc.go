@@ -4,7 +4,8 @@
 // local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
 // PMI_PORT/PMI_ID (each bound to its share of its host's cores, --bind-to,
 // internal/cpubind: local ones by gorun, remote ones by themselves in
-// mpi.Init through WEFT_BIND_TO; a built program copied to each remote host
+// mpi.Init through WEFT_BIND_TO, unless their host is a namespace of
+// gorun's machine; a built program copied to each remote host
 // first: copy.go; every
 // rank gets gorun's WEFT_* variables and -x), refuses at once a job its
 // device cannot run (Plan), passes their output through line by line (optionally

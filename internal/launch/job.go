@@ -306,8 +306,12 @@ func (j *job) rankEnv(local bool) []string {
 	env = append(env, pmi.AskEnv+"=1", pmi.SnapshotEnv+"=1")
 	if !local {
 		// gorun binds the ranks it starts here itself (startRanks); one on
-		// another host binds itself in mpi.Init, among that host's ranks.
+		// another host binds itself in mpi.Init, among that host's ranks,
+		// unless that host is this machine (cpubind.LauncherBootEnv).
 		env = append(env, "WEFT_BIND_TO="+j.opts.BindTo)
+		if id := cpubind.BootID(); id != "" {
+			env = append(env, cpubind.LauncherBootEnv+"="+id)
+		}
 	}
 	if j.opts.Stats {
 		env = append(env, pmi.StatsEnv+"=1") // each rank writes its counters at Finalize (stats.go)
@@ -323,7 +327,7 @@ func (j *job) rankEnv(local bool) []string {
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", "WEFT_BIND_TO=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", "WEFT_BIND_TO=", cpubind.LauncherBootEnv + "=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}

@@ -103,7 +103,20 @@ func TestMultiHostNetnsRoute(t *testing.T) {
 		!strings.Contains(r.stdout, "stats udp toward [2 3]: sent ") {
 		t.Errorf("rank 0's World.Stats do not show its shm device carrying the 3000 round trips toward rank 1:\n%s", r.stdout)
 	}
-	checkRemoteBinding(t, r.stderr, 4)
+	// The namespace hosts are this machine: their ranks share its CPUs,
+	// and are not bound host by host (two talking ranks of two hosts
+	// would both take CPU 0).
+	if n := strings.Count(r.stderr, "not bound (WEFT_BIND_TO=auto): this host is the launcher's machine"); n != 4 {
+		t.Errorf("%d of 4 ranks said they were not bound on the launcher's machine:\n%s", n, r.stderr)
+	}
+	// Told that the launcher is another machine, each binds itself to its
+	// share of its host's CPUs.
+	rb := command(t, "", nil, bins.gorun, append(hosts, "--trace", "2", "-x", "WEFT_TIMEOUT=60s",
+		"-x", "WEFT_LAUNCHER_BOOT=another-machine", bins.pairping, "-n", "100")...)
+	if rb.code != 0 {
+		t.Fatalf("pairping, launcher elsewhere: status %d\n%s\n%s", rb.code, rb.stdout, rb.stderr)
+	}
+	checkRemoteBinding(t, rb.stderr, 4)
 	used := devicesUsed(r.stderr)
 	for rank, want := range []struct{ shm, udp string }{{"1", "2 3"}, {"0", "2 3"}, {"3", "0 1"}, {"2", "0 1"}} {
 		d := used[rank]
@@ -204,10 +217,11 @@ func TestMultiHostNetnsUnevenHosts(t *testing.T) {
 	assertNoRankLeft(t)
 }
 
-// checkRemoteBinding: gorun started all n ranks over ssh (two per host),
-// and each bound itself in mpi.Init (WEFT_BIND_TO=auto) to its share of
-// its host's CPUs, as gorun binds the ranks it starts itself: the two
-// ranks of a host take different CPUs where there are two or more.
+// checkRemoteBinding: gorun started all n ranks over ssh (two per host)
+// on what they take for another machine, and each bound itself in
+// mpi.Init (WEFT_BIND_TO=auto) to its share of its host's CPUs, as gorun
+// binds the ranks it starts itself: the two ranks of a host take
+// different CPUs where there are two or more.
 func checkRemoteBinding(t *testing.T, stderr string, n int) {
 	t.Helper()
 	bound := regexp.MustCompile(`mpi (\d+): bound to CPUs (\S+) \(WEFT_BIND_TO=auto: rank (\d+) of 2 on this node, (\d+) CPUs shared`)
