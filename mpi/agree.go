@@ -97,6 +97,10 @@ type collState struct {
 	aborts   map[uint32]error // aborted calls, by number (mu)
 	naborts  atomic.Int32     // len(aborts), read without mu on each call
 	shOff    atomic.Bool      // a call was aborted: the shared block's rounds may be out of step
+	// held keeps the signatures of nonblocking calls still in flight
+	// once the ring has moved past them (mu): a rank waiting for one
+	// after sigRing more calls would otherwise have none to compare.
+	held map[uint32][2]uint64
 	// callShOff is shOff as the running call began (begin), which its
 	// signature carries: a call whose steps decide one by one whether
 	// to go through the block (a hierarchical one, hier.go) decides as
@@ -309,9 +313,34 @@ func (s *collState) sig(k uint32) (w0, w1 uint64, ok bool) {
 	w0 = slot[0].Load()
 	w1 = slot[1].Load()
 	if w0>>32 != uint64(k) || slot[0].Load() != w0 {
-		return 0, 0, false
+		s.mu.Lock()
+		h, ok := s.held[k]
+		s.mu.Unlock()
+		return h[0], h[1], ok
 	}
 	return w0, w1, true
+}
+
+// hold keeps call k's signature, a nonblocking call's that has begun
+// last, until release: its Request may be waited for long after.
+func (s *collState) hold(k uint32) {
+	w0, w1, ok := s.sig(k)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if s.held == nil {
+		s.held = make(map[uint32][2]uint64)
+	}
+	s.held[k] = [2]uint64{w0, w1}
+	s.mu.Unlock()
+}
+
+// release forgets what hold kept of call k.
+func (s *collState) release(k uint32) {
+	s.mu.Lock()
+	delete(s.held, k)
+	s.mu.Unlock()
 }
 
 // compare checks a member's signature of call k against this rank's, and

@@ -608,3 +608,30 @@ func TestIcollFreeInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIcollMismatchOld: a mismatched Ibcast waited for after more calls
+// than the ring of signatures keeps (17 Barriers) still fails with ErrArg:
+// its signature is held while it is in flight. It used to wait until the
+// timeout, with nothing left to compare.
+func TestIcollMismatchOld(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "10s")
+	err := Run(2, func(c *Comm) error {
+		q, err := Ibcast(c, make([]int32, 4), 1-c.Rank())
+		if err != nil {
+			return err
+		}
+		for range sigRing + 1 {
+			if err := c.Barrier(); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		if _, err := q.Wait(); !errors.Is(err, ErrArg) {
+			return fmt.Errorf("rank %d: Wait after %d more calls: %v after %v, want ErrArg", c.Rank(), sigRing+1, err, time.Since(start).Round(time.Millisecond))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -105,6 +105,7 @@ func (s *schedule) roundDone() bool {
 func startSchedule(c *Comm, name string, rounds []round, cleanup func()) *Request {
 	w := c.w
 	s := &schedule{c: c, k: c.coll.seq.Load(), digest: uint8(c.coll.digest.Load()), name: name, rounds: rounds, cleanup: cleanup}
+	c.coll.hold(s.k) // for a comparison after the ring has moved on
 	s.fin = &request{w: w, comm: c, ctx: c.ctx | 1, op: name, src: -1, tag: c.ctag(0), peer: -1, sched: s}
 	s.mu.Lock()
 	s.advanceLocked()
@@ -274,6 +275,7 @@ func (s *schedule) complete(err error) {
 	}
 	s.fin.finish(Status{}, err)
 	s.c.coll.blocked.CompareAndSwap(s.k, 0) // (watch's, or a Wait's about to unwatch)
+	s.c.coll.release(s.k)
 	s.c.w.lc.Wake()
 }
 
