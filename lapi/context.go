@@ -55,20 +55,20 @@ type Context struct {
 
 	// The components, one per concern, each with its own state and
 	// methods; each reaches the others through its context.
-	rel reliability // per-peer links, send queues, acknowledgement, retransmission
-	am  dispatcher  // active messages: sending, dispatch, reassembly, completions
-	pr  progressor  // progress passes, waiting, the background goroutine
-	rd  rdmaState   // RDMA transfers, their windows, timers and redrive
-	nat nativeState // RDMA in the device's hardware (hal.OneSided)
-	cm  cmaState    // single-copy transfers and the TPT replicas they check
-	ri  reintDriver // the reintegration protocol
-	// life is this rank's hal.Header.Life, which every frame it sends
-	// carries: its epoch's digest (0 without reintegration).
-	life uint8
+	rel  reliability // per-peer links, send queues, acknowledgement, retransmission
+	am   dispatcher  // active messages: sending, dispatch, reassembly, completions
+	pr   progressor  // progress passes, waiting, the background goroutine
+	rd   rdmaState   // RDMA transfers, their windows, timers and redrive
+	nat  nativeState // RDMA in the device's hardware (hal.OneSided)
+	cm   cmaState    // single-copy transfers and the TPT replicas they check
+	ri   reintDriver // the reintegration protocol
 	trg  triggerSet  // operations armed on counters, third-party transfers
 	coll collectives // broadcast and multicast by RDMA
 	tr   tracer      // trace records
 	xchg xchgState   // address exchanges (xchg.go)
+	// life is this rank's hal.Header.Life, which every frame it sends
+	// carries: its epoch's digest (0 without reintegration).
+	life uint8
 }
 
 // Open starts a lapi context over cfg.Device. It owns the device from now
@@ -110,6 +110,7 @@ func Open(cfg Config) (*Context, error) {
 	c.compose()
 	if cfg.Reintegrate {
 		c.ri.reint = newReintegration(&cfg)
+		c.ri.lives = make([]uint8, cfg.Size)
 		c.life = hal.LifeOf(c.ri.reint.Epoch())
 	}
 	c.probeDevice(shortTo != nil)

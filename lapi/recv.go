@@ -124,11 +124,10 @@ func (ad *dispatcher) route(h *hal.Header, payload []byte) bool {
 	}
 	switch {
 	case c.ri.reint != nil && isReintFrame(h.Type):
-		c.ri.reintIdle = false // its timers may run again
 		if trace.On(trace.Internal) {
 			c.tr.traceReintRecv(h.Src, h.Type, payload)
 		}
-		c.ri.applyReint(c.ri.reint.Handle(h.Src, h.Type, payload, c.now()))
+		c.ri.handle(h.Src, h.Type, payload)
 	case h.Type == hal.FrameTPTUpdate && h.Dst == c.rank:
 		c.cm.onTPTUpdate(h.Src, payload)
 	case hal.IsRDMAFrame(h.Type) && h.Dst == c.rank:

@@ -19,6 +19,10 @@ type reintDriver struct {
 	reint     *hal.Reintegration
 	reintBuf  [hal.HeaderLen + hal.ReintPayloadLen]byte
 	reintIdle bool // the protocol has settled: no timer to run until a frame of it comes
+	// lives[p] is hal.LifeOf the epoch last heard from peer p (0: none),
+	// what onFrame compares every frame's life with; handle refreshes it,
+	// as only the protocol's frames change a peer's epoch.
+	lives []uint8
 }
 
 // isReintFrame reports whether a frame belongs to the reintegration
@@ -156,11 +160,21 @@ func (rg *reintDriver) staleEpoch(dstEp uint32) bool {
 // life's frame that overtook its BOOTING is dropped too, and sent again:
 // over a reliable device, which keeps order, BOOTING comes first.)
 func (rg *reintDriver) staleLife(peer hal.Rank, l uint8) bool {
-	if rg.reint == nil {
-		return false
+	if int(peer) >= len(rg.lives) {
+		return false // no reintegration, or no such peer (route drops it)
 	}
-	ep := rg.reint.PeerEpoch(peer)
-	return ep != 0 && hal.LifeOf(ep) != l
+	known := rg.lives[peer]
+	return known != 0 && known != l
+}
+
+// handle runs the protocol on one of its frames from peer and applies
+// what it says (c.mu held).
+func (rg *reintDriver) handle(peer hal.Rank, t hal.FrameType, payload []byte) {
+	rg.reintIdle = false // its timers may run again
+	rg.applyReint(rg.reint.Handle(peer, t, payload, rg.c.now()))
+	if ep := rg.reint.PeerEpoch(peer); ep != 0 {
+		rg.lives[peer] = hal.LifeOf(ep)
+	}
 }
 
 // newReintegration starts the reintegration protocol of cfg's rank, in

@@ -81,9 +81,8 @@ type Options struct {
 	// machine (WEFT_LAUNCHER_BOOT, which gorun sets: hosts that are
 	// network namespaces of one machine share its CPUs). The rank's place
 	// among the node's ranks comes from the process manager. Binding also
-	// sets NodeCPUs,
-	// when it is 0, to the CPUs shared, and GOMAXPROCS, unless the
-	// environment sets it, to the rank's share. Init only.
+	// sets NodeCPUs, when it is 0, to the CPUs shared, and GOMAXPROCS,
+	// unless the environment sets it, to the rank's share. Init only.
 	BindTo string
 
 	// Yield is how long a waiting rank polls with sched_yield before it

@@ -139,12 +139,7 @@ func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, r
 		// The receive must not outlive the failed call: it would take
 		// a message into a buffer its caller believes free. Unposted,
 		// or, if it matched already, waited for.
-		w := c.w
-		w.lc.Atomically(func(*lapi.Tx) {
-			if w.m.cancelPosted(rr) {
-				rr.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
-			}
-		})
+		rr.cancel()
 		_, _ = rr.waitRecycle()
 		return Status{}, err
 	}

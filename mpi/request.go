@@ -118,13 +118,19 @@ func (q *Request) Cancel() error {
 	if !r.recv || r.sched != nil {
 		return nil
 	}
+	r.cancel()
+	return nil
+}
+
+// cancel unposts receive r and completes it as cancelled, unless a
+// message has matched it already.
+func (r *request) cancel() {
 	w := r.w
 	w.lc.Atomically(func(*lapi.Tx) {
 		if w.m.cancelPosted(r) {
 			r.finish(Status{Source: AnySource, Tag: AnyTag, Cancelled: true}, nil)
 		}
 	})
-	return nil
 }
 
 // WaitAll waits for every request and returns the first error.

@@ -133,13 +133,7 @@ func (win *Win[T]) Unlock(target int) error {
 		return fmt.Errorf("mpi: window unlock of rank %d, which this rank has not locked: %w", target, ErrArg)
 	}
 	if err := win.complete(target); err != nil {
-		if perr := win.lc.PeerErr(win.peers[target].rank); perr != nil {
-			// The target failed: its lock is gone with it, and this
-			// epoch ends here, with the failure (Free may follow).
-			win.locked[target] = lockNone
-			win.nlocked--
-		}
-		return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
+		return win.unlockFailed(target, err)
 	}
 	release := int64(-1)
 	if kind == lockExclusive {
@@ -150,17 +144,23 @@ func (win *Win[T]) Unlock(target int) error {
 	} else {
 		p := &win.peers[target]
 		if err := win.lc.Rmw(p.rank, lapi.FetchAndAdd, p.lock, release, 0, nil, lapi.SendOpts{Origin: win.rel}); err != nil {
-			if win.lc.PeerErr(p.rank) != nil {
-				win.locked[target] = lockNone // as above
-				win.nlocked--
-			}
-			return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
+			return win.unlockFailed(target, err)
 		}
 		win.relPend++
 	}
 	win.locked[target] = lockNone
 	win.nlocked--
 	return nil
+}
+
+// unlockFailed is Unlock's error. If the target failed, its lock is gone
+// with it, and the epoch ends here, with the failure (Free may follow).
+func (win *Win[T]) unlockFailed(target int, err error) error {
+	if win.lc.PeerErr(win.peers[target].rank) != nil {
+		win.locked[target] = lockNone
+		win.nlocked--
+	}
+	return fmt.Errorf("mpi: window unlock of rank %d: %w", target, err)
 }
 
 // tryLock makes one attempt at target's lock and reports whether it
