@@ -2,14 +2,15 @@ package lapi
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // A packet may name a handler (or a FIFO) its destination has not
-// registered yet. Every rank registers the same handlers in the same order, but not at the
-// same moment: a peer that has finished starting sends as soon as
+// registered yet. Every rank registers the same handlers in the same
+// order, but not at the same moment: a peer that has finished starting sends as soon as
 // reintegration lets it, and this rank's background progress may complete
 // reintegration before its caller has registered anything. Over an
 // unreliable device such a packet has been numbered and acknowledged by
@@ -67,7 +68,7 @@ func (ad *dispatcher) deliverEarly() bool {
 		return false
 	}
 	delivered := false
-	ad.early = sieve(ad.early, func(p earlyPkt) bool {
+	ad.early = slices.DeleteFunc(ad.early, func(p earlyPkt) bool {
 		if ad.earlyFor(&p.ph, p.uhdr) {
 			return false
 		}
@@ -102,30 +103,17 @@ func earlyFull(count, bytes, n int) bool {
 	return count >= earlyMax || bytes+n > earlyMaxBytes
 }
 
-// sieve removes from kept packets s, in place and in order, those take
-// takes (reports true for), and returns the others.
-func sieve[T any](s []T, take func(T) bool) []T {
-	kept := s[:0]
-	for _, p := range s {
-		if !take(p) {
-			kept = append(kept, p)
-		}
-	}
-	clear(s[len(kept):])
-	return kept
-}
-
 // dropEarly forgets the kept packets from peer (c.mu held): it failed,
 // and a later life of it numbers its messages afresh.
 func (ad *dispatcher) dropEarly(peer hal.Rank) {
-	ad.early = sieve(ad.early, func(p earlyPkt) bool {
+	ad.early = slices.DeleteFunc(ad.early, func(p earlyPkt) bool {
 		if p.src == peer {
 			ad.earlyBytes -= len(p.uhdr) + len(p.data)
 		}
 		return p.src == peer
 	})
 	r := &ad.c.rd
-	r.early = sieve(r.early, func(p earlyFIFO) bool {
+	r.early = slices.DeleteFunc(r.early, func(p earlyFIFO) bool {
 		if p.src == peer {
 			r.earlyBytes -= len(p.data)
 		}
@@ -161,7 +149,7 @@ func (r *rdmaState) deliverEarlyFIFO() {
 	if len(r.early) == 0 {
 		return
 	}
-	r.early = sieve(r.early, func(p earlyFIFO) bool {
+	r.early = slices.DeleteFunc(r.early, func(p earlyFIFO) bool {
 		if id := p.arg & (1<<fifoChunkShift - 1); int(id) >= len(r.fifos) {
 			return false
 		}
