@@ -10,20 +10,21 @@ import (
 
 // A packet may name a handler (or a FIFO) its destination has not
 // registered yet. Every rank registers the same handlers in the same
-// order, but not at the same moment: a peer that has finished starting sends as soon as
-// reintegration lets it, and this rank's background progress may complete
-// reintegration before its caller has registered anything. Over an
-// unreliable device such a packet has been numbered and acknowledged by
-// the time its handler is looked up, so dropping it lost the message for
-// good (an MPI job hung in its first Barrier this way, under load). The
-// dispatcher keeps it, copied, and RegisterHandler delivers it, in arrival
-// order and before any later packet (an RTS, a large message's header,
-// waits for the handler it names); a half-RDMA write's packet for a
-// FIFO not registered yet (whose origin hears it complete) is kept the same
-// way until RegisterFIFO. Past earlyMax packets or
-// earlyMaxBytes bytes (a peer naming handlers that are never registered),
-// further ones are dropped: over an unreliable device before they are
-// acknowledged (the sender tries again), over a reliable one counted bad.
+// order, but not at the same moment: a peer that has finished starting
+// sends as soon as reintegration lets it, and this rank's background
+// progress may complete reintegration before its caller has registered
+// anything. Over an unreliable device such a packet has been numbered
+// and acknowledged by the time its handler is looked up, so dropping it
+// lost the message for good (an MPI job hung in its first Barrier this
+// way, under load). The dispatcher keeps it, copied, and
+// RegisterHandler delivers it, in arrival order and before any later
+// packet (an RTS, a large message's header, waits for the handler it
+// names); a half-RDMA write's packet for a FIFO not registered yet
+// (whose origin hears it complete) is kept the same way until
+// RegisterFIFO. Past earlyMax packets or earlyMaxBytes bytes (a peer
+// naming handlers that are never registered), further ones are dropped:
+// over an unreliable device before they are acknowledged (the sender
+// tries again), over a reliable one counted bad.
 const (
 	earlyMax      = 1024
 	earlyMaxBytes = 4 << 20
