@@ -13,11 +13,26 @@ import (
 type AccOp uint8
 
 // Accumulate operations. Complex types take AccSum and AccProd only.
+// AccMaxLoc and AccMinLoc reduce (value, index) pairs of elements side by
+// side (MPI_MAXLOC, MPI_MINLOC: the greater or lesser value with its
+// index, the lesser index on a tie), so their data is a whole number of
+// pairs. The bitwise (AccBAnd, AccBOr, AccBXor) and logical (AccLAnd,
+// AccLOr, AccLXor: nonzero is true, the result 1 or 0) operations take
+// integer types only.
 const (
 	AccSum AccOp = 1 + iota
 	AccProd
 	AccMin
 	AccMax
+	AccMaxLoc
+	AccMinLoc
+	AccBAnd
+	AccBOr
+	AccBXor
+	AccLAnd
+	AccLOr
+	AccLXor
+	numAccOps
 )
 
 // ElemType is the element type of an Accumulate's buffers.
@@ -73,19 +88,31 @@ func checkAcc(op AccOp, t ElemType) error {
 	switch {
 	case t == 0 || t >= numElemTypes:
 		return fmt.Errorf("%w: element type %d", errAccArg, t)
-	case op < AccSum || op > AccMax:
+	case op < AccSum || op >= numAccOps:
 		return fmt.Errorf("%w: operation %d", errAccArg, op)
 	case (t == Complex64 || t == Complex128) && op > AccProd:
-		return fmt.Errorf("%w: min and max of complex numbers", errAccArg)
+		return fmt.Errorf("%w: operation %d on complex numbers", errAccArg, op)
+	case op >= AccBAnd && t > Uint64:
+		return fmt.Errorf("%w: bitwise or logical operation %d on %v", errAccArg, op, t)
 	}
 	return nil
+}
+
+// unit is the bytes op reduces as one: an element, or for AccMaxLoc and
+// AccMinLoc a (value, index) pair of them.
+func unit(op AccOp, t ElemType) int {
+	if op == AccMaxLoc || op == AccMinLoc {
+		return 2 * t.Size()
+	}
+	return t.Size()
 }
 
 // Accumulate reduces src into the region dst names at tgt, element by
 // element (dst[i] = dst[i] op src[i]), as half-RDMA: the data travels as
 // RDMA packets and the target reduces each one as it arrives, so the
-// reduction overlaps the transfer. len(src) must be a whole number of
-// elements. o.Origin and o.Completion fire once every element is reduced;
+// reduction overlaps the transfer (a packet holds whole elements, and
+// whole pairs for AccMaxLoc and AccMinLoc). len(src) must be a whole
+// number of them. o.Origin and o.Completion fire once every element is reduced;
 // o.Target names a counter bumped at the target then. With
 // o.NoCompletion nothing is sent back (see SendOpts).
 func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t ElemType, o SendOpts) error {
@@ -95,8 +122,8 @@ func (c *Context) Accumulate(tgt hal.Rank, dst hal.PVO, src []byte, op AccOp, t 
 	if err := checkNone(&o); err != nil {
 		return err
 	}
-	if len(src)%t.Size() != 0 {
-		return fmt.Errorf("%w: %d bytes of %d-byte elements", errAccArg, len(src), t.Size())
+	if u := unit(op, t); len(src)%u != 0 {
+		return fmt.Errorf("%w: %d bytes is not a whole number of %d-byte units of %v", errAccArg, len(src), u, t)
 	}
 	if int(tgt) >= c.cfg.Size {
 		return fmt.Errorf("lapi: accumulate at %d of %d: %w", tgt, c.cfg.Size, ErrBadRank)
@@ -138,10 +165,14 @@ func Reduce(dst, src []byte, op AccOp, t ElemType) error {
 	if err := checkAcc(op, t); err != nil {
 		return err
 	}
-	if len(dst) != len(src) || len(src)%t.Size() != 0 {
-		return fmt.Errorf("%w: %d and %d bytes of %d-byte elements", errAccArg, len(dst), len(src), t.Size())
+	if u := unit(op, t); len(dst) != len(src) || len(src)%u != 0 {
+		return fmt.Errorf("%w: %d and %d bytes of %d-byte units of %v", errAccArg, len(dst), len(src), u, t)
 	}
 	if len(src) == 0 {
+		return nil
+	}
+	if op >= AccMaxLoc {
+		reduceMore(dst, src, op, t) // accops.go
 		return nil
 	}
 	switch t {

@@ -14,6 +14,10 @@ import (
 // that the collective algorithms are written once, not per element type;
 // a user op (NewOp) runs its function on the bytes viewed as its type.
 type reducer struct {
+	// op is lapi's operation: what lapi.Reduce runs for a predefined op
+	// (user nil), and what a window's Accumulate sends for every
+	// predefined op (user set too for MaxLoc, MinLoc and the bitwise and
+	// logical ops; 0 for a user op).
 	op lapi.AccOp
 	t  lapi.ElemType
 	// user applies a user op (nil for a predefined one): inout = in ∘
@@ -21,6 +25,19 @@ type reducer struct {
 	user         func(inout, in []byte)
 	userCommutes bool
 }
+
+// lapiReducer is r.op's lapi loop as a user function, for the ops the
+// collective algorithms must treat as user ops: MaxLoc and MinLoc (whose
+// pairs a block could split) and the bitwise and logical ones (which only
+// the algorithms that take any commuting op run). r.op is what an
+// Accumulate of them sends.
+func (r reducer) lapiReducer() func(inout, in []byte) {
+	op, t := r.op, r.t
+	return func(inout, in []byte) { lapi.Reduce(inout, in, op, t) }
+}
+
+// bitOps are lapi's operations for BAnd, BOr, BXor, LAnd, LOr and LXor.
+var bitOps = [...]lapi.AccOp{lapi.AccBAnd, lapi.AccBOr, lapi.AccBXor, lapi.AccLAnd, lapi.AccLOr, lapi.AccLXor}
 
 // reduce sets dst = dst ∘ src, dst holding lower ranks' part than src
 // (for a commutative op, either may).
@@ -119,7 +136,11 @@ func reducerFor[T Elem](op Op, n int) (reducer, error) {
 		if n%2 != 0 {
 			return reducer{}, fmt.Errorf("mpi: %v reduces (value, index) pairs: %d elements is not a whole number of pairs: %w", op, n, ErrArg)
 		}
-		r.user = locReducer(r.t, op == MaxLoc)
+		r.op = lapi.AccMaxLoc
+		if op == MinLoc {
+			r.op = lapi.AccMinLoc
+		}
+		r.user = r.lapiReducer()
 		// Not commutative to the algorithms, though it is: those that
 		// take commuting ops cut the data into blocks, which could
 		// split a pair. The others keep rank order, which gives the
@@ -129,7 +150,8 @@ func reducerFor[T Elem](op Op, n int) (reducer, error) {
 		if !isInteger(r.t) {
 			return reducer{}, fmt.Errorf("mpi: %v is defined on integers only, not %v: %w", op, reflect.TypeFor[T](), ErrArg)
 		}
-		r.user, r.userCommutes = bitReducer(op, r.t), true
+		r.op = bitOps[op-BAnd]
+		r.user, r.userCommutes = r.lapiReducer(), true
 	default:
 		if u := lookupOp(op); u != nil {
 			ur, err := userReducer[T](op, u)

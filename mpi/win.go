@@ -427,9 +427,11 @@ func (win *Win[T]) Get(origin []T, target, disp int) error {
 // Accumulate combines origin into target's window from element disp on,
 // window[disp+i] = window[disp+i] op origin[i] (MPI_Accumulate), element
 // by element atomically with respect to other Accumulates. op is one of
-// the predefined ops (Sum, Prod, Max, Min; Max and Min not on complex
-// numbers): a user op (NewOp) fails with ErrArg, as in MPI. origin must
-// stay unchanged until the operation completes.
+// the predefined ops, on the types each takes as in a reduction (MaxLoc
+// and MinLoc on (value, index) pairs, the bitwise and logical ops on
+// integers, none but Sum and Prod on complex numbers): a user op (NewOp)
+// fails with ErrArg, as in MPI. origin must stay unchanged until the
+// operation completes.
 func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	if err := win.usable("accumulate"); err != nil {
 		return err
@@ -440,9 +442,6 @@ func (win *Win[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	red, err := reducerFor[T](op, len(origin))
 	if err != nil {
 		return fmt.Errorf("mpi: window accumulate: %w", err)
-	}
-	if red.user != nil {
-		return fmt.Errorf("mpi: window accumulate: %v: Accumulate takes Sum, Prod, Max and Min: %w", op, ErrArg)
 	}
 	p, err := win.access("accumulate", target, disp, len(origin))
 	if err != nil || len(origin) == 0 {

@@ -456,7 +456,8 @@ func TestWinErrors(t *testing.T) {
 			{"Accumulate past the end", win.Accumulate(src, 1, 6, Sum), ErrArg},
 			{"Put at a huge displacement", win.Put(src, 1, 1<<62), ErrArg},
 			{"Accumulate with a user op", win.Accumulate(src, 1, 0, userOp), ErrArg},
-			{"Accumulate with an unknown op", win.Accumulate(src, 1, 0, Op(9)), ErrArg},
+			{"Accumulate with an unknown op", win.Accumulate(src, 1, 0, Op(12)), ErrArg},
+			{"Accumulate of MaxLoc on an odd count", win.Accumulate(src, 1, 0, MaxLoc), ErrArg},
 		}...)
 		// The refused calls changed nothing: the epoch has no operation
 		// in it, so a Lock may start a passive one.
