@@ -98,6 +98,16 @@ func (ad *dispatcher) onFrame(h *hal.Header, payload []byte) {
 		return
 	}
 	if !c.reliableTo(h.Src) {
+		if ph.dstEp == 0 && c.ri.reint != nil {
+			// Sent before its sender heard any life of this rank: it
+			// may have been meant for an earlier one, and taking it
+			// would advance a link the sender resets when it hears
+			// this life's BOOTING, so that its next packet passed for
+			// a duplicate. Unacknowledged, it is sent again with this
+			// life's epoch, or failed at the reset (ErrPeerRestarted).
+			c.stats.Stale++
+			return
+		}
 		if ph.kind == kindAM && ph.flags&flagSeq != 0 && ad.earlyFor(&ph, uhdr) && earlyFull(len(ad.early), ad.earlyBytes, len(uhdr)+len(data)) {
 			return // unacknowledged: sent again until there is room (early.go)
 		}
