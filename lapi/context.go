@@ -50,8 +50,15 @@ type Context struct {
 	outages   uint64           // failover's count when last seen (c.mu)
 	loss      lossWatch        // the device's lost peers, if it reports them (peerloss.go)
 	fenceMark []uint32         // per peer: nextMsg after the last fence probe
-	fenceCntr *Counter
-	now       func() time.Time
+	// fenceOwed[p]: an RDMA transfer that reports no completion
+	// (NoCompletion) went to p since the last probe, so the next Fence
+	// probes p though no active message went.
+	fenceOwed []bool
+	// fenceUnheard counts probes of Fences that returned before their
+	// completions came (c.mu).
+	fenceUnheard int
+	fenceCntr    *Counter
+	now          func() time.Time
 
 	// The components, one per concern, each with its own state and
 	// methods; each reaches the others through its context.
@@ -123,6 +130,7 @@ func Open(cfg Config) (*Context, error) {
 	c.am.installInternalHandlers()
 	c.am.handlers[hMcast] = newHandlerEntry(newMcastTable(c))
 	c.fenceMark = make([]uint32, cfg.Size)
+	c.fenceOwed = make([]bool, cfg.Size)
 	c.fenceCntr = &Counter{c: c, id: 1}
 	c.am.counters = append(c.am.counters, c.fenceCntr)
 	if cfg.Clock != nil {

@@ -244,7 +244,9 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 	if err := c.ri.rdmaCheck(g.peer); err != nil {
 		return err
 	}
-	if !g.none {
+	if g.none {
+		c.fenceOwed[g.peer] = true // no completion will say it is placed: Fence probes
+	} else {
 		h.Notify |= hal.NotifyOrigin // the origin must hear, to know when to redrive
 		if h.Total > rdmaChunk && h.Notify&hal.NotifyTarget != 0 {
 			// Chunks complete at the target in any order: the target

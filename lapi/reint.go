@@ -85,7 +85,7 @@ func (rg *reintDriver) resetPeer(peer hal.Rank) {
 	if !c.reliable {
 		c.rel.links[peer].init(peer, c.cfg.Window)
 	}
-	c.am.nextMsg[peer], c.fenceMark[peer] = 0, 0
+	c.am.nextMsg[peer], c.fenceMark[peer], c.fenceOwed[peer] = 0, 0, false
 	if c.peerFault(peer) != nil {
 		c.faults[peer].Store(nil) // alive again
 		c.failures.Add(-1)

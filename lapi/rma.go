@@ -467,8 +467,8 @@ func (c *Context) Fence(ctx context.Context) error {
 		if hal.Rank(p) == c.rank || c.peerFault(hal.Rank(p)) != nil {
 			continue
 		}
-		if c.am.nextMsg[p] != c.fenceMark[p] || c.cm.tptBehind(hal.Rank(p)) {
-			c.fenceMark[p] = c.am.nextMsg[p] + 1
+		if c.am.nextMsg[p] != c.fenceMark[p] || c.fenceOwed[p] || c.cm.tptBehind(hal.Rank(p)) {
+			c.fenceMark[p], c.fenceOwed[p] = c.am.nextMsg[p]+1, false
 			if err := c.am.amsendLocked(hal.Rank(p), hFence, nil, nil, &SendOpts{Completion: k}); err != nil {
 				c.mu.Unlock()
 				return err
@@ -476,8 +476,18 @@ func (c *Context) Fence(ctx context.Context) error {
 			n++
 		}
 	}
+	// Probes an earlier Fence sent and gave up waiting for (its ctx
+	// ended) are waited for too: they may stand for its operations.
+	n += c.fenceUnheard
+	c.fenceUnheard = 0
 	c.mu.Unlock()
-	return k.Wait(ctx, int64(n))
+	if err := k.Wait(ctx, int64(n)); err != nil {
+		c.mu.Lock()
+		c.fenceUnheard += n
+		c.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 func (ad *dispatcher) installInternalHandlers() {
