@@ -32,15 +32,16 @@ type Context struct {
 	// The progress lock: the components below, and every field after
 	// it, are guarded by it. Handlers, Wait conditions and Atomically's
 	// fn run under it (tx.go).
-	mu       sync.Mutex
-	closed   bool
-	onFail   []func(*Tx, hal.Rank, error)
-	tx       Tx                      // lent to code run inside the dispatcher
-	faults   []atomic.Pointer[fault] // per peer: its declared failure (peerFault); read without the lock by PeerErr
-	tpt      *hal.TPT
-	gets     getTable
-	stats    Stats
-	failures atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
+	mu        sync.Mutex
+	closed    bool
+	onFail    []func(*Tx, hal.Rank, error)
+	onRestart []func(*Tx, hal.Rank, error)
+	tx        Tx                      // lent to code run inside the dispatcher
+	faults    []atomic.Pointer[fault] // per peer: its declared failure (peerFault); read without the lock by PeerErr
+	tpt       *hal.TPT
+	gets      getTable
+	stats     Stats
+	failures  atomic.Int32 // peers declared failed: PeerErr's lock-free fast path
 	// peerStats is by peer rank.
 	peerStats []PeerStats
 	short     hal.ShortSender  // the device, if it sends short frames
@@ -312,6 +313,18 @@ func newHandlerEntry(h AMHandler) handlerEntry {
 func (c *Context) OnPeerFailed(f func(tx *Tx, peer hal.Rank, err error)) {
 	c.mu.Lock()
 	c.onFail = append(c.onFail, f)
+	c.mu.Unlock()
+}
+
+// OnPeerRestarted registers f to run when a new life of a peer joins
+// after an earlier one (reintegration): what was under way with the
+// earlier life has failed with err (ErrPeerRestarted), and lapi's
+// numbering toward the peer starts afresh, as the new life's does, so a
+// layer above that numbers its messages per peer must too. f runs inside
+// the dispatcher (see Tx), as OnPeerFailed's callbacks do.
+func (c *Context) OnPeerRestarted(f func(tx *Tx, peer hal.Rank, err error)) {
+	c.mu.Lock()
+	c.onRestart = append(c.onRestart, f)
 	c.mu.Unlock()
 }
 

@@ -73,7 +73,7 @@ func (rg *reintDriver) applyReint(msgs []hal.ReintMsg, acts []hal.ReintAction) {
 // resetPeer forgets everything about peer's earlier life: what was queued
 // or in flight toward it fails with ErrPeerRestarted, its half-received
 // messages are dropped, and both sequence spaces start again from zero, as
-// the new life's do.
+// the new life's do; OnPeerRestarted's callbacks then run.
 func (rg *reintDriver) resetPeer(peer hal.Rank) {
 	c := rg.c
 	err := fmt.Errorf("lapi: rank %d: %w", peer, ErrPeerRestarted)
@@ -89,6 +89,11 @@ func (rg *reintDriver) resetPeer(peer hal.Rank) {
 	if c.peerFault(peer) != nil {
 		c.faults[peer].Store(nil) // alive again
 		c.failures.Add(-1)
+	}
+	if int(peer) < len(rg.lives) && rg.lives[peer] != 0 { // a restart, not the peer's first join
+		for _, f := range c.onRestart {
+			f(&c.tx, peer, err)
+		}
 	}
 }
 

@@ -154,6 +154,7 @@ func newWorldLayout(lc *lapi.Context, opts Options, l layout) (*World, error) {
 	w.registerHandlers()
 	w.comms = make(map[uint32]*Comm)
 	lc.OnPeerFailed(w.peerFailed)
+	lc.OnPeerRestarted(w.peerRestarted)
 	if mem := lc.Devices().SharedBlock(); mem != nil {
 		nslots := w.size
 		if l.slots != nil {
@@ -400,6 +401,45 @@ func (w *World) peerFailed(tx *lapi.Tx, peer lapi.Rank, err error) {
 	for a := w.m.unexpected.head; a != nil; a = a.next {
 		if a.from == peer && !a.complete {
 			a.complete, a.failed = true, err // it never will: let a probe see it, a receive fail
+		}
+	}
+}
+
+// peerRestarted runs under lapi's lock when a new life of peer joined
+// after an earlier one: the earlier life's messages still on their way
+// are gone, and the new life numbers its messages from 0, so this rank's
+// numbering toward it and what it expects from it start afresh. Messages
+// held back behind one of the earlier life that will never come are
+// dropped; sends to it and rendezvous receives from it under way fail
+// (err wraps lapi.ErrPeerRestarted); receives posted for it stay posted,
+// for the new life to match; whole messages of the earlier life already
+// queued stay, as sent before it ended.
+func (w *World) peerRestarted(_ *lapi.Tx, peer lapi.Rank, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seqOut[peer] = 0
+	w.m.expect[peer] = 0
+	for k, a := range w.m.held {
+		if k.from == peer {
+			delete(w.m.held, k)
+			if a.complete {
+				w.freeArrival(a) // its data is gone with it; lapi has no hold on it
+			}
+		}
+	}
+	w.reqs.each(func(r *request) {
+		switch {
+		case r.peer != int(peer):
+		case r.recv:
+			w.endSplit(r)
+			r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
+		default:
+			r.finish(Status{}, fmt.Errorf("mpi: send to rank %d: %w", peer, err))
+		}
+	})
+	for a := w.m.unexpected.head; a != nil; a = a.next {
+		if a.from == peer && !a.complete {
+			a.complete, a.failed = true, err // never will: a receive matching it fails
 		}
 	}
 }
