@@ -93,6 +93,17 @@ func TestRevWaitSeesReplacedMember(t *testing.T) {
 		}
 		cancel()
 		<-woke
+
+		// Control: a Wait begun after Replace does see the new member.
+		hdr, payload = msg(0, 1, 43, 8)
+		if err := f.nets[0].Inject(0, 1, append(hdr, payload...)); err != nil {
+			t.Fatal(err)
+		}
+		for f.step() {
+		}
+		if err := s[1].Wait(context.Background()); err != nil {
+			t.Errorf("control: a Wait begun after Replace, with frame 43 waiting on the new member: %v", err)
+		}
 	})
 }
 
