@@ -36,7 +36,7 @@ func TestRevRouteCloseDuringPoll(t *testing.T) {
 }
 
 func revRouteCloseDuringPoll(t *testing.T) {
-	for i := range 100 {
+	for i := range 400 {
 		key := uint64(0x70c105e000 + i)
 		devs, err := shm.OpenLocal(key, 2, shm.Options{})
 		if err != nil {

@@ -60,7 +60,7 @@ func TestRevShmCloseDuringSend(t *testing.T) {
 
 func revCloseDuring(t *testing.T, poll bool) {
 	t.Logf("GOMAXPROCS %d", runtime.GOMAXPROCS(0))
-	for range 100 {
+	for range 400 {
 		key := newJobKey()
 		devs, err := OpenLocal(key, 2, Options{})
 		if err != nil {
