@@ -462,3 +462,55 @@ func TestNoSilenceAfterStall(t *testing.T) {
 		}
 	}
 }
+
+// closeOnAddr is a fresh member device whose Addr runs hook first: it lets
+// the test put a Close of the stripe, which any goroutine may call at any
+// time, inside Replace, after Replace checked that the stripe is open.
+type closeOnAddr struct {
+	*renamed
+	hook   func()
+	closed int
+}
+
+func (c *closeOnAddr) Addr() string {
+	if c.hook != nil {
+		h := c.hook
+		c.hook = nil
+		h()
+	}
+	return c.renamed.Addr()
+}
+
+func (c *closeOnAddr) Close() error {
+	c.closed++
+	return c.renamed.Close()
+}
+
+// Close racing Replace: whichever wins, the new member must end closed (a
+// stripe closed before or during Replace owns nothing open), and Replace
+// must not install it in a closed stripe and report success.
+func TestReplaceRacingClose(t *testing.T) {
+	f := newFabric(t, 2, make([]faults.Spec, 2))
+	s, _ := f.renamedStripes(t, Options{Probe: -1})
+	if err := f.nets[0].Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := f.nets[0].Restart(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := &closeOnAddr{renamed: rename(dev, 2)}
+	fresh.hook = func() {
+		if err := s[1].Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	rerr := s[1].Replace(0, fresh)
+	t.Logf("Replace after a concurrent Close returned %v; the new member was closed %d times", rerr, fresh.closed)
+	if !errors.Is(rerr, hal.ErrClosed) {
+		t.Errorf("Replace during Close returned %v, want hal.ErrClosed", rerr)
+	}
+	if fresh.closed == 0 {
+		t.Errorf("the stripe was closed during Replace, and the new member it took is left open (leaked); Replace returned %v", rerr)
+	}
+}

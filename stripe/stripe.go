@@ -310,7 +310,9 @@ func containsEmpty(s []string) bool {
 // carries data frames toward it; data frames from a peer that arrive on it
 // before then (sent to the old incarnation) are refused and counted. The
 // layer above is told (hal.Failover) that frames in flight may be lost.
-// dev must have an MTU of at least the stripe's, and keep what the stripe
+// A Close that runs
+// during Replace, from another goroutine, closes dev too: Replace then
+// returns hal.ErrClosed. dev must have an MTU of at least the stripe's, and keep what the stripe
 // says of itself: Ordered if the stripe is, Broadcast if the member it
 // replaces could. A Reliable stripe refuses Replace: the frames in flight
 // on the old member are lost with it, and the layer above keeps none to
@@ -350,7 +352,17 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 	if err := m.dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
 		trace.Printf(trace.Rare, "stripe %d: close member %d's old device: %v", d.opts.Rank, i, err)
 	}
+	// Close may have run since the check above, from another goroutine:
+	// it closes the members it finds under mmu, so dev is installed only
+	// if Close has not begun, and is otherwise closed here, not leaked.
 	d.mmu.Lock()
+	if d.closed.Load() {
+		d.mmu.Unlock()
+		if err := dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
+			trace.Printf(trace.Rare, "stripe %d: close member %d's new device after the stripe's Close: %v", d.opts.Rank, i, err)
+		}
+		return errClosed
+	}
 	m.dev, m.caps = dev, c
 	d.mmu.Unlock()
 	devs := slices.Clone(*d.devs.Load())
