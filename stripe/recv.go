@@ -105,7 +105,8 @@ func (d *Device) frame(h *hal.Header, payload []byte) {
 // A member whose Wait fails (a dead device, or one Replace closed) is left
 // out of this call; when every member fails, so does Wait. The first Wait
 // after the stripe reported a peer lost (hal.PeerLoss) returns nil at
-// once, so that the caller looks.
+// once, so that the caller looks. A Replace during the call ends the
+// members' Waits, and Wait waits again on the members as they are then.
 func (d *Device) Wait(ctx context.Context) error {
 	if d.closed.Load() {
 		return errClosed
@@ -113,14 +114,43 @@ func (d *Device) Wait(ctx context.Context) error {
 	if d.loss.waiting.Swap(false) {
 		return nil // a peer newly reported lost (hal.PeerLoss): the caller looks after Wait
 	}
-	err := hal.WaitAny(ctx, *d.devs.Load()...)
-	switch {
-	case err == nil:
-		return nil
-	case d.closed.Load():
-		return errClosed
-	case ctx.Err() != nil:
-		return ctx.Err()
+	for {
+		g := d.gen.Load() // before devs: Replace stores devs, then ends g
+		err := g.waitAny(ctx, *d.devs.Load())
+		switch {
+		case err == nil:
+			return nil
+		case d.closed.Load():
+			return errClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case g.ended():
+			continue // a member was replaced: wait on the new one too
+		}
+		return fmt.Errorf("stripe: every member's Wait failed: %w", err)
 	}
-	return fmt.Errorf("stripe: every member's Wait failed: %w", err)
+}
+
+// generation is the stripe's members as one Wait sees them: Replace ends
+// it, which ends the Waits begun on the members it had.
+type generation struct {
+	ctx context.Context
+	end context.CancelFunc
+}
+
+func newGeneration() *generation {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &generation{ctx: ctx, end: cancel}
+}
+
+// ended reports whether a Replace ended g.
+func (g *generation) ended() bool { return g.ctx.Err() != nil }
+
+// waitAny is hal.WaitAny over devs, ended early when g ends.
+func (g *generation) waitAny(ctx context.Context, devs []hal.Device) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(g.ctx, cancel)
+	defer stop()
+	return hal.WaitAny(wctx, devs...)
 }

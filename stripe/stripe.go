@@ -106,6 +106,7 @@ func (o Options) withDefaults() (Options, error) {
 type Device struct {
 	members []*member
 	devs    atomic.Pointer[[]hal.Device] // the members' devices, for hal.WaitAny
+	gen     atomic.Pointer[generation]   // ended by Replace, so that a Wait in progress waits on the new member too
 	outages atomic.Uint64                // links taken out so far (hal.Failover)
 	opts    Options
 	caps    hal.Caps
@@ -209,6 +210,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 		d.okMask |= 1 << i
 	}
 	d.devs.Store(&devs)
+	d.gen.Store(newGeneration())
 	d.lossDevs()
 	d.caps = hal.Caps{MTU: mtu, Reliable: reliable,
 		Ordered: len(members) == 1 && members[0].Caps().Ordered}
@@ -309,8 +311,8 @@ func containsEmpty(s []string) bool {
 // (BOOTING carrying its address, BOOT_ACK, RDMA_READY both ways) before it
 // carries data frames toward it; data frames from a peer that arrive on it
 // before then (sent to the old incarnation) are refused and counted. The
-// layer above is told (hal.Failover) that frames in flight may be lost.
-// A Close that runs
+// layer above is told (hal.Failover) that frames in flight may be lost,
+// and a Wait in progress waits on dev from then on. A Close that runs
 // during Replace, from another goroutine, closes dev too: Replace then
 // returns hal.ErrClosed. dev must have an MTU of at least the stripe's, and keep what the stripe
 // says of itself: Ordered if the stripe is, Broadcast if the member it
@@ -368,6 +370,8 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 	devs := slices.Clone(*d.devs.Load())
 	devs[i] = dev
 	d.devs.Store(&devs)
+	// After the store: a Wait that sees the new generation sees dev.
+	d.gen.Swap(newGeneration()).end()
 	parts := strings.Split(strings.TrimPrefix(d.Addr(), Scheme), Sep)
 	parts[i] = a
 	addr := Scheme + strings.Join(parts, Sep)
