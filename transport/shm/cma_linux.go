@@ -202,7 +202,7 @@ func (d *Device) transfer(peer hal.Rank, addr uintptr, buf []byte, write bool) e
 
 // cmaPeer is the pid to use for peer, or why CMA cannot reach it.
 func (d *Device) cmaPeer(peer hal.Rank) (int, error) {
-	if d.closed.Load() {
+	if d.isClosed() {
 		return 0, errClosed
 	}
 	s := d.slotOf(peer)

@@ -40,11 +40,15 @@ type Device struct {
 	// share the segment: one load on the way to a ring.
 	slots []int32
 
-	closed atomic.Bool
-	// life is held for reading by Wait and by the wake-up of a cancelled
-	// context, which may run while Close does; Close takes it for writing
-	// before unmapping the segment.
-	life     sync.RWMutex
+	// life counts the calls inside the device, and closedBit marks it
+	// closed (life_linux.go); finished is set by the one call that
+	// releases it.
+	life     atomic.Uint64
+	finished atomic.Bool
+	// waiters is held for reading by Wait and by the wake-up of a
+	// cancelled context, which may sleep or run beside Close; the release
+	// takes it for writing before unmapping the segment.
+	waiters  sync.RWMutex
 	counters hal.Counters
 
 	out   []ring // by destination slot: this rank produces
@@ -246,9 +250,10 @@ func (d *Device) Counters() *hal.Counters { return &d.counters }
 // need no Connect; ReadFrom and WriteTo do. A peer that does not share the
 // segment returns hal.ErrUnknownPeer.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return errClosed
 	}
+	defer d.leave()
 	s := d.slotOf(peer)
 	if s < 0 {
 		return d.notMember("connect to", peer)
@@ -306,9 +311,16 @@ func parseAddr(addr string) (name string, rank hal.Rank, pid int, err error) {
 // returns hal.ErrNoResource. A frame whose header the ring implies goes
 // short (SendShort).
 func (d *Device) Send(hdr, payload []byte) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return errClosed
 	}
+	err := d.send(hdr, payload)
+	d.leave()
+	return err
+}
+
+// send is Send inside the device (enter).
+func (d *Device) send(hdr, payload []byte) error {
 	if len(hdr) < hal.HeaderLen {
 		return errShortHdr
 	}
@@ -318,7 +330,7 @@ func (d *Device) Send(hdr, payload []byte) error {
 	}
 	dst := binary.LittleEndian.Uint32(hdr[28:])
 	if n <= d.g.inlineMax && d.compact(hdr, n, dst) {
-		return d.SendShort(hal.Rank(dst), hal.FrameType(hdr[3]), hdr[hal.HeaderLen:], payload)
+		return d.sendShort(hal.Rank(dst), hal.FrameType(hdr[3]), hdr[hal.HeaderLen:], payload)
 	}
 	r, p, err := d.outRing(dst)
 	if err != nil {
@@ -331,9 +343,16 @@ func (d *Device) Send(hdr, payload []byte) error {
 // type t, hdr then payload, in one cell. A frame that does not fit a cell
 // returns hal.ErrTooLarge, an invalid type hal.ErrBadFrame.
 func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return errClosed
 	}
+	err := d.sendShort(dst, t, hdr, payload)
+	d.leave()
+	return err
+}
+
+// sendShort is SendShort inside the device (enter).
+func (d *Device) sendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) error {
 	if !t.Valid() {
 		return fmt.Errorf("shm: short frame of type %d: %w", t, hal.ErrBadFrame)
 	}
@@ -360,11 +379,12 @@ func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 // rank that does not share the segment, or after Close.
 func (d *Device) PrepareSend(dst hal.Rank) {
 	s := d.slotOf(dst)
-	if d.closed.Load() || s < 0 {
+	if s < 0 || !d.enter() {
 		return
 	}
 	r := &d.out[s]
 	prefetchWrite(&r.cell(r.pos)[offCellStamp])
+	d.leave()
 }
 
 // outRing returns the ring toward job rank dst and dst's slot's block,
@@ -454,11 +474,12 @@ func (d *Device) countIn() {
 // Flush has nothing to send, since Send published the frame already; it
 // brings the counters up to date.
 func (d *Device) Flush() error {
-	if d.closed.Load() {
+	if !d.enter() {
 		return errClosed
 	}
 	d.countSent()
 	d.countIn()
+	d.leave()
 	return nil
 }
 
@@ -469,9 +490,16 @@ func (d *Device) Flush() error {
 // another rank, are dropped and counted. A ring found corrupted is reported
 // as an error wrapping ErrCorrupt, and then on every call.
 func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
-	if d.closed.Load() {
+	if !d.enter() {
 		return 0, errClosed
 	}
+	n, err := d.poll(fn)
+	d.leave()
+	return n, err
+}
+
+// poll is Poll inside the device (enter).
+func (d *Device) poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 	if d.unsentFrames != 0 {
 		d.countSent()
 	}
@@ -508,7 +536,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 		}
 		delivered, used, bytes, err = d.drain(r, fn, budget, delivered, bytes)
 		budget -= used
-		if err != nil || d.closed.Load() {
+		if err != nil || d.isClosed() {
 			break
 		}
 	}
@@ -552,8 +580,9 @@ func (d *Device) drain(r *ring, fn func(*hal.Header, []byte), budget, delivered 
 			delivered++
 			bytes += uint64(d.hdr.Len)
 			fn(&d.hdr, payload)
-			if d.closed.Load() {
-				// fn closed the device: the mapping is gone.
+			if d.isClosed() {
+				// fn closed the device: deliver nothing more (the
+				// mapping stays until Poll returns).
 				return delivered, used, bytes, nil
 			}
 		}
@@ -579,23 +608,4 @@ func (d *Device) accept(frame []byte) bool {
 		return false
 	}
 	return true
-}
-
-// Close wakes a Wait in progress, marks this rank closed (peers' Sends to
-// it then fail with hal.ErrUnknownPeer), and unmaps the segment, unlinking
-// its name if this was the last rank to have it open. Frames not yet
-// polled are lost.
-func (d *Device) Close() error {
-	if !d.closed.CompareAndSwap(false, true) {
-		return errClosed
-	}
-	wake(d.me)
-	d.countSent()
-	d.countIn()
-	d.life.Lock()
-	defer d.life.Unlock()
-	err := d.seg.detach(d.slot)
-	d.trk.Remove(d.trkID)
-	trace.Printf(trace.Setup, "shm: rank %d closed (%v)", d.rank, &d.counters)
-	return err
 }

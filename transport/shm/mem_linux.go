@@ -5,12 +5,14 @@ package shm
 // words to the futex system call. The invariants that make it sound:
 //
 //  1. Liveness. A pointer made here points into a device's mapping, which
-//     is created by Open and unmapped only by Close. Send, Flush and Poll
-//     are never concurrent with Close (hal's contract), and Poll stops
-//     touching the mapping as soon as a callback has closed the device;
-//     Wait and the wake-up run by a cancelled context hold the device's
-//     life lock, which Close takes before unmapping. No pointer outlives
-//     the device: they are kept only in the device's own structures.
+//     is created by Open and unmapped only once the device is closed and
+//     no call is inside it (life_linux.go): Close may run at any time, from
+//     any goroutine (hal's contract), so Send, SendShort, Flush, Poll,
+//     PrepareSend and Connect count themselves in and out, and the last
+//     one out unmaps; Wait and the wake-up run by a cancelled context hold
+//     the device's waiters lock, which the release takes before
+//     unmapping. No pointer outlives the device: they are kept only in the
+//     device's own structures.
 //  2. Bounds. Pointers are made from a slice of the mapping with the
 //     ordinary bounds checks ("b[off:off+8]"), so a bad offset panics in
 //     the runtime's checks instead of reading another object, and offsets

@@ -357,7 +357,7 @@ func (p *peerProc) await(op byte, spin bool) {
 // stop ends the helper and checks that it exited cleanly and that the
 // segment is gone.
 func (p *peerProc) stop() {
-	if p.dev.closed.Load() {
+	if p.dev.isClosed() {
 		return
 	}
 	path := p.dev.seg.path

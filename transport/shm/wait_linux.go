@@ -23,12 +23,12 @@ const maxSleep = 100 * time.Millisecond
 // sleeper. The spinning goroutine does not lock its OS thread, so with more
 // ranks than cores the Go scheduler stays free to run others.
 func (d *Device) Wait(ctx context.Context) error {
-	if d.closed.Load() {
+	if d.isClosed() {
 		return errClosed
 	}
-	d.life.RLock()
-	defer d.life.RUnlock()
-	if d.closed.Load() {
+	d.waiters.RLock()
+	defer d.waiters.RUnlock()
+	if d.finished.Load() || d.isClosed() {
 		return errClosed
 	}
 	if d.pending() {
@@ -67,7 +67,7 @@ func (d *Device) spin(ctx context.Context) (bool, error) {
 		if i%64 != 0 {
 			continue // the clock and the channel cost more than a scan
 		}
-		if d.closed.Load() {
+		if d.isClosed() {
 			return false, errClosed
 		}
 		select {
@@ -100,7 +100,7 @@ func (d *Device) sleep(ctx context.Context) error {
 		if d.pending() {
 			return nil
 		}
-		if d.closed.Load() {
+		if d.isClosed() {
 			return errClosed
 		}
 		if err := ctx.Err(); err != nil {
@@ -125,12 +125,12 @@ func wake(p *peer) {
 
 // wakeFromOutside wakes this device's Wait when its context is cancelled.
 // It runs on another goroutine, possibly while Close runs: TryRLock fails
-// once Close is unmapping, and Close wakes the sleeper itself.
+// once the segment is being unmapped, and Close wakes the sleeper itself.
 func (d *Device) wakeFromOutside() {
-	if d.life.TryRLock() {
-		if !d.closed.Load() {
+	if d.waiters.TryRLock() {
+		if !d.finished.Load() {
 			wake(d.me)
 		}
-		d.life.RUnlock()
+		d.waiters.RUnlock()
 	}
 }

@@ -12,20 +12,20 @@ import (
 	"github.com/weft-hpc/weft/transport/shm"
 )
 
-const revChildEnv = "WEFT_ROUTE_REV_CHILD"
+const closeChildEnv = "WEFT_ROUTE_CLOSE_CHILD"
 
 // route.Device says Close is safe anywhere (and hal.Device that Close may
 // be called at any time, from any goroutine): a Close while another
 // goroutine is in Poll closes the shm member under that Poll, which then
 // reads the unmapped segment. The child does it with one P, so that the
 // Close runs while the poller is preempted inside Poll; a fault kills it.
-func TestRevRouteCloseDuringPoll(t *testing.T) {
-	if os.Getenv(revChildEnv) == "1" {
-		revRouteCloseDuringPoll(t)
+func TestCloseDuringPoll(t *testing.T) {
+	if os.Getenv(closeChildEnv) == "1" {
+		closeDuringPoll(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRevRouteCloseDuringPoll$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), revChildEnv+"=1", "GOMAXPROCS=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCloseDuringPoll$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), closeChildEnv+"=1", "GOMAXPROCS=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("PASS")) {
 		if len(out) > 3000 {
@@ -35,7 +35,7 @@ func TestRevRouteCloseDuringPoll(t *testing.T) {
 	}
 }
 
-func revRouteCloseDuringPoll(t *testing.T) {
+func closeDuringPoll(t *testing.T) {
 	for i := range 400 {
 		key := uint64(0x70c105e000 + i)
 		devs, err := shm.OpenLocal(key, 2, shm.Options{})
