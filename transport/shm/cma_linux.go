@@ -185,12 +185,28 @@ func (d *Device) WriteTo(peer hal.Rank, addr uintptr, src []byte) error {
 	return d.transfer(peer, addr, src, true)
 }
 
+// transfer copies with process_vm_readv or writev, the peer's pidfd
+// guarding against the reuse of its pid: a peer found dead before the copy
+// is not touched, and one found dead after it fails the transfer, since
+// its pid may have named another process during the copy (a process still
+// alive after the copy was alive all through it).
 func (d *Device) transfer(peer hal.Rank, addr uintptr, buf []byte, write bool) error {
-	pid, err := d.cmaPeer(peer)
+	if !d.enter() {
+		return errClosed
+	}
+	defer d.leave()
+	pid, p, err := d.cmaPeer(peer)
 	if err != nil {
 		return err
 	}
-	if err := cmaCopy(pid, addr, buf, write); err != nil {
+	if d.dead(p) {
+		return *p.lost.Load()
+	}
+	err = cmaCopy(pid, addr, buf, write)
+	if d.dead(p) {
+		err = *p.lost.Load()
+	}
+	if err != nil {
 		verb := "read"
 		if write {
 			verb = "write"
@@ -200,28 +216,26 @@ func (d *Device) transfer(peer hal.Rank, addr uintptr, buf []byte, write bool) e
 	return nil
 }
 
-// cmaPeer is the pid to use for peer, or why CMA cannot reach it.
-func (d *Device) cmaPeer(peer hal.Rank) (int, error) {
-	if d.isClosed() {
-		return 0, errClosed
-	}
+// cmaPeer is the pid to use for peer and its block, or why CMA cannot
+// reach it.
+func (d *Device) cmaPeer(peer hal.Rank) (int, *peer, error) {
 	s := d.slotOf(peer)
 	if s < 0 {
-		return 0, d.notMember("cross-memory attach to", peer)
+		return 0, nil, d.notMember("cross-memory attach to", peer)
 	}
 	p := &d.peers[s]
 	pid := int(p.connPid.Load())
 	switch {
 	case pid == 0:
-		return 0, fmt.Errorf("shm: cross-memory attach to rank %d before Connect: %w", peer, hal.ErrUnknownPeer)
+		return 0, nil, fmt.Errorf("shm: cross-memory attach to rank %d before Connect: %w", peer, hal.ErrUnknownPeer)
 	case !d.cma.ok.Load() || p.cma.Load() == cmaRefused:
 		why := "refused"
 		if w := d.cma.why.Load(); w != nil {
 			why = *w
 		}
-		return 0, fmt.Errorf("shm: cross-memory attach to rank %d: %s: %w", peer, why, ErrNoCMA)
+		return 0, nil, fmt.Errorf("shm: cross-memory attach to rank %d: %s: %w", peer, why, ErrNoCMA)
 	}
-	return pid, nil
+	return pid, p, nil
 }
 
 // cmaCopy moves buf to or from addr in process pid, looping over partial

@@ -70,7 +70,8 @@ type Device struct {
 	unsentFrames, unsentBytes     uint64
 	uncountedIn, uncountedInBytes uint64
 
-	cma cmaState
+	cma  cmaState
+	loss lossState // peers found dead (peerloss_linux.go)
 
 	// blockHook, when set by a test, runs just before Wait sleeps.
 	blockHook func()
@@ -83,8 +84,11 @@ type peer struct {
 	probeAddr, probeV *uint64
 	wakeSeq, sleepers *uint32 // line B: its futex word and sleeper count
 
-	connPid atomic.Int64 // the pid in its address, once connected
-	cma     atomic.Int32 // cmaUnknown, cmaOK or cmaRefused
+	rank    hal.Rank              // its job rank
+	connPid atomic.Int64          // the pid in its address, once connected
+	cma     atomic.Int32          // cmaUnknown, cmaOK or cmaRefused
+	pidfd   atomic.Int32          // a pidfd on its process plus one, 0 for none (peerloss_linux.go)
+	lost    atomic.Pointer[error] // why its process is known dead
 }
 
 var (
@@ -182,6 +186,7 @@ func (d *Device) attachRings() error {
 		}
 		blk := g.rankBlock(p)
 		pr := &d.peers[p]
+		pr.rank = g.ranks[p]
 		pr.state, pr.pid = word32(mem, blk+offState), word32(mem, blk+offPid)
 		pr.probeAddr, pr.probeV = word64(mem, blk+offProbeAddr), word64(mem, blk+offProbeVal)
 		pr.wakeSeq, pr.sleepers = word32(mem, blk+g.line+offWakeSeq), word32(mem, blk+g.line+offSleepers)
@@ -268,6 +273,7 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	}
 	p := &d.peers[s]
 	p.connPid.Store(int64(pid))
+	d.watch(p, pid)
 	d.probe(peer, p)
 	return nil
 }
@@ -414,6 +420,7 @@ func (d *Device) published(p *peer, n int, err error) error {
 	if err != nil {
 		if err == errRingFull {
 			d.counters.NoResource.Add(1)
+			return d.lostErr(p, err)
 		}
 		return err
 	}

@@ -117,6 +117,23 @@
 // context wake the sleeper the same way; the sleep is also bounded, so an
 // idle rank uses no CPU and never spins forever.
 //
+// # Closing, and peers that die
+//
+// Close may be called at any time, from any goroutine, as hal allows:
+// Send, Poll and the other calls that touch the segment count themselves
+// in and out of one word, and the segment is unmapped by the last call out
+// of a closed device (life_linux.go). A rank that closes marks its block
+// closed, and Sends to it fail with hal.ErrUnknownPeer.
+//
+// A rank whose process dies marks nothing. Connect opens a pidfd on each
+// peer's process (Linux 5.3 and later; without one a death goes
+// unnoticed), which the device looks at when a ring toward the peer is
+// full, around each cross-memory transfer (so that a reused pid is never
+// read or written), and from Wait every 100 ms. A dead peer is reported
+// through hal.PeerLoss, Wait returning so that the layer above looks, and
+// a Send toward it whose ring is full fails with hal.ErrUnknownPeer rather
+// than hal.ErrNoResource for ever (peerloss_linux.go).
+//
 // # Cross-memory attach
 //
 // Device implements hal.CrossMemory: ReadFrom and WriteTo copy between this

@@ -76,6 +76,7 @@ func (d *Device) finish() error {
 	d.countIn()
 	d.waiters.Lock()
 	defer d.waiters.Unlock()
+	d.unwatch()
 	err := d.seg.detach(d.slot)
 	d.trk.Remove(d.trkID)
 	trace.Printf(trace.Setup, "shm: rank %d closed (%v)", d.rank, &d.counters)

@@ -7,8 +7,9 @@ import (
 )
 
 // maxSleep bounds one futex sleep. Every wake-up that matters (a frame,
-// Close, a cancelled context) bumps the futex word, so this is only a
-// safety net against a peer that died halfway through a wake-up.
+// Close, a cancelled context) bumps the futex word, so this is a safety
+// net against a peer that died halfway through a wake-up, and the beat at
+// which Wait looks for dead peers (peerloss_linux.go).
 const maxSleep = 100 * time.Millisecond
 
 // Wait returns when Poll has frames to deliver (nil; it may also return nil
@@ -33,6 +34,9 @@ func (d *Device) Wait(ctx context.Context) error {
 	}
 	if d.pending() {
 		return nil
+	}
+	if d.loss.waiting.Load() && d.loss.waiting.CompareAndSwap(true, false) {
+		return nil // a peer found dead (hal.PeerLoss): the caller looks after Wait
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -78,6 +82,9 @@ func (d *Device) spin(ctx context.Context) (bool, error) {
 		if time.Now().After(deadline) {
 			return false, nil
 		}
+		if d.lookDue() && d.lookAtPeers() {
+			return true, nil
+		}
 	}
 }
 
@@ -105,6 +112,9 @@ func (d *Device) sleep(ctx context.Context) error {
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if d.lookDue() && d.lookAtPeers() {
+			return nil // a peer found dead (hal.PeerLoss)
 		}
 		timeout := maxSleep
 		if hasDeadline {
