@@ -582,3 +582,73 @@ func TestArgumentEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCountPartialElement: a message of 6 bytes received into []int32 is
+// one and a half elements. MPI_Get_count gives MPI_UNDEFINED for it, and
+// so Count is -1 (a Count of 1 would say 4 bytes came when 6 did). Eager
+// and rendezvous sizes, through Recv, Irecv, Mrecv, Imrecv and Sendrecv;
+// a whole number of elements still counts them.
+func TestCountPartialElement(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "30s")
+	for _, nbytes := range []int{6, 1<<20 + 2, 8} {
+		want := -1
+		if nbytes%4 == 0 {
+			want = nbytes / 4
+		}
+		err := Run(2, func(c *Comm) error {
+			msg := make([]byte, nbytes)
+			buf := make([]int32, nbytes/4+1)
+			if c.Rank() == 1 {
+				for tag := range 4 {
+					if err := Send(c, msg, 0, tag); err != nil {
+						return err
+					}
+				}
+				_, err := Sendrecv(c, msg, 0, 4, []byte{}, 0, 5)
+				return err
+			}
+			check := func(how string, st Status, err error) error {
+				if err != nil || st.Count != want {
+					return fmt.Errorf("%s of %d bytes into []int32: Count %d, %v; want Count %d, no error",
+						how, nbytes, st.Count, err, want)
+				}
+				return nil
+			}
+			st, err := Recv(c, buf, AnySource, 0)
+			if e := check("Recv", st, err); e != nil {
+				return e
+			}
+			r, err := Irecv(c, buf, 1, AnyTag)
+			if err != nil {
+				return err
+			}
+			st, err = r.Wait()
+			if e := check("Irecv", st, err); e != nil {
+				return e
+			}
+			m, _, err := c.Mprobe(AnySource, AnyTag)
+			if err != nil {
+				return err
+			}
+			st, err = Mrecv(m, buf)
+			if e := check("Mrecv", st, err); e != nil {
+				return e
+			}
+			if m, _, err = c.Mprobe(1, 3); err != nil {
+				return err
+			}
+			if r, err = Imrecv(m, buf); err != nil {
+				return err
+			}
+			st, err = r.Wait()
+			if e := check("Imrecv", st, err); e != nil {
+				return e
+			}
+			st, err = Sendrecv(c, []int32{}, 1, 5, buf, 1, 4)
+			return check("Sendrecv", st, err)
+		})
+		if err != nil {
+			t.Errorf("%d bytes: %v", nbytes, err)
+		}
+	}
+}

@@ -22,7 +22,10 @@ const MaxTag = 1<<31 - 1
 type Status struct {
 	Source int // sender's rank in the communicator
 	Tag    int
-	Count  int // elements received (bytes, for Probe; 1, the value, for RecvObj)
+	// Count is the elements received (bytes, for Probe; 1, the value, for
+	// RecvObj); -1 when the bytes are not a whole number of elements, as
+	// MPI_UNDEFINED.
+	Count int
 	// Cancelled reports a receive that Cancel took back before any
 	// message matched it: it received nothing.
 	Cancelled bool

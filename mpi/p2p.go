@@ -493,8 +493,14 @@ func (w *World) freeArrival(a *arrival) {
 
 func (w *World) status(r *request, env *envelope, n int) (Status, error) {
 	// Element sizes are powers of two: a shift, where n/elem would be a
-	// 64-bit divide on every receive's way to its caller.
-	st := Status{Source: env.src, Tag: env.tag, Count: n >> bits.TrailingZeros(uint(max(r.elem, 1)))}
+	// 64-bit divide on every receive's way to its caller. Bytes that are
+	// not a whole number of elements have no count (MPI_UNDEFINED).
+	shift := bits.TrailingZeros(uint(max(r.elem, 1)))
+	count := n >> shift
+	if n&(1<<shift-1) != 0 {
+		count = -1
+	}
+	st := Status{Source: env.src, Tag: env.tag, Count: count}
 	if int(env.size) > len(r.buf) {
 		return st, fmt.Errorf("mpi: message of %d bytes from rank %d (tag %d) into a buffer of %d: %w",
 			env.size, env.src, env.tag, len(r.buf), ErrTruncate)
