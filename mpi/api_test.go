@@ -652,3 +652,35 @@ func TestCountPartialElement(t *testing.T) {
 		}
 	}
 }
+
+// TestSendrecvSameBuffer: two ranks swap a buffer with Sendrecv, the
+// send and receive buffer being one slice (what MPI_Sendrecv_replace
+// does), or overlapping (the send a slice one element further on). Each
+// must end with the other's data, never with a mix of the two; eager,
+// rendezvous and split sizes.
+func TestSendrecvSameBuffer(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "30s")
+	for _, n := range []int{8, 4 << 10, 64 << 10, 1 << 20} {
+		for _, shift := range []int{0, 1} {
+			err := Run(2, func(c *Comm) error {
+				peer := 1 - c.Rank()
+				buf := make([]int64, n)
+				for i := range buf {
+					buf[i] = int64(c.Rank()*1_000_000_000 + i)
+				}
+				if _, err := Sendrecv(c, buf[shift:], peer, 7, buf[:n-shift], peer, 7); err != nil {
+					return err
+				}
+				for i, v := range buf[:n-shift] {
+					if want := int64(peer*1_000_000_000 + i + shift); v != want {
+						return fmt.Errorf("rank %d: buf[%d] = %d after Sendrecv in place, want %d (the peer's)", c.Rank(), i, v, want)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%d int64s, send shifted by %d: %v", n, shift, err)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"unsafe"
 
 	"github.com/weft-hpc/weft/lapi"
 )
@@ -100,7 +101,9 @@ func (c *Comm) startSend(b []byte, dest, tag int) (*request, error) {
 }
 
 // Sendrecv sends and receives at once, so that pairs of ranks exchanging
-// with each other cannot deadlock.
+// with each other cannot deadlock. send and recv may be the same buffer,
+// or overlap, as in MPI_Sendrecv_replace: the message sent is what send
+// held before the call.
 func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, recvTag int) (Status, error) {
 	return c.sendrecv(asBytes(send), dest, sendTag, asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
 }
@@ -130,6 +133,11 @@ func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, r
 		}
 		return rr.waitRecycle()
 	}
+	if overlap(sb, rb) {
+		// The receive would overwrite what the send has yet to read
+		// (MPI_Sendrecv_replace's case): the send goes from a copy.
+		sb = append([]byte(nil), sb...)
+	}
 	rr, err := c.irecv(rb, elem, source, recvTag, ctx)
 	if err != nil {
 		return Status{}, err
@@ -148,6 +156,15 @@ func (c *Comm) sendrecv(sb []byte, dest, sendTag int, rb []byte, elem, source, r
 		rerr = err
 	}
 	return st, rerr
+}
+
+// overlap reports whether a and b share some memory.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // Probe blocks until a message from source with tag can be received and
