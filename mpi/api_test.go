@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -44,6 +45,69 @@ func TestSendRecvObj(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// staleObj has a field that is zero at the root: gob does not send it.
+type staleObj struct {
+	A, B int
+	M    map[string]int
+}
+
+// TestBcastObjReplaces: BcastObj "broadcasts root's *v into every rank's
+// v". A rank whose v held something before must end with root's value,
+// not a merge of the two: gob leaves fields it does not send (zero at the
+// root) and map keys it does not name as they were.
+func TestBcastObjReplaces(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "30s")
+	err := Run(3, func(c *Comm) error {
+		v := staleObj{A: 0, B: 2, M: map[string]int{"root": 1}}
+		if c.Rank() != 0 {
+			v = staleObj{A: 99, B: 99, M: map[string]int{"stale": 99}}
+		}
+		if err := c.BcastObj(&v, 0); err != nil {
+			return err
+		}
+		if v.A != 0 || v.B != 2 || !maps.Equal(v.M, map[string]int{"root": 1}) {
+			return fmt.Errorf("rank %d: BcastObj gave %+v, want root's {A:0 B:2 M:map[root:1]}", c.Rank(), v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRecvObjReplaces: RecvObj into a value that held something before,
+// as BcastObj; one that cannot be decoded into it leaves it as it was.
+func TestRecvObjReplaces(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "30s")
+	err := Run(2, func(c *Comm) error {
+		if c.Rank() == 1 {
+			if err := c.SendObj(staleObj{A: 0, B: 2}, 0, 3); err != nil {
+				return err
+			}
+			return c.SendObj("not a staleObj", 0, 4)
+		}
+		v := staleObj{A: 99, B: 99, M: map[string]int{"stale": 99}}
+		if _, err := c.RecvObj(&v, AnySource, AnyTag); err != nil {
+			return err
+		}
+		if v.A != 0 || v.B != 2 || len(v.M) != 0 {
+			return fmt.Errorf("RecvObj gave %+v, want the sent {A:0 B:2 M:map[]}", v)
+		}
+		// A value of another type fails, and leaves v as it was.
+		v.A = 7
+		if _, err := c.RecvObj(&v, 1, 4); err == nil {
+			return fmt.Errorf("RecvObj of a string into %T succeeded: %+v", v, v)
+		}
+		if v.A != 7 || v.B != 2 {
+			return fmt.Errorf("RecvObj that failed changed v to %+v", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 

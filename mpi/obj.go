@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"reflect"
 )
 
 // SendObj sends any Go value that encoding/gob can encode.
@@ -15,10 +16,10 @@ func (c *Comm) SendObj(v any, dest, tag int) error {
 	return Send(c, b.Bytes(), dest, tag)
 }
 
-// RecvObj receives a value sent with SendObj into v, a pointer. It probes
-// for the message first, so any size fits. The Status counts values, as
-// Recv's counts elements: its Count is 1, the one value received (Probe
-// gives the size of its encoding in bytes).
+// RecvObj receives a value sent with SendObj into v, a pointer, replacing
+// what *v held. It probes for the message first, so any size fits. The
+// Status counts values, as Recv's counts elements: its Count is 1, the
+// one value received (Probe gives the size of its encoding in bytes).
 func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 	st, err := c.Probe(source, tag)
 	if err != nil {
@@ -30,7 +31,7 @@ func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 	if st, err = Recv(c, buf, st.Source, st.Tag); err != nil {
 		return st, err
 	}
-	if err := gob.NewDecoder(bytes.NewReader(buf)).Decode(v); err != nil {
+	if err := decodeObj(buf, v); err != nil {
 		return st, fmt.Errorf("mpi: receive object from rank %d (tag %d) into %T: %w", st.Source, st.Tag, v, err)
 	}
 	st.Count = 1
@@ -38,9 +39,9 @@ func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 }
 
 // BcastObj broadcasts root's *v, any value encoding/gob can encode, into
-// every rank's v, a pointer (mpi4py's comm.bcast): root sends the size of
-// its encoding, then the encoding, so any size fits. A value root cannot
-// encode fails the call on every rank.
+// every rank's v, a pointer (mpi4py's comm.bcast), replacing what *v
+// held: root sends the size of its encoding, then the encoding, so any
+// size fits. A value root cannot encode fails the call on every rank.
 func (c *Comm) BcastObj(v any, root int) error {
 	if err := c.checkRoot(root); err != nil {
 		return fmt.Errorf("mpi: BcastObj: %w", err)
@@ -71,8 +72,26 @@ func (c *Comm) BcastObj(v any, root int) error {
 	if c.rank == root {
 		return nil
 	}
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(v); err != nil {
+	if err := decodeObj(b, v); err != nil {
 		return fmt.Errorf("mpi: BcastObj from rank %d into %T: %w", root, v, err)
 	}
+	return nil
+}
+
+// decodeObj decodes b, a gob encoding, into v, a pointer, so that *v is
+// the value sent: gob alone merges into what *v held (fields the encoding
+// leaves out, zero at the sender, and map keys it does not name would
+// stay). It decodes into a new value, so an error leaves *v as it was.
+func decodeObj(b []byte, v any) error {
+	dec := gob.NewDecoder(bytes.NewReader(b))
+	p := reflect.ValueOf(v)
+	if p.Kind() != reflect.Pointer || p.IsNil() {
+		return dec.Decode(v) // gob says what is wrong with v
+	}
+	fresh := reflect.New(p.Type().Elem())
+	if err := dec.DecodeValue(fresh); err != nil {
+		return err
+	}
+	p.Elem().Set(fresh.Elem())
 	return nil
 }
