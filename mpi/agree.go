@@ -96,16 +96,22 @@ type collState struct {
 	npending atomic.Int32     // len(pending), read without mu on each call
 	aborts   map[uint32]error // aborted calls, by number (mu)
 	naborts  atomic.Int32     // len(aborts), read without mu on each call
-	shOff    atomic.Bool      // a call was aborted: the shared block's rounds may be out of step
+	// shFrom is the first call that goes by messages, not through the
+	// shared block (0: none): call shFrom-1 was aborted, and the block's
+	// rounds may be out of step. Every member hears every abort and the
+	// lowest holds (mu for writes), so that every member switches at the
+	// same call.
+	shFrom atomic.Uint32
 	// held keeps the signatures of nonblocking calls still in flight
 	// once the ring has moved past them (mu): a rank waiting for one
 	// after sigRing more calls would otherwise have none to compare.
 	held map[uint32][2]uint64
-	// callShOff is shOff as the running call began (begin), which its
-	// signature carries: a call whose steps decide one by one whether
-	// to go through the block (a hierarchical one, hier.go) decides as
-	// its signature says, whenever an abort of an earlier call comes.
-	// Only the caller's goroutine reads or writes it.
+	// callShOff is whether the running call goes by messages (shFrom
+	// as it began, or byMessages), which its signature carries: a call
+	// whose steps decide one by one whether to go through the block (a
+	// hierarchical one, hier.go) decides as its signature says, whenever
+	// an abort of an earlier call comes. Only the caller's goroutine
+	// reads or writes it.
 	callShOff bool
 	asked     atomic.Uint32 // the last call whose signature went out
 	blocked   atomic.Uint32 // the call a wait of which is blocked now; 0: none
@@ -230,7 +236,7 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	}
 	s := c.coll
 	k := s.seq.Load() + 1
-	s.callShOff = s.shOff.Load()
+	s.callShOff = s.offAt(k)
 	w0, w1 := packSig(k, kind, op, root, n, s.callShOff)
 	slot := &s.ring[k%sigRing]
 	slot[0].Store(0)
@@ -256,11 +262,47 @@ func (c *Comm) collective(name string, kind uint8, op Op, root, n int, body func
 	err := c.begin(kind, op, root, n)
 	if err == nil {
 		err = body()
+		if c.hier == nil && errors.Is(err, errByMessages) {
+			// The call began in the shared block before this rank heard
+			// that it goes by messages, and waited for a member that
+			// knew (which never stamps the round): nothing of it is
+			// written yet (the block's output comes after its waits).
+			// A hierarchical call's steps by messages may have gone: it
+			// fails instead (ErrArg), and the members with it.
+			c.coll.byMessages()
+			err = body()
+		}
 	}
 	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: %s: %w", name, err)
 	}
 	return nil
+}
+
+// errByMessages ends a wait in the shared block of a call that goes by
+// messages (collState.shFrom): the members that know it never stamp the
+// round, so the call is run again by messages (collective).
+var errByMessages = fmt.Errorf("the call began through shared memory before this rank heard that it goes by messages after an abort: %w", ErrArg)
+
+// offAt reports whether call k goes by messages, not through the shared
+// block: an abort named k or an earlier call the first to.
+func (s *collState) offAt(k uint32) bool {
+	from := s.shFrom.Load()
+	return from != 0 && int32(k-from) >= 0
+}
+
+// byMessages turns the running call, begun for the shared block, to
+// messages, and its signature with it.
+func (s *collState) byMessages() {
+	s.callShOff = true
+	k := s.seq.Load()
+	slot := &s.ring[k%sigRing]
+	if w0 := slot[0].Load(); w0>>32 == uint64(k) {
+		w1 := slot[1].Load()
+		slot[0].Store(0)
+		slot[1].Store(w1)
+		slot[0].Store(w0 | sigShOff)
+	}
 }
 
 // end finishes a collective: an error is sent to every member as the
@@ -348,13 +390,28 @@ func (s *collState) release(k uint32) {
 func (s *collState) compare(chk sigCheck) error {
 	c := s.c
 	w0, w1, ok := s.sig(chk.seq)
-	if !ok || w0 == chk.w0 && w1 == chk.w1 {
+	if !ok || w0 == chk.w0 && w1 == chk.w1 || s.switching(chk.seq, w0, w1, chk) {
 		return nil
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
 	s.abort(chk.seq, causeArg, msg)
 	return s.abortOf(chk.seq)
+}
+
+// switching reports whether this rank's signature of call k (w0, w1)
+// and a member's differ only in whether the call goes by messages, and
+// the one that does not yet will: the call is at or after the first by
+// messages (shFrom), which the other hears of too, and the rank that
+// began it for the shared block is in it still (the member asked while
+// blocked in it; this rank runs it), so its wait ends and it runs the
+// call again by messages (errByMessages). A hierarchical call is not run
+// again: they differ.
+func (s *collState) switching(k uint32, w0, w1 uint64, chk sigCheck) bool {
+	if w1 != chk.w1 || w0^chk.w0 != sigShOff || !s.offAt(k) || s.c.hier != nil {
+		return false
+	}
+	return w0&sigShOff != 0 || s.seq.Load() == k
 }
 
 // comparePending compares the signatures members sent about calls this
@@ -537,9 +594,14 @@ func (s *collState) aborted(k uint32, cause uint8, msg string) {
 	s.aborts[k] = err
 	s.naborts.Store(int32(len(s.aborts)))
 	// Ranks that disagreed may have taken the shared block in different
-	// calls, leaving its rounds out of step: from now on this rank's
-	// collectives go by messages, whose tags name the call.
-	s.shOff.Store(true)
+	// calls, leaving its rounds out of step: from call k+1 on this
+	// rank's collectives go by messages, whose tags name the call. Every
+	// member hears every abort, so the lowest is every member's; a call
+	// begun in the block before this rank heard is run again by
+	// messages (errByMessages).
+	if from, cur := k+1, s.shFrom.Load(); from != 0 && (cur == 0 || int32(from-cur) < 0) {
+		s.shFrom.Store(from)
+	}
 	s.mu.Unlock()
 	// The call's steps: on the communicator's collective context, or on
 	// one of its sub-communicators', which share its collState (hier.go).

@@ -156,8 +156,10 @@
 // later call), and a collective wait blocked for 100 ms has the ranks
 // compare what each of them called (agree.go). In a rooted collective a
 // rank whose data is right, or that only sends, may return nil. The
-// communicator stays usable; after an abort its collectives go by
-// messages, not through shared memory.
+// communicator stays usable; from the call after an aborted one its
+// collectives go by messages, not through shared memory, on every rank
+// alike (a rank that began that call in the block before it heard of the
+// abort runs it again by messages).
 //
 // mpi may import lapi and internal packages (pmi, trace, and
 // internal/devices, which opens the rank's devices at start-up and hands

@@ -62,7 +62,7 @@ func newShComm(c *Comm, area int) *shmcoll.Group {
 }
 
 // shared reports whether a collective moving n bytes per member goes
-// through the block: not after an abort the running call began after.
+// through the block: not from the call an abort named on (shFrom).
 func (c *Comm) shared(n int) bool { return c.sh != nil && n <= shSlot && !c.coll.callShOff }
 
 // Wait waits until the group's stamps arrive, making progress and
@@ -109,7 +109,9 @@ func (h *shHost) Begin() (uint32, error) {
 }
 
 // cond is the wait's condition (under lapi's lock): the stamps, or the
-// failure of a member not yet seen, or an abort.
+// failure of a member not yet seen, or an abort, or an abort's word that
+// the running call goes by messages (errByMessages: the members that
+// know it never stamp the round).
 func (h *shHost) cond() (bool, error) {
 	if h.g.Arrived() {
 		return true, nil
@@ -117,8 +119,12 @@ func (h *shHost) cond() (bool, error) {
 	if err := h.g.Pending(h.peerFn); err != nil {
 		return false, err
 	}
-	if err := h.c.coll.abortedNow(); err != nil {
+	s := h.c.coll
+	if err := s.abortedNow(); err != nil {
 		return false, err
+	}
+	if s.offAt(s.seq.Load()) {
+		return false, errByMessages
 	}
 	return false, nil
 }
