@@ -30,6 +30,9 @@ func (c *Comm) abs(vr, root int) int { return (vr + root) % c.size }
 
 // Bcast sends root's buf to every rank's buf.
 func Bcast[T Elem](c *Comm, buf []T, root int) error {
+	if c == nil {
+		return errNilComm("Bcast")
+	}
 	b := asBytes(buf)
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
@@ -158,6 +161,9 @@ func (c *Comm) crecvStatus(b []byte, src, tag int) (int, error) {
 // Reduce combines every rank's send with op into root's recv (recv is
 // used at root only).
 func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
+	if c == nil {
+		return errNilComm("Reduce")
+	}
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
@@ -226,6 +232,9 @@ func (c *Comm) reduce(send, recv []byte, red reducer, root int) error {
 // Allreduce combines every rank's send with op into every rank's recv.
 // send and recv may be the same slice.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return errNilComm("Allreduce")
+	}
 	es := sizeOf[T]()
 	body := func() error {
 		red, err := reducerFor[T](op, len(send))

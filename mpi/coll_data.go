@@ -9,6 +9,9 @@ import (
 // Gather collects every rank's send into root's recv, rank i's at
 // recv[i*len(send):]. recv is used at root only.
 func Gather[T Elem](c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return errNilComm("Gather")
+	}
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
@@ -53,6 +56,9 @@ func (c *Comm) gather(send, recv []byte, root int) error {
 // Scatter sends block i of root's send (len(recv) elements each) to rank
 // i's recv. send is used at root only.
 func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return errNilComm("Scatter")
+	}
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
@@ -97,6 +103,9 @@ func (c *Comm) scatter(send, recv []byte, root int) error {
 // Allgather collects every rank's send into every rank's recv, rank i's at
 // recv[i*len(send):].
 func Allgather[T Elem](c *Comm, send, recv []T) error {
+	if c == nil {
+		return errNilComm("Allgather")
+	}
 	body := func() error {
 		if len(recv) != c.size*len(send) {
 			return fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
@@ -156,6 +165,9 @@ func (c *Comm) allgather(send, recv []byte) error {
 // Alltoall sends block i of send (len(send)/Size() elements) to rank i,
 // which puts it at block c.Rank() of its recv.
 func Alltoall[T Elem](c *Comm, send, recv []T) error {
+	if c == nil {
+		return errNilComm("Alltoall")
+	}
 	body := func() error {
 		if len(send)%c.size != 0 || len(recv) != len(send) {
 			return fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",

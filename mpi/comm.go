@@ -80,18 +80,46 @@ func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
 	return c
 }
 
-// Rank is this process's rank in the communicator.
-func (c *Comm) Rank() int { return c.rank }
+// Rank is this process's rank in the communicator; -1 in a nil
+// communicator (Split's for a negative color, MPI_COMM_NULL), of which
+// it is no member.
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
-// Size is the number of ranks in the communicator.
-func (c *Comm) Size() int { return c.size }
+// Size is the number of ranks in the communicator; 0 for a nil one.
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
-// World is the world this communicator belongs to.
-func (c *Comm) World() *World { return c.w }
+// World is the world this communicator belongs to; nil for a nil
+// communicator.
+func (c *Comm) World() *World {
+	if c == nil {
+		return nil
+	}
+	return c.w
+}
+
+// errNilComm is the error of call on a nil communicator: what Split
+// gives a rank of a negative color (MPI_COMM_NULL), on which every call
+// fails, as MPI's with MPI_ERR_COMM, rather than crash.
+func errNilComm(call string) error {
+	return fmt.Errorf("mpi: %s: a nil communicator (Split's for color -1): %w", call, ErrArg)
+}
 
 // Dup makes a communicator with the same group and a new context
 // (collective).
 func (c *Comm) Dup() (*Comm, error) {
+	if c == nil {
+		return nil, errNilComm("Dup")
+	}
 	if err := c.w.finalized("dup"); err != nil {
 		return nil, err
 	}
@@ -107,9 +135,13 @@ func (c *Comm) Dup() (*Comm, error) {
 }
 
 // Split partitions the communicator by color, ordering each part by key
-// (then by old rank). A negative color leaves this rank out: it gets nil.
-// Collective over c.
+// (then by old rank). A negative color leaves this rank out: it gets nil
+// (MPI_COMM_NULL), on which every call fails with ErrArg. Collective over
+// c.
 func (c *Comm) Split(color, key int) (*Comm, error) {
+	if c == nil {
+		return nil, errNilComm("Split")
+	}
 	if err := c.w.finalized("split"); err != nil {
 		return nil, err
 	}
@@ -162,9 +194,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 // the world's communicator, or one twice, fails with ErrArg.
 func (c *Comm) Free() error {
 	if c == nil {
-		// What Split gives a rank of color -1 (MPI_COMM_NULL): freeing it
-		// is an error, as in MPI, not a crash.
-		return fmt.Errorf("mpi: free: a nil communicator (Split's for color -1): %w", ErrArg)
+		return errNilComm("free")
 	}
 	w := c.w
 	switch {
@@ -251,6 +281,9 @@ func (c *Comm) exact(st Status, err error, src, want int) error {
 // Barrier blocks until every rank of the communicator has entered it
 // (dissemination: ceil(log2 n) rounds of one message each).
 func (c *Comm) Barrier() error {
+	if c == nil {
+		return errNilComm("Barrier")
+	}
 	if err := c.w.finalized("barrier"); err != nil {
 		return err
 	}

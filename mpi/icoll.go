@@ -51,6 +51,9 @@ func istartClean(c *Comm, name string, kind uint8, op Op, root, n int, build fun
 // Ibarrier starts a barrier: its Request completes once every rank of
 // the communicator has called Ibarrier (dissemination, as Barrier's).
 func (c *Comm) Ibarrier() (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Ibarrier")
+	}
 	return istart(c, "Ibarrier", collIbarrier, 0, 0, 0, func() ([]round, error) {
 		return barrierRounds(c), nil
 	})
@@ -59,6 +62,9 @@ func (c *Comm) Ibarrier() (*Request, error) {
 // Ibcast starts a broadcast of root's buf to every rank's buf (a binomial
 // tree).
 func Ibcast[T Elem](c *Comm, buf []T, root int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Ibcast")
+	}
 	b := asBytes(buf)
 	return istart(c, "Ibcast", collIbcast, 0, root, len(b), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
@@ -97,6 +103,9 @@ func ibcastRounds(c *Comm, b []byte, root int) []round {
 // that does not commute, whose subtrees are then runs of consecutive
 // ranks combined in order, rank 0 sending the result on to root.
 func Ireduce[T Elem](c *Comm, send, recv []T, op Op, root int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Ireduce")
+	}
 	return istart(c, "Ireduce", collIreduce, op, root, len(send)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
@@ -177,6 +186,9 @@ func chain(f, g func() error) func() error {
 // or for large data and an op that commutes a ring (reduce-scatter, then
 // allgather), as Allreduce's messages do.
 func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Iallreduce")
+	}
 	es := sizeOf[T]()
 	return istartClean(c, "Iallreduce", collIallreduce, op, 0, len(send)*es, func() ([]round, func(), error) {
 		red, err := reducerFor[T](op, len(send))
@@ -376,6 +388,9 @@ func iallreduceRing(c *Comm, acc []byte, es int, red reducer) []round {
 // at recv[i*len(send):] (recv is used at root only): one round, root
 // receiving from every rank at once.
 func Igather[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Igather")
+	}
 	return istart(c, "Igather", collIgather, 0, root, len(send)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
@@ -412,6 +427,9 @@ func fromEach(c *Comm, b []byte, n, tag int) []round {
 // each; send is used at root only) to rank i's recv: one round, root
 // sending to every rank at once.
 func Iscatter[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Iscatter")
+	}
 	return istart(c, "Iscatter", collIscatter, 0, root, len(recv)*sizeOf[T](), func() ([]round, error) {
 		if err := c.checkRoot(root); err != nil {
 			return nil, err
@@ -442,6 +460,9 @@ func Iscatter[T Elem](c *Comm, send, recv []T, root int) (*Request, error) {
 // rank i's at recv[i*len(send):]: one round in which every rank sends to
 // and receives from every other.
 func Iallgather[T Elem](c *Comm, send, recv []T) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Iallgather")
+	}
 	return istart(c, "Iallgather", collIallgather, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
 		if len(recv) != c.size*len(send) {
 			return nil, fmt.Errorf("recv has %d elements, need %d: %w", len(recv), c.size*len(send), ErrArg)
@@ -466,6 +487,9 @@ func Iallgather[T Elem](c *Comm, send, recv []T) (*Request, error) {
 // elements) goes to rank i, which puts it at block Rank() of its recv;
 // one round.
 func Ialltoall[T Elem](c *Comm, send, recv []T) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Ialltoall")
+	}
 	return istart(c, "Ialltoall", collIalltoall, 0, 0, len(send)*sizeOf[T](), func() ([]round, error) {
 		if len(send)%c.size != 0 || len(recv) != len(send) {
 			return nil, fmt.Errorf("send %d and recv %d elements must be equal and divisible by %d: %w",

@@ -22,6 +22,9 @@ type Message struct {
 // AnyTag) has arrived, takes it out of matching and returns it with its
 // description (Count in bytes, as Probe's).
 func (c *Comm) Mprobe(source, tag int) (*Message, Status, error) {
+	if c == nil {
+		return nil, Status{}, errNilComm("Mprobe")
+	}
 	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return nil, Status{}, err
 	}
@@ -49,6 +52,9 @@ func (c *Comm) Mprobe(source, tag int) (*Message, Status, error) {
 // Improbe is Mprobe that does not block: it makes progress once and
 // takes the message if one has arrived.
 func (c *Comm) Improbe(source, tag int) (found bool, m *Message, st Status, err error) {
+	if c == nil {
+		return false, nil, Status{}, errNilComm("Improbe")
+	}
 	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return false, nil, Status{}, err
 	}

@@ -9,6 +9,9 @@ import (
 
 // SendObj sends any Go value that encoding/gob can encode.
 func (c *Comm) SendObj(v any, dest, tag int) error {
+	if c == nil {
+		return errNilComm("SendObj")
+	}
 	var b bytes.Buffer
 	if err := gob.NewEncoder(&b).Encode(v); err != nil {
 		return fmt.Errorf("mpi: send object of type %T: %w", v, err)
@@ -21,6 +24,9 @@ func (c *Comm) SendObj(v any, dest, tag int) error {
 // Status counts values, as Recv's counts elements: its Count is 1, the
 // one value received (Probe gives the size of its encoding in bytes).
 func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
+	if c == nil {
+		return Status{}, errNilComm("RecvObj")
+	}
 	st, err := c.Probe(source, tag)
 	if err != nil {
 		return Status{}, err
@@ -43,6 +49,9 @@ func (c *Comm) RecvObj(v any, source, tag int) (Status, error) {
 // held: root sends the size of its encoding, then the encoding, so any
 // size fits. A value root cannot encode fails the call on every rank.
 func (c *Comm) BcastObj(v any, root int) error {
+	if c == nil {
+		return errNilComm("BcastObj")
+	}
 	if err := c.checkRoot(root); err != nil {
 		return fmt.Errorf("mpi: BcastObj: %w", err)
 	}

@@ -12,12 +12,18 @@ import (
 
 // Send sends buf to dest with tag and returns when buf may be reused.
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c == nil {
+		return errNilComm("Send")
+	}
 	return c.send(asBytes(buf), dest, tag, c.ctx)
 }
 
 // Recv receives into buf a message from source (or AnySource) with tag (or
 // AnyTag). A longer message fills buf and fails with ErrTruncate.
 func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
+	if c == nil {
+		return Status{}, errNilComm("Recv")
+	}
 	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
 	if err != nil {
 		return Status{}, err
@@ -27,6 +33,9 @@ func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
 
 // Isend starts sending buf; buf must not change until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Isend")
+	}
 	r, err := c.startSend(asBytes(buf), dest, tag)
 	switch {
 	case err != nil:
@@ -45,6 +54,9 @@ func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 
 // Irecv starts receiving into buf.
 func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
+	if c == nil {
+		return nil, errNilComm("Irecv")
+	}
 	r, err := c.irecv(asBytes(buf), sizeOf[T](), source, tag, c.ctx)
 	if err != nil {
 		return nil, err
@@ -61,6 +73,9 @@ func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 // is a new allocation each time. q must be free: never used, or waited
 // for (Wait, WaitAll, or a Test that reported it done).
 func IsendInto[T Elem](q *Request, c *Comm, buf []T, dest, tag int) error {
+	if c == nil {
+		return errNilComm("IsendInto")
+	}
 	if err := q.free("IsendInto"); err != nil {
 		return err
 	}
@@ -77,6 +92,9 @@ func IsendInto[T Elem](q *Request, c *Comm, buf []T, dest, tag int) error {
 
 // IrecvInto is Irecv into a Request the caller provides; see IsendInto.
 func IrecvInto[T Elem](q *Request, c *Comm, buf []T, source, tag int) error {
+	if c == nil {
+		return errNilComm("IrecvInto")
+	}
 	if err := q.free("IrecvInto"); err != nil {
 		return err
 	}
@@ -105,6 +123,9 @@ func (c *Comm) startSend(b []byte, dest, tag int) (*request, error) {
 // or overlap, as in MPI_Sendrecv_replace: the message sent is what send
 // held before the call.
 func Sendrecv[T Elem](c *Comm, send []T, dest, sendTag int, recv []T, source, recvTag int) (Status, error) {
+	if c == nil {
+		return Status{}, errNilComm("Sendrecv")
+	}
 	return c.sendrecv(asBytes(send), dest, sendTag, asBytes(recv), sizeOf[T](), source, recvTag, c.ctx)
 }
 
@@ -170,6 +191,9 @@ func overlap(a, b []byte) bool {
 // Probe blocks until a message from source with tag can be received and
 // describes it; Count is in bytes.
 func (c *Comm) Probe(source, tag int) (Status, error) {
+	if c == nil {
+		return Status{}, errNilComm("Probe")
+	}
 	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return Status{}, err
 	}

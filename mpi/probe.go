@@ -11,6 +11,9 @@ import (
 // named source that has failed and no message from it waiting, Iprobe
 // returns the failure (ErrPeerFailed) rather than false forever.
 func (c *Comm) Iprobe(source, tag int) (found bool, st Status, err error) {
+	if c == nil {
+		return false, Status{}, errNilComm("Iprobe")
+	}
 	if err := c.checkSource(source, tag, c.ctx); err != nil {
 		return false, Status{}, err
 	}

@@ -18,12 +18,18 @@ const (
 // order for a non-commutative op. send and recv have the same length, and
 // may be the same slice.
 func Scan[T Elem](c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return errNilComm("Scan")
+	}
 	return scan(c, "scan", collScan, send, recv, op)
 }
 
 // Exscan is Scan excluding the rank's own send (MPI_Exscan): rank r > 0
 // gets x0 ∘ … ∘ x(r-1); rank 0's recv is left as it was.
 func Exscan[T Elem](c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return errNilComm("Exscan")
+	}
 	return scan(c, "exscan", collExscan, send, recv, op)
 }
 
@@ -89,6 +95,9 @@ func (c *Comm) scan(send, recv []byte, red reducer, exclusive bool) error {
 // i's recv (MPI_Reduce_scatter_block). A non-commutative op is applied
 // in rank order.
 func ReduceScatterBlock[T Elem](c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return errNilComm("ReduceScatterBlock")
+	}
 	es := sizeOf[T]()
 	body := func() error {
 		red, err := reducerFor[T](op, len(recv))

@@ -182,3 +182,78 @@ func TestWriteRendezvous(t *testing.T) {
 		})
 	}
 }
+
+// TestNilComm: Split gives a rank of negative color nil, MPI's
+// MPI_COMM_NULL. Every call on it fails with ErrArg naming the call and
+// the nil communicator (MPI gives MPI_ERR_COMM), none panics; Rank is -1
+// and Size 0, as of no member.
+func TestNilComm(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	b := []int32{1, 2}
+	one := []int{1}
+	calls := []struct {
+		name string
+		f    func(c *Comm) error
+	}{
+		{"Barrier", func(c *Comm) error { return c.Barrier() }},
+		{"Dup", func(c *Comm) error { _, err := c.Dup(); return err }},
+		{"Split", func(c *Comm) error { _, err := c.Split(0, 0); return err }},
+		{"Send", func(c *Comm) error { return Send(c, b, 0, 0) }},
+		{"Recv", func(c *Comm) error { _, err := Recv(c, b, 0, 0); return err }},
+		{"Isend", func(c *Comm) error { _, err := Isend(c, b, 0, 0); return err }},
+		{"Irecv", func(c *Comm) error { _, err := Irecv(c, b, 0, 0); return err }},
+		{"IsendInto", func(c *Comm) error { return IsendInto(new(Request), c, b, 0, 0) }},
+		{"IrecvInto", func(c *Comm) error { return IrecvInto(new(Request), c, b, 0, 0) }},
+		{"Sendrecv", func(c *Comm) error { _, err := Sendrecv(c, b, 0, 0, b, 0, 0); return err }},
+		{"Probe", func(c *Comm) error { _, err := c.Probe(AnySource, AnyTag); return err }},
+		{"Iprobe", func(c *Comm) error { _, _, err := c.Iprobe(AnySource, AnyTag); return err }},
+		{"Mprobe", func(c *Comm) error { _, _, err := c.Mprobe(AnySource, AnyTag); return err }},
+		{"Improbe", func(c *Comm) error { _, _, _, err := c.Improbe(AnySource, AnyTag); return err }},
+		{"SendObj", func(c *Comm) error { return c.SendObj(1, 0, 0) }},
+		{"RecvObj", func(c *Comm) error { var v int; _, err := c.RecvObj(&v, 0, 0); return err }},
+		{"BcastObj", func(c *Comm) error { var v int; return c.BcastObj(&v, 0) }},
+		{"Bcast", func(c *Comm) error { return Bcast(c, b, 0) }},
+		{"Reduce", func(c *Comm) error { return Reduce(c, b, b, Sum, 0) }},
+		{"Allreduce", func(c *Comm) error { return Allreduce(c, b, b, Sum) }},
+		{"Gather", func(c *Comm) error { return Gather(c, b, b, 0) }},
+		{"Scatter", func(c *Comm) error { return Scatter(c, b, b, 0) }},
+		{"Allgather", func(c *Comm) error { return Allgather(c, b, b) }},
+		{"Alltoall", func(c *Comm) error { return Alltoall(c, b, b) }},
+		{"Scan", func(c *Comm) error { return Scan(c, b, b, Sum) }},
+		{"Exscan", func(c *Comm) error { return Exscan(c, b, b, Sum) }},
+		{"ReduceScatterBlock", func(c *Comm) error { return ReduceScatterBlock(c, b, b, Sum) }},
+		{"Gatherv", func(c *Comm) error { return Gatherv(c, b, b, one, one, 0) }},
+		{"Scatterv", func(c *Comm) error { return Scatterv(c, b, one, one, b, 0) }},
+		{"Allgatherv", func(c *Comm) error { return Allgatherv(c, b, b, one, one) }},
+		{"Alltoallv", func(c *Comm) error { return Alltoallv(c, b, one, one, b, one, one) }},
+		{"Ibarrier", func(c *Comm) error { _, err := c.Ibarrier(); return err }},
+		{"Ibcast", func(c *Comm) error { _, err := Ibcast(c, b, 0); return err }},
+		{"Ireduce", func(c *Comm) error { _, err := Ireduce(c, b, b, Sum, 0); return err }},
+		{"Iallreduce", func(c *Comm) error { _, err := Iallreduce(c, b, b, Sum); return err }},
+		{"Igather", func(c *Comm) error { _, err := Igather(c, b, b, 0); return err }},
+		{"Iscatter", func(c *Comm) error { _, err := Iscatter(c, b, b, 0); return err }},
+		{"Iallgather", func(c *Comm) error { _, err := Iallgather(c, b, b); return err }},
+		{"Ialltoall", func(c *Comm) error { _, err := Ialltoall(c, b, b); return err }},
+		{"NewWin", func(c *Comm) error { _, err := NewWin(c, b); return err }},
+		{"free", func(c *Comm) error { return c.Free() }},
+	}
+	err := Run(2, func(c *Comm) error {
+		d, err := c.Split(-1, 0)
+		if err != nil || d != nil {
+			return fmt.Errorf("Split(-1): %v, %v", d, err)
+		}
+		if d.Rank() != -1 || d.Size() != 0 || d.World() != nil {
+			return fmt.Errorf("nil communicator: Rank %d, Size %d, World %v; want -1, 0, nil", d.Rank(), d.Size(), d.World())
+		}
+		for _, call := range calls {
+			err := call.f(d)
+			if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "mpi: "+call.name+": a nil communicator") {
+				return fmt.Errorf("%s on the nil communicator: %v, want ErrArg naming the call and the nil communicator", call.name, err)
+			}
+		}
+		return c.Barrier() // the world is as it was
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}

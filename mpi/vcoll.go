@@ -64,6 +64,9 @@ func block(b []byte, counts, displs []int, i, es int) []byte {
 // recv[displs[i]:] (MPI_Gatherv); rank i's len(send) must be counts[i].
 // recv, counts and displs are used at root only.
 func Gatherv[T Elem](c *Comm, send, recv []T, counts, displs []int, root int) error {
+	if c == nil {
+		return errNilComm("Gatherv")
+	}
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
@@ -103,6 +106,9 @@ func Gatherv[T Elem](c *Comm, send, recv []T, counts, displs []int, root int) er
 // rank i's recv, whose length must be counts[i] (MPI_Scatterv). send,
 // counts and displs are used at root only; the blocks may overlap.
 func Scatterv[T Elem](c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	if c == nil {
+		return errNilComm("Scatterv")
+	}
 	body := func() error {
 		if err := c.checkRoot(root); err != nil {
 			return err
@@ -143,6 +149,9 @@ func Scatterv[T Elem](c *Comm, send []T, counts, displs []int, recv []T, root in
 // counts[i], and every rank passes the same counts. Pairwise exchange:
 // in step k each rank sends its block to rank+k and receives rank-k's.
 func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
+	if c == nil {
+		return errNilComm("Allgatherv")
+	}
 	total := 0
 	for _, k := range counts {
 		total += max(k, 0)
@@ -178,6 +187,9 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
 // rank+k and receives from rank-k.
 func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int,
 	recv []T, recvCounts, recvDispls []int) error {
+	if c == nil {
+		return errNilComm("Alltoallv")
+	}
 	body := func() error {
 		if err := checkBlocks("sendCounts", "sendDispls", "send", sendCounts, sendDispls, len(send), c.size, false); err != nil {
 			return err

@@ -198,6 +198,9 @@ const winRecLen = 2*lapi.PVOLen + 12
 // before anything moves. Ranks may expose windows of different lengths,
 // empty ones included, but of one element type.
 func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
+	if c == nil {
+		return nil, errNilComm("NewWin")
+	}
 	w := c.w
 	if err := w.finalized("new window"); err != nil {
 		return nil, err
