@@ -1,0 +1,56 @@
+package launch
+
+import (
+	"errors"
+	"io"
+	"testing"
+)
+
+// A host spec that is not host[:slots] must be refused with ErrUsage, not
+// taken as a host name that ssh is later asked to reach.
+func TestRevHostListRefusesMalformed(t *testing.T) {
+	for _, spec := range []string{
+		"node1:",                   // empty slots: taken as 1 today
+		"node1:2:3",                // host "node1:2", 3 slots today
+		"::1",                      // bare IPv6: host "::", 1 slot today
+		"-oProxyCommand=/tmp/evil", // a host ssh would take as an option
+	} {
+		hs, err := ParseHostList(spec)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("ParseHostList(%q) = %+v, %v; want ErrUsage", spec, hs, err)
+		}
+	}
+}
+
+// Slots large enough to overflow when added must not turn a job that fits
+// into "not enough slots" (today: "the hosts offer -2 slots").
+func TestRevPlaceSlotsOverflow(t *testing.T) {
+	const big = int(^uint(0) >> 1)
+	hosts := []Host{{Name: "a", Slots: big}, {Name: "b", Slots: big}}
+	if _, err := Place(2, hosts, false, 1); err != nil {
+		t.Errorf("Place(2 ranks, 2 hosts of %d slots) = %v", big, err)
+	}
+	hs, err := ParseHostList("a:9223372036854775807,a:9223372036854775807")
+	if err == nil {
+		if _, err := Place(2, hs, false, 1); err != nil {
+			t.Errorf("Place(2 ranks, -H a:MaxInt64 twice) = %v", err)
+		}
+	}
+}
+
+// WEFT_BIND_TO in gorun's environment: the README says every WEFT_*
+// variable of gorun's environment reaches every rank, and gorun takes
+// WEFT_TRANSPORT from it as --transport's default. WEFT_BIND_TO is stripped
+// (inheritedLauncherVar) and --bind-to stays auto, so WEFT_BIND_TO=none is
+// silently ignored and WEFT_BIND_TO=bogus silently accepted.
+func TestRevBindToFromEnvironment(t *testing.T) {
+	t.Setenv("WEFT_BIND_TO", "none")
+	o, err := ParseArgs([]string{"-n", "2", "prog"}, io.Discard)
+	if err == nil && o.BindTo != "none" {
+		t.Errorf("WEFT_BIND_TO=none in gorun's environment: --bind-to is %q, and the ranks never see the variable", o.BindTo)
+	}
+	t.Setenv("WEFT_BIND_TO", "bogus")
+	if _, err := ParseArgs([]string{"-n", "2", "prog"}, io.Discard); err == nil {
+		t.Errorf("WEFT_BIND_TO=bogus in gorun's environment accepted without a word")
+	}
+}
