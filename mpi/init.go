@@ -52,7 +52,7 @@ func InitWith(opts Options) (*World, error) {
 	if err := trace.FromEnv(); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
-	cl, err := pmi.Discover()
+	cl, err := pmi.Discover(opts.Timeout) // WEFT_TIMEOUT bounds every PMI reply too; 0: pmi.DefaultWait
 	if err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}

@@ -263,3 +263,23 @@ func TestRunLeavesSysmon(t *testing.T) {
 		t.Errorf("InitWith with the default Sysmon: %d calls; want sysmon moved once", calls)
 	}
 }
+
+// TestInitTimeoutFromEnv: WEFT_TIMEOUT=0 means no bound and spaces around a
+// value are trimmed (OptionsFromEnv); Init, which hands the bound to PMI
+// discovery, accepts what OptionsFromEnv accepts.
+func TestInitTimeoutFromEnv(t *testing.T) {
+	for _, v := range []string{"PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMIX_RANK"} {
+		t.Setenv(v, "")
+	}
+	for _, v := range []string{"0", " 30s"} {
+		t.Setenv("WEFT_TIMEOUT", v)
+		w, err := Init()
+		if err != nil {
+			t.Errorf("WEFT_TIMEOUT=%q: %v (OptionsFromEnv accepts it)", v, err)
+			continue
+		}
+		if err := w.Finalize(); err != nil {
+			t.Errorf("WEFT_TIMEOUT=%q: Finalize: %v", v, err)
+		}
+	}
+}

@@ -12,8 +12,9 @@ import (
 )
 
 // DefaultWait is how long a client waits for any reply, a fence included,
-// before failing with ErrTimeout. WEFT_TIMEOUT (a Go duration) overrides it,
-// as it does for every blocking call of the runtime. A fence waits for the
+// before failing with ErrTimeout, unless Discover is given another bound
+// (mpi.Init passes WEFT_TIMEOUT's, which bounds every blocking call of the
+// runtime). A fence waits for the
 // slowest rank to arrive, so the limit is generous; a launcher kills the job
 // sooner when a rank dies.
 const DefaultWait = 5 * time.Minute
@@ -122,17 +123,4 @@ func firstWord(s string) string {
 		s = s[:i]
 	}
 	return s
-}
-
-// waitLimit is DefaultWait, or WEFT_TIMEOUT when set and valid.
-func waitLimit(getenv func(string) string) (time.Duration, error) {
-	s := getenv("WEFT_TIMEOUT")
-	if s == "" {
-		return DefaultWait, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%w: WEFT_TIMEOUT=%q is not a positive duration such as 30s", ErrEnv, s)
-	}
-	return d, nil
 }

@@ -19,16 +19,20 @@ import (
 //     size 1 becomes a singleton).
 //  3. Nothing: a singleton (rank 0 of 1, in-memory store).
 //
-// Every reply is awaited at most DefaultWait, or WEFT_TIMEOUT when set.
-// PMI_TRACE=1 writes the wire traffic to stderr.
-func Discover() (Client, error) { return discover(os.Getenv) }
+// Every reply is awaited at most wait; 0 (or less) means DefaultWait. The
+// caller reads the bound where it reads its other settings (mpi.Init passes
+// mpi.Options.Timeout, WEFT_TIMEOUT), so that one parse decides what the
+// variable means. PMI_TRACE=1 writes the wire traffic to stderr.
+func Discover(wait time.Duration) (Client, error) { return discover(os.Getenv, wait) }
 
-func discover(getenv func(string) string) (Client, error) {
-	wait, err := waitLimit(getenv)
-	if err != nil {
-		return nil, err
+func discover(getenv func(string) string, wait time.Duration) (Client, error) {
+	if wait <= 0 {
+		wait = DefaultWait
 	}
-	var c *client
+	var (
+		c   *client
+		err error
+	)
 	switch {
 	case getenv("PMI_FD") != "" || getenv("PMI_PORT") != "":
 		c, err = discoverPMI(getenv, wait)

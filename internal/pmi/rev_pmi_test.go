@@ -33,14 +33,3 @@ func TestRevStaleReplyAfterTimeout(t *testing.T) {
 		t.Fatalf("Get(b) = %q, nil: the stale reply to Get(a) was taken as b's value", v)
 	}
 }
-
-// WEFT_TIMEOUT=0 means "no bound" (README, mpi.OptionsFromEnv accepts it),
-// and mpi trims spaces; pmi.Discover, which every mpi.Init under a launcher
-// calls, must accept what mpi accepts.
-func TestRevWaitLimitAgreesWithMPI(t *testing.T) {
-	for _, v := range []string{"0", " 30s"} {
-		if _, err := waitLimit(envOf(map[string]string{"WEFT_TIMEOUT": v})); err != nil {
-			t.Errorf("WEFT_TIMEOUT=%q: %v (mpi.OptionsFromEnv accepts it)", v, err)
-		}
-	}
-}

@@ -98,7 +98,7 @@ func TestServerPortMode(t *testing.T) {
 		if r == 2 {
 			env["WEFT_PMI"] = "2"
 		}
-		c, err := discover(envOf(env))
+		c, err := discover(envOf(env), 0)
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,7 @@ func main() {
 		signal.Ignore(syscall.SIGINT)
 	}
 
-	c, err := pmi.Discover()
+	c, err := pmi.Discover(0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pmiprog:", err)
 		os.Exit(1)
