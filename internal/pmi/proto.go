@@ -1,6 +1,7 @@
 package pmi
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -27,6 +28,18 @@ type client struct {
 	done error // why the client is no longer usable, or nil
 }
 
+// broken returns err, and when err is a wire failure (a timeout, a closed
+// connection, a reply that does not parse) marks the client unusable: a
+// reply may still be in flight, and neither PMI-1's get_result nor
+// PMI-2's kvs-get-response names its key, so the next request would read
+// the earlier one's answer as its own. Later calls fail naming err.
+func (c *client) broken(err error) error {
+	if errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) || errors.Is(err, ErrProtocol) {
+		c.done = fmt.Errorf("%s client of rank %d unusable, out of step with its server since: %w", c.kind, c.rank, err)
+	}
+	return err
+}
+
 // Rank implements Client.
 func (c *client) Rank() int { return c.rank }
 
@@ -48,7 +61,7 @@ func (c *client) Put(key, value string) error {
 		return c.done
 	}
 	if err := putValue(c.p, key, value); err != nil {
-		return fmt.Errorf("%s put: %w", c.kind, err)
+		return c.broken(fmt.Errorf("%s put: %w", c.kind, err))
 	}
 	return nil
 }
@@ -62,7 +75,7 @@ func (c *client) Get(key string) (string, error) {
 	}
 	v, err := getValue(c.p, key)
 	if err != nil {
-		return "", fmt.Errorf("%s get: %w", c.kind, err)
+		return "", c.broken(fmt.Errorf("%s get: %w", c.kind, err))
 	}
 	return v, nil
 }
@@ -75,7 +88,7 @@ func (c *client) Fence() error {
 		return c.done
 	}
 	if err := c.p.fence(); err != nil {
-		return fmt.Errorf("%s fence (rank %d of %d): %w", c.kind, c.rank, c.size, err)
+		return c.broken(fmt.Errorf("%s fence (rank %d of %d): %w", c.kind, c.rank, c.size, err))
 	}
 	return nil
 }

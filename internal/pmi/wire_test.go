@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseLine(t *testing.T) {
@@ -128,4 +129,54 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOutOfStepAfterTimeout: a Get that timed out leaves its reply in
+// flight, and neither PMI-1's get_result nor PMI-2's kvs-get-response names
+// its key; the next Get must fail, wrapping the first failure, never take
+// the stale reply (a's value) as b's.
+func TestOutOfStepAfterTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		kind           string
+		proto          func(w *wireConn) proto
+		read           func(r *bufio.Reader)
+		replyA, replyB string
+	}{
+		{"pmi1", func(w *wireConn) proto { return &pmi1{w: w, kvs: "kvs_test"} },
+			func(r *bufio.Reader) { r.ReadString('\n') },
+			"cmd=get_result rc=0 msg=success value=rvalue-of-a\n",
+			"cmd=get_result rc=0 msg=success value=rvalue-of-b\n"},
+		{"pmi2", func(w *wireConn) proto { return &pmi2{w: w, jobid: "1"} },
+			func(r *bufio.Reader) { readFrame(r) },
+			formatFrame("kvs-get-response", "rc", "0", "found", "TRUE", "value", "rvalue-of-a"),
+			formatFrame("kvs-get-response", "rc", "0", "found", "TRUE", "value", "rvalue-of-b")},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			mine, theirs := socketpair(t)
+			timedOut := make(chan struct{})
+			go func() {
+				r := bufio.NewReader(theirs)
+				tc.read(r) // get a
+				<-timedOut
+				theirs.Write([]byte(tc.replyA))
+				tc.read(r) // get b, if the client sends it
+				theirs.Write([]byte(tc.replyB))
+			}()
+			c := &client{p: tc.proto(newWireConn(mine, "test", 200*time.Millisecond)), kind: tc.kind, rank: 0, size: 2}
+			if _, err := c.Get("a"); !errors.Is(err, ErrTimeout) {
+				t.Fatalf("Get(a) = %v, want ErrTimeout", err)
+			}
+			close(timedOut)
+			v, err := c.Get("b")
+			if err == nil {
+				t.Fatalf("Get(b) = %q, nil after Get(a) timed out: want an error naming that failure", v)
+			}
+			if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "get") {
+				t.Errorf("Get(b) = %v; want the first failure (ErrTimeout) wrapped", err)
+			}
+			if err := c.Fence(); !errors.Is(err, ErrTimeout) {
+				t.Errorf("Fence after the timeout = %v; want ErrTimeout wrapped", err)
+			}
+		})
+	}
 }
