@@ -201,8 +201,13 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		return nil, err
 	}
 	o.Rsh = defaultRsh
-	if rsh != "" {
-		o.Rsh = strings.Fields(rsh)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "rsh" {
+			o.Rsh = strings.Fields(rsh)
+		}
+	})
+	if len(o.Rsh) == 0 {
+		return nil, fmt.Errorf("%w: --rsh %q: want a command that reaches a host, such as ssh", ErrUsage, rsh)
 	}
 	for _, h := range hostList {
 		hs, err := ParseHostList(h)

@@ -76,6 +76,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-H", "a:0", "p"}, "slots"},
 		{[]string{"-H", "a;rm", "p"}, "bad host name"},
 		{[]string{"--no-such-flag", "p"}, "not defined"},
+		// A blank --rsh left no command: gorun panicked at the first remote host.
+		{[]string{"--rsh", " ", "-H", "node1", "p"}, `--rsh " "`},
+		{[]string{"--rsh", "", "p"}, "--rsh"},
 		{[]string{"--hostfile", "/nonexistent/hosts", "p"}, "hostfile"},
 	} {
 		_, err := ParseArgs(tc.args, io.Discard)

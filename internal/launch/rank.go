@@ -78,6 +78,9 @@ func (j *job) startLocal(r *rank, env []string) error {
 // startRemote starts the rank on its host through the rsh command; the rank
 // reaches the PMI server over TCP at pmiPort with PMI_ID = its rank.
 func (j *job) startRemote(r *rank, env []string, pmiPort string) error {
+	if len(j.opts.Rsh) == 0 {
+		return fmt.Errorf("%w: no --rsh command to reach %s", ErrUsage, r.host.Name)
+	}
 	env = append(env, "PMI_PORT="+pmiPort, "PMI_ID="+strconv.Itoa(r.id))
 	cwd, _ := os.Getwd()
 	line := remoteCommand(cwd, env, pmiSegmentPrefix(j.key), j.programOn(r.host.Name), j.opts.Args)

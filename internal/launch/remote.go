@@ -99,6 +99,9 @@ func hostIP(ctx context.Context, host string, rsh []string) (net.IP, error) {
 		}
 		return ips[0], nil
 	}
+	if len(rsh) == 0 {
+		return nil, fmt.Errorf("%w: cannot resolve %s (%v), and no --rsh command to ask", ErrUsage, host, err)
+	}
 	if !strings.Contains(filepath.Base(rsh[0]), "ssh") {
 		return nil, fmt.Errorf("%w: cannot resolve %s: %v", ErrHost, host, err)
 	}

@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -290,5 +292,14 @@ exec setsid -w unshare --mount --propagation private sh -c 'mount -t tmpfs none 
 	}
 	if left, _ := os.ReadDir(remote); len(left) != 0 {
 		t.Errorf("copy left on the remote host: %s/%s", remote, left[0].Name())
+	}
+}
+
+// TestHostIPWithoutRsh: Options built without ParseArgs may have no rsh
+// command; a name the resolver does not know is then an error, not an
+// index out of range.
+func TestHostIPWithoutRsh(t *testing.T) {
+	if _, err := hostIP(context.Background(), "no-such-host.invalid", nil); !errors.Is(err, ErrUsage) {
+		t.Errorf("hostIP(unresolvable, no rsh) = %v; want ErrUsage", err)
 	}
 }

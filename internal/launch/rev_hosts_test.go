@@ -54,13 +54,3 @@ func TestRevBindToFromEnvironment(t *testing.T) {
 		t.Errorf("WEFT_BIND_TO=bogus in gorun's environment accepted without a word")
 	}
 }
-
-// --rsh ' ' (or any value of blanks) leaves Options.Rsh empty, and gorun
-// panics indexing it (remote.go:102 hostIP, rank.go:84 startRemote) as
-// soon as a host is remote.
-func TestRevRshBlank(t *testing.T) {
-	o, err := ParseArgs([]string{"--rsh", " ", "-H", "node1", "prog"}, io.Discard)
-	if err == nil && len(o.Rsh) == 0 {
-		t.Errorf("--rsh ' ' accepted with an empty command: gorun panics on the first remote host")
-	}
-}
