@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -39,25 +40,54 @@ func ParseHostList(s string) ([]Host, error) {
 	return hosts, nil
 }
 
-// parseHostSpec parses host[:slots]; an IPv6 address goes in brackets.
+// parseHostSpec parses host[:slots]; an IPv6 address goes in brackets
+// ([::1]:2). A name may not start with '-', which ssh would take as an
+// option, nor hold ':' outside brackets.
 func parseHostSpec(spec string) (Host, error) {
-	name, slots := spec, ""
-	if i := strings.LastIndexByte(spec, ':'); i >= 0 && !strings.HasSuffix(spec, "]") {
-		name, slots = spec[:i], spec[i+1:]
+	name, slots, hasSlots := spec, "", false
+	if rest, ok := strings.CutPrefix(spec, "["); ok {
+		addr, after, closed := strings.Cut(rest, "]")
+		if _, err := netip.ParseAddr(addr); !closed || err != nil || !strings.Contains(addr, ":") {
+			return Host{}, fmt.Errorf("%w: host %q: want an IPv6 address in brackets, as [::1] or [fe80::1%%eth0]:2", ErrUsage, spec)
+		}
+		if after != "" && !strings.HasPrefix(after, ":") {
+			return Host{}, fmt.Errorf("%w: host %q: want [IPV6-ADDRESS]:SLOTS", ErrUsage, spec)
+		}
+		name, slots, hasSlots = addr, strings.TrimPrefix(after, ":"), after != ""
+	} else {
+		name, slots, hasSlots = strings.Cut(spec, ":")
+		if strings.Contains(slots, ":") {
+			return Host{}, fmt.Errorf("%w: host %q: more than one ':' (want host[:slots]; an IPv6 address goes in brackets, as [::1]:2)", ErrUsage, spec)
+		}
 	}
-	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	switch {
+	case name == "" || strings.ContainsAny(name, " \t'\"$;&|<>`\\[]"):
+		return Host{}, fmt.Errorf("%w: bad host name %q", ErrUsage, name)
+	case strings.HasPrefix(name, "-"):
+		return Host{}, fmt.Errorf("%w: host name %q starts with '-' (ssh would take it as an option)", ErrUsage, name)
+	}
 	h := Host{Name: name, Slots: 1}
-	if name == "" || strings.ContainsAny(name, " \t'\"$;&|<>`\\") {
-		return h, fmt.Errorf("%w: bad host name %q", ErrUsage, name)
-	}
-	if slots != "" {
-		n, err := strconv.Atoi(slots)
-		if err != nil || n < 1 {
-			return h, fmt.Errorf("%w: host %q: slots %q is not a positive number", ErrUsage, name, slots)
+	if hasSlots {
+		n, err := parseSlots(slots)
+		if err != nil {
+			return h, fmt.Errorf("%w: host %q: slots %q: %v", ErrUsage, name, slots, err)
 		}
 		h.Slots = n
 	}
 	return h, nil
+}
+
+// maxSlots bounds a host's slots, so that the slots of every host add up
+// without overflow; it is far more ranks than one host runs.
+const maxSlots = 1 << 20
+
+// parseSlots parses a host's slot count, 1..maxSlots.
+func parseSlots(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("want a number of slots 1..%d", maxSlots)
+	}
+	return n, nil
 }
 
 // ReadHostfile reads one host per line, as host[:slots] or Open MPI's
@@ -99,9 +129,9 @@ func hostfileOptions(h *Host, opts []string) error {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
 		case "slots":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return fmt.Errorf("%w: %q: slots must be a positive number", ErrUsage, o)
+			n, err := parseSlots(v)
+			if err != nil {
+				return fmt.Errorf("%w: %q: %v", ErrUsage, o, err)
 			}
 			h.Slots = n
 		case "max_slots", "max-slots":

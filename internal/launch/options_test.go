@@ -105,6 +105,31 @@ func TestHostfile(t *testing.T) {
 	}
 }
 
+// TestHostListRefusesMalformed: a host spec that is not host[:slots] is
+// refused with ErrUsage, not taken as a host name that ssh is later asked
+// to reach.
+func TestHostListRefusesMalformed(t *testing.T) {
+	for _, tc := range []struct{ spec, says string }{
+		{"node1:", "slots"},                             // was taken as 1 slot
+		{"node1:2:3", "more than one ':'"},              // was host "node1:2", 3 slots
+		{"::1", "brackets"},                             // was host ":", 1 slot
+		{"[::1", "brackets"},                            // unclosed
+		{"[node1]:2", "IPv6"},                           // brackets hold an IPv6 address only
+		{"[::1]2", "[IPV6-ADDRESS]:SLOTS"},              // no ':' before the slots
+		{"-oProxyCommand=/tmp/evil", "starts with '-'"}, // ssh would take it as an option
+	} {
+		hs, err := ParseHostList(tc.spec)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("ParseHostList(%q) = %+v, %v; want ErrUsage saying %q", tc.spec, hs, err, tc.says)
+		}
+	}
+	hs, err := ParseHostList("[::1]:2,[fe80::1%eth0],node1:3")
+	want := []Host{{Name: "::1", Slots: 2}, {Name: "fe80::1%eth0", Slots: 1}, {Name: "node1", Slots: 3}}
+	if err != nil || !slices.Equal(hs, want) {
+		t.Errorf("ParseHostList of well-formed specs = %+v, %v; want %+v", hs, err, want)
+	}
+}
+
 func TestPlace(t *testing.T) {
 	// This host alone: one slot per core.
 	p, err := Place(2, nil, false, 2)

