@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -84,7 +85,7 @@ const maxSlots = 1 << 20
 // parseSlots parses a host's slot count, 1..maxSlots.
 func parseSlots(s string) (int, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
+	if err != nil || n < 1 || n > maxSlots {
 		return 0, fmt.Errorf("want a number of slots 1..%d", maxSlots)
 	}
 	return n, nil
@@ -168,8 +169,11 @@ func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, erro
 	} else {
 		index := map[string]int{}
 		for _, h := range hosts {
+			if h.Slots < 1 {
+				return nil, fmt.Errorf("%w: host %s has %d slots, want at least 1", ErrUsage, h.Name, h.Slots)
+			}
 			if i, ok := index[h.Name]; ok {
-				p.Hosts[i].Slots += h.Slots
+				p.Hosts[i].Slots = addSlots(p.Hosts[i].Slots, h.Slots)
 				continue
 			}
 			index[h.Name] = len(p.Hosts)
@@ -178,7 +182,7 @@ func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, erro
 	}
 	total := 0
 	for _, h := range p.Hosts {
-		total += h.Slots
+		total = addSlots(total, h.Slots)
 	}
 	if n > total && !oversubscribe {
 		var list []string
@@ -199,6 +203,15 @@ func Place(n int, hosts []Host, oversubscribe bool, cores int) (*Placement, erro
 		}
 	}
 	return p, nil
+}
+
+// addSlots is a+b for non-negative slot counts, saturated at the largest
+// int: Hosts built without ParseHostList may hold any count.
+func addSlots(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }
 
 // LocalRanks returns, for each rank, its index among the ranks of its node

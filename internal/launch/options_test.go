@@ -3,7 +3,9 @@ package launch
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,6 +166,27 @@ func TestPlace(t *testing.T) {
 	id, count := p.LocalRanks()
 	if !slices.Equal(id, []int{0, 1, 0, 2, 3, 1}) || !slices.Equal(count, []int{4, 4, 2, 4, 4, 2}) {
 		t.Errorf("local ranks %v of %v", id, count)
+	}
+}
+
+// TestPlaceSlotsOverflow: slot counts that overflow when added do not
+// turn a job that fits into "not enough slots" (it said "the hosts offer
+// -2 slots"); -H caps a host's slots, saying so.
+func TestPlaceSlotsOverflow(t *testing.T) {
+	hosts := []Host{{Name: "a", Slots: math.MaxInt}, {Name: "b", Slots: math.MaxInt}, {Name: "a", Slots: math.MaxInt}}
+	if p, err := Place(2, hosts, false, 1); err != nil || !slices.Equal(p.NodeOf, []int{0, 0}) {
+		t.Errorf("Place(2 ranks, hosts of MaxInt slots) = %+v, %v", p, err)
+	}
+	if _, err := Place(1, []Host{{Name: "a"}}, true, 1); !errors.Is(err, ErrUsage) {
+		t.Errorf("Place on a host of 0 slots = %v; want ErrUsage", err)
+	}
+	for _, spec := range []string{"a:9223372036854775807", fmt.Sprintf("a:%d", maxSlots+1)} {
+		if hs, err := ParseHostList(spec); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), fmt.Sprint(maxSlots)) {
+			t.Errorf("ParseHostList(%q) = %+v, %v; want ErrUsage naming the cap", spec, hs, err)
+		}
+	}
+	if hs, err := ParseHostList(fmt.Sprintf("a:%d", maxSlots)); err != nil || hs[0].Slots != maxSlots {
+		t.Errorf("ParseHostList at the cap = %+v, %v", hs, err)
 	}
 }
 

