@@ -320,7 +320,15 @@ func (j *job) rankEnv(local bool) []string {
 		dir, _ := filepath.Abs(".")
 		env = append(env, "WEFT_PROFILE="+j.opts.Profile, "WEFT_PROFILE_DIR="+dir)
 	}
-	return append(env, j.opts.Env...)
+	for _, kv := range j.opts.Env {
+		// -x WEFT_BIND_TO is Options.BindTo already (resolveBindTo): gorun
+		// binds the local ranks, which must not bind again within the
+		// share it gave them, and sets the variable for the others.
+		if !strings.HasPrefix(kv, "WEFT_BIND_TO=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // inheritedLauncherVar reports variables gorun must not pass on: they would

@@ -130,7 +130,7 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Stats, "stats", false, "print at the end one table of every rank's counters at its Finalize: per rank its reliable layer (lapi: messages, packets, retransmits, RDMA redrives, single-copy bytes, drops by reason) and each device (peers, frames, bytes, drops by reason) (WEFT_STATS=1 for the ranks)")
 	fs.StringVar(&o.SnapshotDir, "snapshot-dir", "", "directory for the ranks' state snapshots, weft-snapshot-rankN.txt (default: a new directory in TMPDIR, made at the first one); a rank sends one at a fatal error and its first timeout (WEFT_TIMEOUT), and every running rank when asked (SIGWINCH) at --timeout, when a rank fails, and when gorun receives SIGQUIT (Ctrl-\\: the job goes on); gorun prints a summary naming what each rank waits for, the cycle when ranks wait on each other, the ranks a collective waits for, and the ranks not in MPI")
 	fs.StringVar(&o.Profile, "profile", "", "cpu | mem | block | mutex: each rank writes KIND-rankN.pprof in the current directory")
-	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind ranks to cores on every host (auto: each rank its own share of its host's cores, one core each when they outnumber them; a rank on another host binds itself when it starts, through WEFT_BIND_TO, unless that host is a namespace of this machine)")
+	fs.StringVar(&o.BindTo, "bind-to", "auto", "auto | core | none: bind ranks to cores on every host (auto: each rank its own share of its host's cores, one core each when they outnumber them; a rank on another host binds itself when it starts, through WEFT_BIND_TO, unless that host is a namespace of this machine; when not given, WEFT_BIND_TO if set; -x WEFT_BIND_TO wins)")
 	fs.Var(&xs, "x", "NAME=VALUE (or NAME, taken from gorun's environment) for the ranks; repeatable")
 	fs.BoolVar(&o.Wrap, "wrap", false, "run a foreign launcher (mpirun, srun) with a GORUN_KVS rendezvous server")
 	fs.Usage = func() {
@@ -162,9 +162,6 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 
 	if o.N < 1 {
 		return nil, fmt.Errorf("%w: -n %d: need at least one rank", ErrUsage, o.N)
-	}
-	if !slices.Contains(cpubind.Modes, o.BindTo) {
-		return nil, fmt.Errorf("%w: --bind-to %q: want one of %s", ErrUsage, o.BindTo, strings.Join(cpubind.Modes, ", "))
 	}
 	if o.Profile != "" && !slices.Contains(profiles, o.Profile) {
 		return nil, fmt.Errorf("%w: --profile %q: want one of %s", ErrUsage, o.Profile, strings.Join(profiles, ", "))
@@ -198,6 +195,9 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 		o.Env = append(o.Env, x)
 	}
 	if err := o.resolveTransport(fs); err != nil {
+		return nil, err
+	}
+	if err := o.resolveBindTo(fs); err != nil {
 		return nil, err
 	}
 	o.Rsh = defaultRsh
@@ -308,23 +308,44 @@ func (o *Options) buildTags() []string {
 	return nil
 }
 
+// fromSources sets *value, which the flag named flagName holds, from the
+// last -x VAR=VALUE, else from the flag when given, else from VAR in
+// gorun's environment, and says which it came from, for messages.
+func (o *Options) fromSources(fs *flag.FlagSet, flagName, envVar string, value *string) string {
+	source := "--" + flagName
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == flagName })
+	if v := strings.TrimSpace(os.Getenv(envVar)); !given && v != "" {
+		*value, source = v, envVar+" (gorun's environment)"
+	}
+	for _, kv := range o.Env {
+		if v, ok := strings.CutPrefix(kv, envVar+"="); ok {
+			*value, source = strings.TrimSpace(v), "-x "+envVar
+		}
+	}
+	return source
+}
+
+// resolveBindTo settles BindTo as the ranks will see it, like
+// resolveTransport: -x WEFT_BIND_TO wins, then --bind-to, then
+// WEFT_BIND_TO in gorun's environment (which gorun does not pass on as
+// is: it binds its own ranks and sets the variable for the others); the
+// error names where a value not among cpubind's modes came from.
+func (o *Options) resolveBindTo(fs *flag.FlagSet) error {
+	source := o.fromSources(fs, "bind-to", "WEFT_BIND_TO", &o.BindTo)
+	if !slices.Contains(cpubind.Modes, o.BindTo) {
+		return fmt.Errorf("%w: %s %q: want one of %s", ErrUsage, source, o.BindTo, strings.Join(cpubind.Modes, ", "))
+	}
+	return nil
+}
+
 // resolveTransport decides the ranks' WEFT_TRANSPORT as they will see it:
 // -x WEFT_TRANSPORT=... (set last), else --transport when given, else
 // WEFT_TRANSPORT from gorun's environment, else auto. gorun checks it here
 // so that a device that cannot run the job is refused before anything
 // starts, naming where the value came from.
 func (o *Options) resolveTransport(fs *flag.FlagSet) error {
-	source := "--transport"
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "transport" })
-	if v := os.Getenv("WEFT_TRANSPORT"); !given && v != "" {
-		o.Transport, source = v, "WEFT_TRANSPORT (gorun's environment)"
-	}
-	for _, kv := range o.Env {
-		if v, ok := strings.CutPrefix(kv, "WEFT_TRANSPORT="); ok {
-			o.Transport, source = v, "-x WEFT_TRANSPORT"
-		}
-	}
+	source := o.fromSources(fs, "transport", "WEFT_TRANSPORT", &o.Transport)
 	o.transportFrom = source
 	if slices.Contains(transports, o.Transport) {
 		return nil

@@ -229,6 +229,56 @@ func TestTransportSources(t *testing.T) {
 	}
 }
 
+// TestBindToSources: --bind-to is settled like --transport: -x
+// WEFT_BIND_TO wins, then the flag, then WEFT_BIND_TO in gorun's
+// environment (which gorun used to strip, leaving auto); a value not among
+// cpubind's modes is refused naming where it came from; the ranks see the
+// one value.
+func TestBindToSources(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"p"}, "auto"},
+		{"none", []string{"p"}, "none"},
+		{" core", []string{"p"}, "core"},
+		{"none", []string{"--bind-to", "core", "p"}, "core"},
+		{"", []string{"--bind-to", "core", "-x", "WEFT_BIND_TO=none", "p"}, "none"},
+	} {
+		t.Setenv("WEFT_BIND_TO", tc.env)
+		o, err := ParseArgs(tc.args, io.Discard)
+		if err != nil || o.BindTo != tc.want {
+			t.Fatalf("WEFT_BIND_TO=%q gorun %q: --bind-to %+v, %v; want %q", tc.env, tc.args, o, err, tc.want)
+		}
+		j := &job{opts: o}
+		for _, local := range []bool{true, false} {
+			var got []string
+			for _, kv := range j.rankEnv(local) {
+				if strings.HasPrefix(kv, "WEFT_BIND_TO=") {
+					got = append(got, kv)
+				}
+			}
+			want := []string{"WEFT_BIND_TO=" + tc.want}
+			if local {
+				want = nil // gorun binds them itself
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("WEFT_BIND_TO=%q gorun %q: the ranks (local %v) see %q; want %q", tc.env, tc.args, local, got, want)
+			}
+		}
+	}
+	for _, tc := range []struct{ env, arg, says string }{
+		{"bogus", "p", `WEFT_BIND_TO (gorun's environment) "bogus"`},
+		{"", "-x=WEFT_BIND_TO=socket", `-x WEFT_BIND_TO "socket"`},
+	} {
+		t.Setenv("WEFT_BIND_TO", tc.env)
+		if _, err := ParseArgs([]string{tc.arg, "p"}, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("WEFT_BIND_TO=%q %s: %v; want ErrUsage saying %s", tc.env, tc.arg, err, tc.says)
+		}
+	}
+}
+
 // TestHelpListsOnlyWhatExists: gorun -h describes no flag or value of a
 // feature that does not exist yet, and says what remote hosts need.
 func TestHelpListsOnlyWhatExists(t *testing.T) {
