@@ -83,7 +83,8 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	trk := newTracker(opts) // nil unless Options.Track (track.go)
 	set, err := devices.Open(cl, devices.Config{JobKey: key, Track: trk, Transport: opts.Transport,
 		Bind: opts.Bind, NICs: opts.NICs, VerbsDevices: opts.VerbsDevices, VerbsPort: opts.VerbsPort,
-		VerbsGID: opts.VerbsGID, NodeCPUs: opts.NodeCPUs, Multicast: opts.BcastMcast})
+		VerbsGID: opts.VerbsGID, NodeCPUs: opts.NodeCPUs, Multicast: opts.BcastMcast,
+		UDPMcast: opts.UDPMcast, NoGSO: opts.NoGSO, UDPBatch: opts.UDPBatch})
 	if err != nil {
 		return nil, err
 	}

@@ -146,6 +146,27 @@ type Options struct {
 	// span hosts.
 	AlltoallRDMA int
 
+	// NoGSO turns off generic segmentation offload on the UDP devices
+	// (WEFT_GSO off): with it, a run of equal-size frames to one peer goes
+	// to the kernel as one segmented send (UDP_SEGMENT) and may arrive as
+	// one buffer (UDP_GRO), which at an Ethernet MTU is most of the network
+	// path's bandwidth; a kernel or route that cannot segment is detected
+	// at the first send and the device falls back. false means the
+	// default: on. Init only.
+	NoGSO bool
+
+	// UDPBatch is how many frames one sendmmsg carries, and datagrams one
+	// recvmmsg takes, on the UDP devices (WEFT_UDP_BATCH), 1-1024; with
+	// GSO a run of frames to one peer is cut at the batch's end as well as
+	// at 64 KiB. 0 means the device's default, 64. Init only.
+	UDPBatch int
+
+	// UDPMcast has a UDP device join the job's IP multicast group
+	// ("on") or not ("off") whatever BcastMcast asks (WEFT_UDP_MCAST); a
+	// device that cannot join opens without it. "" means as BcastMcast
+	// asks, and never for the UDP device under a route. Init only.
+	UDPMcast string
+
 	// BcastMcast has the Bcasts that go by broadcast RDMA (BcastRDMA)
 	// go by the network's multicast instead, where every rank's device
 	// is one UDP device that joined the job's multicast group
@@ -204,7 +225,14 @@ const (
 	transportForm = "auto, shm, udp or verbs"
 	sysmonForm    = "batch or normal"
 	shmcollForm   = "on or off"
+	udpMcastForm  = "on or off"
+	udpBatchForm  = "a number of frames 1-1024"
 )
+
+// maxUDPBatch is transport/udp's MaxBatch, the most frames one system call
+// carries (the kernel's UIO_MAXIOV); mpi may not import transport/udp, so
+// a test checks that the two agree.
+const maxUDPBatch = 1024
 
 // check reports the first field that is out of its range, naming it and
 // what it accepts.
@@ -225,6 +253,10 @@ func (o Options) check() error {
 		return bad("Timeout", o.Timeout, "0 or more")
 	case o.Eager < 0:
 		return bad("Eager", o.Eager, "0 or more bytes")
+	case o.UDPBatch < 0 || o.UDPBatch > maxUDPBatch:
+		return bad("UDPBatch", o.UDPBatch, udpBatchForm+" (0: the default)")
+	case !slices.Contains([]string{"", "on", "off"}, o.UDPMcast):
+		return bad("UDPMcast", o.UDPMcast, udpMcastForm)
 	case o.VerbsPort < 0 || o.VerbsPort > 255:
 		return bad("VerbsPort", o.VerbsPort, verbsPortForm)
 	case o.VerbsGID < 0 || o.VerbsGID > 255:
@@ -365,6 +397,26 @@ var envVars = []envVar{
 	{"WEFT_BCAST_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.BcastRDMA })},
 	{"WEFT_ALLGATHER_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.AllgatherRDMA })},
 	{"WEFT_ALLTOALL_RDMA", "a number of bytes, or 0 for off", offBytes(func(o *Options) *int { return &o.AlltoallRDMA })},
+	{"WEFT_GSO", "1 or on for segmentation offload on the UDP devices (the default), 0 or off not to", func(o *Options, v string) bool {
+		o.NoGSO = v == "0" || v == "off"
+		return slices.Contains([]string{"0", "1", "on", "off"}, v)
+	}},
+	{"WEFT_UDP_BATCH", udpBatchForm, func(o *Options, v string) bool {
+		n, err := strconv.Atoi(v)
+		o.UDPBatch = n
+		return err == nil && n >= 1 && n <= maxUDPBatch
+	}},
+	{"WEFT_UDP_MCAST", "1 or on to join the job's multicast group on the UDP devices, 0 or off not to", func(o *Options, v string) bool {
+		switch v {
+		case "1", "on":
+			o.UDPMcast = "on"
+		case "0", "off":
+			o.UDPMcast = "off"
+		default:
+			return false
+		}
+		return true
+	}},
 	{"WEFT_BCAST_MCAST", "1 or on to broadcast large Bcasts by IP multicast over udp, 0 or off not to", func(o *Options, v string) bool {
 		o.BcastMcast = v == "1" || v == "on"
 		return slices.Contains([]string{"0", "1", "on", "off"}, v)

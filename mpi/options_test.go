@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weft-hpc/weft/transport/udp"
 )
 
 // envOptions is OptionsFromEnv for test helpers that build worlds by hand:
@@ -72,6 +74,11 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"WEFT_BCAST_RDMA", []string{"4194304", "0"}, []Options{{BcastRDMA: 4 << 20}, {BcastRDMA: -1}}, []string{"4MiB", "-1"}},
 		{"WEFT_ALLGATHER_RDMA", []string{"65536", "0"}, []Options{{AllgatherRDMA: 64 << 10}, {AllgatherRDMA: -1}}, []string{"64KiB", "-1"}},
 		{"WEFT_ALLTOALL_RDMA", []string{"1048576", "0"}, []Options{{AlltoallRDMA: 1 << 20}, {AlltoallRDMA: -1}}, []string{"1M", "-5"}},
+		// Read by transport/udp alone once, where a bad value passed silently
+		// in a job on shared memory.
+		{"WEFT_GSO", []string{"0", "off", "1", "on"}, []Options{{NoGSO: true}, {NoGSO: true}, {}, {}}, []string{"bogus", "yes"}},
+		{"WEFT_UDP_BATCH", []string{"1", "1024"}, []Options{{UDPBatch: 1}, {UDPBatch: 1024}}, []string{"0", "1025", "-3", "many"}},
+		{"WEFT_UDP_MCAST", []string{"1", "on", "0", "off"}, []Options{{UDPMcast: "on"}, {UDPMcast: "on"}, {UDPMcast: "off"}, {UDPMcast: "off"}}, []string{"maybe", "2"}},
 		{"WEFT_BCAST_MCAST", []string{"1", "on", "0", "off"}, []Options{{BcastMcast: true}, {BcastMcast: true}, {}, {}}, []string{"yes", "2"}},
 		{"WEFT_SHMCOLL", []string{"off", "on"}, []Options{{NoShmColl: true}, {}}, []string{"maybe", "0"}},
 		{"WEFT_SYSMON", []string{"batch", "normal"}, []Options{{Sysmon: "batch"}, {Sysmon: "normal"}}, []string{"bogus", "idle"}},
@@ -150,6 +157,9 @@ func TestOptionsCheck(t *testing.T) {
 		{Options{VerbsDevices: []string{"rxe0", "rxe0"}}, "VerbsDevices"},
 		{Options{VerbsDevices: []string{""}}, "VerbsDevices"},
 		{Options{VerbsPort: 256}, "VerbsPort"},
+		{Options{UDPBatch: maxUDPBatch + 1}, "UDPBatch"},
+		{Options{UDPBatch: -1}, "UDPBatch"},
+		{Options{UDPMcast: "1"}, "UDPMcast"},
 		{Options{VerbsGID: -1}, "VerbsGID"},
 		{Options{SnapshotDir: "/nonexistent/weft-snapshots"}, "SnapshotDir"},
 	} {
@@ -281,5 +291,12 @@ func TestInitTimeoutFromEnv(t *testing.T) {
 		if err := w.Finalize(); err != nil {
 			t.Errorf("WEFT_TIMEOUT=%q: Finalize: %v", v, err)
 		}
+	}
+}
+
+// TestOptionsUDPBatchBound: UDPBatch's bound is the UDP device's.
+func TestOptionsUDPBatchBound(t *testing.T) {
+	if maxUDPBatch != udp.MaxBatch {
+		t.Errorf("maxUDPBatch %d, udp.MaxBatch %d", maxUDPBatch, udp.MaxBatch)
 	}
 }

@@ -82,7 +82,7 @@ func main() {
 	flag.StringVar(&cfg.role, "role", "", "side to run: "+strings.Join(slices.Sorted(maps.Keys(roles)), ", "))
 	flag.StringVar(&cfg.bind, "bind", udp.DefaultBind, "local address or interface for the device (udp.Options.Bind)")
 	flag.IntVar(&cfg.mtu, "mtu", 0, "frame payload limit; 0 derives it from the interface MTU")
-	flag.BoolVar(&cfg.gso, "gso", false, "send runs of frames with UDP_SEGMENT, receive with UDP_GRO")
+	flag.BoolVar(&cfg.gso, "gso", true, "send runs of frames with UDP_SEGMENT, receive with UDP_GRO (on, as for a rank: WEFT_GSO)")
 	flag.IntVar(&cfg.size, "size", 1, "message size in bytes")
 	flag.IntVar(&cfg.iters, "iters", 10000, "ping-pong round trips per round")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "ping-pong rounds (the result has each one and their median)")

@@ -35,8 +35,11 @@ type Config struct {
 	VerbsDevices []string // by this rank's place on its node
 	VerbsPort    int
 	VerbsGID     int
-	NodeCPUs     int  // the CPUs this node's ranks share (0: this process's)
-	Multicast    bool // a lone UDP device joins the job's multicast group (not under a route)
+	NodeCPUs     int    // the CPUs this node's ranks share (0: this process's)
+	Multicast    bool   // a lone UDP device joins the job's multicast group (not under a route)
+	UDPMcast     string // "on" or "off": every UDP device joins the group or not, whatever Multicast says
+	NoGSO        bool   // the UDP devices send without segmentation offload
+	UDPBatch     int    // the UDP devices' batch (0: udp.DefaultBatch)
 }
 
 // Set is a rank's devices and which of them reaches each rank.

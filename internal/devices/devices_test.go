@@ -1,6 +1,7 @@
 package devices
 
 import (
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -59,9 +60,6 @@ func TestNICAddr(t *testing.T) {
 // is theirs joined; one NIC is a plain UDP device bound there; a NIC that
 // does not exist fails, naming it.
 func TestOpenNetNICs(t *testing.T) {
-	for _, v := range []string{udp.GSOEnvVar, udp.McastEnvVar, udp.BatchEnvVar} {
-		t.Setenv(v, "")
-	}
 	cfg := hal.Config{JobKey: 1, Rank: 0, Size: 2}
 	dev, err := openNet(localRanks{n: 1}, cfg, Config{NICs: []string{"lo", "127.0.0.1"}}, udp.Options{})
 	if err != nil {
@@ -147,5 +145,37 @@ func TestConnectUnevenHosts(t *testing.T) {
 	err := pair.Connect(2, "verbs:rxe0:1:17")
 	if err == nil || !strings.Contains(err.Error(), `"verbs:rxe0:1:17" has no address for device udp:10.98.0.1:4001`) {
 		t.Errorf("an address of another scheme: %v; want an error naming it and the device", err)
+	}
+}
+
+// TestOpenUDPOptions: the UDP device takes GSO, its batch and the
+// multicast choice from Config (mpi.Options: WEFT_GSO, WEFT_UDP_BATCH,
+// WEFT_UDP_MCAST), over what the caller's udp.Options say.
+func TestOpenUDPOptions(t *testing.T) {
+	cfg := hal.Config{JobKey: 7, Rank: 0, Size: 1}
+	caller := udp.Options{Batch: 5, Multicast: udp.JobGroup(99)}
+	for _, tc := range []struct {
+		c     Config
+		gso   bool
+		batch int
+		group netip.AddrPort
+	}{
+		{Config{}, true, 5, udp.JobGroup(99)},
+		{Config{NoGSO: true, UDPBatch: 32, UDPMcast: "off"}, false, 32, netip.AddrPort{}},
+		{Config{UDPMcast: "on"}, true, 5, udp.JobGroup(7)},
+	} {
+		dev, err := openUDP(cfg, tc.c, caller, "127.0.0.1", "")
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.c, err)
+		}
+		dev.Close()
+		ud, ok := dev.(*udp.Device)
+		if !ok {
+			t.Fatalf("%+v: %T, want *udp.Device", tc.c, dev)
+		}
+		o := ud.Options()
+		if o.GSO != tc.gso || o.Batch != tc.batch || o.Multicast != tc.group {
+			t.Errorf("%+v: GSO %v, batch %d, group %v; want %v, %d, %v", tc.c, o.GSO, o.Batch, o.Multicast, tc.gso, tc.batch, tc.group)
+		}
 	}
 }

@@ -233,13 +233,13 @@ func openNet(cl pmi.Client, cfg hal.Config, opts Config, o udp.Options) (hal.Dev
 		if err != nil {
 			return nil, err
 		}
-		return openUDP(cfg, o, bind, "")
+		return openUDP(cfg, opts, o, bind, "")
 	case 1:
 		bind, err := nicAddr(opts.NICs[0])
 		if err != nil {
 			return nil, err
 		}
-		return openUDP(cfg, o, bind, opts.NICs[0])
+		return openUDP(cfg, opts, o, bind, opts.NICs[0])
 	}
 	devs := make([]hal.Device, 0, len(opts.NICs))
 	closeAll := func() {
@@ -253,7 +253,7 @@ func openNet(cl pmi.Client, cfg hal.Config, opts Config, o udp.Options) (hal.Dev
 			c := cfg
 			c.Index = uint8(i)
 			var dev hal.Device
-			if dev, err = openUDP(c, o, bind, nic); err == nil {
+			if dev, err = openUDP(c, opts, o, bind, nic); err == nil {
 				devs = append(devs, dev)
 			}
 		}
@@ -270,10 +270,21 @@ func openNet(cl pmi.Client, cfg hal.Config, opts Config, o udp.Options) (hal.Dev
 	return st, nil
 }
 
-// openUDP opens a UDP device bound to bind; nic is the Config.NICs entry
-// that named it, if any, for the error.
-func openUDP(cfg hal.Config, o udp.Options, bind, nic string) (hal.Device, error) {
+// openUDP opens a UDP device bound to bind, with opts' GSO, batch and
+// multicast choice over o's; nic is the Config.NICs entry that named it,
+// if any, for the error.
+func openUDP(cfg hal.Config, opts Config, o udp.Options, bind, nic string) (hal.Device, error) {
 	o.Bind = bind
+	o.GSO = !opts.NoGSO
+	if opts.UDPBatch != 0 {
+		o.Batch = opts.UDPBatch
+	}
+	switch opts.UDPMcast {
+	case "on":
+		o.Multicast = udp.JobGroup(cfg.JobKey)
+	case "off":
+		o.Multicast = netip.AddrPort{}
+	}
 	dev, err := udp.OpenFromEnv(cfg, o)
 	switch {
 	case err != nil && nic != "" && nic != bind:

@@ -22,8 +22,9 @@
 // one UDP_SEGMENT message and may arrive as one UDP_GRO buffer, so it
 // crosses the kernel's network stack once instead of once per frame.
 //
-// With Options.Multicast (WEFT_UDP_MCAST) the device also joins the job's
-// IPv4 multicast group on its bind interface, through a second socket that
+// With Options.Multicast (for a rank: mpi.Options' BcastMcast or
+// UDPMcast, WEFT_UDP_MCAST) the device also joins the job's IPv4
+// multicast group on its bind interface, through a second socket that
 // Poll and Wait read too, and sends a frame to every peer at once
 // (hal.Broadcaster, mcast_linux.go); where multicast does not work (the
 // loopback interface has no MULTICAST flag) it opens without it and

@@ -51,38 +51,6 @@ func TestMulticastLoopback(t *testing.T) {
 	}
 }
 
-// TestMulticastEnv: WEFT_UDP_MCAST sets Options.Multicast to the job's
-// group, clears it, or keeps it, and a malformed value is refused.
-func TestMulticastEnv(t *testing.T) {
-	cfg := hal.Config{JobKey: testJobKey, Size: 1}
-	t.Setenv("WEFT_FAULTS", "")
-	for v, want := range map[string]bool{"1": true, "on": true, "0": false, "off": false} {
-		t.Setenv(McastEnvVar, v)
-		d, err := OpenFromEnv(cfg, Options{Bind: loopback, Multicast: JobGroup(99)})
-		if err != nil {
-			t.Fatalf("%s=%s: %v", McastEnvVar, v, err)
-		}
-		d.Close()
-		if got := d.(*Device).Options().Multicast; got.IsValid() != want || want && got != JobGroup(testJobKey) {
-			t.Errorf("%s=%s: group %v", McastEnvVar, v, got)
-		}
-	}
-	t.Setenv(McastEnvVar, "")
-	d, err := OpenFromEnv(cfg, Options{Bind: loopback, Multicast: JobGroup(99)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-	if got := d.(*Device).Options().Multicast; got != JobGroup(99) {
-		t.Errorf("unset: group %v, want the caller's", got)
-	}
-	t.Setenv(McastEnvVar, "maybe")
-	if d, err := OpenFromEnv(cfg, Options{Bind: loopback}); err == nil {
-		d.Close()
-		t.Errorf("malformed %s accepted", McastEnvVar)
-	}
-}
-
 // mcastTestFrame is a sealed multicast frame from src, numbered i, with n
 // bytes of data.
 func mcastTestFrame(src hal.Rank, i uint32, n int) *frame {

@@ -124,7 +124,6 @@ func startNetbench(t testing.TB, p *netnsPair, roleA, roleB string, args ...stri
 			"-timeout", netbenchTimeout.String()}, args...)
 		s.cmd = exec.CommandContext(ctx, "ip", argv...)
 		s.cmd.Stderr = &s.stderr
-		s.cmd.Env = netbenchEnv(args)
 		var err error
 		if s.stdin, err = s.cmd.StdinPipe(); err != nil {
 			t.Fatal(err)
@@ -152,24 +151,6 @@ func startNetbench(t testing.TB, p *netnsPair, roleA, roleB string, args ...stri
 		}
 	}
 	return r
-}
-
-// netbenchEnv is the environment of a netbench side: this process's, with
-// WEFT_GSO (which udp.OpenFromEnv obeys over netbench's own -gso, and
-// takes as on when unset) set to what an explicit -gso in args asks.
-// Without one the environment decides, on by default as for a rank, so
-// the fault tests stream the way MPI's ranks do.
-func netbenchEnv(args []string) []string {
-	env := os.Environ()
-	for _, a := range args {
-		switch a {
-		case "-gso=true", "-gso":
-			env = append(env, GSOEnvVar+"=1")
-		case "-gso=false":
-			env = append(env, GSOEnvVar+"=0")
-		}
-	}
-	return env
 }
 
 // line reads s's next output line, failing the test if s ends first.
