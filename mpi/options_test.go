@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -298,5 +299,56 @@ func TestInitTimeoutFromEnv(t *testing.T) {
 func TestOptionsUDPBatchBound(t *testing.T) {
 	if maxUDPBatch != udp.MaxBatch {
 		t.Errorf("maxUDPBatch %d, udp.MaxBatch %d", maxUDPBatch, udp.MaxBatch)
+	}
+}
+
+// TestEnvironmentDocs: the README says which variables are not fields of
+// Options; every other variable its Environment section or docs/tuning.md
+// documents is one OptionsFromEnv reads, every one it reads is documented,
+// and the variables of the process-manager side (WEFT_PMI) are too.
+func TestEnvironmentDocs(t *testing.T) {
+	readme, err1 := os.ReadFile("../README.md")
+	tuning, err2 := os.ReadFile("../docs/tuning.md")
+	if err1 != nil || err2 != nil {
+		t.Skipf("no README or docs/tuning.md beside the module: %v, %v", err1, err2)
+	}
+	name := regexp.MustCompile(`WEFT_[A-Z0-9_]+`)
+	_, env, ok := strings.Cut(string(readme), "\n## Environment\n")
+	claim := regexp.MustCompile(`Every variable but ([^.]*) is a field of\s+` + "`mpi.Options`").FindStringSubmatch(env)
+	if !ok || claim == nil {
+		t.Fatal("README has no Environment section saying which variables are not fields of mpi.Options")
+	}
+	notFields := map[string]bool{}
+	for _, n := range name.FindAllString(claim[1], -1) {
+		notFields[n] = true
+	}
+	read := map[string]bool{}
+	for _, e := range envVars {
+		read[e.name] = true
+	}
+	documented := name.FindAllString(env, -1)
+	for _, row := range regexp.MustCompile("(?m)^\\| `(WEFT_[A-Z0-9_]+)").FindAllStringSubmatch(string(tuning), -1) {
+		documented = append(documented, row[1])
+	}
+	seen := map[string]bool{}
+	for _, n := range documented {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		switch {
+		case read[n] && notFields[n]:
+			t.Errorf("%s is a field of Options, but the README says it is not", n)
+		case !read[n] && !notFields[n]:
+			t.Errorf("%s is documented, but neither a field of Options nor among the README's exceptions", n)
+		}
+	}
+	for n := range read {
+		if !seen[n] {
+			t.Errorf("%s is read by OptionsFromEnv but in neither the README's Environment section nor docs/tuning.md's tables", n)
+		}
+	}
+	if !seen["WEFT_PMI"] {
+		t.Error("WEFT_PMI (internal/pmi) is not documented with the other variables")
 	}
 }

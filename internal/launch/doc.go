@@ -1,7 +1,8 @@
 // Package launch is gorun: it starts the ranks of a weft job and sees them
 // to the end. It builds the program once (or takes a binary), places ranks on
-// hosts by slot (mpirun semantics), serves PMI-1 to them (internal/pmi), forks
-// local ranks with a socketpair as PMI_FD and starts remote ones over ssh with
+// hosts by slot (mpirun semantics), serves PMI-1 and PMI-2 to them
+// (internal/pmi), forks local ranks with a socketpair as PMI_FD and starts
+// remote ones over ssh with
 // PMI_PORT/PMI_ID (each bound to its share of its host's cores, --bind-to,
 // internal/cpubind: local ones by gorun, remote ones by themselves in
 // mpi.Init through WEFT_BIND_TO, unless their host is a namespace of

@@ -80,7 +80,8 @@ const usageText = `usage: gorun [flags] PACKAGE-DIR|BINARY [args...]
        gorun --wrap [--] LAUNCHER [launcher args...]
 
 Starts N ranks of a weft program: builds a Go package directory once (or
-takes a binary), serves PMI-1 to the ranks, passes their output through,
+takes a binary), serves PMI-1 and PMI-2 to the ranks (Hydra's wire
+protocol: unmodified MPICH programs run too), passes their output through,
 forwards SIGINT/SIGTERM, and exits with the status of the first rank that
 failed after stopping the rest (130 after Ctrl-C).
 

@@ -291,7 +291,7 @@ func TestHelpListsOnlyWhatExists(t *testing.T) {
 			t.Errorf("help mentions %q:\n%s", absent, help.String())
 		}
 	}
-	for _, present := range []string{"-transport", "auto | shm | udp | verbs", "-tags verbs", "-nics", "default: one NIC", "copied to each remote host", "same path on every", "WEFT_*"} {
+	for _, present := range []string{"-transport", "auto | shm | udp | verbs", "-tags verbs", "-nics", "default: one NIC", "copied to each remote host", "same path on every", "WEFT_*", "PMI-1 and PMI-2"} {
 		if !strings.Contains(help.String(), present) {
 			t.Errorf("help does not say %q:\n%s", present, help.String())
 		}
