@@ -191,7 +191,11 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 			return nil, fmt.Errorf("%w: -x %q: want NAME=VALUE or NAME", ErrUsage, x)
 		}
 		if !hasValue {
-			x = name + "=" + os.Getenv(name)
+			v, set := os.LookupEnv(name)
+			if !set {
+				return nil, fmt.Errorf("%w: -x %s: %s is not set in gorun's environment (-x NAME=VALUE gives it a value)", ErrUsage, name, name)
+			}
+			x = name + "=" + v
 		}
 		o.Env = append(o.Env, x)
 	}

@@ -75,6 +75,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--bind-to", "socket", "p"}, "auto, core, none"},
 		{[]string{"--trace", "12", "p"}, "0-9"},
 		{[]string{"-x", "=v", "p"}, "NAME=VALUE"},
+		{[]string{"-x", "WEFT_NO_SUCH_VARIABLE_SET", "p"}, "-x WEFT_NO_SUCH_VARIABLE_SET: WEFT_NO_SUCH_VARIABLE_SET is not set"}, // was passed on as NAME=
 		{[]string{"-H", "a:0", "p"}, "slots"},
 		{[]string{"-H", "a;rm", "p"}, "bad host name"},
 		{[]string{"--no-such-flag", "p"}, "not defined"},
