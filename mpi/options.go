@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/internal/cpubind"
+	"github.com/weft-hpc/weft/internal/trace"
 )
 
 // Options configures a world: the device Init opens and the thresholds
@@ -447,6 +448,16 @@ var envVars = []envVar{
 	}},
 }
 
+// checkedVars are variables OptionsFromEnv checks though they are not
+// fields of Options (their packages read them), so that Init and Run refuse
+// a malformed one as they do the others, and it is said once.
+var checkedVars = []envVar{
+	{trace.EnvVar, `a level from 0 to 9, or "off"`, func(_ *Options, v string) bool {
+		_, err := trace.ParseLevel(v)
+		return err == nil
+	}},
+}
+
 // snapshotDirForm is what Options.SnapshotDir and WEFT_SNAPSHOT_DIR
 // accept.
 const snapshotDirForm = "an existing directory"
@@ -477,11 +488,12 @@ func offBytes(field func(*Options) *int) func(*Options, string) bool {
 // environment (docs/tuning.md lists them); an unset or empty variable
 // leaves its field at the default. A value not of its variable's form is
 // an error wrapping ErrArg that names the variable and the form; with
-// several, the error joins one for each.
+// several, the error joins one for each. WEFT_TRACE, which is not a field,
+// is checked the same way.
 func OptionsFromEnv() (Options, error) {
 	var o Options
 	var errs []error
-	for _, e := range envVars {
+	for _, e := range slices.Concat(envVars, checkedVars) {
 		v := strings.TrimSpace(os.Getenv(e.name))
 		if v == "" {
 			continue

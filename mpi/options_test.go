@@ -352,3 +352,24 @@ func TestEnvironmentDocs(t *testing.T) {
 		t.Error("WEFT_PMI (internal/pmi) is not documented with the other variables")
 	}
 }
+
+// TestOptionsFromEnvChecksTrace: a malformed WEFT_TRACE fails Init and Run
+// with the other variables, named once in the error; internal/trace no
+// longer prints it as well (TestInitQuietOnBadEnv).
+func TestOptionsFromEnvChecksTrace(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("WEFT_TRACE", "x")
+	_, err := OptionsFromEnv()
+	if !errors.Is(err, ErrArg) || strings.Count(err.Error(), "WEFT_TRACE") != 1 {
+		t.Errorf("WEFT_TRACE=x: %v; want an ErrArg naming WEFT_TRACE once", err)
+	}
+	if err := Run(2, func(*Comm) error { return nil }); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), `WEFT_TRACE="x"`) {
+		t.Errorf("Run with WEFT_TRACE=x: %v", err)
+	}
+	for _, v := range []string{"off", " 3", "0"} {
+		t.Setenv("WEFT_TRACE", v)
+		if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, Options{}) {
+			t.Errorf("WEFT_TRACE=%q: %+v, %v; want the zero Options", v, o, err)
+		}
+	}
+}

@@ -36,9 +36,9 @@
 //
 // The level starts from the WEFT_TRACE environment variable (a number 0-9,
 // or "off"; unset means 0, errors only) and can be changed while the program
-// runs with SetLevel. A malformed WEFT_TRACE is reported on the trace writer
-// and leaves the level at 0; FromEnv returns the same error as a value for a
-// caller (mpi.Init, gorun) that wants to fail on it.
+// runs with SetLevel. A malformed WEFT_TRACE leaves the level at 0, and is
+// not printed: mpi.Init and mpi.Run refuse it (mpi.OptionsFromEnv), and
+// FromEnv returns the error for any other caller that wants to fail on it.
 //
 // # Changing the level of a running job
 //

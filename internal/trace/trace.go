@@ -66,9 +66,11 @@ var msgBufs = sync.Pool{New: func() any { return new([]byte) }}
 func init() {
 	out.w = os.Stderr
 	out.prefix = "weft[?] "
-	if err := FromEnv(); err != nil {
-		Printf(Error, "%v", err)
-	}
+	// A malformed WEFT_TRACE leaves level 0 and is not printed here: the
+	// rank's entry point refuses it with its other variables (mpi.Init and
+	// mpi.Run, through mpi.OptionsFromEnv), and printing it here as well
+	// said it twice.
+	_ = FromEnv()
 }
 
 // On reports whether messages of level l are written. It is meant to guard

@@ -87,7 +87,9 @@ func TestFromEnv(t *testing.T) {
 }
 
 // TestStartWithBadEnv runs this test binary again with a malformed WEFT_TRACE:
-// the package's init must report it on standard error and carry on at level 0.
+// the package's init carries on at level 0 and prints nothing, since mpi.Init
+// and mpi.Run refuse the value (mpi.OptionsFromEnv) and the init's own
+// message made it said twice.
 func TestStartWithBadEnv(t *testing.T) {
 	if os.Getenv("TRACE_TEST_CHILD") == "1" {
 		fmt.Printf("level=%d\n", Get())
@@ -103,9 +105,8 @@ func TestStartWithBadEnv(t *testing.T) {
 	if !strings.Contains(stdout.String(), "level=0") {
 		t.Errorf("child did not run at level 0:\n%s", &stdout)
 	}
-	want := `weft[?] trace: WEFT_TRACE="lots": want a number from 0 to 9, or "off"; tracing stays at level 0` + "\n"
-	if got := unstamp(stderr.String()); got != want {
-		t.Errorf("child stderr = %q, want %q", got, want)
+	if strings.Contains(stderr.String(), EnvVar) {
+		t.Errorf("package init printed %q", stderr.String())
 	}
 }
 
