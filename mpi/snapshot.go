@@ -53,6 +53,18 @@ func (w *World) snapTimeout(r *request) {
 	w.writeSnapshot(w.snapshot("timeout: waited "+w.timeout.String()+" in "+w.describeNote(n), n), "")
 }
 
+// snapFailedWait writes the snapshot of a wait for r that failed with err
+// because a peer failed, unless one was written automatically already: a
+// rank told of the failure by another member (a collective's abort)
+// rather than by its own lapi, which would have called snapFatal.
+func (w *World) snapFailedWait(r *request, err error) {
+	if !w.snap.on() || w.snap.auto.Swap(true) {
+		return
+	}
+	n := r.note()
+	w.writeSnapshot(w.snapshot("fatal: "+w.describeNote(n)+" failed: "+err.Error(), n), "")
+}
+
 // snapFatal writes the snapshot of a peer's failure, unless one was
 // written automatically already (under
 // lapi's lock: peerFailed's, before it fails the requests, so that they

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -352,11 +353,15 @@ func (w *World) deadline(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // waitErr turns a failed wait into the error the caller sees: a timeout
-// names what the rank was waiting for.
+// names what the rank was waiting for. A timeout, or a peer's failure,
+// writes the rank's snapshot if none was yet.
 func (w *World) waitErr(ctx context.Context, r *request, err error) error {
 	if ctx.Err() != nil {
 		w.snapTimeout(r) // the first timeout writes a state snapshot (snapshot.go)
 		return fmt.Errorf("%w (%w)", &TimeoutError{Rank: w.rank, Waiting: r.describe()}, ctx.Err())
+	}
+	if errors.Is(err, ErrPeerFailed) {
+		w.snapFailedWait(r, err) // the first such failure writes a state snapshot
 	}
 	return err
 }
