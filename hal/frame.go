@@ -16,9 +16,7 @@ import (
 //	 4 flags   u8   FlagCRC, ...
 //	 5 srcDev  u8   device index at the source
 //	 6 dstDev  u8
-//	 7 srcWin  u8   window on that device
-//	 8 dstWin  u8
-//	 9 life    u8   the sender's life (Header.Life); 0: none said
+//	 7 life    u24  the sender's life (Header.Life); 0: none said
 //	10 length  u16  payload bytes after the header
 //	12 crc     u32  CRC32C over header (this field zero) and payload, if FlagCRC
 //	16 jobKey  u64
@@ -29,8 +27,8 @@ const (
 	// Magic is the first two bytes of every frame, "WF" read little-endian.
 	Magic uint16 = 'W' | 'F'<<8
 	// Version is the wire format's version; frames of another are dropped.
-	// 2: byte 9 carries the sender's life.
-	Version = 2
+	// 2: byte 9 carries the sender's life; 3: bytes 7-9 do (24 bits).
+	Version = 3
 	// MaxPayload is the largest payload the length field can describe that
 	// still fits one UDP datagram (65507 bytes) with the header.
 	MaxPayload = 65507 - HeaderLen
@@ -81,23 +79,27 @@ type Header struct {
 	Type           FrameType
 	Flags          uint8
 	SrcDev, DstDev uint8
-	SrcWin, DstWin uint8
 	Len            uint16 // payload length
 	JobKey         uint64
 	Src, Dst       Rank
 	// Life is which life of the source rank sent the frame: a digest,
-	// 1-255, of the epoch it joined with (lapi's reintegration, LifeOf),
-	// so that a frame of an earlier life, delayed in the network, is told
-	// from the new life's; 0 when the sender does not say.
-	Life uint8
+	// 24 bits, never 0, of the epoch it joined with (lapi's
+	// reintegration, LifeOf), so that a frame of an earlier life, delayed
+	// in the network, is told from the new life's; 0 when the sender does
+	// not say.
+	Life uint32
 }
 
-// LifeOf digests a reintegration epoch to Header.Life: 1-255, never 0.
-// Two lives of one rank have the same digest once in 255.
-func LifeOf(epoch uint64) uint8 {
+// MaxLife is the largest Header.Life: it has 24 bits on the wire.
+const MaxLife = 1<<24 - 1
+
+// LifeOf digests a reintegration epoch to Header.Life: 1-MaxLife, never
+// 0. Two lives of one rank have the same digest once in MaxLife.
+func LifeOf(epoch uint64) uint32 {
 	x := epoch ^ epoch>>32
-	x ^= x >> 16
-	return uint8((x^x>>8)%255) + 1
+	x *= 0x9e3779b97f4a7c15 // mix every bit of the epoch into the low ones
+	x ^= x >> 29
+	return uint32(x%MaxLife) + 1
 }
 
 // castagnoli is the CRC32C table; hash/crc32 switches to the SSE4.2 CRC32
@@ -121,9 +123,7 @@ func EncodeHeader(b []byte, h *Header) {
 	b[4] = h.Flags &^ FlagCRC
 	b[5] = h.SrcDev
 	b[6] = h.DstDev
-	b[7] = h.SrcWin
-	b[8] = h.DstWin
-	b[9] = h.Life
+	b[7], b[8], b[9] = byte(h.Life), byte(h.Life>>8), byte(h.Life>>16)
 	binary.LittleEndian.PutUint16(b[10:], h.Len)
 	binary.LittleEndian.PutUint32(b[12:], 0)
 	binary.LittleEndian.PutUint64(b[16:], h.JobKey)
@@ -160,8 +160,8 @@ func DecodeHeader(b []byte, h *Header) error {
 		return frameErrs[DropType]
 	}
 	h.Flags = b[4] // (unknown flag bits are carried: flags may be optional)
-	h.Life = b[9]
-	h.SrcDev, h.DstDev, h.SrcWin, h.DstWin = b[5], b[6], b[7], b[8]
+	h.Life = uint32(b[7]) | uint32(b[8])<<8 | uint32(b[9])<<16
+	h.SrcDev, h.DstDev = b[5], b[6]
 	h.Len = binary.LittleEndian.Uint16(b[10:])
 	if int(h.Len) != len(b)-HeaderLen || h.Len > MaxPayload {
 		return frameErrs[DropLength]

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
@@ -21,11 +22,11 @@ func sampleHeader(t hal.FrameType, payloadLen int) hal.Header {
 	return hal.Header{
 		Type:   t,
 		Flags:  0x80, // an unassigned flag bit: carried, not interpreted
-		SrcDev: 1, DstDev: 2, SrcWin: 3, DstWin: 4,
+		SrcDev: 1, DstDev: 2,
 		Len:    uint16(payloadLen),
 		JobKey: testJobKey,
 		Src:    0x01020304, Dst: 0xfffffffe,
-		Life: 0x77,
+		Life: 0xa5b6c7, // three distinct bytes
 	}
 }
 
@@ -122,7 +123,7 @@ func TestEncodeHeaderLayout(t *testing.T) {
 	}
 	hal.EncodeHeader(b[:], &h)
 	want := []byte{
-		'W', 'F', hal.Version, byte(hal.FrameRDMAWrite), 0x80, 1, 2, 3, 4, 0x77, // life
+		'W', 'F', hal.Version, byte(hal.FrameRDMAWrite), 0x80, 1, 2, 0xc7, 0xb6, 0xa5, // devices, life
 		0x34, 0x12, // length
 		0, 0, 0, 0, // crc
 		0xa7, 0xb0, 0xfe, 0xca, 0x0d, 0xf0, 0xed, 0x5e, // job key
@@ -488,26 +489,34 @@ func TestDropErrAllocs(t *testing.T) {
 	}
 }
 
-// TestLifeOf: a life is never 0 (which says "none"), and the lives of
-// random epochs collide about once in 255.
+// TestLifeOf: a life is never 0 (which says "none") nor above MaxLife,
+// and the lives of a million epochs, random, successive or differing in
+// one high bit, collide no more than 24 bits let them.
 func TestLifeOf(t *testing.T) {
-	same := 0
-	var prev uint8
-	for i := range 100000 {
-		ep := uint64(i)*0x9e3779b97f4a7c15 ^ uint64(i)<<40
+	r := rand.New(rand.NewPCG(1, 2))
+	seen := make(map[uint32]bool)
+	collisions := 0
+	for i := range 1 << 20 {
+		var ep uint64
+		switch i % 3 {
+		case 0:
+			ep = r.Uint64()
+		case 1:
+			ep = uint64(i) // successive epochs
+		default:
+			ep = uint64(i) << 40 // differing in high bits only
+		}
 		l := hal.LifeOf(ep)
-		if l == 0 {
-			t.Fatalf("LifeOf(%#x) = 0", ep)
+		if l == 0 || l > hal.MaxLife {
+			t.Fatalf("LifeOf(%#x) = %d", ep, l)
 		}
-		if i > 0 && l == prev {
-			same++
+		if seen[l] {
+			collisions++
 		}
-		prev = l
+		seen[l] = true
 	}
-	if same > 100000/255*2 {
-		t.Errorf("%d of 100000 successive epochs share their life, want about %d", same, 100000/255)
-	}
-	if hal.LifeOf(1) == hal.LifeOf(99) || hal.LifeOf(1) == hal.LifeOf(2) {
-		t.Errorf("LifeOf 1, 2, 99: %d %d %d", hal.LifeOf(1), hal.LifeOf(2), hal.LifeOf(99))
+	// 2^20 draws among 2^24 values: about 2^15 collisions by chance.
+	if collisions > 1<<15*3/2 {
+		t.Errorf("%d collisions among 2^20 lives, want about %d", collisions, 1<<15)
 	}
 }

@@ -255,6 +255,6 @@ func (s *RDMAStream) RestartRange(tid uint32, off, n uint64) {
 
 // SetFrame sets the job key, source rank and its life (Header.Life) a
 // served stream's packets carry (the engine does not know them).
-func (s *RDMAStream) SetFrame(jobKey uint64, src Rank, life uint8) {
+func (s *RDMAStream) SetFrame(jobKey uint64, src Rank, life uint32) {
 	s.frame.JobKey, s.frame.Src, s.frame.Life = jobKey, src, life
 }

@@ -76,7 +76,7 @@ type Context struct {
 	xchg xchgState   // address exchanges (xchg.go)
 	// life is this rank's hal.Header.Life, which every frame it sends
 	// carries: its epoch's digest (0 without reintegration).
-	life uint8
+	life uint32
 }
 
 // Open starts a lapi context over cfg.Device. It owns the device from now
@@ -118,7 +118,7 @@ func Open(cfg Config) (*Context, error) {
 	c.compose()
 	if cfg.Reintegrate {
 		c.ri.reint = newReintegration(&cfg)
-		c.ri.lives = make([]uint8, cfg.Size)
+		c.ri.lives = make([]uint32, cfg.Size)
 		c.life = hal.LifeOf(c.ri.reint.Epoch())
 	}
 	c.probeDevice(shortTo != nil)

@@ -22,7 +22,7 @@ type reintDriver struct {
 	// lives[p] is hal.LifeOf the epoch last heard from peer p (0: none),
 	// what onFrame compares every frame's life with; handle refreshes it,
 	// as only the protocol's frames change a peer's epoch.
-	lives []uint8
+	lives []uint32
 }
 
 // isReintFrame reports whether a frame belongs to the reintegration
@@ -164,7 +164,7 @@ func (rg *reintDriver) staleEpoch(dstEp uint32) bool {
 // the one this rank knows (c.mu held): an earlier one's, delayed. (A later
 // life's frame that overtook its BOOTING is dropped too, and sent again:
 // over a reliable device, which keeps order, BOOTING comes first.)
-func (rg *reintDriver) staleLife(peer hal.Rank, l uint8) bool {
+func (rg *reintDriver) staleLife(peer hal.Rank, l uint32) bool {
 	if int(peer) >= len(rg.lives) {
 		return false // no reintegration, or no such peer (route drops it)
 	}

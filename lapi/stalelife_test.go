@@ -164,3 +164,39 @@ func TestPacketOfNoLifeNotTaken(t *testing.T) {
 		t.Fatalf("rank 1's new life got %q, want only the message sent to it (origins: first %v, second %v settled %v; rank 1 %+v)", h1.got, k.err, k2.err, settled(k2, 1), j.ctxs[1].Stats())
 	}
 }
+
+// TestStaleLifeHighBits is TestStaleLifeRmw with the restarted life's
+// epoch chosen so that its life differs from the earlier one's only above
+// the low byte, all the wire carried of it before version 3: the earlier
+// life's delayed fetch-and-add then passed for the new life's, took the
+// reset link's sequence 0 and was applied a second time (helper-53's
+// review). Lives are 24 bits now, and it is dropped.
+func TestStaleLifeHighBits(t *testing.T) {
+	var old [][]byte
+	j, net, v, pvo := staleLifeJob(t, 1, hal.FrameData, &old)
+	defer j.close()
+	k := j.ctxs[1].NewCounter()
+	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 1, 0, nil, SendOpts{Origin: k})
+	j.run(time.Second, nil, func() bool { return settled(k, 1) })
+	epoch := uint64(3)
+	for hal.LifeOf(epoch)&0xff != hal.LifeOf(2)&0xff || hal.LifeOf(epoch) == hal.LifeOf(2) { // rank 1's first life is epoch 2
+		epoch++
+	}
+	net.SetFilter(nil)
+	j.ctxs[1].Close()
+	dev, _ := net.Restart(1)
+	j.ctxs[1] = openReint(t, j, 1, dev, epoch)
+	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
+	for _, f := range old { // the earlier life's frames, delayed
+		net.Inject(1, 0, f)
+	}
+	j.run(time.Second, nil, func() bool { return net.InFlight() == 0 })
+	k2 := j.ctxs[1].NewCounter()
+	var prev int64 = -1
+	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 10, 0, &prev, SendOpts{Origin: k2})
+	j.run(10*time.Second, nil, func() bool { return settled(k2, 1) })
+	if v[0] != 11 || prev != 1 {
+		t.Fatalf("restarted with epoch %#x (life %#x, the earlier %#x): v=%d prev=%d, want v=11 prev=1 (err %v)",
+			epoch, hal.LifeOf(epoch), hal.LifeOf(2), v[0], prev, k2.err)
+	}
+}
