@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -66,7 +67,7 @@ func TestReduceMoreOps(t *testing.T) {
 	if err := Reduce(got, int32Bytes(s32), AccMaxLoc, Int32); err != nil {
 		t.Fatal(err)
 	}
-	if g, want := as[int32](got), []int32{5, 1, 6, 2, -1, 4, 7, 0}; !equal(g, want) {
+	if g, want := as[int32](got), []int32{5, 1, 6, 2, -1, 4, 7, 0}; !slices.Equal(g, want) {
 		t.Fatalf("MaxLoc int32: %v, want %v", g, want)
 	}
 	df, sf := []float64{2.5, 7, -3, 1}, []float64{2.5, 4, -4, 0}
@@ -74,21 +75,9 @@ func TestReduceMoreOps(t *testing.T) {
 	if err := Reduce(gotf, float64Bytes(sf), AccMinLoc, Float64); err != nil {
 		t.Fatal(err)
 	}
-	if g, want := as[float64](gotf), []float64{2.5, 4, -4, 0}; !equal(g, want) {
+	if g, want := as[float64](gotf), []float64{2.5, 4, -4, 0}; !slices.Equal(g, want) {
 		t.Fatalf("MinLoc float64: %v, want %v", g, want)
 	}
-}
-
-func equal[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func int32Bytes(v []int32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }

@@ -15,14 +15,18 @@ import (
 // 0 drops it: it used to take the reset link's sequence 0, be applied a
 // second time, and push the new life's first packet out as a duplicate,
 // whose reply then matched the old request's slot (helper-49's review).
-func TestStaleLifeRmw(t *testing.T) {
+func TestStaleLifeRmw(t *testing.T) { staleRmw(t, 99) }
+
+// staleRmw is TestStaleLifeRmw with rank 1's new life in epoch (its
+// first is epoch 2).
+func staleRmw(t *testing.T, epoch uint64) {
 	var old [][]byte
 	j, net, v, pvo := staleLifeJob(t, 1, hal.FrameData, &old)
 	defer j.close()
 	k := j.ctxs[1].NewCounter()
 	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 1, 0, nil, SendOpts{Origin: k})
 	j.run(time.Second, nil, func() bool { return settled(k, 1) })
-	restartRank1(t, j, net, old)
+	restartRank1(t, j, net, old, epoch)
 	for _, f := range old { // the earlier life's frames, delayed
 		net.Inject(1, 0, f)
 	}
@@ -32,7 +36,8 @@ func TestStaleLifeRmw(t *testing.T) {
 	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 10, 0, &prev, SendOpts{Origin: k2})
 	j.run(10*time.Second, nil, func() bool { return settled(k2, 1) })
 	if v[0] != 11 || prev != 1 {
-		t.Fatalf("after restart: v=%d prev=%d, want v=11 prev=1 (err %v)", v[0], prev, k2.err)
+		t.Fatalf("after restart in epoch %#x (life %#x, the earlier %#x): v=%d prev=%d, want v=11 prev=1 (err %v)",
+			epoch, hal.LifeOf(epoch), hal.LifeOf(2), v[0], prev, k2.err)
 	}
 }
 
@@ -50,7 +55,7 @@ func TestStaleLifeAccumulate(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.run(time.Second, nil, func() bool { return settled(k, 1) })
-	restartRank1(t, j, net, old)
+	restartRank1(t, j, net, old, 99)
 	stale := j.ctxs[0].Stats().Stale
 	for _, f := range old {
 		net.Inject(1, 0, f)
@@ -82,16 +87,16 @@ func staleLifeJob(t *testing.T, n int, ft hal.FrameType, old *[][]byte) (*simJob
 	return j, net, v, pvo
 }
 
-// restartRank1 stops recording, restarts rank 1 in a new life (epoch 99)
+// restartRank1 stops recording, restarts rank 1 in a new life (epoch)
 // and runs until both ranks are joined again.
-func restartRank1(t *testing.T, j *simJob, net *simnet.Network, old [][]byte) {
+func restartRank1(t *testing.T, j *simJob, net *simnet.Network, old [][]byte, epoch uint64) {
 	net.SetFilter(nil)
 	if len(old) == 0 {
 		t.Fatal("no frame of the earlier life recorded")
 	}
 	j.ctxs[1].Close()
 	dev, _ := net.Restart(1)
-	j.ctxs[1] = openReint(t, j, 1, dev, 99)
+	j.ctxs[1] = openReint(t, j, 1, dev, epoch)
 	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
 }
 
@@ -172,31 +177,9 @@ func TestPacketOfNoLifeNotTaken(t *testing.T) {
 // reset link's sequence 0 and was applied a second time (helper-53's
 // review). Lives are 24 bits now, and it is dropped.
 func TestStaleLifeHighBits(t *testing.T) {
-	var old [][]byte
-	j, net, v, pvo := staleLifeJob(t, 1, hal.FrameData, &old)
-	defer j.close()
-	k := j.ctxs[1].NewCounter()
-	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 1, 0, nil, SendOpts{Origin: k})
-	j.run(time.Second, nil, func() bool { return settled(k, 1) })
 	epoch := uint64(3)
-	for hal.LifeOf(epoch)&0xff != hal.LifeOf(2)&0xff || hal.LifeOf(epoch) == hal.LifeOf(2) { // rank 1's first life is epoch 2
+	for hal.LifeOf(epoch)&0xff != hal.LifeOf(2)&0xff || hal.LifeOf(epoch) == hal.LifeOf(2) {
 		epoch++
 	}
-	net.SetFilter(nil)
-	j.ctxs[1].Close()
-	dev, _ := net.Restart(1)
-	j.ctxs[1] = openReint(t, j, 1, dev, epoch)
-	j.run(time.Second, nil, func() bool { return j.ctxs[1].RDMAReady(0) && j.ctxs[0].RDMAReady(1) })
-	for _, f := range old { // the earlier life's frames, delayed
-		net.Inject(1, 0, f)
-	}
-	j.run(time.Second, nil, func() bool { return net.InFlight() == 0 })
-	k2 := j.ctxs[1].NewCounter()
-	var prev int64 = -1
-	j.ctxs[1].Rmw(0, FetchAndAdd, pvo, 10, 0, &prev, SendOpts{Origin: k2})
-	j.run(10*time.Second, nil, func() bool { return settled(k2, 1) })
-	if v[0] != 11 || prev != 1 {
-		t.Fatalf("restarted with epoch %#x (life %#x, the earlier %#x): v=%d prev=%d, want v=11 prev=1 (err %v)",
-			epoch, hal.LifeOf(epoch), hal.LifeOf(2), v[0], prev, k2.err)
-	}
+	staleRmw(t, epoch)
 }

@@ -393,6 +393,14 @@ func (w *World) peerFailed(tx *lapi.Tx, peer lapi.Rank, err error) {
 		w.m.cancelPosted(r)
 		r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
 	}
+	w.endWith(peer, err)
+}
+
+// endWith fails what is under way with peer, which failed or restarted
+// (w.mu held): sends to it, receives whose data it was sending (split
+// receives), and its messages queued as unexpected whose data has not
+// all come (a probe sees them, a receive that matches one fails).
+func (w *World) endWith(peer lapi.Rank, err error) {
 	w.reqs.each(func(r *request) {
 		switch {
 		case r.peer != int(peer):
@@ -405,7 +413,7 @@ func (w *World) peerFailed(tx *lapi.Tx, peer lapi.Rank, err error) {
 	})
 	for a := w.m.unexpected.head; a != nil; a = a.next {
 		if a.from == peer && !a.complete {
-			a.complete, a.failed = true, err // it never will: let a probe see it, a receive fail
+			a.complete, a.failed = true, err // it never will
 		}
 	}
 }
@@ -432,19 +440,5 @@ func (w *World) peerRestarted(_ *lapi.Tx, peer lapi.Rank, err error) {
 			}
 		}
 	}
-	w.reqs.each(func(r *request) {
-		switch {
-		case r.peer != int(peer):
-		case r.recv:
-			w.endSplit(r)
-			r.finish(Status{}, fmt.Errorf("mpi: receive from rank %d: %w", peer, err))
-		default:
-			r.finish(Status{}, fmt.Errorf("mpi: send to rank %d: %w", peer, err))
-		}
-	})
-	for a := w.m.unexpected.head; a != nil; a = a.next {
-		if a.from == peer && !a.complete {
-			a.complete, a.failed = true, err // never will: a receive matching it fails
-		}
-	}
+	w.endWith(peer, err)
 }
