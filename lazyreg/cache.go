@@ -75,8 +75,12 @@ func (c *Cache[K]) Options() Options { return c.opt }
 // same backing array that covers mem is reused (a hit). Otherwise (a miss)
 // the fragments mem touches are registered, clipped to mem's backing array
 // from mem's start to the end of its capacity and merged with idle
-// registrations of the same array they overlap; if that span does not fit
-// the budget, mem alone is registered.
+// registrations of the same array they overlap. The budget is
+// MaxPinnedBytes less the bytes of registrations in use (idle ones are
+// released LRU-first to make room): if the span does not fit it, mem alone
+// is registered and the idle registrations are left as they are; if mem
+// does not fit either, Acquire releases nothing and fails with an error
+// wrapping ErrOverBudget, and the caller can fall back to copying.
 //
 // A registration overlapping mem's span but made for another backing
 // array (another capacity end at an overlapping address: memory unmapped
@@ -100,10 +104,10 @@ func (c *Cache[K]) Acquire(mem []byte) (Region[K], error) {
 		return c.use(e, start), nil
 	}
 	c.stats.Misses++
-	if uint64(len(mem)) > c.opt.MaxPinnedBytes {
+	if room := c.room(); uint64(len(mem)) > room {
 		// Checked before evicting anything: no eviction could make room.
-		return Region[K]{}, fmt.Errorf("%w: acquire of %d bytes at %#x: more than MaxPinnedBytes %d",
-			ErrOverBudget, len(mem), start, c.opt.MaxPinnedBytes)
+		return Region[K]{}, fmt.Errorf("%w: acquire of %d bytes at %#x: only %d bytes can be made free (MaxPinnedBytes %d, %d bytes pinned in use)",
+			ErrOverBudget, len(mem), start, room, c.opt.MaxPinnedBytes, c.stats.PinnedBytes-c.lru.bytes)
 	}
 
 	// Whole fragments, but never past the backing array: memory beyond a
@@ -118,22 +122,7 @@ func (c *Cache[K]) Acquire(mem []byte) (Region[K], error) {
 	if err != nil {
 		return Region[K]{}, fmt.Errorf("acquire of %d bytes at %#x: %w", len(mem), start, err)
 	}
-	// Idle registrations of the same array that the span overlaps are
-	// replaced by one over their union, so a buffer used piecewise ends
-	// up with one registration rather than one per piece.
-	base, merged := mem, []*entry[K](nil)
-	for _, o := range c.idx.overlapping(lo, hi) {
-		if o.uses == 0 {
-			merged = append(merged, o)
-			if o.start < lo {
-				lo, base = o.start, o.mem
-			}
-			hi = max(hi, o.end)
-		}
-	}
-	if hi-lo > uintptr(c.opt.MaxPinnedBytes) {
-		lo, hi, base, merged = start, end, mem, nil
-	}
+	base, lo, hi, merged := c.merge(mem, lo, hi)
 	for _, o := range merged {
 		c.unindex(o)
 		if err := c.release(o); err != nil {
@@ -148,6 +137,30 @@ func (c *Cache[K]) Acquire(mem []byte) (Region[K], error) {
 		return Region[K]{}, err
 	}
 	return c.use(e, start), nil
+}
+
+// merge extends the span [lo, hi) of a miss on mem over the idle
+// registrations of mem's array that it overlaps, so a buffer used
+// piecewise ends up with one registration rather than one per piece. It
+// returns the span, the slice it starts (base), and the registrations it
+// replaces, for the caller to release. If the union does not fit the room
+// makeRoom can make, the span is mem alone and nothing is replaced.
+func (c *Cache[K]) merge(mem []byte, lo, hi uintptr) (base []byte, mlo, mhi uintptr, merged []*entry[K]) {
+	start, end, _ := spanOf(mem)
+	base = mem
+	for _, o := range c.idx.overlapping(lo, hi) {
+		if o.uses == 0 {
+			merged = append(merged, o)
+			if o.start < lo {
+				lo, base = o.start, o.mem
+			}
+			hi = max(hi, o.end)
+		}
+	}
+	if uint64(hi-lo) > c.room() {
+		return mem, start, end, nil
+	}
+	return base, lo, hi, merged
 }
 
 // register pins span and registers it.

@@ -239,6 +239,73 @@ func TestBudget(t *testing.T) {
 			t.Errorf("registered %d bytes, want the transfer's 100", got)
 		}
 	})
+	// The budget a span must fit is what registrations in use leave.
+	t.Run("span over the budget left by registrations in use", func(t *testing.T) {
+		c, f := newCache(t, Options{FragmentSize: n, MaxPinnedBytes: 2 * n})
+		rh, err := c.Acquire(aligned(n+n/2, n)) // in use: 1.5 fragments
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := aligned(4*n, n)
+		r, err := c.Acquire(buf[:100]) // a fragment does not fit, 100 bytes do
+		if err != nil {
+			t.Fatalf("acquire of 100 bytes with %d of %d bytes in use: %v", n+n/2, 2*n, err)
+		}
+		if got := len(f.live[r.Key]); got != 100 {
+			t.Errorf("registered %d bytes, want the transfer's 100", got)
+		}
+		releaseAll(t, c, r, rh)
+	})
+	t.Run("merge over the budget left keeps the idle registration", func(t *testing.T) {
+		c, f := newCache(t, Options{FragmentSize: n, MaxPinnedBytes: 3 * n})
+		buf := aligned(4*n, n)
+		idle := acquireRelease(t, c, buf[:100]) // idle: buf's first fragment
+		rh, err := c.Acquire(aligned(n+n/2, n)) // in use: 1.5 fragments
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The union with the idle fragment is 2 fragments: under
+		// MaxPinnedBytes, over the 1.5 left.
+		r, err := c.Acquire(buf[n-50 : n+50])
+		if err != nil {
+			t.Fatalf("acquire of 100 bytes across the idle fragment's end: %v", err)
+		}
+		if got := len(f.live[r.Key]); got != 100 {
+			t.Errorf("registered %d bytes, want the transfer's 100", got)
+		}
+		if _, ok := f.live[idle.Key]; !ok {
+			t.Error("the idle registration was released for a merge that did not happen")
+		}
+		releaseAll(t, c, r, rh)
+	})
+	t.Run("transfer over the budget left releases nothing", func(t *testing.T) {
+		c, f := newCache(t, Options{FragmentSize: n, MaxPinnedBytes: 2 * n})
+		acquireRelease(t, c, make([]byte, n/4)) // idle: counts as room
+		rh, err := c.Acquire(aligned(n+n/2, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Acquire(make([]byte, n/2+1)); !errors.Is(err, ErrOverBudget) {
+			t.Fatalf("acquire of %d bytes with %d left: %v, want ErrOverBudget", n/2+1, n/2, err)
+		}
+		if f.deregisters != 0 {
+			t.Error("an acquire that cannot fit evicted an idle registration")
+		}
+		r, err := c.Acquire(make([]byte, n/2)) // fits once the idle one goes
+		if err != nil {
+			t.Fatal(err)
+		}
+		releaseAll(t, c, r, rh)
+	})
+}
+
+func releaseAll(t *testing.T, c *Cache[uint64], rs ...Region[uint64]) {
+	t.Helper()
+	for _, r := range rs {
+		if err := c.Release(r); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestReleaseErrors(t *testing.T) {

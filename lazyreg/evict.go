@@ -60,13 +60,28 @@ func (c *Cache[K]) release(e *entry[K]) error {
 	return nil
 }
 
+// room returns how many bytes a new registration may take: the budget
+// less what makeRoom cannot release, the registrations in use (and those
+// whose deregistration failed). Idle registrations count as room.
+func (c *Cache[K]) room() uint64 {
+	fixed := c.stats.PinnedBytes - c.lru.bytes
+	if fixed >= c.opt.MaxPinnedBytes {
+		return 0
+	}
+	return c.opt.MaxPinnedBytes - fixed
+}
+
 // lru lists idle registrations, least recently released at the head. It
 // is intrusive (links in the entries) so that Release, on every
 // transfer's path, allocates nothing.
-type lru[K any] struct{ head, tail *entry[K] }
+type lru[K any] struct {
+	head, tail *entry[K]
+	bytes      uint64 // registered bytes of the entries listed
+}
 
 func (l *lru[K]) pushBack(e *entry[K]) {
 	e.prev, e.next, e.inLRU = l.tail, nil, true
+	l.bytes += uint64(e.end - e.start)
 	if l.tail != nil {
 		l.tail.next = e
 	} else {
@@ -91,4 +106,5 @@ func (l *lru[K]) remove(e *entry[K]) {
 		l.tail = e.prev
 	}
 	e.prev, e.next, e.inLRU = nil, nil, false
+	l.bytes -= uint64(e.end - e.start)
 }
