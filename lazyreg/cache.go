@@ -22,6 +22,7 @@ type Cache[K any] struct {
 	lru    lru[K]                 // idle indexed entries, least recently released first
 	failed map[*entry[K]]struct{} // deregistration failed: still pinned, retried by Close
 	clock  uint64                 // ticks, advanced by Tick
+	token  uint64                 // the last use's token: each Acquire takes the next
 	inUse  int
 	stats  Stats
 	closed bool
@@ -192,13 +193,22 @@ func (c *Cache[K]) use(e *entry[K], start uintptr) Region[K] {
 		c.lru.remove(e)
 	}
 	e.uses++
-	return Region[K]{Key: e.key, Offset: uint64(start - e.start), e: e}
+	c.token++
+	slot := len(e.tokens)
+	if n := len(e.free); n > 0 {
+		slot, e.free = e.free[n-1], e.free[:n-1]
+	} else {
+		e.tokens = append(e.tokens, 0)
+	}
+	e.tokens[slot] = c.token
+	return Region[K]{Key: e.key, Offset: uint64(start - e.start), e: e, slot: slot, token: c.token}
 }
 
 // Release ends the transfer r was acquired for. The registration stays
 // cached; it becomes a candidate for release once no transfer uses it.
-// Releasing a Region not acquired from this cache, or more often than it
-// was acquired, is an error wrapping ErrNotAcquired.
+// Releasing a Region not acquired from this cache, or releasing a Region
+// (or a copy of it) again, is an error wrapping ErrNotAcquired and leaves
+// the other transfers on its registration alone.
 func (c *Cache[K]) Release(r Region[K]) error {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
@@ -210,7 +220,12 @@ func (c *Cache[K]) Release(r Region[K]) error {
 		return fmt.Errorf("%w: Region of another cache", ErrNotAcquired)
 	case e.uses == 0:
 		return fmt.Errorf("%w: registration of %d bytes at %#x has no transfer in flight", ErrNotAcquired, e.end-e.start, e.start)
+	case r.slot < 0 || r.slot >= len(e.tokens) || e.tokens[r.slot] != r.token:
+		return fmt.Errorf("%w: Region at offset %d of the registration of %d bytes at %#x was already released (%d other transfers on it in flight)",
+			ErrNotAcquired, r.Offset, e.end-e.start, e.start, e.uses)
 	}
+	e.tokens[r.slot] = 0
+	e.free = append(e.free, r.slot)
 	e.uses--
 	if e.uses > 0 {
 		return nil

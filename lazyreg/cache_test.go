@@ -337,6 +337,73 @@ func TestReleaseErrors(t *testing.T) {
 	}
 }
 
+// TestDoubleReleaseWhileShared releases a Region twice while another
+// transfer shares its registration: the second Release is refused, and
+// it does not take the other transfer's use, whose registration stays.
+func TestDoubleReleaseWhileShared(t *testing.T) {
+	const n = 64 << 10
+	c, f := newCache(t, Options{FragmentSize: n, MaxRegions: 1})
+	buf := aligned(n, n)
+	r1, err := c.Acquire(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.Acquire(buf[:100]) // a hit: the same registration
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(r1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(r1); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("second Release of the same Region: %v, want ErrNotAcquired", err)
+	}
+	// The one registration slot is r2's, in use: not to be evicted.
+	if _, err := c.Acquire(make([]byte, 100)); !errors.Is(err, ErrOverBudget) {
+		t.Errorf("acquire with the one registration in use by r2: %v, want ErrOverBudget", err)
+	}
+	if _, ok := f.live[r2.Key]; !ok {
+		t.Fatal("the registration of a transfer still in flight (r2) was deregistered")
+	}
+	r3, err := c.Acquire(buf[200:300]) // a hit reusing r1's slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(r1); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("Release of r1 after its slot went to r3: %v, want ErrNotAcquired", err)
+	}
+	releaseAll(t, c, r2, r3)
+	if err := c.Release(r2); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("second Release of r2, the last use: %v, want ErrNotAcquired", err)
+	}
+	if s := c.Stats(); s.InUse != 0 || s.Regions != 1 {
+		t.Errorf("after every Release: %d in use, %d registrations, want 0 and 1", s.InUse, s.Regions)
+	}
+}
+
+// TestHitAllocs: a hit's Acquire and its Release are on every transfer's
+// path and allocate nothing, with other transfers on the registration.
+func TestHitAllocs(t *testing.T) {
+	c, _ := newCache(t, Options{})
+	buf := make([]byte, 4096)
+	held, err := c.Acquire(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		r1, err1 := c.Acquire(buf[10:20])
+		r2, err2 := c.Acquire(buf[:100])
+		if err := errors.Join(err1, err2, c.Release(r1), c.Release(r2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run() // the slot table grows once
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Errorf("%v allocations per two hits and their Releases, want 0", n)
+	}
+	releaseAll(t, c, held)
+}
+
 func TestIdleTicks(t *testing.T) {
 	c, f := newCache(t, Options{MaxIdleTicks: 2})
 	idle, busy := make([]byte, 4096), make([]byte, 4096)

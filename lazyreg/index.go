@@ -23,6 +23,12 @@ type entry[K any] struct {
 	prev, next *entry[K] // LRU links
 	indexed    bool      // lookups find it; false once stale or evicted
 	owner      *held[K]  // so a Region from another cache is refused
+	// tokens holds the token of each use in flight in its slot (0 in a
+	// free one), so that a Region released twice is told from another
+	// transfer on the registration; free lists the free slots. Both keep
+	// their capacity, so a hit allocates nothing.
+	tokens []uint64
+	free   []int
 }
 
 // spanOf returns where mem starts and ends, and where its backing array

@@ -54,11 +54,14 @@ type Options struct {
 
 // Region is one acquired use of a registration: the memory passed to
 // Acquire lies Offset bytes into the registration Key names. It stays
-// registered until Release.
+// registered until Release. Copies of a Region are the same use: one of
+// them is released, once.
 type Region[K any] struct {
 	Key    K      // the registration's handle
 	Offset uint64 // where the acquired memory starts within the registration
 	e      *entry[K]
+	slot   int    // the use's slot in e.tokens
+	token  uint64 // the use's token, there until it is released
 }
 
 // Stats are a cache's counters, a snapshot taken under its lock.
