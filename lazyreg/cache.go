@@ -83,13 +83,16 @@ func (c *Cache[K]) Options() Options { return c.opt }
 // does not fit either, Acquire releases nothing and fails with an error
 // wrapping ErrOverBudget, and the caller can fall back to copying.
 //
-// A registration overlapping mem's span but made for another backing
-// array (another capacity end at an overlapping address: memory unmapped
-// and mapped again) is dropped, never served. Memory replaced by a mapping
-// of the same extent looks unchanged: its owner must call Invalidate.
-// Go memory cannot change under a registration, which keeps it pinned and
-// alive. A slice whose capacity was cut short (s[i:j:k]) counts as another
-// array: it is served correctly, at the cost of a registration.
+// Backing arrays are told apart by where they end (the end of a slice's
+// capacity): a registration overlapping mem's span but made for an array
+// ending elsewhere (memory unmapped and mapped again at an overlapping
+// address) is dropped, never served. A replacement mapping that ends at
+// the same address as the old one, whatever its start, looks unchanged:
+// its owner must call Invalidate. Go memory cannot change under a
+// registration, which keeps it pinned and alive. A slice whose capacity
+// was cut short (s[i:j:k]) counts as another array: it is served
+// correctly, at the cost of a registration of its own, and the
+// registrations of the whole array it overlaps are dropped.
 func (c *Cache[K]) Acquire(mem []byte) (Region[K], error) {
 	if len(mem) == 0 {
 		return Region[K]{}, fmt.Errorf("%w: acquire of a zero-length slice", ErrEmpty)
@@ -244,7 +247,7 @@ func (c *Cache[K]) Release(r Region[K]) error {
 // Invalidate drops every registration overlapping mem, for memory whose
 // owner knows it changed in a way the cache cannot see (a shared segment
 // detached and another attached at the same address, a mapping replaced by
-// one of the same size). Idle registrations are deregistered now; ones in
+// one that ends at the same address, whatever its start). Idle registrations are deregistered now; ones in
 // use stop being found and are deregistered at their last Release.
 func (c *Cache[K]) Invalidate(mem []byte) error {
 	if len(mem) == 0 {

@@ -68,22 +68,36 @@ func TestRemappedMemory(t *testing.T) {
 	}
 }
 
-// TestInvalidateSameExtent: a mapping replaced by one of the same extent
-// looks unchanged to the cache; its owner says so with Invalidate, and the
-// next transfer registers the new pages.
-func TestInvalidateSameExtent(t *testing.T) {
+// TestInvalidateSameEnd: a mapping replaced by one that ends at the same
+// address looks unchanged to the cache, whether it has the same extent or
+// starts elsewhere (the cache tells arrays apart by where they end): a
+// transfer on the new memory finds the old registration, as Acquire
+// documents. The owner says so with Invalidate, and the next transfer
+// registers the new pages.
+func TestInvalidateSameEnd(t *testing.T) {
 	const mib = 1 << 20
-	region := mapAnon(t, mib)
-	c, f := newCache(t, Options{})
-	r1 := acquireRelease(t, c, region[:4096])
-	remap(t, region, mib)
-	if err := c.Invalidate(region); err != nil {
-		t.Fatal(err)
-	}
-	r2 := acquireRelease(t, c, region[:4096])
-	if r2.Key == r1.Key || f.registers != 2 || f.liveCount() != 1 {
-		t.Errorf("after Invalidate: key %d (was %d), %d registrations, %d live; want a fresh one",
-			r2.Key, r1.Key, f.registers, f.liveCount())
+	for _, tc := range []struct {
+		name     string
+		newStart int // where the new mapping starts in the old one
+	}{{"same extent", 0}, {"later start", mib / 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			region := mapAnon(t, mib)
+			c, f := newCache(t, Options{})
+			r1 := acquireRelease(t, c, region[:4096])
+			remap(t, region[tc.newStart:], mib-tc.newStart)
+			fresh := region[tc.newStart:] // the new mapping, as its owner sees it
+			if r := acquireRelease(t, c, fresh[:4096]); r.Key != r1.Key {
+				t.Fatalf("a mapping ending where the old one did was told apart (key %d, was %d): update Acquire's doc", r.Key, r1.Key)
+			}
+			if err := c.Invalidate(fresh); err != nil {
+				t.Fatal(err)
+			}
+			r2 := acquireRelease(t, c, fresh[:4096])
+			if r2.Key == r1.Key || f.registers != 2 || f.liveCount() != 1 {
+				t.Errorf("after Invalidate: key %d (was %d), %d registrations, %d live; want a fresh one",
+					r2.Key, r1.Key, f.registers, f.liveCount())
+			}
+		})
 	}
 }
 
