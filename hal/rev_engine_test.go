@@ -300,3 +300,215 @@ func FuzzRevEngineHostile(f *testing.F) {
 		}
 	})
 }
+
+// revReadNet is revNet for reads: the origin asks the target for its
+// region and redrives as lapi does (EvReadMissing answered at once with
+// the missing segments, timeouts with ReadMissing or MissingRange).
+type revReadNet struct {
+	t        *testing.T
+	te, oe   *RDMAEngine
+	pool     *RCxtPool
+	src, dst []byte
+	tp, lp   PVO
+	datas    [][]byte
+	cur      int
+	rc       *RCxt
+	h        RDMAHdr
+	rs       *RDMAStream   // the request
+	served   []*RDMAStream // streams the target serves, latest last
+	toTarget [][]byte
+	toOrigin [][]byte
+	done     bool
+	reads    int
+}
+
+func (n *revReadNet) begin() {
+	if n.rc != nil {
+		n.oe.EndRead(1, n.rc)
+		n.pool.Free(n.rc)
+	}
+	rc, err := n.pool.Alloc()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	rc.Begin()
+	n.rc = rc
+	copy(n.src, n.datas[n.cur])
+	n.h = RDMAHdr{RCxt: rc.ID, Key: rc.Key, Tid: rc.Tid(), Base: rc.Base(), Total: uint64(len(n.src)), Seg: 256,
+		Notify: NotifyOrigin, PVO: n.tp, Local: n.lp}
+	rs, err := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAReadReq, n.h, nil)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.rs, n.done = rs, false
+	n.oe.ExpectRead(1, rc, &n.h)
+}
+
+func (n *revReadNet) reread(tid uint32) {
+	if off, bm := n.oe.ReadMissing(1, n.rc); len(bm) > 0 {
+		n.rs.RestartReadMissing(tid, off, bm)
+	} else {
+		off, k := n.oe.MissingRange(1, n.rc)
+		n.rs.RestartRange(tid, off, k)
+	}
+	n.h.Tid = tid
+	n.oe.ExpectRead(1, n.rc, &n.h)
+}
+
+func (n *revReadNet) pump(s *RDMAStream, q *[][]byte) {
+	if s.Done() {
+		return
+	}
+	buf := make([]byte, StreamBufLen)
+	hdr, data, err := s.Next(buf)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	*q = append(*q, append(append([]byte(nil), hdr...), data...))
+	s.Advance()
+}
+
+func (n *revReadNet) deliverTarget(f []byte) {
+	evs, _ := feed(n.t, n.te, 0, [][]byte{f})
+	for _, ev := range evs {
+		if ev.Kind == EvServeRead {
+			ev.Stream.SetFrame(1, 1, 0)
+			n.served = append(n.served, ev.Stream)
+		}
+	}
+}
+
+func (n *revReadNet) deliverOrigin(f []byte) {
+	evs, _ := feed(n.t, n.oe, 1, [][]byte{f})
+	for _, ev := range evs {
+		switch ev.Kind {
+		case EvReadDone:
+			if n.done {
+				n.t.Fatalf("read %d done twice", n.cur)
+			}
+			if !bytes.Equal(n.dst, n.datas[n.cur]) {
+				n.t.Fatalf("read %d done with memory differing from the target's", n.cur)
+			}
+			n.done = true
+			n.reads++
+		case EvReadMissing:
+			if !n.done {
+				n.reread(n.rc.Redrive())
+			}
+		case EvFault:
+			n.t.Fatalf("fault: %v", ev.Err)
+		}
+	}
+}
+
+// FuzzRevEngineLossyReads: FuzzRevEngineLossyWrites for reads.
+func FuzzRevEngineLossyReads(f *testing.F) {
+	f.Add([]byte{3, 10, 1, 4, 5, 0, 0, 6, 6, 6, 6, 1, 0, 1, 0, 7})
+	f.Add([]byte{1, 200, 2, 4, 0, 0, 6, 6, 6, 6, 6, 3, 0, 1, 0, 2, 1, 7, 4, 0, 0, 6, 1, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) < 3 {
+			return
+		}
+		ntx := 1 + int(ops[0]%3)
+		size := 1 + int(ops[1])*16
+		ttpt, otpt := NewTPT(), NewTPT()
+		src, dst := make([]byte, size), make([]byte, size)
+		tp, _ := ttpt.Register(src, AccessRead)
+		lp, _ := otpt.RegisterLocal(dst, AccessWrite)
+		n := &revReadNet{t: t, te: NewRDMAEngine(ttpt), oe: NewRDMAEngine(otpt), pool: NewRCxtPool(1, 0),
+			src: src, dst: dst, tp: tp, lp: lp}
+		n.te.SetReportLen(int(ops[2] % 4))
+		n.oe.SetReportLen(int(ops[2] / 4 % 4))
+		for i := range ntx {
+			d := make([]byte, size)
+			for j := range d {
+				d[j] = byte(i*31 + j*7 + 1)
+			}
+			n.datas = append(n.datas, d)
+		}
+		n.begin()
+		ops = ops[3:]
+		for k := 0; k < len(ops); k++ {
+			arg := 0
+			if k+1 < len(ops) {
+				arg = int(ops[k+1])
+			}
+			switch ops[k] % 9 {
+			case 0, 1: // a response arrives (1: and a copy stays)
+				if len(n.toOrigin) > 0 {
+					i := arg % len(n.toOrigin)
+					f := n.toOrigin[i]
+					if ops[k]%9 == 0 {
+						take(&n.toOrigin, i)
+					}
+					n.deliverOrigin(f)
+					k++
+				}
+			case 2:
+				if len(n.toOrigin) > 0 {
+					take(&n.toOrigin, arg%len(n.toOrigin))
+					k++
+				}
+			case 3: // a request arrives, or is lost
+				if len(n.toTarget) > 0 {
+					f := take(&n.toTarget, arg%len(n.toTarget))
+					if arg&0x80 == 0 {
+						n.deliverTarget(f)
+					}
+					k++
+				}
+			case 4:
+				n.pump(n.rs, &n.toTarget)
+			case 5, 6: // the target sends its latest stream's next packet
+				if len(n.served) > 0 {
+					n.pump(n.served[len(n.served)-1], &n.toOrigin)
+				}
+			case 7: // timeout
+				if !n.done {
+					n.reread(n.rc.Redrive())
+				}
+			case 8:
+				if n.done && n.cur+1 < ntx {
+					n.cur++
+					n.begin()
+				}
+			}
+		}
+		for round := 0; ; round++ {
+			if round > 20 {
+				t.Fatalf("read %d of %d never completed on a lossless network", n.cur, ntx)
+			}
+			for {
+				n.pump(n.rs, &n.toTarget)
+				for len(n.toTarget) > 0 {
+					n.deliverTarget(take(&n.toTarget, 0))
+				}
+				if len(n.served) > 0 {
+					s := n.served[len(n.served)-1]
+					for !s.Done() {
+						n.pump(s, &n.toOrigin)
+					}
+				}
+				for len(n.toOrigin) > 0 {
+					n.deliverOrigin(take(&n.toOrigin, 0))
+				}
+				if n.rs.Done() && len(n.toTarget) == 0 && len(n.toOrigin) == 0 &&
+					(len(n.served) == 0 || n.served[len(n.served)-1].Done()) {
+					break
+				}
+			}
+			if n.done {
+				if n.cur+1 == ntx {
+					break
+				}
+				n.cur++
+				n.begin()
+				continue
+			}
+			n.reread(n.rc.Redrive())
+		}
+		if n.reads != ntx {
+			t.Fatalf("%d reads done, want %d", n.reads, ntx)
+		}
+	})
+}
