@@ -25,6 +25,8 @@ type revNet struct {
 	toOrigin [][]byte
 	tdone    map[uint32]int // target completions per transfer (cookie)
 	odone    bool           // the origin saw the current transfer complete
+	fifo     bool           // half-RDMA writes: the driver copies each EvFIFO
+	handed   map[[2]uint64]bool
 }
 
 func (n *revNet) begin() {
@@ -41,7 +43,7 @@ func (n *revNet) begin() {
 	seg := uint32(256)
 	s, err := NewRDMAStream(Header{JobKey: 1, Src: 0, Dst: 1}, FrameRDMAWrite, RDMAHdr{RCxt: rc.ID, Key: rc.Key,
 		Tid: rc.Tid(), Base: rc.Base(), Total: uint64(len(data)), Seg: seg, Notify: NotifyOrigin | NotifyTarget,
-		Cookie: uint32(n.cur), PVO: n.pvo}, data)
+		Cookie: uint32(n.cur), PVO: n.pvo, Place: map[bool]Placement{false: PlaceDirect, true: PlaceFIFO}[n.fifo]}, data)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -78,6 +80,14 @@ func (n *revNet) timeout() {
 func (n *revNet) deliverTarget(f []byte) {
 	evs, msgs := feed(n.t, n.target, 0, [][]byte{f})
 	for _, ev := range evs {
+		if ev.Kind == EvFIFO {
+			k := [2]uint64{uint64(ev.Cookie), ev.Offset}
+			if n.handed[k] {
+				n.t.Fatalf("transfer %d: segment at %d handed up twice", ev.Cookie, ev.Offset)
+			}
+			n.handed[k] = true
+			copy(n.mem[ev.Offset:], ev.Data) // (feed dropped Dst)
+		}
 		if ev.Kind == EvTargetDone {
 			n.tdone[ev.Cookie]++
 			if n.tdone[ev.Cookie] > 1 {
@@ -151,7 +161,7 @@ func FuzzRevEngineLossyWrites(f *testing.F) {
 			t.Fatal(err)
 		}
 		n := &revNet{t: t, target: NewRDMAEngine(tpt), origin: NewRDMAEngine(NewTPT()), pool: NewRCxtPool(1, 0),
-			mem: mem, pvo: pvo, tdone: map[uint32]int{}}
+			mem: mem, pvo: pvo, tdone: map[uint32]int{}, fifo: ops[2]&4 != 0, handed: map[[2]uint64]bool{}}
 		n.target.SetReportLen(int(ops[2] % 4)) // 0: no reports
 		for i := range ntx {
 			d := make([]byte, size)
