@@ -63,8 +63,8 @@ type xfer struct {
 	place          Placement
 	cookie, arg    uint32
 	pvo            PVO
-	mem            []byte // the region as admitted, valid while removals is
-	removals       uint64 // the TPT's count when it was resolved
+	mem            []byte // the region as last checked, valid while removals is
+	removals       uint64 // the TPT's count when it was checked
 }
 
 // RDMAEventKind says what an RDMAEvent reports.
@@ -89,6 +89,10 @@ const (
 	// EvFIFO: a half-RDMA packet arrived: Data (valid until the next
 	// Handle) for the region slice Dst, at Offset of the transfer, with
 	// the origin's Arg. The driver acts on it before the next Handle.
+	// The region was checked when the engine handed Dst up, not when the
+	// driver writes into it: a driver whose regions may be deregistered
+	// by another goroutine meanwhile must keep that from happening (a
+	// lock Deregister takes too) for its write to be safe.
 	EvFIFO
 	// EvServeRead: Peer asks to read this rank's memory: send it Stream,
 	// replacing any earlier stream for the same Peer and RCxt, and give
@@ -409,14 +413,13 @@ func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 		e.finish(k, x)
 		return x
 	}
-	var mem []byte
-	var err error
-	if x.mem != nil && e.tpt.Removals() == x.removals {
-		mem = x.mem[h.Offset : h.Offset+n] // nothing deregistered since it was checked
-	} else {
-		mem, err = e.tpt.Resolve(x.pvo.Add(h.Offset), n, acc)
-	}
+	// The table stays read-locked from the check to the end of the copy,
+	// so a Deregister of the region waits for the copy, and once it has
+	// returned nothing lands in the memory.
+	e.tpt.mu.RLock()
+	mem, err := e.region(x, h.Offset, n, acc)
 	if err != nil {
+		e.tpt.mu.RUnlock()
 		// The region went away (or was never this big) under the
 		// transfer: nothing more of this drive is placed.
 		e.fault(k, x, err)
@@ -424,13 +427,33 @@ func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 	}
 	e.took(x, i, n)
 	if x.place == PlaceFIFO && !k.read {
+		e.tpt.mu.RUnlock() // the driver reduces into Dst: EvFIFO
 		e.ev = append(e.ev, RDMAEvent{Kind: EvFIFO, Peer: k.peer, RCxt: k.rcxt, Tid: x.tid,
 			Cookie: x.cookie, Arg: x.arg, Offset: h.Offset, Dst: mem, Data: h.Data})
 	} else {
 		copy(mem, h.Data)
+		e.tpt.mu.RUnlock()
 	}
 	e.finish(k, x)
 	return x
+}
+
+// region is the n bytes at off of x's region, with the table
+// read-locked. The region as a whole is checked again only when
+// something was deregistered since it last was, and kept while nothing
+// more is; a region that no longer holds the whole transfer is checked
+// packet by packet.
+func (e *RDMAEngine) region(x *xfer, off, n uint64, acc Access) ([]byte, error) {
+	t := e.tpt
+	if r := t.removals.Load(); x.mem == nil || r != x.removals {
+		mem, err := t.lookup(x.pvo, x.total, acc)
+		if err != nil {
+			x.mem = nil
+			return t.lookup(x.pvo.Add(off), n, acc)
+		}
+		x.mem, x.removals = mem, r // removals moves only under the write lock
+	}
+	return x.mem[off : off+n], nil
 }
 
 // took marks segment i of x (n bytes) placed.

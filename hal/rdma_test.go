@@ -654,3 +654,41 @@ func TestEngineHugeClaimRefusedCheaply(t *testing.T) {
 		t.Fatalf("refusing the claim allocated %d bytes", n)
 	}
 }
+
+// TestEngineNoPlacementAfterDeregister: once TPT.Deregister has returned
+// the region is its owner's again, even while another goroutine places a
+// packet into it: the owner's write just after Deregister must stay.
+func TestEngineNoPlacementAfterDeregister(t *testing.T) {
+	const seg = 4 << 20 // a long copy: a wide window for the race
+	data := bytes.Repeat([]byte{0xAA}, seg)
+	for iter := range 50 {
+		tpt := NewTPT()
+		mem := make([]byte, 2*seg)
+		p, _ := tpt.Register(mem, AccessWrite)
+		e := NewRDMAEngine(tpt)
+		h := RDMAHdr{Key: 5, Tid: 1, Base: 1, Total: 2 * seg, Seg: seg, PVO: p}
+		pkt := func(off uint64) []byte {
+			h.Offset = off
+			b := make([]byte, RDMAHdrLen, RDMAHdrLen+seg)
+			EncodeRDMA(b, FrameRDMAWrite, &h)
+			return append(b, data...)
+		}
+		first, second := pkt(0), pkt(seg)
+		e.Handle(0, FrameRDMAWrite, first) // admits the transfer: its region is kept
+		start, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			close(start)
+			e.Handle(0, FrameRDMAWrite, second)
+			close(done)
+		}()
+		<-start
+		if err := tpt.Deregister(p); err != nil {
+			t.Fatal(err)
+		}
+		mem[2*seg-1] = 0x55 // the owner's memory again
+		<-done
+		if mem[2*seg-1] != 0x55 {
+			t.Fatalf("iteration %d: the engine wrote into the region after Deregister returned", iter)
+		}
+	}
+}

@@ -207,7 +207,14 @@ func (t *TPT) Entries() []TPTEntry {
 }
 
 // Deregister removes the region p names. Later accesses with its PVO fail
-// the key check.
+// the key check. A placement into the region by this rank's RDMA engine,
+// or a Copy, that is under way waits for Deregister's lock, so when
+// Deregister returns the memory is its owner's again: nothing more lands
+// in it. Two uses of the memory can outlast it, and are their users' to
+// stop: the Dst of a half-RDMA packet (EvFIFO) the engine handed up
+// before, into which the driver reduces after the engine's check; and
+// the bytes of a read being served (RDMAStream.Next) that a device still
+// holds until its Flush, which are read, never written.
 func (t *TPT) Deregister(p PVO) error {
 	t.mu.Lock()
 	if _, err := t.lookup(p, 0, 0); err != nil {
