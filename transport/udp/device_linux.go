@@ -141,8 +141,9 @@ func (d *Device) Addr() string { return d.addr }
 func (d *Device) Options() Options { return d.opts }
 
 // Counters are the device's hal counters. Bytes count whole frames, header
-// included. Datagrams the kernel dropped on this socket count as
-// hal.DropQueue.
+// included. Receive buffers the kernel dropped on this device's sockets
+// count as hal.DropQueue, one each: a frame, or with GSO on (UDP_GRO) up
+// to 64 frames, whose number the kernel does not keep (Stats.KernelDrops).
 func (d *Device) Counters() *hal.Counters { return &d.counters }
 
 // Connect records where peer's device listens. Connecting a rank again

@@ -32,8 +32,14 @@
 //
 // Kernel drops are not lost from the books: SO_RXQ_OVFL reports the
 // socket's drop counter on every received datagram, SO_MEMINFO reads it when
-// the device goes idle, and the increase is counted as hal.DropQueue, so
-// frames sent = frames delivered + frames counted as dropped.
+// the device goes idle, and the increase is counted as hal.DropQueue. The
+// kernel counts what it queues: a datagram, or, on a socket with UDP_GRO
+// (Options.GSO), a coalesced buffer of up to 64 frames (a run sent as one
+// UDP_SEGMENT message, or datagrams the NIC path merged), whose drop it
+// counts once. So toward a device without GSO, frames sent = frames
+// delivered + frames counted as dropped; toward one with GSO, each
+// hal.DropQueue stands for 1 to 64 frames, a lower bound of what was lost:
+// the kernel keeps no count per frame, and GRO is the fast path.
 //
 // The package imports hal, internal/* and golang.org/x/sys/unix only (besides
 // the standard library). It is Linux-only; on other systems Open reports

@@ -7,9 +7,12 @@ import (
 
 // Stats are counters specific to the UDP device, beyond hal.Counters.
 type Stats struct {
-	// KernelDrops is how many datagrams the kernel dropped on this socket
-	// (mostly a full receive buffer), as far as the device has learned; they
-	// are also counted in Counters().Drops[hal.DropQueue].
+	// KernelDrops is how many receive buffers the kernel dropped on this
+	// device's sockets (mostly a full receive buffer), as far as the device
+	// has learned; they are also counted in Counters().Drops[hal.DropQueue].
+	// A buffer is one datagram, one frame, unless the device has GSO on: it
+	// then turns UDP_GRO on, and a buffer may hold up to groMaxFrames (64)
+	// frames, so frames lost are between KernelDrops and 64 × KernelDrops.
 	KernelDrops uint64
 	// SendErrors counts frames dropped because the kernel refused them with a
 	// hard error (not a full buffer); Flush returned that error.
@@ -26,6 +29,12 @@ type Stats struct {
 	// Local is the bound address and port.
 	Local netip.AddrPort
 }
+
+// groMaxFrames is the most frames a UDP_GRO buffer holds, and so one
+// kernel drop on a GSO device may stand for: a run is cut at
+// gsoMaxSegments, and the kernel's GRO merges at most 64 datagrams
+// (UDP_GRO_CNT_MAX).
+const groMaxFrames = 64
 
 // stats holds the atomically updated parts of Stats.
 type stats struct {
