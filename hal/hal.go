@@ -64,9 +64,11 @@ type Device interface {
 	// layer's own header. When the device is not Reliable the caller Seals
 	// the frame first, and the device drops frames whose CRC is missing or
 	// wrong; a Reliable device may skip the check. The device never modifies
-	// hdr or payload. The device may keep
-	// references to both until the next Flush returns. A full queue returns
-	// ErrNoResource: the caller flushes, polls, and retries.
+	// hdr or payload, and may keep references to both until a Flush has
+	// sent the frame: one that returns ErrNoResource keeps the frames it
+	// could not send queued, references and all, for a later Flush. A
+	// full queue returns ErrNoResource: the caller flushes, polls, and
+	// retries.
 	Send(hdr, payload []byte) error
 	// Flush hands every queued frame to the wire. It may return
 	// ErrNoResource when the wire is full; frames not yet sent stay queued.

@@ -20,7 +20,7 @@ const BroadcastRank Rank = 1<<32 - 1
 
 // Broadcaster is a device that can send one frame to every peer at once.
 // SendBroadcast is Send (same header rules, same ownership of hdr and
-// payload until the next Flush, same ErrNoResource on a full queue) for
+// payload until a Flush sends it, same ErrNoResource on a full queue) for
 // a FrameMcast frame whose destination is BroadcastRank: every peer of
 // the device may receive it, each copy lost, duplicated or reordered on
 // its own, and the sender does not receive its own. A device implements
