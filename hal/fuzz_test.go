@@ -165,3 +165,39 @@ func checkFrame(t *testing.T, frame []byte, jobKey uint64, needCRC bool) {
 		t.Fatalf("re-sealed frame differs:\n got % x\nwant % x", re[:hal.HeaderLen], frame[:hal.HeaderLen])
 	}
 }
+
+// FuzzSealCheck: a frame sealed as a device's caller seals it (the frame
+// header, then any upper-layer header in hdr, then the payload) passes
+// Check with its body intact, and no single flipped bit passes.
+func FuzzSealCheck(f *testing.F) {
+	f.Add(uint8(1), []byte{}, []byte("x"), uint32(0))
+	f.Add(uint8(2), make([]byte, 72), make([]byte, 1000), uint32(77))
+	f.Add(uint8(11), make([]byte, 40), make([]byte, 63), uint32(12345))
+	types := allTypes()
+	f.Fuzz(func(t *testing.T, typ uint8, extra, payload []byte, flip uint32) {
+		if len(extra)+len(payload) > hal.MaxPayload {
+			return
+		}
+		h := hal.Header{Type: types[int(typ)%len(types)], JobKey: testJobKey, Src: 3, Dst: 4,
+			Len: uint16(len(extra) + len(payload)), Life: uint32(typ) * 0x10101 & hal.MaxLife}
+		hdr := make([]byte, hal.HeaderLen+len(extra))
+		hal.EncodeHeader(hdr, &h)
+		copy(hdr[hal.HeaderLen:], extra)
+		hal.Seal(hdr, payload)
+		frame := append(bytes.Clone(hdr), payload...)
+		var got hal.Header
+		body, err := hal.Check(frame, testJobKey, true, &got)
+		if err != nil {
+			t.Fatalf("sealed frame refused: %v", err)
+		}
+		if !bytes.Equal(body, frame[hal.HeaderLen:]) || got.Type != h.Type || got.Len != h.Len ||
+			got.Src != 3 || got.Dst != 4 || got.Life != h.Life {
+			t.Fatalf("decoded %+v, want %+v", got, h)
+		}
+		bit := int(flip % uint32(8*len(frame)))
+		frame[bit/8] ^= 1 << (bit % 8)
+		if _, err := hal.Check(frame, testJobKey, true, &got); err == nil {
+			t.Fatalf("frame with bit %d flipped accepted", bit)
+		}
+	})
+}

@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// revNet is a hostile network between one origin and one target engine:
+// writeNet is a hostile network between one origin and one target engine:
 // frames are lost, duplicated and reordered at the fuzzer's choice. The
 // origin drives its transfers as lapi does (reports answered with a
 // selective drive, timeouts with a probe of the tail then the whole).
-type revNet struct {
+type writeNet struct {
 	t        *testing.T
 	target   *RDMAEngine
 	origin   *RDMAEngine
@@ -29,7 +29,7 @@ type revNet struct {
 	handed   map[[2]uint64]bool
 }
 
-func (n *revNet) begin() {
+func (n *writeNet) begin() {
 	if n.rc != nil {
 		n.pool.Free(n.rc)
 	}
@@ -50,7 +50,7 @@ func (n *revNet) begin() {
 	n.s, n.probed, n.odone = s, false, false
 }
 
-func (n *revNet) pump() {
+func (n *writeNet) pump() {
 	if n.s.Done() {
 		return
 	}
@@ -63,7 +63,7 @@ func (n *revNet) pump() {
 	n.s.Advance()
 }
 
-func (n *revNet) timeout() {
+func (n *writeNet) timeout() {
 	if n.odone {
 		return
 	}
@@ -77,7 +77,7 @@ func (n *revNet) timeout() {
 	}
 }
 
-func (n *revNet) deliverTarget(f []byte) {
+func (n *writeNet) deliverTarget(f []byte) {
 	evs, msgs := feed(n.t, n.target, 0, [][]byte{f})
 	for _, ev := range evs {
 		if ev.Kind == EvFIFO {
@@ -103,7 +103,7 @@ func (n *revNet) deliverTarget(f []byte) {
 	}
 }
 
-func (n *revNet) deliverOrigin(f []byte) {
+func (n *writeNet) deliverOrigin(f []byte) {
 	evs, _ := feed(n.t, n.origin, 1, [][]byte{f})
 	for _, ev := range evs {
 		switch ev.Kind {
@@ -132,19 +132,31 @@ func (n *revNet) deliverOrigin(f []byte) {
 	}
 }
 
+// fuzzDatas is the data of ntx transfers of size bytes, each different.
+func fuzzDatas(ntx, size int) [][]byte {
+	datas := make([][]byte, ntx)
+	for i := range datas {
+		datas[i] = make([]byte, size)
+		for j := range datas[i] {
+			datas[i][j] = byte(i*31 + j*7 + 1)
+		}
+	}
+	return datas
+}
+
 func take(q *[][]byte, i int) []byte {
 	f := (*q)[i]
 	*q = append((*q)[:i], (*q)[i+1:]...)
 	return f
 }
 
-// FuzzRevEngineLossyWrites: whatever the network does to the packets of
+// FuzzEngineLossyWrites: whatever the network does to the packets of
 // successive writes into one region on one context (lost, duplicated,
 // reordered, late after the next transfer began), a completion, at either
 // end, means the region holds exactly that transfer's data, each transfer
 // completes once at the target, and once the network stops losing, every
 // transfer completes.
-func FuzzRevEngineLossyWrites(f *testing.F) {
+func FuzzEngineLossyWrites(f *testing.F) {
 	f.Add([]byte{3, 10, 0, 4, 4, 4, 4, 0, 0, 0, 0, 5, 5})
 	f.Add([]byte{1, 200, 9, 4, 4, 4, 4, 2, 1, 0, 3, 0, 4, 4, 4, 0, 6, 0, 5, 0})
 	f.Add([]byte{2, 0, 255, 4, 4, 4, 4, 4, 4, 1, 0, 1, 0, 0, 1, 5, 3, 4, 0, 0, 5, 0, 7, 4, 4, 4, 0, 0})
@@ -160,16 +172,10 @@ func FuzzRevEngineLossyWrites(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := &revNet{t: t, target: NewRDMAEngine(tpt), origin: NewRDMAEngine(NewTPT()), pool: NewRCxtPool(1, 0),
+		n := &writeNet{t: t, target: NewRDMAEngine(tpt), origin: NewRDMAEngine(NewTPT()), pool: NewRCxtPool(1, 0),
 			mem: mem, pvo: pvo, tdone: map[uint32]int{}, fifo: ops[2]&4 != 0, handed: map[[2]uint64]bool{}}
 		n.target.SetReportLen(int(ops[2] % 4)) // 0: no reports
-		for i := range ntx {
-			d := make([]byte, size)
-			for j := range d {
-				d[j] = byte(i*31 + j*7 + 1)
-			}
-			n.datas = append(n.datas, d)
-		}
+		n.datas = fuzzDatas(ntx, size)
 		n.begin()
 		ops = ops[3:]
 		for k := 0; k < len(ops); k++ {
@@ -246,10 +252,10 @@ func FuzzRevEngineLossyWrites(f *testing.F) {
 	})
 }
 
-// FuzzRevEngineHostile: arbitrary RDMA frames from arbitrary peers never
+// FuzzEngineHostile: arbitrary RDMA frames from arbitrary peers never
 // panic the engine, never write outside a writable region, and a read
 // they ask for serves bytes of a readable region only.
-func FuzzRevEngineHostile(f *testing.F) {
+func FuzzEngineHostile(f *testing.F) {
 	tpt := NewTPT()
 	back := make([]byte, 3*4096)
 	wp, _ := tpt.Register(back[1024:1024+4096], AccessWrite)
@@ -311,10 +317,10 @@ func FuzzRevEngineHostile(f *testing.F) {
 	})
 }
 
-// revReadNet is revNet for reads: the origin asks the target for its
+// readNet is writeNet for reads: the origin asks the target for its
 // region and redrives as lapi does (EvReadMissing answered at once with
 // the missing segments, timeouts with ReadMissing or MissingRange).
-type revReadNet struct {
+type readNet struct {
 	t        *testing.T
 	te, oe   *RDMAEngine
 	pool     *RCxtPool
@@ -332,7 +338,7 @@ type revReadNet struct {
 	reads    int
 }
 
-func (n *revReadNet) begin() {
+func (n *readNet) begin() {
 	if n.rc != nil {
 		n.oe.EndRead(1, n.rc)
 		n.pool.Free(n.rc)
@@ -354,7 +360,7 @@ func (n *revReadNet) begin() {
 	n.oe.ExpectRead(1, rc, &n.h)
 }
 
-func (n *revReadNet) reread(tid uint32) {
+func (n *readNet) reread(tid uint32) {
 	if off, bm := n.oe.ReadMissing(1, n.rc); len(bm) > 0 {
 		n.rs.RestartReadMissing(tid, off, bm)
 	} else {
@@ -365,7 +371,7 @@ func (n *revReadNet) reread(tid uint32) {
 	n.oe.ExpectRead(1, n.rc, &n.h)
 }
 
-func (n *revReadNet) pump(s *RDMAStream, q *[][]byte) {
+func (n *readNet) pump(s *RDMAStream, q *[][]byte) {
 	if s.Done() {
 		return
 	}
@@ -378,7 +384,7 @@ func (n *revReadNet) pump(s *RDMAStream, q *[][]byte) {
 	s.Advance()
 }
 
-func (n *revReadNet) deliverTarget(f []byte) {
+func (n *readNet) deliverTarget(f []byte) {
 	evs, _ := feed(n.t, n.te, 0, [][]byte{f})
 	for _, ev := range evs {
 		if ev.Kind == EvServeRead {
@@ -388,7 +394,7 @@ func (n *revReadNet) deliverTarget(f []byte) {
 	}
 }
 
-func (n *revReadNet) deliverOrigin(f []byte) {
+func (n *readNet) deliverOrigin(f []byte) {
 	evs, _ := feed(n.t, n.oe, 1, [][]byte{f})
 	for _, ev := range evs {
 		switch ev.Kind {
@@ -411,8 +417,8 @@ func (n *revReadNet) deliverOrigin(f []byte) {
 	}
 }
 
-// FuzzRevEngineLossyReads: FuzzRevEngineLossyWrites for reads.
-func FuzzRevEngineLossyReads(f *testing.F) {
+// FuzzEngineLossyReads: FuzzEngineLossyWrites for reads.
+func FuzzEngineLossyReads(f *testing.F) {
 	f.Add([]byte{3, 10, 1, 4, 5, 0, 0, 6, 6, 6, 6, 1, 0, 1, 0, 7})
 	f.Add([]byte{1, 200, 2, 4, 0, 0, 6, 6, 6, 6, 6, 3, 0, 1, 0, 2, 1, 7, 4, 0, 0, 6, 1, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
@@ -425,17 +431,11 @@ func FuzzRevEngineLossyReads(f *testing.F) {
 		src, dst := make([]byte, size), make([]byte, size)
 		tp, _ := ttpt.Register(src, AccessRead)
 		lp, _ := otpt.RegisterLocal(dst, AccessWrite)
-		n := &revReadNet{t: t, te: NewRDMAEngine(ttpt), oe: NewRDMAEngine(otpt), pool: NewRCxtPool(1, 0),
+		n := &readNet{t: t, te: NewRDMAEngine(ttpt), oe: NewRDMAEngine(otpt), pool: NewRCxtPool(1, 0),
 			src: src, dst: dst, tp: tp, lp: lp}
 		n.te.SetReportLen(int(ops[2] % 4))
 		n.oe.SetReportLen(int(ops[2] / 4 % 4))
-		for i := range ntx {
-			d := make([]byte, size)
-			for j := range d {
-				d[j] = byte(i*31 + j*7 + 1)
-			}
-			n.datas = append(n.datas, d)
-		}
+		n.datas = fuzzDatas(ntx, size)
 		n.begin()
 		ops = ops[3:]
 		for k := 0; k < len(ops); k++ {
