@@ -17,6 +17,36 @@ const (
 	allgatherLarge        = 64 << 10 // Bruck below (total bytes), ring above
 )
 
+// agreeOversub sets World.oversub and oversubAt from whether each world
+// rank's node runs more ranks than cores (Init gathers it from every
+// rank).
+func (w *World) agreeOversub(byRank []bool) {
+	w.oversub, w.oversubAt = byRank[w.rank], nil
+	for _, o := range byRank {
+		if o != w.oversub {
+			w.oversubAt = byRank
+			return
+		}
+	}
+}
+
+// oversubscribed reports whether c's collectives choose as where ranks
+// outnumber cores: whether some member's node does. Every member
+// reads the same values (World.oversubAt), so all choose alike; on one
+// node it is that node's own.
+func (c *Comm) oversubscribed() bool {
+	w := c.w
+	if w.oversubAt == nil {
+		return w.oversub
+	}
+	for _, wr := range c.group {
+		if w.oversubAt[wr] {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Comm) checkRoot(root int) error {
 	if root < 0 || root >= c.size {
 		return fmt.Errorf("mpi: root %d in a communicator of %d: %w", root, c.size, ErrRank)
@@ -279,7 +309,7 @@ func (c *Comm) allreduce(send, b []byte, es int, red reducer) error {
 		// Only recursive doubling keeps rank order.
 	case red.user == nil && c.w.accumulateMin > 0 && len(b) >= c.w.accumulateMin && count >= c.size:
 		return allreduceAccumulate(c, b, es, red)
-	case len(b) >= allreduceLarge && count >= c.size && c.size > 2 && (!c.w.oversub || len(b) >= allreduceLargeOversub):
+	case len(b) >= allreduceLarge && count >= c.size && c.size > 2 && (len(b) >= allreduceLargeOversub || !c.oversubscribed()):
 		// Two ranks move the same bytes either way, and recursive
 		// doubling does it in one exchange instead of two. With more
 		// ranks than cores every step may wait for the next rank to

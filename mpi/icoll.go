@@ -202,7 +202,7 @@ func Iallreduce[T Elem](c *Comm, send, recv []T, op Op) (*Request, error) {
 		// Direct reads need every rank at each of their four steps: with
 		// more ranks than cores each waits for a context switch, and
 		// the ring, whose steps need only a neighbour, is faster.
-		if c.size > 1 && red.commutative() && direct(c, len(b), es) && !c.w.oversub && overlapsNot(b, asBytes(send)) {
+		if c.size > 1 && red.commutative() && direct(c, len(b), es) && !c.oversubscribed() && overlapsNot(b, asBytes(send)) {
 			return iallreduceDirect(c, b, asBytes(send), es, red)
 		}
 		copy(b, asBytes(send))

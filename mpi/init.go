@@ -88,7 +88,8 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes, mcast, err := exchangeAddrs(cl, set, opts)
+	oversub := devices.Oversubscribed(cl, opts.NodeCPUs)
+	nodes, oversubAt, mcast, err := exchangeAddrs(cl, set, opts, oversub)
 	if err != nil {
 		set.Close()
 		return nil, err
@@ -106,7 +107,6 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	// lapi's timer goroutine, then run within a millisecond, or when it
 	// blocks; the route polls its parked members itself meanwhile.)
 	lcfg.Gosched = time.Millisecond
-	oversub := devices.Oversubscribed(cl, opts.NodeCPUs)
 	if oversub {
 		// More ranks than cores here: spinning only delays the rank that
 		// would answer, so give it the processor at once.
@@ -131,7 +131,7 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 		lc.Close()
 		return nil, fmt.Errorf("mpi: init: %w", err)
 	}
-	w.oversub = oversub
+	w.agreeOversub(oversubAt)
 	if err := waitJoined(lc, opts.Timeout); err != nil {
 		lc.Close()
 		return nil, err
@@ -141,17 +141,21 @@ func initWith(cl pmi.Client, opts Options) (*World, error) {
 	return w, nil
 }
 
-// exchangeAddrs publishes this rank's node and device address (and, with
-// Options.BcastMcast, whether its device broadcasts) through PMI, passes
-// the fence, and connects the device to every rank's address. It returns
-// each rank's node and whether every rank's device broadcasts.
-func exchangeAddrs(cl pmi.Client, set devices.Set, opts Options) (nodes []int, mcast bool, err error) {
+// exchangeAddrs publishes this rank's node, whether the node is
+// oversubscribed and its device address (and, with Options.BcastMcast,
+// whether its device broadcasts) through PMI, passes the fence, and
+// connects the device to every rank's address. It returns each rank's
+// node and whether that node is oversubscribed, and whether every rank's
+// device broadcasts.
+func exchangeAddrs(cl pmi.Client, set devices.Set, opts Options, oversub bool) (nodes []int, oversubAt []bool, mcast bool, err error) {
 	rank, size := cl.Rank(), cl.Size()
 	// Each rank publishes its node (the lowest rank there, which every
 	// rank of the node knows from the launcher) with its address: the
-	// collectives go by node (hier.go).
-	if err := cl.Put(addrKey(rank), strconv.Itoa(nodeOf(cl))+"@"+set.Addr()); err != nil {
-		return nil, false, fmt.Errorf("mpi: init: publish address: %w", err)
+	// collectives go by node (hier.go). Whether its node runs more ranks
+	// than cores goes with them: collectives choose by it, and the
+	// members of one on several nodes must choose alike (coll.go).
+	if err := cl.Put(addrKey(rank), formatAddr(nodeOf(cl), oversub, set.Addr())); err != nil {
+		return nil, nil, false, fmt.Errorf("mpi: init: publish address: %w", err)
 	}
 	if opts.BcastMcast {
 		// Whether this rank's device broadcasts: every rank must choose
@@ -161,31 +165,31 @@ func exchangeAddrs(cl pmi.Client, set devices.Set, opts Options) (nodes []int, m
 			can = "1"
 		}
 		if err := cl.Put(mcastKey(rank), can); err != nil {
-			return nil, false, fmt.Errorf("mpi: init: publish multicast: %w", err)
+			return nil, nil, false, fmt.Errorf("mpi: init: publish multicast: %w", err)
 		}
 	}
 	if err := cl.Fence(); err != nil {
-		return nil, false, fmt.Errorf("mpi: init: fence: %w", err)
+		return nil, nil, false, fmt.Errorf("mpi: init: fence: %w", err)
 	}
 	mcast = opts.BcastMcast
 	for r := 0; mcast && r < size; r++ {
 		v, err := cl.Get(mcastKey(r))
 		mcast = err == nil && v == "1"
 	}
-	nodes = make([]int, size)
+	nodes, oversubAt = make([]int, size), make([]bool, size)
 	for r := 0; r < size; r++ {
 		v, err := cl.Get(addrKey(r))
 		if err == nil {
-			nodes[r], v, err = parseAddr(v, size)
+			nodes[r], oversubAt[r], v, err = parseAddr(v, size)
 		}
 		if err == nil {
 			err = set.Connect(r, v)
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
+			return nil, nil, false, fmt.Errorf("mpi: init: address of rank %d: %w", r, err)
 		}
 	}
-	return nodes, mcast, nil
+	return nodes, oversubAt, mcast, nil
 }
 
 // closeAtFinalize starts what a launched rank runs beside the job (the
@@ -253,15 +257,26 @@ func nodeOf(cl pmi.Client) int {
 	return cl.Rank() // a launcher that does not say: a node of its own
 }
 
-// parseAddr splits a rank's published "node@address" (not ';', which
-// PMI-2 servers drop from values).
-func parseAddr(v string, size int) (node int, addr string, err error) {
-	n, addr, ok := strings.Cut(v, "@")
-	node, err = strconv.Atoi(n)
-	if !ok || err != nil || node < 0 || node >= size {
-		return 0, "", fmt.Errorf("published %q, want node@address", v)
+// formatAddr is a rank's published "node,oversub@address": its node,
+// 1 if the node runs more ranks than cores, else 0, and its device's
+// address (not ';', which PMI-2 servers drop from values).
+func formatAddr(node int, oversub bool, addr string) string {
+	o := ",0@"
+	if oversub {
+		o = ",1@"
 	}
-	return node, addr, nil
+	return strconv.Itoa(node) + o + addr
+}
+
+// parseAddr splits a rank's published formatAddr.
+func parseAddr(v string, size int) (node int, oversub bool, addr string, err error) {
+	head, addr, ok := strings.Cut(v, "@")
+	n, o, ok2 := strings.Cut(head, ",")
+	node, err = strconv.Atoi(n)
+	if !ok || !ok2 || err != nil || node < 0 || node >= size || (o != "0" && o != "1") {
+		return 0, false, "", fmt.Errorf("published %q, want node,oversub@address", v)
+	}
+	return node, o == "1", addr, nil
 }
 
 // sysmonBatch is sysmon.Batch; tests replace it to see whether it is

@@ -45,14 +45,15 @@ type World struct {
 	// to eagerFar and splitFar, the thresholds without single copies.
 	far                []bool
 	eagerFar, splitFar int
-	splitMin           int  // rendezvous bytes from which both ends copy (split.go); 0: never
-	writeRendezvous    bool // a split rendezvous offers the whole buffer to the sender (hardware RDMA; split.go)
-	oversub            bool // more ranks than cores on this node: every step may wait for a context switch
-	accumulateMin      int  // Allreduce bytes from which half-RDMA reduces; 0: never
-	bcastRDMAMin       int  // Bcast bytes from which broadcast RDMA carries it; 0: never
-	directMin          int  // Allreduce bytes from which direct reads reduce (direct.go); 0: never
-	allgatherPutMin    int  // Allgather bytes per rank from which Puts carry it (allgather_rdma.go); 0: never
-	alltoallPutMin     int  // Alltoall bytes per peer from which Puts carry it (alltoall_rdma.go); 0: never
+	splitMin           int    // rendezvous bytes from which both ends copy (split.go); 0: never
+	writeRendezvous    bool   // a split rendezvous offers the whole buffer to the sender (hardware RDMA; split.go)
+	oversub            bool   // more ranks than cores on this node: every step may wait for a context switch
+	oversubAt          []bool // oversub of each world rank's node, agreed at Init (Comm.oversubscribed); nil: oversub everywhere
+	accumulateMin      int    // Allreduce bytes from which half-RDMA reduces; 0: never
+	bcastRDMAMin       int    // Bcast bytes from which broadcast RDMA carries it; 0: never
+	directMin          int    // Allreduce bytes from which direct reads reduce (direct.go); 0: never
+	allgatherPutMin    int    // Allgather bytes per rank from which Puts carry it (allgather_rdma.go); 0: never
+	alltoallPutMin     int    // Alltoall bytes per peer from which Puts carry it (alltoall_rdma.go); 0: never
 	timeout            time.Duration
 	waiting            atomic.Pointer[waitNote] // what a blocked call waits for, for reports
 	spare              *request                 // a recycled request, under lapi's lock (request.go)
