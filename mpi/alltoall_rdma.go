@@ -79,15 +79,15 @@ const putCollOneHostMax = 1 << 20
 func (c *Comm) alltoallPut(n int) bool { return c.usePuts(n, c.w.alltoallPutMin) }
 
 // usePuts reports whether blocks of n bytes go by Puts on c, from least
-// bytes (0: never): below putCollOneHostMax, or where single copies reach
-// the members, or c goes by the hierarchy of hosts (several hosts, one of
-// them with several members: what was measured across hosts; with one
-// member per host, blocks from putCollOneHostMax keep the message
-// algorithms). Every member decides alike from the block's size and the
-// communicator's.
+// bytes (0: never): below putCollOneHostMax, or where the members span
+// hosts (what was measured across hosts), or, on one host, where single
+// copies reach them. Every member decides alike: from the block's size,
+// the communicator's layout and, on one host only, the host's single
+// copies, which a member alone on its host, reached by plain UDP, lacks
+// while the others have them.
 func (c *Comm) usePuts(n, least int) bool {
 	return least > 0 && n >= least && c.size > 1 &&
-		(n < putCollOneHostMax || c.w.lc.SingleCopy() > 0 || c.hier != nil)
+		(n < putCollOneHostMax || spansNodes(c) || c.w.lc.SingleCopy() > 0)
 }
 
 // alltoallRDMA is Alltoall by Puts: block q of send goes to member q's

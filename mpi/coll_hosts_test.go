@@ -1,8 +1,15 @@
 package mpi
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/weft-hpc/weft/internal/devices"
+	"github.com/weft-hpc/weft/lapi"
 )
 
 // Collectives on communicators whose members are on hosts that differ:
@@ -98,5 +105,127 @@ func TestParseAddr(t *testing.T) {
 		if _, _, _, err := parseAddr(v, 4); err == nil {
 			t.Errorf("parseAddr(%q) accepted", v)
 		}
+	}
+}
+
+// runSingleCopy is runNodes with lapi's single-copy threshold given per
+// rank (0: the default, negative: none), as Init opens shm under a route
+// on a host of several ranks and plain UDP, without single copies, on a
+// host of one.
+func runSingleCopy(t *testing.T, nodes, singleCopy []int, fn func(c *Comm) error) error {
+	t.Helper()
+	n := len(nodes)
+	opts := envOptions(t)
+	opts.Timeout = 10 * time.Second
+	const key = 0x7e5f
+	devs, err := devices.Inproc(n, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worlds := make([]*World, n)
+	for r := range n {
+		lc, err := lapi.Open(lapi.Config{Device: devs[r], Rank: lapi.Rank(r), Size: n, JobKey: key, Spin: -1,
+			SingleCopyThreshold: singleCopy[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := layout{nodes: nodes, slots: make([]int, n), nslots: n}
+		for q := range n {
+			l.slots[q] = -1
+			if nodes[q] == nodes[r] {
+				l.slots[q] = q
+			}
+		}
+		if worlds[r], err = newWorldLayout(lc, opts, l); err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+	}
+	// A rank that is done keeps making progress until every rank is.
+	all, allDone := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	var left sync.WaitGroup
+	left.Add(n)
+	go func() { left.Wait(); allDone() }()
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(worlds[r].comm); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			}
+			left.Done()
+			_ = worlds[r].lc.Wait(all, func() (bool, error) { return false, nil })
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// hostVal is rank r's element e.
+func hostVal(r, e int) int64 { return int64((r*31+e*7)%11 - 5) }
+
+// checkVals reports the first element of got that is not want's.
+func checkVals(what string, got []int64, want func(e int) int64) error {
+	for e, v := range got {
+		if w := want(e); v != w {
+			return fmt.Errorf("%s: element %d = %d, want %d", what, e, v, w)
+		}
+	}
+	return nil
+}
+
+// TestPutCollsMixedSingleCopy: a job of 4 ranks on three hosts, 2+1+1,
+// where the ranks alone on their host have no single copy. An Allgather
+// of 512 KiB per rank (the leaders' blocks are 1 MiB, from where Puts
+// depend on how the members are reached) and an Alltoall of 1 MiB blocks
+// on one rank per host give exact results, without a hang: every member
+// takes Puts, as across hosts.
+func TestPutCollsMixedSingleCopy(t *testing.T) {
+	nodes := []int{0, 0, 2, 3}
+	sc := []int{0, 0, -1, -1}
+	err := runSingleCopy(t, nodes, sc, func(c *Comm) error {
+		if got := c.w.lc.SingleCopy() > 0; got != (sc[c.Rank()] == 0) {
+			return fmt.Errorf("single copy %v", got)
+		}
+		me := c.Rank()
+		const m = 64 << 10
+		send, all := make([]int64, m), make([]int64, c.Size()*m)
+		for e := range send {
+			send[e] = hostVal(me, e)
+		}
+		if err := Allgather(c, send, all); err != nil {
+			return fmt.Errorf("allgather: %w", err)
+		}
+		if err := checkVals("allgather", all, func(i int) int64 { return hostVal(i/m, i%m) }); err != nil {
+			return err
+		}
+		if l := c.hier.leaders; l != nil && !l.allgatherPut(2*m*8) {
+			return fmt.Errorf("the leaders' blocks of %d bytes did not go by Puts", 2*m*8)
+		}
+		s, err := c.Split(map[bool]int{true: 1, false: 0}[me == 1], me) // {0, 2, 3}: one rank per host
+		if err != nil || me == 1 {
+			return err
+		}
+		const b = 128 << 10 // 1 MiB blocks
+		p := s.Size()
+		a2, r2 := make([]int64, p*b), make([]int64, p*b)
+		for i := range a2 {
+			a2[i] = hostVal(s.Rank()*p+i/b, i%b)
+		}
+		if err := Alltoall(s, a2, r2); err != nil {
+			return fmt.Errorf("alltoall: %w", err)
+		}
+		if err := checkVals("alltoall", r2, func(i int) int64 { return hostVal((i/b)*p+s.Rank(), i%b) }); err != nil {
+			return err
+		}
+		if !s.alltoallPut(b * 8) {
+			return fmt.Errorf("one rank per host: blocks of %d bytes did not go by Puts", b*8)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -120,6 +120,22 @@ func newHierarchy(c *Comm) *hierarchy {
 	return h
 }
 
+// spansNodes reports whether c's members are on more than one node:
+// then its collectives choose by nothing of one host's (its devices,
+// single copies), which the members on other hosts do not share.
+func spansNodes(c *Comm) bool {
+	if c.w.nodes == nil {
+		return false
+	}
+	first := c.w.nodes[c.group[0]]
+	for _, wr := range c.group[1:] {
+		if c.w.nodes[wr] != first {
+			return true
+		}
+	}
+	return false
+}
+
 // newPart makes a part of parent: a communicator of the given group that
 // shares parent's collective state, with shared-memory collectives in the
 // block's area (none when area < 0).
