@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/internal/devices"
+	"github.com/weft-hpc/weft/internal/pmi"
 	"github.com/weft-hpc/weft/lapi"
 )
 
@@ -227,5 +230,129 @@ func TestPutCollsMixedSingleCopy(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckSettings: a rank whose settings by which collectives choose
+// differ from rank 0's fails naming the first that differs; a setting
+// left to its default and one set to the default agree.
+func TestCheckSettings(t *testing.T) {
+	rank0 := strings.Join(collSettings(Options{Direct: directLarge}), ",")
+	if err := checkSettings(collSettings(Options{}), rank0); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	for _, c := range []struct {
+		o    Options
+		name string
+	}{
+		{Options{Direct: -1}, "WEFT_DIRECT=0 here, WEFT_DIRECT=131072 at rank 0"},
+		{Options{AlltoallRDMA: 1 << 20}, "WEFT_ALLTOALL_RDMA=1048576 here"},
+		{Options{SingleCopy: -1}, "WEFT_SINGLECOPY=off here, WEFT_SINGLECOPY=on at rank 0"},
+		{Options{NoShmColl: true}, "WEFT_SHMCOLL=off here"},
+	} {
+		err := checkSettings(collSettings(c.o), rank0)
+		if !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%+v: %v, want ErrArg naming %q", c.o, err, c.name)
+		}
+	}
+	if err := checkSettings(collSettings(Options{}), "WEFT_DIRECT=131072"); !errors.Is(err, ErrArg) {
+		t.Errorf("rank 0 published fewer: %v, want ErrArg", err)
+	}
+}
+
+// kvsJob is an in-process PMI job of n ranks, each on a node of its own:
+// its clients share one key-value space, and Fence is a barrier.
+type kvsJob struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	kv      map[string]string
+	n       int
+	arrived int
+	round   int
+}
+
+// kvsClient is rank's client of job.
+type kvsClient struct {
+	pmi.Client
+	job  *kvsJob
+	rank int
+}
+
+func (c kvsClient) Rank() int      { return c.rank }
+func (c kvsClient) Size() int      { return c.job.n }
+func (c kvsClient) Kind() string   { return "test" }
+func (c kvsClient) Info() pmi.Info { return pmi.Info{Node: c.rank, LocalRanks: []int{c.rank}} }
+
+func (c kvsClient) Put(k, v string) error {
+	c.job.mu.Lock()
+	defer c.job.mu.Unlock()
+	c.job.kv[k] = v
+	return nil
+}
+
+func (c kvsClient) Get(k string) (string, error) {
+	c.job.mu.Lock()
+	defer c.job.mu.Unlock()
+	v, ok := c.job.kv[k]
+	if !ok {
+		return "", fmt.Errorf("%s: %w", k, pmi.ErrNotFound)
+	}
+	return v, nil
+}
+
+func (c kvsClient) Fence() error {
+	j := c.job
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	round := j.round
+	if j.arrived++; j.arrived == j.n {
+		j.arrived, j.round = 0, round+1
+		j.cond.Broadcast()
+	}
+	for j.round == round {
+		j.cond.Wait()
+	}
+	return nil
+}
+
+// TestExchangeAddrsAgrees: Init's exchange gives every rank each rank's
+// node and oversubscription, and fails at a rank whose settings by which
+// collectives choose differ from rank 0's, naming the setting.
+func TestExchangeAddrsAgrees(t *testing.T) {
+	const n = 3
+	job := &kvsJob{kv: make(map[string]string), n: n}
+	job.cond = sync.NewCond(&job.mu)
+	over := []bool{false, true, false}
+	opts := []Options{{}, {Direct: directLarge}, {Direct: -1}}
+	type result struct {
+		nodes     []int
+		oversubAt []bool
+		err       error
+	}
+	res := make([]result, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		cl := kvsClient{job: job, rank: r}
+		set, err := devices.Open(cl, devices.Config{JobKey: 0x7e5f, Transport: "udp", Bind: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer set.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var x result
+			x.nodes, x.oversubAt, _, x.err = exchangeAddrs(cl, set, opts[r], over[r])
+			res[r] = x
+		}()
+	}
+	wg.Wait()
+	for r, x := range res[:2] {
+		if x.err != nil || !slices.Equal(x.nodes, []int{0, 1, 2}) || !slices.Equal(x.oversubAt, over) {
+			t.Errorf("rank %d: nodes %v, oversubscribed %v, %v; want [0 1 2], %v", r, x.nodes, x.oversubAt, x.err, over)
+		}
+	}
+	if err := res[2].err; !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), "WEFT_DIRECT=0 here, WEFT_DIRECT=131072 at rank 0") {
+		t.Errorf("rank 2 with WEFT_DIRECT off: %v, want ErrArg naming WEFT_DIRECT", err)
 	}
 }

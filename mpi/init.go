@@ -44,7 +44,12 @@ func Init() (*World, error) {
 // that says how to build it. With two or more opts.NICs the UDP device is
 // a stripe of one per NIC. (internal/devices opens the devices; lapi
 // routes them.) A field out of its range fails with an error wrapping
-// ErrArg that names it.
+// ErrArg that names it. The fields by which collectives choose their
+// algorithms (Direct, Accumulate, BcastRDMA, AllgatherRDMA, AlltoallRDMA,
+// whether SingleCopy is on, NoShmColl) must be the same at every rank:
+// the members of a communicator must choose alike, so Init fails, with
+// an error wrapping ErrArg naming the variable, at a rank whose differ
+// from rank 0's.
 func InitWith(opts Options) (*World, error) {
 	if err := opts.check(); err != nil {
 		return nil, fmt.Errorf("mpi: init: %w", err)
@@ -157,6 +162,13 @@ func exchangeAddrs(cl pmi.Client, set devices.Set, opts Options, oversub bool) (
 	if err := cl.Put(addrKey(rank), formatAddr(nodeOf(cl), oversub, set.Addr())); err != nil {
 		return nil, nil, false, fmt.Errorf("mpi: init: publish address: %w", err)
 	}
+	if rank == 0 {
+		// The settings by which collectives choose, for every rank to
+		// compare with its own (checkSettings).
+		if err := cl.Put(settingsKey, strings.Join(collSettings(opts), ",")); err != nil {
+			return nil, nil, false, fmt.Errorf("mpi: init: publish settings: %w", err)
+		}
+	}
 	if opts.BcastMcast {
 		// Whether this rank's device broadcasts: every rank must choose
 		// multicast alike (bcast_rdma.go).
@@ -170,6 +182,15 @@ func exchangeAddrs(cl pmi.Client, set devices.Set, opts Options, oversub bool) (
 	}
 	if err := cl.Fence(); err != nil {
 		return nil, nil, false, fmt.Errorf("mpi: init: fence: %w", err)
+	}
+	if rank != 0 {
+		v, err := cl.Get(settingsKey)
+		if err == nil {
+			err = checkSettings(collSettings(opts), v)
+		}
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("mpi: init: %w", err)
+		}
 	}
 	mcast = opts.BcastMcast
 	for r := 0; mcast && r < size; r++ {
@@ -308,6 +329,43 @@ func batchSysmon(mode, def string) error {
 }
 
 func addrKey(rank int) string { return "weft-addr-" + strconv.Itoa(rank) }
+
+// settingsKey is the PMI key of rank 0's collSettings.
+const settingsKey = "weft-coll-settings"
+
+// collSettings are the Options by which collectives choose their
+// algorithms, as "WEFT_NAME=value" with defaults filled in. Each rank
+// reads them from its own environment, but every member of a
+// communicator must choose as the others do, so every rank of the job
+// must have the same (checkSettings).
+func collSettings(o Options) []string {
+	onOff := map[bool]string{true: "on", false: "off"}
+	return []string{
+		"WEFT_DIRECT=" + strconv.Itoa(orDefault(o.Direct, directLarge)),
+		"WEFT_ACCUMULATE=" + strconv.Itoa(orDefault(o.Accumulate, accumulateLarge)),
+		"WEFT_BCAST_RDMA=" + strconv.Itoa(orDefault(o.BcastRDMA, bcastRDMALarge)),
+		"WEFT_ALLGATHER_RDMA=" + strconv.Itoa(orDefault(o.AllgatherRDMA, allgatherRDMALarge)),
+		"WEFT_ALLTOALL_RDMA=" + strconv.Itoa(orDefault(o.AlltoallRDMA, alltoallRDMALarge)),
+		"WEFT_SINGLECOPY=" + onOff[o.SingleCopy >= 0], // on or off decides; the size is point-to-point's
+		"WEFT_SHMCOLL=" + onOff[!o.NoShmColl],
+	}
+}
+
+// checkSettings compares this rank's collSettings, mine, with rank 0's
+// as published (joined by commas), and names the first that differs.
+func checkSettings(mine []string, rank0 string) error {
+	theirs := strings.Split(rank0, ",")
+	for i, s := range mine {
+		if i >= len(theirs) || theirs[i] != s {
+			t := "none"
+			if i < len(theirs) {
+				t = theirs[i]
+			}
+			return fmt.Errorf("%s here, %s at rank 0: collectives choose their algorithms by it, so every rank must have the same: %w", s, t, ErrArg)
+		}
+	}
+	return nil
+}
 
 // mcastKey is the PMI key of whether a rank's device broadcasts ("1" or
 // "0"; Options.BcastMcast).
