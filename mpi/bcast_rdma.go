@@ -49,6 +49,9 @@ const bcastRDMAChunk = 512 << 10
 const bcastSingleCopyMax = 8 << 20
 
 // bcastRDMA reports whether a Bcast of n bytes goes by broadcast RDMA.
+// Every member decides alike, as for direct reads (direct.go): across
+// hosts every one of them takes it, on one node their single copies are
+// the same.
 func bcastRDMA(c *Comm, n int) bool {
 	w := c.w
 	if w.bcastRDMAMin <= 0 || n < w.bcastRDMAMin || c.size <= 2 {

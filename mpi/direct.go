@@ -27,7 +27,10 @@ const directLarge = 128 << 10
 // direct reports whether an Allreduce of n bytes of elements of es bytes
 // reduces by direct reads. With more ranks than cores too: each of its
 // three synchronisations may wait for a context switch, but so does every
-// step of the ring, and the ring moves every byte twice more.
+// step of the ring, and the ring moves every byte twice more. Every
+// member decides alike: on one node its members share the single copies;
+// across hosts none reads another's by single copy, a member with single
+// copies sees one it cannot reach (spansFar), and one without has none.
 func direct(c *Comm, n, es int) bool {
 	w := c.w
 	return w.directMin > 0 && n >= w.directMin && n/es >= c.size && w.lc.SingleCopy() > 0 && !spansFar(c)
