@@ -83,6 +83,14 @@
 // Gather and Scatter node by node (hier.go): within each node (its shared
 // block), between one leader per node (messages), within each node again.
 //
+// Every member of a communicator chooses the same algorithm for a
+// collective, from what all of them share: the sizes, op and root, the
+// communicator's layout, and what Init agrees for the job: whether each
+// node runs more ranks than cores, and the WEFT_ settings above, which
+// Init refuses at a rank whose differ from rank 0's. What only one host
+// has (single copies, its shared block) decides only among members all
+// on that host.
+//
 // MaxLoc and MinLoc reduce (value, index) pairs held side by side in the
 // slice (loc.go); every algorithm that keeps rank order takes them. The
 // bitwise and logical ops BAnd, BOr, BXor, LAnd, LOr and LXor take
