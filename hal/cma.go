@@ -44,7 +44,7 @@ type SharedAddressSpace interface {
 
 // TPTEntry is one TPT entry as a peer's replica holds it: where the region
 // is in the owner's address space, and what it allows. Key 0 removes the
-// entry.
+// entry's registration under the key Removed.
 type TPTEntry struct {
 	Entry  uint32
 	Key    uint64
@@ -56,6 +56,10 @@ type TPTEntry struct {
 	// it, at the same addresses); 0 when the region is not registered
 	// with one, and transfers to it go another way.
 	RKey uint32
+	// Removed is, in a removal (Key 0), the key the entry had: a removal
+	// told after the registration that took the entry next (the two
+	// watcher calls race) must not remove that one. 0 in an addition.
+	Removed uint64
 }
 
 // tptEntryLen is an entry's encoded size in a FrameTPTUpdate payload.
@@ -70,13 +74,18 @@ var ErrBadTPTUpdate = errors.New("hal: malformed TPT update")
 
 // EncodeTPTUpdate writes a FrameTPTUpdate payload carrying es into b and
 // returns its length: a u16 count, then each entry (entry u32, key u64,
-// addr u64, len u64, access u8, rkey u32), little-endian. b must hold
+// addr u64, len u64, access u8, rkey u32), little-endian. A removal (key
+// 0) carries the key it removed (Removed, never 0) in the addr field, and
+// 0 in len, access and rkey: a removal has no region. b must hold
 // 2+len(es)*tptEntryLen bytes.
 func EncodeTPTUpdate(b []byte, es []TPTEntry) int {
 	le := binary.LittleEndian
 	le.PutUint16(b, uint16(len(es)))
 	o := 2
 	for _, e := range es {
+		if e.Key == 0 {
+			e = TPTEntry{Entry: e.Entry, Addr: e.Removed} // a removal has no region
+		}
 		le.PutUint32(b[o:], e.Entry)
 		le.PutUint64(b[o+4:], e.Key)
 		le.PutUint64(b[o+12:], e.Addr)
@@ -102,7 +111,13 @@ func DecodeTPTUpdate(b []byte, es []TPTEntry) ([]TPTEntry, error) {
 	for o := 2; o < len(b); o += tptEntryLen {
 		e := TPTEntry{Entry: le.Uint32(b[o:]), Key: le.Uint64(b[o+4:]), Addr: le.Uint64(b[o+12:]),
 			Len: le.Uint64(b[o+20:]), Access: Access(b[o+28]), RKey: le.Uint32(b[o+29:])}
-		if e.Access&^(AccessRead|AccessWrite) != 0 || e.Key != 0 && e.Addr+e.Len < e.Addr {
+		if e.Key == 0 {
+			if e.Addr == 0 || e.Len != 0 || e.Access != 0 || e.RKey != 0 {
+				return es, fmt.Errorf("%w: removal of entry %d: removed key %#x, len %d, access %#x, rkey %#x (want a key and no region)",
+					ErrBadTPTUpdate, e.Entry, e.Addr, e.Len, e.Access, e.RKey)
+			}
+			e = TPTEntry{Entry: e.Entry, Removed: e.Addr}
+		} else if e.Access&^(AccessRead|AccessWrite) != 0 || e.Addr+e.Len < e.Addr {
 			return es, fmt.Errorf("%w: entry %d: access %#x, %d bytes at %#x", ErrBadTPTUpdate, e.Entry, e.Access, e.Len, e.Addr)
 		}
 		es = append(es, e)
@@ -118,12 +133,17 @@ type Replica struct {
 }
 
 // Apply records an update: an entry added, replaced, or (Key 0) removed.
+// A removal removes only the registration it names (Removed): one that
+// comes after the next registration at its entry, which the owner's
+// watcher calls may tell in that order, leaves the new one in place.
 func (r *Replica) Apply(e TPTEntry) {
 	if r.entries == nil {
 		r.entries = make(map[uint32]TPTEntry)
 	}
 	if e.Key == 0 {
-		delete(r.entries, e.Entry)
+		if cur, ok := r.entries[e.Entry]; ok && cur.Key == e.Removed {
+			delete(r.entries, e.Entry)
+		}
 		return
 	}
 	r.entries[e.Entry] = e

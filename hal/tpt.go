@@ -183,9 +183,12 @@ func (t *TPT) track(trk *track.Registry, idx uint32, key uint64, n int) {
 }
 
 // Watch has fn told of every later registration and deregistration (a
-// removal has Key 0), after the table has changed and outside its lock,
-// in the registering goroutine: this is how a rank's peers keep replicas
-// of its table. One watcher; nil removes it.
+// removal has Key 0, and the key it removed in Removed), after the table
+// has changed and outside its lock, in the registering goroutine: this is
+// how a rank's peers keep replicas of its table. Calls for one entry may
+// come out of order: a deregistration's can come after the call for the
+// registration that took the freed entry next, which the removed key tells
+// apart. One watcher; nil removes it.
 func (t *TPT) Watch(fn func(TPTEntry)) {
 	t.mu.Lock()
 	t.watch = fn
@@ -231,7 +234,7 @@ func (t *TPT) Deregister(p PVO) error {
 	w := t.watch
 	t.mu.Unlock()
 	if w != nil && !local {
-		w(TPTEntry{Entry: p.Entry})
+		w(TPTEntry{Entry: p.Entry, Removed: p.Key})
 	}
 	return nil
 }
