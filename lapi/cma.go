@@ -95,12 +95,18 @@ func (cs *cmaState) initCMA() {
 	}
 	cs.dev = cm
 	cs.keepReplicas()
-	c.tpt.Watch(func(e hal.TPTEntry) {
-		cs.mu.Lock()
-		cs.out = append(cs.out, e)
-		cs.pending.Store(true)
-		cs.mu.Unlock()
-	})
+	c.tpt.Watch(cs.tptChanged)
+}
+
+// tptChanged is the TPT's watcher, in the goroutine that changed it: it
+// queues the change for the peers. A removal may be queued after the
+// registration that took its entry next; it carries the key it removed,
+// so the peers' replicas leave that registration (hal.Replica.Apply).
+func (cs *cmaState) tptChanged(e hal.TPTEntry) {
+	cs.mu.Lock()
+	cs.out = append(cs.out, e)
+	cs.pending.Store(true)
+	cs.mu.Unlock()
 }
 
 // keepReplicas has the context keep a replica of each peer's TPT and send

@@ -89,14 +89,7 @@ func TestCMA(t *testing.T) {
 	fill(src, 1)
 	// c1's updates reach c0 before its next frame to c0: a fence (which
 	// c0 must answer) makes sure.
-	fence := func() {
-		t.Helper()
-		stop := serving(c0)
-		defer stop()
-		if err := c1.Fence(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fence := func() { t.Helper(); fenced(t, c1, c0) }
 	fence()
 	k := c0.NewCounter()
 	wait := func() error {
@@ -378,5 +371,30 @@ func TestSingleCopyDefault(t *testing.T) {
 		if got := c.SingleCopy(); got != tc.want {
 			t.Errorf("inproc with SingleCopyThreshold %d: SingleCopy %d, want %d", tc.set, got, tc.want)
 		}
+	}
+}
+
+// TestCMARemovalAfterReuse: over shm, a deregistration whose watcher call
+// comes after that of the registration that took its freed TPT entry
+// leaves the new region in the peers' replicas, so a Put to it is still a
+// cross-memory copy, not a miss sent the packet way.
+func TestCMARemovalAfterReuse(t *testing.T) {
+	ctxs := openShmJob(t, 2)
+	c0, c1 := ctxs[0], ctxs[1]
+	defer serving(c1)()
+	const size = 1 << 20
+	x, mem := removalAfterReuse(t, c1, c0, size, c1.cm.tptChanged)
+	src := make([]byte, size)
+	fill(src, 3)
+	k := c0.NewCounter()
+	if err := c0.Put(1, x, src, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	c0.Progress()
+	if err := k.Wait(context.Background(), 1); err != nil {
+		t.Fatalf("Put to registered X: %v", err)
+	}
+	if s := c0.RDMAStats(); !bytes.Equal(mem, src) || s.CMAWrites != 1 || s.CMAMisses != 0 {
+		t.Fatalf("Put to X: data equal %v, stats %+v: want one cross-memory write, no miss", bytes.Equal(mem, src), s)
 	}
 }

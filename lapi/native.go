@@ -134,19 +134,25 @@ func (nv *nativeState) initNative() bool {
 	nv.regs = make(map[uint32]nativeReg)
 	nv.done = nv.nativeDone
 	c.cm.keepReplicas()
-	c.tpt.Watch(func(e hal.TPTEntry) {
-		if e.Key != 0 {
-			e.RKey = nv.registerEntry(e)
-		}
-		c.cm.mu.Lock()
-		if e.Key == 0 {
-			nv.releaseEntry(e.Entry)
-		}
-		c.cm.out = append(c.cm.out, e)
-		c.cm.pending.Store(true)
-		c.cm.mu.Unlock()
-	})
+	c.tpt.Watch(nv.tptChanged)
 	return true
+}
+
+// tptChanged is the TPT's watcher, in the goroutine that changed it: it
+// registers an added region with the device or gives back a removed one's
+// registration, and queues the change, with the rkey, for the peers.
+func (nv *nativeState) tptChanged(e hal.TPTEntry) {
+	c := nv.c
+	if e.Key != 0 {
+		e.RKey = nv.registerEntry(e)
+	}
+	c.cm.mu.Lock()
+	if e.Key == 0 {
+		nv.releaseEntry(e.Entry, e.Removed)
+	}
+	c.cm.out = append(c.cm.out, e)
+	c.cm.pending.Store(true)
+	c.cm.mu.Unlock()
 }
 
 // registerEntry registers a TPT entry's region with the device (the TPT's
@@ -167,16 +173,23 @@ func (nv *nativeState) registerEntry(e hal.TPTEntry) uint32 {
 		return 0
 	}
 	c.cm.mu.Lock()
-	nv.releaseEntry(e.Entry) // a removal overtaken by this registration
+	if g, ok := nv.regs[e.Entry]; ok {
+		// An earlier registration at this entry, whose removal this
+		// registration overtook: that removal, when it comes, finds
+		// this registration's key and leaves it.
+		_ = nv.cache.Release(g.r)
+	}
 	nv.regs[e.Entry] = nativeReg{key: e.Key, r: r}
 	c.cm.mu.Unlock()
 	return r.Key.RKey
 }
 
-// releaseEntry gives back the registration of a TPT entry that was
-// removed (c.cm.mu held).
-func (nv *nativeState) releaseEntry(entry uint32) {
-	if g, ok := nv.regs[entry]; ok {
+// releaseEntry gives back the registration of a TPT entry removed under
+// key (c.cm.mu held); a registration under another key is the entry's
+// next one, whose addition this removal's watcher call came after, and
+// stays.
+func (nv *nativeState) releaseEntry(entry uint32, key uint64) {
+	if g, ok := nv.regs[entry]; ok && g.key == key {
 		delete(nv.regs, entry)
 		_ = nv.cache.Release(g.r)
 	}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/lazyreg"
 	"github.com/weft-hpc/weft/transport/inproc"
 )
 
@@ -185,14 +186,7 @@ func TestOneSided(t *testing.T) {
 	mem, ro := make([]byte, size), make([]byte, size)
 	p, _ := c1.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
 	pro, _ := c1.TPT().Register(ro, hal.AccessRead)
-	fence := func() {
-		t.Helper()
-		stop := serving(c0)
-		defer stop()
-		if err := c1.Fence(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fence := func() { t.Helper(); fenced(t, c1, c0) }
 	fence()
 	c0.mu.Lock()
 	e, ok := c0.cm.replicas[1].Entry(p)
@@ -353,5 +347,101 @@ func TestOneSided(t *testing.T) {
 	}
 	if err := k.Wait(ctx, 1); !errors.Is(err, ErrProtection) || !bytes.Equal(mem, make([]byte, size)) {
 		t.Fatalf("put to a deregistered region: %v", err)
+	}
+}
+
+// fenced has c's frames so far, its TPT updates among them, reach peer:
+// a Fence, which peer, served meanwhile, must answer.
+func fenced(t *testing.T, c, peer *Context) {
+	t.Helper()
+	stop := serving(peer)
+	defer stop()
+	if err := c.Fence(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// removalAfterReuse registers a region W of n bytes at c, which peer's
+// replica then holds; deregisters W with the TPT watcher's call for it
+// held back; registers X, which takes W's freed entry; and only then
+// makes the held call, through watch: the order in which two goroutines,
+// one deregistering W and one registering X, can have their watcher calls
+// run. It returns X's PVO and memory once peer has had every update.
+func removalAfterReuse(t *testing.T, c, peer *Context, n int, watch func(hal.TPTEntry)) (hal.PVO, []byte) {
+	t.Helper()
+	w, err := c.TPT().Register(make([]byte, n), hal.AccessRead|hal.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced(t, c, peer) // peer's replica has W: later changes go to it one by one
+	var held []hal.TPTEntry
+	c.TPT().Watch(func(e hal.TPTEntry) { held = append(held, e) })
+	if err := c.TPT().Deregister(w); err != nil {
+		t.Fatal(err)
+	}
+	c.TPT().Watch(watch)
+	mem := make([]byte, n)
+	x, err := c.TPT().Register(mem, hal.AccessRead|hal.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Entry != w.Entry || len(held) != 1 {
+		t.Fatalf("X at entry %d, not W's freed %d (held calls %+v)", x.Entry, w.Entry, held)
+	}
+	watch(held[0])
+	fenced(t, c, peer)
+	return x, mem
+}
+
+// TestOneSidedRemovalAfterReuse: a deregistration whose watcher call comes
+// after that of the registration that took its freed TPT entry gives back
+// its own adapter registration only: the new region keeps its own, which
+// the cache therefore does not evict however many others it registers,
+// and the peers' replicas keep the new region, so a Put to it goes by the
+// adapter under the rkey they were told.
+func TestOneSidedRemovalAfterReuse(t *testing.T) {
+	ctxs, _ := openOneSidedJob(t, 2)
+	c0, c1 := ctxs[0], ctxs[1]
+	defer serving(c1)()
+	const size = 256 << 10
+	x, mem := removalAfterReuse(t, c1, c0, size, c1.nat.tptChanged)
+
+	c1.cm.mu.Lock()
+	g, ok := c1.nat.regs[x.Entry]
+	c1.cm.mu.Unlock()
+	if !ok || g.key != x.Key {
+		t.Fatalf("X %+v is registered, but its adapter registration was given back (held %v, key %#x)", x, ok, g.key)
+	}
+	if s := c1.nat.cache.Stats(); s.InUse != 1 {
+		t.Fatalf("%d registrations in use, want 1: X's, W's given back", s.InUse)
+	}
+	// Other transfers fill the cache: an idle registration is evicted.
+	for range lazyreg.DefaultMaxRegions + 1 {
+		r, err := c1.nat.cache.Acquire(make([]byte, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c1.nat.cache.Release(r)
+	}
+	if s := c1.nat.cache.Stats(); s.Evictions == 0 {
+		t.Fatalf("the cache evicted nothing: %+v", s)
+	}
+	c0.mu.Lock()
+	e, ok := c0.cm.replicas[1].Entry(x)
+	c0.mu.Unlock()
+	if !ok || e.RKey != g.r.Key.RKey {
+		t.Fatalf("rank 0's replica entry for X %+v (held %v), want rkey %#x", e, ok, g.r.Key.RKey)
+	}
+	src := make([]byte, size)
+	fill(src, 5)
+	k := c0.NewCounter()
+	if err := c0.Put(1, x, src, SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Wait(context.Background(), 1); err != nil {
+		t.Fatalf("Put to registered X: %v", err)
+	}
+	if s := c0.OneSidedStats(); !bytes.Equal(mem, src) || s.Writes != 1 || s.Fallbacks != 0 || s.Faults != 0 {
+		t.Fatalf("Put to X: data equal %v, stats %+v: want one write by the adapter", bytes.Equal(mem, src), s)
 	}
 }
