@@ -1,0 +1,34 @@
+package main
+
+import (
+	"io"
+	"testing"
+)
+
+// -blocks is documented as latency only, and the parser lets it through
+// for every kindLatency benchmark; get_latency and acc_latency never look
+// at count.blocks, so the flag is accepted and silently prints nothing.
+func TestRevBlocksRefusedWhereIgnored(t *testing.T) {
+	for _, name := range []string{"get_latency", "acc_latency"} {
+		if _, err := parseOptions(name, []string{"-blocks", "10"}, io.Discard); err == nil {
+			t.Errorf("bench %s -blocks 10 accepted; it prints no per-block figures: want a usage error", name)
+		}
+	}
+}
+
+// allreduce and iallreduce reduce size/4 float32s but label the row with
+// size: -min 6 runs 4, 8, 16 ... bytes under the labels 6, 12, 24 (OSU
+// walks the element count and prints count*sizeof(float)).
+func TestRevFloatSizesAreWholeElements(t *testing.T) {
+	for _, name := range []string{"allreduce", "iallreduce"} {
+		o, err := parseOptions(name, []string{"-min", "6", "-max", "48"}, io.Discard)
+		if err != nil {
+			continue // refusing a size that is not a whole number of floats is a fix too
+		}
+		for _, s := range o.bench.sizesFor(o.min, o.max) {
+			if s%o.bench.elem != 0 {
+				t.Errorf("bench %s -min 6: row labelled %d bytes reduces %d bytes (%d floats)", name, s, s/4*4, s/4)
+			}
+		}
+	}
+}
