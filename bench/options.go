@@ -122,7 +122,7 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		return nil, fmt.Errorf("%w: -warmup %d: want -1 (OSU's counts), 0 or more", errUsage, o.warmup)
 	case o.blocks < 0:
 		return nil, fmt.Errorf("%w: -blocks %d: want 0 (none) or more", errUsage, o.blocks)
-	case o.blocks > 0 && b.kind != kindLatency:
+	case o.blocks > 0 && !b.blocks:
 		return nil, fmt.Errorf("%w: -blocks: latency only (bench %s times its iterations together)", errUsage, name)
 	case strings.ContainsAny(o.label, ",\"\n"):
 		return nil, fmt.Errorf("%w: -label %q: no commas, quotes or newlines", errUsage, o.label)

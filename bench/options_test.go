@@ -123,6 +123,8 @@ func TestParseOptions(t *testing.T) {
 		{"latency", []string{"-bogus"}, "flag provided but not defined: -bogus"},
 		{"latency", []string{"-blocks", "-1"}, "-blocks -1"},
 		{"bw", []string{"-blocks", "100"}, "-blocks: latency only"},
+		{"get_latency", []string{"-blocks", "10"}, "-blocks: latency only"},
+		{"acc_latency", []string{"-blocks", "10"}, "-blocks: latency only"},
 		{"latency", []string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, c := range bad {

@@ -5,17 +5,6 @@ import (
 	"testing"
 )
 
-// -blocks is documented as latency only, and the parser lets it through
-// for every kindLatency benchmark; get_latency and acc_latency never look
-// at count.blocks, so the flag is accepted and silently prints nothing.
-func TestRevBlocksRefusedWhereIgnored(t *testing.T) {
-	for _, name := range []string{"get_latency", "acc_latency"} {
-		if _, err := parseOptions(name, []string{"-blocks", "10"}, io.Discard); err == nil {
-			t.Errorf("bench %s -blocks 10 accepted; it prints no per-block figures: want a usage error", name)
-		}
-	}
-}
-
 // allreduce and iallreduce reduce size/4 float32s but label the row with
 // size: -min 6 runs 4, 8, 16 ... bytes under the labels 6, 12, 24 (OSU
 // walks the element count and prints count*sizeof(float)).

@@ -56,6 +56,7 @@ type benchmark struct {
 	elem     int  // smallest meaningful size: one element of the operation's type
 	floats   bool // buffers hold float32 (allreduce sums floats, as OSU does)
 	perPeer  bool // buffers hold Size() blocks of the message size (alltoall)
+	blocks   bool // -blocks applies: rank 0 also times each block of round trips (latency)
 	schedule func(size int) count
 	measure  func(c *mpi.Comm, size int, n count, buf *buffers) (row, error)
 }
@@ -93,7 +94,7 @@ func collectiveSchedule(size int) count {
 // benchmarks is every subcommand, in the order the usage lists them.
 var benchmarks = []*benchmark{
 	{name: "latency", title: "MPI Latency Test", kind: kindLatency, defMin: 0, defMax: 4 << 20,
-		minRanks: 2, elem: 0, schedule: latencySchedule, measure: latency},
+		minRanks: 2, elem: 0, blocks: true, schedule: latencySchedule, measure: latency},
 	{name: "bw", title: "MPI Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
 		minRanks: 2, elem: 0, schedule: bandwidthSchedule, measure: bandwidth},
 	{name: "bibw", title: "MPI Bi-Directional Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
