@@ -113,6 +113,12 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 	if o.max, err = parseSize(*maxS); err != nil {
 		return nil, fmt.Errorf("%w: -max: %v", errUsage, err)
 	}
+	if err := checkWhole(b, "-min", *minS, o.min); err != nil {
+		return nil, err
+	}
+	if err := checkWhole(b, "-max", *maxS, o.max); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.min > o.max:
 		return nil, fmt.Errorf("%w: -min %s is larger than -max %s", errUsage, *minS, *maxS)
@@ -141,6 +147,17 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		}
 	}
 	return o, nil
+}
+
+// checkWhole refuses a size flag that is not a whole number of b's float32
+// elements: the row's label would name bytes the call never reduces. As
+// OSU does, float benchmarks walk whole element counts.
+func checkWhole(b *benchmark, flag, arg string, size int) error {
+	if !b.floats || size%b.elem == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s: bench %s reduces float32s of %d bytes; want a multiple of %d (e.g. %d)",
+		errUsage, flag, arg, b.name, b.elem, b.elem, size/b.elem*b.elem+b.elem)
 }
 
 // parsePair reads -pair's "0,N" and returns N. The first rank must be 0:

@@ -124,6 +124,9 @@ func TestParseOptions(t *testing.T) {
 		{"latency", []string{"-blocks", "-1"}, "-blocks -1"},
 		{"bw", []string{"-blocks", "100"}, "-blocks: latency only"},
 		{"get_latency", []string{"-blocks", "10"}, "-blocks: latency only"},
+		{"allreduce", []string{"-min", "6", "-max", "48"}, "-min 6: bench allreduce reduces float32s of 4 bytes; want a multiple of 4"},
+		{"iallreduce", []string{"-min", "1"}, "-min 1: bench iallreduce reduces float32s"},
+		{"allreduce", []string{"-min", "4", "-max", "1022"}, "-max 1022"},
 		{"acc_latency", []string{"-blocks", "10"}, "-blocks: latency only"},
 		{"latency", []string{"extra"}, `unexpected argument "extra"`},
 	}

@@ -11,6 +11,7 @@ int main(int argc, char **argv)
 	struct osu_opts o;
 	int nranks, iters, warmup;
 	int rank = osu_init(&argc, &argv, &o, 4, 1L << 20, 1);
+	osu_whole(rank, &o, 4, argv[0]);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	float *s = (float *)osu_alloc(o.max, 0), *r = (float *)osu_alloc(o.max, 0);
 	for (long i = 0; i < o.max / 4; i++)

@@ -162,6 +162,21 @@ bad:
 	return -1;
 }
 
+/* osu_whole refuses, as bench does, a -min or -max that is not a whole
+ * number of elem-byte elements (allreduce's float32s): its row would be
+ * labelled with bytes the call never reduces. Every rank calls it after
+ * osu_init; on a bad size rank 0 says why and every rank exits 2. */
+static inline void osu_whole(int rank, const struct osu_opts *o, long elem, const char *argv0)
+{
+	if (o->min % elem == 0 && o->max % elem == 0)
+		return;
+	if (rank == 0)
+		fprintf(stderr, "%s: -min %ld -max %ld: sizes are whole float32s; want multiples of %ld\n", argv0,
+		        o->min, o->max, elem);
+	MPI_Finalize();
+	exit(2);
+}
+
 /* osu_count gives the timed and warm-up iterations for one size: OSU's
  * counts, as bench/run.go has them, unless the command line set them. */
 static inline void osu_count(const struct osu_opts *o, enum schedule s, long size, int *iters, int *warmup)
