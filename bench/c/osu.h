@@ -291,11 +291,13 @@ static inline int osu_init(int *argc, char ***argv, struct osu_opts *o, long def
 			fprintf(stderr, "%s: needs at least %d ranks, this job has %d\n", (*argv)[0], min_ranks, size);
 		bad = 1;
 	}
+#ifdef OSU_PAIR
 	if (!bad && o->partner >= size) {
 		if (rank == 0)
 			fprintf(stderr, "%s: -pair 0,%d: this job has %d ranks\n", (*argv)[0], o->partner, size);
 		bad = 1;
 	}
+#endif
 	if (bad) {
 		MPI_Finalize();
 		exit(2);
