@@ -128,6 +128,9 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 		return nil, fmt.Errorf("%w: -warmup %d: want -1 (OSU's counts), 0 or more", errUsage, o.warmup)
 	case o.blocks < 0:
 		return nil, fmt.Errorf("%w: -blocks %d: want 0 (none) or more", errUsage, o.blocks)
+	case b.windowed && rmaWindow(o.max)*o.max > maxSize:
+		return nil, fmt.Errorf("%w: -max %s: bench %s's window holds %d messages of -max bytes, %s per rank, beyond the %s limit (want -max %s or less)",
+			errUsage, *maxS, name, rmaWindow(o.max), formatSize(rmaWindow(o.max)*o.max), formatSize(maxSize), formatSize(maxSize/rmaWindow(o.max)))
 	case o.blocks > 0 && !b.blocks:
 		return nil, fmt.Errorf("%w: -blocks: latency only (bench %s times its iterations together)", errUsage, name)
 	case strings.ContainsAny(o.label, ",\"\n"):

@@ -127,6 +127,8 @@ func TestParseOptions(t *testing.T) {
 		{"allreduce", []string{"-min", "6", "-max", "48"}, "-min 6: bench allreduce reduces float32s of 4 bytes; want a multiple of 4"},
 		{"iallreduce", []string{"-min", "1"}, "-min 1: bench iallreduce reduces float32s"},
 		{"allreduce", []string{"-min", "4", "-max", "1022"}, "-max 1022"},
+		{"put_bw", []string{"-max", "1G"}, "-max 1G: bench put_bw's window holds 32 messages of -max bytes, 32G per rank, beyond the 1G limit (want -max 32M or less)"},
+		{"put_bw", []string{"-max", "64M"}, "want -max 32M or less"},
 		{"acc_latency", []string{"-blocks", "10"}, "-blocks: latency only"},
 		{"latency", []string{"extra"}, `unexpected argument "extra"`},
 	}

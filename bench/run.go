@@ -57,6 +57,7 @@ type benchmark struct {
 	floats   bool // buffers hold float32 (allreduce sums floats, as OSU does)
 	perPeer  bool // buffers hold Size() blocks of the message size (alltoall)
 	blocks   bool // -blocks applies: rank 0 also times each block of round trips (latency)
+	windowed bool // the window holds rmaWindow(max) messages of max bytes (put_bw)
 	schedule func(size int) count
 	measure  func(c *mpi.Comm, size int, n count, buf *buffers) (row, error)
 }
@@ -112,7 +113,7 @@ var benchmarks = []*benchmark{
 	{name: "iallreduce", title: "MPI Iallreduce Overlap Test", kind: kindOverlap, defMin: 4, defMax: 1 << 20,
 		minRanks: 1, elem: 4, floats: true, schedule: collectiveSchedule, measure: iallreduce},
 	{name: "put_bw", title: "MPI Put Bandwidth Test", kind: kindBandwidth, defMin: 1, defMax: 4 << 20,
-		minRanks: 2, elem: 1, schedule: bandwidthSchedule, measure: putBandwidth},
+		minRanks: 2, elem: 1, windowed: true, schedule: bandwidthSchedule, measure: putBandwidth},
 	{name: "get_latency", title: "MPI Get Latency Test", kind: kindLatency, defMin: 1, defMax: 4 << 20,
 		minRanks: 2, elem: 1, schedule: latencySchedule, measure: getLatency},
 	{name: "acc_latency", title: "MPI Accumulate Latency Test", kind: kindLatency, defMin: 1, defMax: 4 << 20,

@@ -17,6 +17,14 @@ int main(int argc, char **argv)
 	struct osu_opts o;
 	int iters, warmup, peer;
 	int rank = osu_init(&argc, &argv, &o, 1, 4L << 20, 2);
+	if (o.max * window_of(o.max) > OSU_MAX_SIZE) {
+		/* as bench refuses it: the window would hold window_of(max) * max bytes */
+		if (rank == 0)
+			fprintf(stderr, "%s: -max %ld: the window holds %d messages of -max bytes, beyond the %ld-byte limit\n",
+			        argv[0], o.max, window_of(o.max), OSU_MAX_SIZE);
+		MPI_Finalize();
+		exit(2);
+	}
 	int role = osu_role(&o, rank, &peer);
 	long small = (o.max < OSU_LARGE_MESSAGE ? o.max : OSU_LARGE_MESSAGE) * 64, large = o.max * window_of(o.max);
 	char *s = osu_alloc(o.max, 'a'), *base = osu_alloc(small > large ? small : large, 'b');
