@@ -46,13 +46,13 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-quick=0 rounds="" np=2 out="" benches=()
+quick=0 rounds=3 np=2 out="" benches=()
 while (($#)); do
 	case "$1" in
 	-quick | --quick) quick=1 ;;
-	-rounds | --rounds) rounds=$2; shift ;;
-	-np | --np) np=$2; shift ;;
-	-out | --out) out=$2; shift ;;
+	-rounds | --rounds) rounds=${2-}; shift ;;
+	-np | --np) np=${2-}; shift ;;
+	-out | --out) out=${2-}; shift ;;
 	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	latency | bw | bibw | allreduce) benches+=("$1") ;;
 	*) echo "compare.sh: unknown argument '$1' (try -h)" >&2; exit 2 ;;
@@ -60,7 +60,10 @@ while (($#)); do
 	shift
 done
 ((${#benches[@]})) || benches=(latency bw allreduce)
-[[ -n $rounds ]] || rounds=3
+# Checked before anything is built: -rounds 0 would build, measure nothing
+# and exit 0 with no figure.
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -rounds '$rounds': want a positive number" >&2; exit 2; }
+[[ $np =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: -np '$np': want a positive number" >&2; exit 2; }
 cap=$((quick ? 60 : 900)) # seconds per run: a hung run must not hang the comparison
 if [[ -z $out ]]; then
 	out=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare.XXXXXX")
@@ -116,12 +119,14 @@ run() {
 	local dst="$out/raw/$impl.$b.$r.txt" err="$out/raw/$impl.$b.$r.err"
 	linestate "$impl" "$b" "$r"
 	printf '  %-10s %-9s round %d ... ' "$impl" "$b" "$r" >&2
-	local t0=$SECONDS
-	if timeout --kill-after=10 "$cap" "$@" >"$dst" 2>"$err"; then
+	local t0=$SECONDS rc=0
+	# rc is read here, not after an if: an if whose condition failed has
+	# status 0.
+	timeout --kill-after=10 "$cap" "$@" >"$dst" 2>"$err" || rc=$?
+	if ((rc == 0)); then
 		echo "$((SECONDS - t0)) s" >&2
 		return 0
 	fi
-	local rc=$?
 	((rc == 124)) && echo "timed out after $cap s" >&2 || echo "failed (exit $rc)" >&2
 	tail -n 5 "$err" | sed 's/^/    /' >&2
 	rm -f "$dst"
