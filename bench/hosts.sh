@@ -432,6 +432,18 @@ vals() {
 median() {
 	sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; m = int((NR + 1) / 2); printf "%.3f\n", NR % 2 ? v[m] : (v[m] + v[m + 1]) / 2 }'
 }
+# load_summary: the 1-min load averages before the runs (raw/*.load):
+# their range, median and count, or "not recorded".
+load_summary() {
+	local loads
+	loads=$(cat "$out/raw/"*.load 2>/dev/null | sort -g)
+	if [[ -z $loads ]]; then
+		echo "not recorded"
+		return
+	fi
+	printf '%s-%s, median %s, over %d runs (2 CPUs; a rank pair alone makes ~2)\n' \
+		"${loads%%$'\n'*}" "${loads##*$'\n'}" "$(median <<<"$loads")" "$(wc -l <<<"$loads")"
+}
 # cell IMPL FIG SIZE: "median (round round ...)", or "-".
 cell() {
 	local v
@@ -594,7 +606,7 @@ rows=(
 	printf 'line state before the runs (ns one way, bench linestate): '
 	cat "$out/raw/"*.state 2>/dev/null | awk '$1 + 0 > 0 { if (!n++ || $1 < lo) lo = $1; if ($1 > hi) hi = $1 } END { if (n) printf "%.1f-%.1f over %d runs\n", lo, hi, n; else print "not recorded" }'
 	printf 'load average (1 min) before the runs: '
-	cat "$out/raw/"*.load 2>/dev/null | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%s-%s, median %s, over %d runs (2 CPUs; a rank pair alone makes ~2)\n", v[1], v[NR], v[int((NR + 1) / 2)], NR; else print "not recorded" }'
+	load_summary
 	echo
 	echo "results: $out"
 } | tee "$out/summary.md"

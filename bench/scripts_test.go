@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,42 @@ func TestCompareRefusesBadCounts(t *testing.T) {
 		_, statErr := os.Stat(filepath.Join(dir, "go.called"))
 		if code != 2 || statErr == nil || !strings.Contains(out, c.flag+" '"+c.value+"'") {
 			t.Errorf("compare.sh %s %s: exit %d, built anything: %v, output:\n%s\nwant exit 2 naming %s before building", c.flag, c.value, code, statErr == nil, out, c.flag)
+		}
+	}
+}
+
+// TestHostsLoadMedian runs hosts.sh's load_summary on recorded load
+// averages: an even count's median is the mean of the middle two, as
+// median() takes it for the figures, not the lower one.
+func TestHostsLoadMedian(t *testing.T) {
+	script, err := filepath.Abs("hosts.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		loads []string
+		want  string
+	}{
+		{[]string{"1.00", "3.00", "1.00", "3.00"}, "1.00-3.00, median 2.000, over 4 runs"},
+		{[]string{"0.50", "2.50", "1.25"}, "0.50-2.50, median 1.250, over 3 runs"},
+		{nil, "not recorded"},
+	} {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "raw"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range c.loads {
+			if err := os.WriteFile(filepath.Join(dir, "raw", fmt.Sprintf("weft.lat.%d.load", i+1)), []byte(v+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fixture := `eval "$(sed -n -e '/^median() {/,/^}/p' -e '/^load_summary() {/,/^}/p' "$SCRIPT")"
+out=$PWD
+load_summary
+`
+		out, code := runBash(t, dir, fixture, "SCRIPT="+script)
+		if code != 0 || !strings.HasPrefix(out, c.want) {
+			t.Errorf("hosts.sh load_summary of %v: %q (exit %d); want it to begin %q", c.loads, out, code, c.want)
 		}
 	}
 }
