@@ -43,8 +43,12 @@ func For(mode string, n int) (sets [][]int, shared int, err error) {
 // or when they are fewer than the ranks, in blocks of consecutive ranks
 // (so that the partners of a collective's first steps, ranks 2i and
 // 2i+1, share a CPU and need no other to run), else disjoint runs of
-// consecutive CPUs.
+// consecutive CPUs. With no CPUs or no ranks it returns nil: no rank is
+// bound.
 func Assign(allowed []int, oneEach bool, n int) [][]int {
+	if len(allowed) == 0 || n < 1 {
+		return nil
+	}
 	sets := make([][]int, n)
 	for i := range sets {
 		lo := i * len(allowed) / n

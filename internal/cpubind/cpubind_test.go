@@ -35,6 +35,21 @@ func TestAssign(t *testing.T) {
 	}
 }
 
+// TestAssignNothing: with no CPUs (a cgroup or mask that lists none) or
+// no ranks, Assign binds nothing instead of panicking.
+func TestAssignNothing(t *testing.T) {
+	for _, c := range []struct {
+		cpus []int
+		n    int
+	}{{nil, 2}, {[]int{}, 1}, {[]int{0, 1}, 0}, {[]int{0, 1}, -1}} {
+		for _, oneEach := range []bool{false, true} {
+			if sets := Assign(c.cpus, oneEach, c.n); sets != nil {
+				t.Errorf("Assign(%v, oneEach %v, %d) = %v; want nil (unbound)", c.cpus, oneEach, c.n, sets)
+			}
+		}
+	}
+}
+
 func TestList(t *testing.T) {
 	for _, c := range []struct {
 		cpus []int
