@@ -22,6 +22,11 @@
 // them without wake-up preemption. Batch therefore also starts a sweep:
 // once a second, every thread but sysmon's is moved back.
 //
+// What the user chose stays: a process started under another policy than
+// SCHED_OTHER (chrt -b or -i, as a batch system may start jobs) is left as
+// it is (ErrChosenPolicy), a thread already on SCHED_BATCH when Batch acts
+// stays on it, and every thread keeps its nice value.
+//
 // sysmon may import the standard library, golang.org/x/sys/unix and
 // internal/cpubind (for its list of the process's threads).
 package sysmon

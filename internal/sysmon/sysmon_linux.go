@@ -24,28 +24,78 @@ const (
 	lookStep = 50 * time.Microsecond
 )
 
+// chosen holds the threads other than sysmon that were already on
+// SCHED_BATCH when batch moved sysmon: someone chose that for them, and
+// unbatch leaves them on it. batch sets it before keep starts; while it is
+// nil, batch has not acted and unbatch moves nothing.
+var chosen map[int]bool
+
 func batch() (int, error) {
 	tid, err := find()
 	if err != nil {
 		return 0, err
 	}
-	// The thread keeps its nice value: a process started under nice
-	// stays as nice as it was asked to be.
+	// A process started under another policy than SCHED_OTHER (chrt -b,
+	// -i, a batch system's) keeps it, on every thread: so does one
+	// started under nice, as the thread keeps its nice value.
+	main, err := unix.SchedGetAttr(unix.Getpid(), 0)
+	if err != nil {
+		return 0, fmt.Errorf("sysmon: reading the main thread's policy: %w", err)
+	}
 	attr, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
 		return 0, fmt.Errorf("sysmon: reading thread %d's policy: %w", tid, err)
+	}
+	for _, a := range []*unix.SchedAttr{main, attr} {
+		if a.Policy != unix.SCHED_NORMAL {
+			return 0, fmt.Errorf("%w: %s", ErrChosenPolicy, policyName(a.Policy))
+		}
+	}
+	// Listed before sysmon moves, so that no thread it starts is taken for
+	// one that was chosen.
+	tids, err := threads()
+	if err != nil {
+		return 0, err
+	}
+	already := map[int]bool{}
+	for _, t := range tids {
+		if a, err := unix.SchedGetAttr(t, 0); err == nil && t != tid && a.Policy == unix.SCHED_BATCH {
+			already[t] = true
+		}
 	}
 	attr.Policy = unix.SCHED_BATCH
 	if err := unix.SchedSetAttr(tid, attr, 0); err != nil {
 		return 0, fmt.Errorf("sysmon: moving thread %d to SCHED_BATCH: %w", tid, err)
 	}
+	chosen = already
 	return tid, nil
 }
 
+// policyName names a scheduling policy for an error.
+func policyName(p uint32) string {
+	switch p {
+	case unix.SCHED_BATCH:
+		return "SCHED_BATCH"
+	case unix.SCHED_IDLE:
+		return "SCHED_IDLE"
+	case unix.SCHED_FIFO:
+		return "SCHED_FIFO"
+	case unix.SCHED_RR:
+		return "SCHED_RR"
+	case unix.SCHED_DEADLINE:
+		return "SCHED_DEADLINE"
+	}
+	return fmt.Sprintf("policy %d", p)
+}
+
 // unbatch moves every thread of this process but sysmonTid from
-// SCHED_BATCH back to the normal policy (see keep), and returns how many
-// it moved.
+// SCHED_BATCH back to SCHED_OTHER, the policy the process had when batch
+// acted (see keep), and returns how many it moved. The threads that were
+// on SCHED_BATCH then stay on it; before batch has acted, it moves none.
 func unbatch(sysmonTid int) (int, error) {
+	if chosen == nil {
+		return 0, nil
+	}
 	tids, err := threads()
 	if err != nil {
 		return 0, err
@@ -56,8 +106,8 @@ func unbatch(sysmonTid int) (int, error) {
 			continue
 		}
 		a, err := unix.SchedGetAttr(t, 0)
-		if err != nil || a.Policy != unix.SCHED_BATCH {
-			continue // gone since it was listed, or not batched
+		if err != nil || a.Policy != unix.SCHED_BATCH || chosen[t] {
+			continue // gone since it was listed, not batched, or chosen
 		}
 		a.Policy = unix.SCHED_NORMAL // and its nice value as it is
 		if unix.SchedSetAttr(t, a, 0) == nil {
