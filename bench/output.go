@@ -210,8 +210,13 @@ func parseFloat(s string) (float64, error) {
 }
 
 // titleKeys map words of an OSU title line to the benchmark, most specific
-// first ("Bi-Directional Bandwidth" before "Bandwidth").
+// first ("Bi-Directional Bandwidth" before "Bandwidth"; OSU's
+// "Non-blocking Allreduce" before "Allreduce"). An empty bench marks a
+// title of a benchmark bench has none of: OSU's other non-blocking
+// collectives, whose titles name a blocking one's words.
 var titleKeys = []struct{ key, bench string }{
+	{"non-blocking allreduce", "iallreduce"},
+	{"non-blocking", ""},
 	{"bi-directional bandwidth", "bibw"},
 	{"put bandwidth", "put_bw"}, // OSU's "MPI_Put Bandwidth" too
 	{"get latency", "get_latency"},
@@ -246,11 +251,15 @@ func readOSU(r io.Reader) (*table, error) {
 			if t.bench == "" {
 				low := strings.ToLower(text)
 				for _, k := range titleKeys {
-					if strings.Contains(low, k.key) {
-						t.bench = k.bench
-						b = lookup(k.bench)
-						break
+					if !strings.Contains(low, k.key) {
+						continue
 					}
+					if k.bench == "" {
+						return nil, fmt.Errorf("line %d: %q: a benchmark bench has no counterpart of", line, text)
+					}
+					t.bench = k.bench
+					b = lookup(k.bench)
+					break
 				}
 			}
 			continue

@@ -116,7 +116,19 @@ func TestReadOSUForeign(t *testing.T) {
 	if got.bench != "bcast" || len(got.rows) != 2 || got.rows[1].size != 2 || got.rows[1].value != 87.98 || !math.IsNaN(got.rows[1].min) {
 		t.Errorf("read %+v", got)
 	}
+	// osu_iallreduce's title names Allreduce too (OSU 5.6.3's output).
+	in = "# OSU MPI Non-blocking Allreduce Latency Test v5.6.3\n# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n" +
+		"# Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)\n" +
+		"4                       8.77              5.32              4.43             22.08\n"
+	got, err = readOSU(strings.NewReader(in))
+	if err != nil {
+		t.Fatalf("osu_iallreduce's table: %v", err)
+	}
+	if want := (row{size: 4, value: 22.08, min: 8.77, max: 5.32, pure: 4.43}); got.bench != "iallreduce" || len(got.rows) != 1 || got.rows[0] != want {
+		t.Errorf("osu_iallreduce's table read as %s %+v; want iallreduce [%+v]", got.bench, got.rows, want)
+	}
 	for _, bad := range []string{
+		"# OSU MPI Non-blocking Broadcast Latency Test v5.6.3\n4 1 2 3 4\n", // no counterpart
 		"1 2.0\n",                                   // no title
 		"# OSU MPI Latency Test\n1 x\n",             // not a number
 		"# OSU MPI Latency Test\n1 2.0 3.0\n",       // too many columns
