@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-hpc/weft/mpi"
@@ -100,8 +102,9 @@ func busyCompute(d time.Duration) {
 			x = x*1.0000001 + 1e-9
 		}
 	}
-	sink = x
+	sink.Store(math.Float64bits(x))
 }
 
-// sink keeps busyCompute's result alive.
-var sink float64
+// sink keeps busyCompute's result alive. It is atomic: mpi.Run's ranks
+// share the process, and compute at once.
+var sink atomic.Uint64
