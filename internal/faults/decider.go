@@ -20,7 +20,8 @@ type Decision struct {
 	// Drop: the frame is lost; nothing else applies.
 	Drop bool
 	// Copies is how many copies go out: 1, or 2 when duplicated (0 when
-	// dropped). All copies get the same corruption and hold.
+	// dropped). Both copies get the same corruption; the second its own
+	// hold, DupHold.
 	Copies int
 	// CorruptBit is the bit (byte offset*8 + bit) to flip in the contiguous
 	// frame, header included, or -1 to leave it intact. See Decider.Decide
@@ -29,6 +30,11 @@ type Decision struct {
 	// Hold is how long the frame is held back before it goes out; zero
 	// sends it at once.
 	Hold time.Duration
+	// DupHold is how long the second copy of a duplicated frame is held
+	// back, in (0, Spec.MaxDelay], whatever Hold is: a duplicate may
+	// arrive well after its original, once the receiver has moved on, as
+	// a copy left behind by a retrying link does. Zero when not duplicated.
+	DupHold time.Duration
 }
 
 // Corrupt flips d's bit in frame, the header followed by the payload. It does
@@ -39,20 +45,22 @@ func (d Decision) Corrupt(frame []byte) {
 	}
 }
 
-// The header bytes a corruption may hit: the crc field, the job key and the
-// source rank. Only the CRC catches a flip there (hal.Check verifies the CRC
+// The header bytes a corruption may hit: the device indexes and the life
+// (bytes 5-9), the crc field, the job key and the source rank (bytes
+// 12-27). Only the CRC catches a flip there (hal.Check verifies the CRC
 // before the job key), whereas a flip in magic, version, type, flags or
 // length would be counted under another drop reason and a flip in the
 // destination would misroute the frame before any check. Corruption is also
 // applied to the payload.
 const (
-	corruptFrom = 12
-	corruptTo   = 28
+	corruptFrom1, corruptTo1 = 5, 10
+	corruptFrom2, corruptTo2 = 12, 28
+	corruptHeader            = corruptTo1 - corruptFrom1 + corruptTo2 - corruptFrom2
 )
 
 // drawsPerFrame is how many random numbers every Decide consumes, whatever
 // the verdict, so that frame n's verdict depends only on the seed and n.
-const drawsPerFrame = 6
+const drawsPerFrame = 7
 
 // Decider gives a deterministic verdict per frame. It is not safe for
 // concurrent use; each sending device owns one.
@@ -73,8 +81,8 @@ func NewDecider(spec Spec, stream uint64) *Decider {
 }
 
 // Decide returns the verdict for the next frame, frameLen bytes long header
-// included. A corrupted bit is chosen uniformly among the header's crc, job
-// key and source fields and the payload.
+// included. A corrupted bit is chosen uniformly among the header's device,
+// life, crc, job key and source fields and the payload.
 func (d *Decider) Decide(frameLen int) Decision {
 	for i := range d.draws {
 		d.draws[i] = d.rng.Uint64()
@@ -86,20 +94,29 @@ func (d *Decider) Decide(frameLen int) Decision {
 	v := Decision{Copies: 1, CorruptBit: -1}
 	if hit(r[1], d.spec.Dup) {
 		v.Copies = 2
+		v.DupHold = time.Duration(1 + r[6]%d.hold)
 	}
 	if hit(r[2], d.spec.Corrupt) {
 		payload := max(frameLen-hal.HeaderLen, 0)
-		bit := int(r[3] % uint64((corruptTo-corruptFrom+payload)*8))
-		if bit < (corruptTo-corruptFrom)*8 {
-			v.CorruptBit = corruptFrom*8 + bit
-		} else {
-			v.CorruptBit = (hal.HeaderLen-(corruptTo-corruptFrom))*8 + bit
-		}
+		v.CorruptBit = corruptBit(int(r[3] % uint64((corruptHeader+payload)*8)))
 	}
 	if hit(r[4], d.spec.Reorder) {
 		v.Hold = time.Duration(1 + r[5]%d.hold) // in (0, MaxDelay]
 	}
 	return v
+}
+
+// corruptBit maps bit, in [0, (corruptHeader+payload)*8), to a frame bit:
+// the eligible header ranges in order, then the payload.
+func corruptBit(bit int) int {
+	const n1, n2 = (corruptTo1 - corruptFrom1) * 8, (corruptTo2 - corruptFrom2) * 8
+	switch {
+	case bit < n1:
+		return corruptFrom1*8 + bit
+	case bit < n1+n2:
+		return corruptFrom2*8 + bit - n1
+	}
+	return hal.HeaderLen*8 + bit - n1 - n2
 }
 
 // hit reports whether a uniform draw falls under rate: never for 0, always

@@ -51,6 +51,9 @@ func TestDeciderRates(t *testing.T) {
 		}
 		if v.Copies == 2 {
 			dup++
+			if v.DupHold <= 0 || v.DupHold > spec.MaxDelay() {
+				t.Fatalf("duplicate held %v, want in (0, %v]", v.DupHold, spec.MaxDelay())
+			}
 		}
 		if v.CorruptBit >= 0 {
 			corrupt++
@@ -109,6 +112,46 @@ func TestCorruptionIsCaughtByCRC(t *testing.T) {
 		}
 		if h.Dst != 2 {
 			t.Fatalf("frame %d: corruption changed the destination to %d", i, h.Dst)
+		}
+	}
+}
+
+// Corruption reaches every eligible header byte (device indexes, life, crc,
+// job key, source) and the payload, and nothing else.
+func TestCorruptionBytes(t *testing.T) {
+	d := NewDecider(Spec{Corrupt: 1, Seed: 12}, 0)
+	hits := make([]int, hal.HeaderLen+4)
+	for range 20_000 {
+		hits[d.Decide(len(hits)).CorruptBit/8]++
+	}
+	for i, n := range hits {
+		eligible := i >= 5 && i < 10 || i >= 12 && i < 28 || i >= hal.HeaderLen
+		if eligible != (n > 0) {
+			t.Errorf("byte %d flipped %d times (eligible %v)", i, n, eligible)
+		}
+	}
+}
+
+// The rates other than Loss apply to the frames not lost, as Spec says:
+// per frame offered, loss=0.5 and dup=0.2 duplicate 10%.
+func TestRatesOfFramesNotLost(t *testing.T) {
+	spec := Spec{Loss: 0.5, Dup: 0.2, Corrupt: 0.2, Reorder: 0.2, Seed: 3}
+	d := NewDecider(spec, Stream(0, 0))
+	var s Stats
+	const n = 200_000
+	for range n {
+		s.Count(d.Decide(200))
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"loss", float64(s.Dropped.Load()) / n, spec.Loss},
+		{"dup", float64(s.Duplicated.Load()) / n, spec.Dup * (1 - spec.Loss)},
+		{"reorder", float64(s.Delayed.Load()) / n, spec.Reorder * (1 - spec.Loss)},
+	} {
+		if tol := 5 * math.Sqrt(c.want*(1-c.want)/n); math.Abs(c.got-c.want) > tol {
+			t.Errorf("%s=%v: %.4f of %d frames offered, want %.4f ± %.4f", c.name, c.want, c.got, n, c.want, tol)
 		}
 	}
 }

@@ -13,28 +13,34 @@ import (
 // EnvVar names the environment variable FromEnv reads.
 const EnvVar = "WEFT_FAULTS"
 
-// DefaultDelay is the longest a reordered frame is held back when the Spec
-// does not say (Delay zero).
+// DefaultDelay is the longest a reordered frame or a duplicate is held back
+// when the Spec does not say (Delay zero).
 const DefaultDelay = time.Millisecond
 
-// ErrSpec is wrapped by every error Parse and FromEnv return.
+// ErrSpec is wrapped by every error Parse, FromEnv and Validate return, and
+// by the Sends of a Device that Wrap was given an invalid Spec.
 var ErrSpec = errors.New("faults: bad fault specification")
 
 // Spec says which faults to inject and how often. Rates are probabilities
-// per frame in [0, 1]; the zero Spec injects nothing.
+// in [0, 1]; the zero Spec injects nothing. Loss applies to every frame,
+// the other rates to the frames not lost, each on its own: with loss=0.5
+// and dup=0.2, 10% of the frames offered are sent twice.
 type Spec struct {
 	// Loss is the probability that a frame is dropped.
 	Loss float64
-	// Reorder is the probability that a frame is held back for a random
-	// time up to Delay, so that frames sent after it overtake it.
+	// Reorder is the probability that a frame not lost is held back for a
+	// random time up to Delay, so that frames sent after it overtake it.
 	Reorder float64
-	// Dup is the probability that a frame is sent twice.
+	// Dup is the probability that a frame not lost is sent twice, the
+	// second copy held back for a random time up to Delay (whether or
+	// not the frame is reordered).
 	Dup float64
-	// Corrupt is the probability that one bit of a frame is flipped after
-	// it was sealed, so the receiver drops it as hal.DropCRC.
+	// Corrupt is the probability that one bit of a frame not lost is
+	// flipped after it was sealed, so the receiver drops it as
+	// hal.DropCRC.
 	Corrupt float64
-	// Delay is the longest hold for a reordered frame; zero means
-	// DefaultDelay.
+	// Delay is the longest hold for a reordered frame or a duplicate;
+	// zero means DefaultDelay.
 	Delay time.Duration
 	// Seed selects the random streams; the same seed gives the same
 	// verdicts.
@@ -46,8 +52,8 @@ func (s Spec) Enabled() bool {
 	return s.Loss > 0 || s.Reorder > 0 || s.Dup > 0 || s.Corrupt > 0
 }
 
-// MaxDelay is the longest hold for a reordered frame, with the default
-// applied.
+// MaxDelay is the longest hold for a reordered frame or a duplicate, with
+// the default applied.
 func (s Spec) MaxDelay() time.Duration {
 	if s.Delay <= 0 {
 		return DefaultDelay
