@@ -37,6 +37,8 @@ type Device struct {
 	loss          hal.PeerLoss // inner's, nil if it finds no peer lost without a send
 	caps          hal.Caps
 	innerReliable bool
+	innerVerifies bool  // inner is Reliable and its receiver checks the CRC of sealed frames (CRCVerifier)
+	specErr       error // spec.Validate's verdict: every Send fails with it
 	spec          Spec
 	now           func() time.Time
 	dec           *Decider // made on the first Send, from the sender's rank
@@ -68,15 +70,27 @@ type frameCopy struct {
 	wired  bool // some copy went to the inner device, which may reference buf until its Flush
 }
 
+// CRCVerifier is an optional interface of a Reliable device whose receiver
+// verifies the CRC of every frame that carries one (hal.Check with needCRC
+// false), as inproc's does. Over such a device Wrap sends a corrupted frame
+// still sealed, so the damaged bytes meet the receiver's CRC comparison.
+type CRCVerifier interface {
+	// VerifiesCRC reports whether the device's receiver checks the CRC
+	// of sealed frames.
+	VerifiesCRC() bool
+}
+
 // Wrap returns dev with spec's faults applied to every frame sent through
 // it (the dynamic type is *Device, for its Stats). now is the clock that
-// decides when a held frame is due; nil means time.Now.
+// decides when a held frame is due; nil means time.Now. If spec is not
+// valid (Spec.Validate) every Send fails with an error wrapping ErrSpec.
 //
 // The result reports Reliable and Ordered false, so the layer above engages
 // its reliability protocol and, as the hal.Device contract asks of callers
 // of unreliable devices, seals every frame. A corruption injected after
-// sealing is then caught by any receiver: hal.Check verifies a CRC whenever
-// a frame carries one. Over a Reliable dev, which checks no CRC, a corrupted
+// sealing is then caught by any receiver that verifies CRCs: hal.Check
+// does whenever a frame carries one, an unreliable dev and a CRCVerifier
+// call it. Over another Reliable dev, which checks no CRC, a corrupted
 // frame goes out unsealed instead, so that the receiving Device drops it.
 //
 // The contract also has an unreliable device drop frames whose CRC is
@@ -92,6 +106,12 @@ func Wrap(dev hal.Device, spec Spec, now func() time.Time) hal.Device {
 	}
 	caps := dev.Caps()
 	w := &Device{inner: dev, caps: caps, innerReliable: caps.Reliable, spec: spec, now: now}
+	if v, ok := dev.(CRCVerifier); ok && caps.Reliable {
+		w.innerVerifies = v.VerifiesCRC()
+	}
+	if err := spec.Validate(); err != nil {
+		w.specErr = fmt.Errorf("faults: wrap %s: %w", dev.Addr(), err)
+	}
 	w.caps.Reliable, w.caps.Ordered = false, false
 	w.requireCRCFn = w.requireCRC
 	w.loss, _ = dev.(hal.PeerLoss)
@@ -152,14 +172,18 @@ func (w *Device) Connect(peer hal.Rank, addr string) error {
 func (w *Device) Counters() *hal.Counters { return w.inner.Counters() }
 
 // Send decides the frame's fate and carries it out: nothing goes out for a
-// dropped frame, a corrupted or held one is copied first, a duplicated one is
-// sent twice. Errors from the inner device are returned as they are; a frame
-// the inner device refused counts as not offered.
+// dropped frame, a corrupted or held one is copied first, a duplicate is
+// copied and held for its own time. Errors from the inner device are
+// returned as they are; a frame the inner device refused counts as not
+// offered and does not use up a verdict, so the n-th frame accepted gets
+// the n-th verdict however often the receiver let the sender wait.
 func (w *Device) Send(hdr, payload []byte) error {
-	if w.closed.Load() {
+	switch {
+	case w.closed.Load():
 		return errClosed
-	}
-	if len(hdr) < hal.HeaderLen {
+	case w.specErr != nil:
+		return w.specErr
+	case len(hdr) < hal.HeaderLen:
 		return fmt.Errorf("faults: header of %d bytes, want %d: %w", len(hdr), hal.HeaderLen, hal.ErrBadFrame)
 	}
 	if size := len(hdr) - hal.HeaderLen + len(payload); size > w.caps.MTU {
@@ -172,52 +196,72 @@ func (w *Device) Send(hdr, payload []byte) error {
 	if w.dec == nil {
 		w.dec = NewDecider(w.spec, Stream(hal.Rank(binary.LittleEndian.Uint32(hdr[24:])), hdr[5]))
 	}
+	saved := *w.dec
 	d := w.dec.Decide(len(hdr) + len(payload))
-	switch {
-	case d.Drop:
-	case d.CorruptBit < 0 && d.Hold == 0:
+	if err := w.carryOut(&d, hdr, payload); err != nil {
+		*w.dec = saved // refused: the next frame offered gets this verdict
+		return err
+	}
+	w.stats.Count(d)
+	return nil
+}
+
+// carryOut does what d says with one frame, and sets d.Copies to the copies
+// that went out or are held. An error means nothing did.
+func (w *Device) carryOut(d *Decision, hdr, payload []byte) error {
+	if d.Drop {
+		return nil
+	}
+	var f *frameCopy
+	if d.CorruptBit < 0 && d.Hold == 0 {
 		// The common case: the caller's buffers go straight through.
 		if err := w.inner.Send(hdr, payload); err != nil {
 			return err
 		}
-		if d.Copies > 1 && w.inner.Send(hdr, payload) != nil {
-			d.Copies = 1 // the duplicate found the queue full: it is simply not made
-		}
-	default:
-		f := w.copyFrame(hdr, payload)
-		if d.CorruptBit >= 0 && w.innerReliable {
-			// A reliable device neither corrupts nor checks CRCs, so
-			// the receiver's Poll would pass the damaged frame on with
-			// its (now wrong) CRC. Unsealed, it is dropped there as
-			// hal.Check drops a frame whose CRC does not match. A flip
-			// in the job key goes to the crc field instead: the inner
-			// device would drop the frame for its key first, counting
-			// it as DropJobKey, where hal.Check counts DropCRC.
-			if b := d.CorruptBit; b >= jobKeyOff*8 && b < (jobKeyOff+8)*8 {
-				d.CorruptBit = crcOff*8 + b%32
-			}
-			f.buf[4] &^= hal.FlagCRC
-		}
-		d.Corrupt(f.buf)
-		f.copies = d.Copies
+	} else {
+		f = w.copyFrame(hdr, payload)
+		w.corrupt(d, f.buf)
+		f.copies = 1
 		if d.Hold > 0 {
 			f.due = w.now().Add(d.Hold)
 			w.hold(f)
-			break
-		}
-		if err := w.emit(f); err != nil && !f.wired {
+		} else if err := w.emit(f); err != nil {
 			w.retire(f)
 			return err
-		}
-		if f.copies > 0 { // a duplicate did not fit: send it at the next Flush
-			f.due = w.now()
-			w.hold(f)
 		} else {
 			w.retire(f)
 		}
 	}
-	w.stats.Count(d)
+	if d.Copies > 1 {
+		if len(w.held) >= maxHeld {
+			d.Copies = 1 // no room to hold the duplicate: it is simply not made
+			return nil
+		}
+		if f != nil { // the same corruption
+			hdr, payload = f.buf[:hal.HeaderLen], f.buf[hal.HeaderLen:]
+		}
+		dup := w.copyFrame(hdr, payload)
+		dup.copies, dup.due = 1, w.now().Add(d.DupHold)
+		w.hold(dup)
+	}
 	return nil
+}
+
+// corrupt applies d's corruption to buf, a copy of the frame. Over a Reliable
+// inner device that does not verify CRCs the receiver's Poll would pass the
+// damaged frame on with its (now wrong) CRC: the frame goes out unsealed
+// instead, dropped there as hal.Check drops a frame whose CRC does not
+// match, and a flip in the job key goes to the crc field, as the inner
+// device would drop the frame for its key first, counting it as
+// DropJobKey, where hal.Check counts DropCRC.
+func (w *Device) corrupt(d *Decision, buf []byte) {
+	if d.CorruptBit >= 0 && w.innerReliable && !w.innerVerifies {
+		if b := d.CorruptBit; b >= jobKeyOff*8 && b < (jobKeyOff+8)*8 {
+			d.CorruptBit = crcOff*8 + b%32
+		}
+		buf[4] &^= hal.FlagCRC
+	}
+	d.Corrupt(buf)
 }
 
 // Flush releases the held frames that are due and flushes the inner device.

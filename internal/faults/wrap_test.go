@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -182,6 +183,35 @@ func TestRequiresCRCOverReliable(t *testing.T) {
 	}
 }
 
+// Over inproc, whose receiver verifies the CRC of sealed frames, a corrupted
+// frame stays sealed and the damaged bytes meet that CRC comparison: a
+// plain inproc receiver, which requires no CRC, drops every one as DropCRC.
+func TestCorruptionMeetsInprocCRC(t *testing.T) {
+	f := inproc.NewFabric(2, jobKey)
+	inner, _ := f.Open(0)
+	b, _ := f.Open(1)
+	a := faults.Wrap(inner, faults.Spec{Corrupt: 1, Seed: 2}, nil)
+	defer a.Close()
+	defer b.Close()
+	const n = 200
+	for i := range n {
+		payload := make([]byte, i%50)
+		hdr := make([]byte, hal.HeaderLen)
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: uint16(len(payload)), JobKey: jobKey, Src: 0, Dst: 1, Life: 7})
+		hal.Seal(hdr, payload)
+		if err := a.Send(hdr, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.Poll(func(*hal.Header, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := b.Counters(); got != 0 || c.Drops[hal.DropCRC].Load() != n || c.Dropped() != n {
+		t.Errorf("%d corrupted frames: %d delivered, %d dropped as DropCRC, %d in all", n, got, c.Drops[hal.DropCRC].Load(), c.Dropped())
+	}
+}
+
 // Corrupting, duplicating or holding a frame never touches the caller's
 // bytes, and a header longer than hal.HeaderLen travels whole.
 func TestCallerBytesUntouched(t *testing.T) {
@@ -256,7 +286,7 @@ func TestWaitReleasesHeld(t *testing.T) {
 }
 
 // A full inner queue is the caller's ErrNoResource and the frame is not
-// counted as offered; a duplicate that does not fit is not made.
+// counted as offered; a duplicate waits, held, until the queue has room.
 func TestInnerFull(t *testing.T) {
 	f := inproc.NewFabric(2, jobKey)
 	f.SetQueueLen(1)
@@ -273,8 +303,8 @@ func TestInnerFull(t *testing.T) {
 	if err := a.Send(hdr, nil); !errors.Is(err, hal.ErrNoResource) {
 		t.Fatalf("Send into a full queue: %v, want hal.ErrNoResource", err)
 	}
-	if s := a.Stats(); s.Offered.Load() != 1 || s.Duplicated.Load() != 0 {
-		t.Errorf("offered %d duplicated %d, want 1 and 0", s.Offered.Load(), s.Duplicated.Load())
+	if s := a.Stats(); s.Offered.Load() != 1 || s.Duplicated.Load() != 1 || a.Held() != 1 {
+		t.Errorf("offered %d duplicated %d held %d, want 1, 1 and 1", s.Offered.Load(), s.Duplicated.Load(), a.Held())
 	}
 }
 
@@ -458,5 +488,100 @@ func TestPeerLossPassedOn(t *testing.T) {
 	w := faults.Wrap(lossDev{dev}, faults.Spec{}, nil).(*faults.Device)
 	if got := w.LostPeers(nil); w.PeersLost() != 1 || len(got) != 1 || got[0].Peer != 1 || !errors.Is(got[0].Err, errLost) {
 		t.Errorf("over a device that lost rank 1: count %d, peers %v", w.PeersLost(), got)
+	}
+}
+
+// droppedIDs sends frames 0..n-1 from rank 0 to rank 1 through a Wrap'd
+// inproc device whose inbox holds queueLen frames, polling the receiver
+// after every pollEvery sends, retrying a refused Send after a poll. It
+// returns the ids the injector dropped (never delivered, no corruption on)
+// and how many Sends were refused.
+func droppedIDs(t *testing.T, spec faults.Spec, n, queueLen, pollEvery int) ([]uint32, int) {
+	t.Helper()
+	f := inproc.NewFabric(2, jobKey)
+	f.SetQueueLen(queueLen)
+	inner, err := f.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.Open(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := faults.Wrap(inner, spec, nil)
+	defer a.Close()
+	defer b.Close()
+	got := make(map[uint32]bool)
+	poll := func() {
+		b.Poll(func(_ *hal.Header, p []byte) { got[binary.LittleEndian.Uint32(p)] = true })
+	}
+	refused := 0
+	for i := range n {
+		payload := make([]byte, 4)
+		binary.LittleEndian.PutUint32(payload, uint32(i))
+		hdr := make([]byte, hal.HeaderLen)
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: 4, JobKey: jobKey, Src: 0, Dst: 1})
+		hal.Seal(hdr, payload)
+		for {
+			err := a.Send(hdr, payload)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, hal.ErrNoResource) {
+				t.Fatal(err)
+			}
+			refused++
+			poll() // the receiver catches up; the caller retries, as lapi does
+		}
+		if i%pollEvery == pollEvery-1 {
+			poll()
+		}
+	}
+	poll()
+	var lost []uint32
+	for i := range uint32(n) {
+		if !got[i] {
+			lost = append(lost, i)
+		}
+	}
+	return lost, refused
+}
+
+// The n-th frame a device sends gets the same verdict for a given seed
+// whatever the other ranks do (doc.go), so which frames are lost does not
+// depend on how fast the receiver polls: a Send the inner device refuses
+// (a full inbox, hal.ErrNoResource) uses up no verdict.
+func TestVerdictsIndependentOfReceiver(t *testing.T) {
+	spec := faults.Spec{Loss: 0.2, Seed: 42}
+	fast, _ := droppedIDs(t, spec, 400, 1024, 1)    // never refused
+	slow, refused := droppedIDs(t, spec, 400, 4, 8) // receiver lags: refusals
+	if refused == 0 {
+		t.Fatal("no Send refused: the test does not exercise refusals")
+	}
+	if !slices.Equal(fast, slow) {
+		t.Errorf("seed %d: a fast receiver saw frames %v lost, a slow one %v: the verdicts depend on the receiver",
+			spec.Seed, head(fast), head(slow))
+	}
+}
+
+func head(s []uint32) []uint32 { return s[:min(len(s), 8)] }
+
+// Wrap validates its Spec as Parse and simnet.New do: a Spec built in code
+// with a rate out of [0, 1] or a negative delay is not run silently clamped;
+// every Send fails with ErrSpec (Wrap returns no error).
+func TestWrapRejectsBadSpec(t *testing.T) {
+	for _, spec := range []faults.Spec{{Loss: 1.5}, {Dup: -1}, {Corrupt: math.NaN()}, {Reorder: 0.5, Delay: -1}} {
+		f := inproc.NewFabric(2, jobKey)
+		inner, _ := f.Open(0)
+		b, _ := f.Open(1)
+		a := faults.Wrap(inner, spec, nil)
+		hdr := make([]byte, hal.HeaderLen)
+		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, JobKey: jobKey, Src: 0, Dst: 1})
+		hal.Seal(hdr, nil)
+		if err := a.Send(hdr, nil); !errors.Is(err, faults.ErrSpec) {
+			t.Errorf("Wrap with %+v (Validate: %v): Send = %v, want an ErrSpec", spec, spec.Validate(), err)
+		}
+		a.Close()
+		b.Close()
 	}
 }

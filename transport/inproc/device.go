@@ -42,6 +42,10 @@ func (d *device) SharedBlock() []byte { return d.fabric.sharedBlock() }
 // Caps: reliable and ordered, as a memory copy is.
 func (d *device) Caps() hal.Caps { return hal.Caps{MTU: MTU, Reliable: true, Ordered: true} }
 
+// VerifiesCRC (faults.CRCVerifier): Poll checks the CRC of every frame
+// that carries one (hal.Check), though it requires none.
+func (d *device) VerifiesCRC() bool { return true }
+
 // Addr is "inproc:RANK".
 func (d *device) Addr() string { return d.addr }
 
