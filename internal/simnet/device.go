@@ -1,7 +1,6 @@
 package simnet
 
 import (
-	"container/heap"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -157,11 +156,15 @@ func (d *device) sendTo(dst hal.Rank, hdr, payload []byte) {
 	src := &n.ranks[d.rank]
 	size := len(hdr) + len(payload)
 	v := src.dec.Decide(size)
+	if v.Copies > 1 && src.inFlight+v.Copies > n.cfg.inFlight {
+		v.Copies = 1 // no room for the duplicate (sendable made room for one): it is not made
+	}
 	n.stats.Count(v)
 	if n.cut[link{d.rank, dst}] {
 		n.stats.Cut.Add(uint64(v.Copies))
 		return
 	}
+	hold := v.Hold
 	for range v.Copies {
 		p := n.alloc(size)
 		copy(p.buf[copy(p.buf, hdr):], payload)
@@ -169,16 +172,19 @@ func (d *device) sendTo(dst hal.Rank, hdr, payload []byte) {
 		if n.filter != nil && !n.filter(d.rank, dst, p.buf) {
 			n.stats.Filtered.Add(1)
 			n.recycle(p)
-			continue
+		} else {
+			n.put(p, d.rank, dst, n.cfg.latency+hold)
 		}
-		p.at, p.src, p.dst, p.seq = n.now.Add(n.cfg.latency+v.Hold), d.rank, dst, src.seq
-		src.seq++
-		heap.Push(&n.flight, p)
-		src.inFlight++
-		n.ranks[dst].inbound++
+		hold = v.DupHold // the second copy's own
 	}
+	n.ranks[dst].dev.wake()
+}
+
+// wake ends a Wait blocked with nothing in flight toward d, or has the next
+// Wait return at once.
+func (d *device) wake() {
 	select {
-	case n.ranks[dst].dev.notify <- struct{}{}:
+	case d.notify <- struct{}{}:
 	default:
 	}
 }

@@ -237,13 +237,20 @@ func (n *Network) Inject(src, dst hal.Rank, frame []byte) error {
 	}
 	p := n.alloc(len(frame))
 	copy(p.buf, frame)
+	n.put(p, src, dst, n.cfg.latency)
+	n.ranks[dst].dev.wake()
+	return nil
+}
+
+// put puts p on the wire from src to dst, to arrive after d. Call with mu
+// held.
+func (n *Network) put(p *packet, src, dst hal.Rank, d time.Duration) {
 	s := &n.ranks[src]
-	p.at, p.src, p.dst, p.seq = n.now.Add(n.cfg.latency), src, dst, s.seq
+	p.at, p.src, p.dst, p.seq = n.now.Add(d), src, dst, s.seq
 	s.seq++
 	heap.Push(&n.flight, p)
 	s.inFlight++
 	n.ranks[dst].inbound++
-	return nil
 }
 
 // Kill makes rank r's device dead, as if its process crashed: its calls fail
