@@ -117,6 +117,9 @@ func New(size int, spec faults.Spec, opts ...Option) (*Network, error) {
 	return n, nil
 }
 
+// Spec is the fault specification the network's links inject.
+func (n *Network) Spec() faults.Spec { return n.spec }
+
 // Size is the number of ranks.
 func (n *Network) Size() int { return len(n.ranks) }
 
