@@ -25,9 +25,10 @@ func int64Bytes(v []int64) []byte {
 // region and gets read them back, under loss, reordering, duplication and
 // corruption.
 func TestPutGetHostile(t *testing.T) {
-	spec := hostile
+	spec := rough
 	spec.Seed = 3
 	j := newSimJob(t, 3, spec)
+	j.requireFaults()
 	defer j.close()
 	region := make([]byte, 1<<20)
 	pvo, err := j.ctxs[2].TPT().Register(region, hal.AccessRead|hal.AccessWrite)
@@ -63,9 +64,10 @@ func TestPutGetHostile(t *testing.T) {
 // TestRmwHostile: every operation returns the previous value, and
 // concurrent fetch-and-adds from every rank sum exactly.
 func TestRmwHostile(t *testing.T) {
-	spec := hostile
+	spec := rough
 	spec.Seed = 4
 	j := newSimJob(t, 4, spec)
+	j.requireFaults()
 	defer j.close()
 	cells := make([]int64, 4)
 	pvo, err := j.ctxs[0].TPT().Register(int64Bytes(cells), hal.AccessRead|hal.AccessWrite)

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,10 @@ import (
 // hostile is the fault mix of the reliability tests.
 var hostile = faults.Spec{Loss: 0.2, Reorder: 0.1, Dup: 0.05, Corrupt: 0.01, Delay: 200 * time.Microsecond}
 
+// rough is hostile with rates high enough that a test of a few dozen
+// frames meets every fault (checkFaults).
+var rough = faults.Spec{Loss: 0.2, Reorder: 0.2, Dup: 0.1, Corrupt: 0.1, Delay: 200 * time.Microsecond}
+
 // simJob is n lapi contexts over a simulated network, driven by one
 // goroutine in virtual time: every run of a seed is the same run.
 type simJob struct {
@@ -25,6 +30,9 @@ type simJob struct {
 	net  *simnet.Network
 	node *simnet.Network // a mixed job's lossless network within nodes (mixed_test.go); nil
 	ctxs []*Context
+	// allFaults: close requires every fault the spec names to have
+	// happened, however little traffic there was (requireFaults).
+	allFaults bool
 }
 
 // nextEvent is the earliest delivery on the job's networks.
@@ -161,10 +169,108 @@ func (j *simJob) step() {
 	}
 }
 
+// close closes every context and, unless the test already failed, checks
+// that the faults the network's spec names happened (checkFaults).
 func (j *simJob) close() {
 	for _, c := range j.ctxs {
 		c.Close()
 	}
+	if !j.t.Failed() {
+		j.checkFaults()
+	}
+}
+
+// requireFaults makes close require every fault the spec names, however
+// little traffic the job had: for a test that says it runs under them.
+func (j *simJob) requireFaults() { j.allFaults = true }
+
+// minExpected is the expected count of a fault (frames offered times its
+// rate) from which checkFaults requires it to have happened at least once:
+// a fair chance, e^-5 < 1% that a seed misses it.
+const minExpected = 5
+
+// checkFaults fails the test if a fault that j.net's spec asks for never
+// happened although the job's traffic made it expected minExpected times
+// (or at all, after requireFaults): such a test would pass vacuously.
+func (j *simJob) checkFaults() {
+	j.t.Helper()
+	for _, m := range j.faultsMissing(j.allFaults) {
+		j.t.Errorf("%s: the test does not exercise it", m)
+	}
+}
+
+// faultsMissing describes each fault j.net's spec asks for that has not
+// happened, though expected minExpected times by now (any number if all).
+// Loss, duplication and reordering count at the network; corruption counts
+// where it must be caught, as DropCRC at a receiver.
+func (j *simJob) faultsMissing(all bool) []string {
+	spec, ns := j.net.Spec(), j.net.Stats()
+	offered := float64(ns.Offered.Load())
+	kept := offered * (1 - spec.Loss)
+	var crc uint64
+	for r := range j.ctxs {
+		if d := j.net.Device(hal.Rank(r)); d != nil {
+			crc += d.Counters().Drops[hal.DropCRC].Load()
+		}
+	}
+	var missing []string
+	for _, f := range []struct {
+		name     string
+		rate     float64
+		expected float64
+		seen     uint64
+	}{
+		{"loss", spec.Loss, offered * spec.Loss, ns.Dropped.Load()},
+		{"dup", spec.Dup, kept * spec.Dup, ns.Duplicated.Load()},
+		{"reorder", spec.Reorder, kept * spec.Reorder, ns.Delayed.Load()},
+		{"corrupt (DropCRC at a receiver)", spec.Corrupt, kept * spec.Corrupt, crc},
+	} {
+		if f.seen == 0 && f.rate > 0 && (all || f.expected >= minExpected) {
+			missing = append(missing, fmt.Sprintf("spec %v: no %s in %.0f frames offered (%.1f expected)",
+				spec, f.name, offered, f.expected))
+		}
+	}
+	return missing
+}
+
+// stir sends active messages of up to 2 KiB from every rank to the next,
+// each checked to arrive once and intact, until j's network has shown
+// every fault its spec names (faultsMissing), and fails the test if limit
+// messages per rank do not get there. It is for a test whose own traffic is
+// a handful of frames: its flows then run over links, and lapi state, that
+// have been through every fault.
+func (j *simJob) stir(limit int) {
+	j.t.Helper()
+	n := len(j.ctxs)
+	k := &checker{t: j.t, me: hal.Rank(n), seen: map[[2]uint32]bool{}}
+	var h HandlerID
+	for _, c := range j.ctxs {
+		h = c.RegisterHandler(k)
+	}
+	rng := rand.New(rand.NewPCG(j.net.Spec().Seed, 7))
+	sent := 0
+	for sent < limit && len(j.faultsMissing(true)) > 0 {
+		for r, c := range j.ctxs {
+			size := rng.IntN(2 << 10)
+			off := rng.IntN(len(pattern) - size)
+			var u [12]byte
+			binary.LittleEndian.PutUint32(u[:], uint32(r))
+			binary.LittleEndian.PutUint32(u[4:], uint32(sent))
+			binary.LittleEndian.PutUint32(u[8:], uint32(off))
+			if err := c.Amsend(hal.Rank((r+1)%n), h, u[:], pattern[off:off+size], SendOpts{}); err != nil {
+				j.t.Fatalf("stir: rank %d message %d: %v", r, sent, err)
+			}
+		}
+		sent++
+		j.run(time.Minute, nil, func() bool { return k.err != nil || k.got == sent*n })
+		if k.err != nil {
+			j.t.Fatalf("stir: %v", k.err)
+		}
+	}
+	if m := j.faultsMissing(true); len(m) > 0 {
+		j.t.Fatalf("stir: %d messages per rank, and still %s", limit, strings.Join(m, "; "))
+	}
+	j.t.Logf("stir: %d messages per rank until every fault happened", sent)
 }
 
 // pattern is the source of every test message's bytes: message data is
@@ -318,5 +424,28 @@ func TestAMReproducible(t *testing.T) {
 	}
 	if c := amStorm(t, 8, 4, 400, 256<<10, hostile); c == a {
 		t.Fatalf("seeds 7 and 8 ran identically: the seed is not used")
+	}
+}
+
+// TestStormCorruptionReachesCRC: in the AM storm corrupted copies are
+// counted as DropCRC by their receivers, and no frame is dropped for any
+// other reason (a corruption never shows as another drop).
+func TestStormCorruptionReachesCRC(t *testing.T) {
+	spec := hostile
+	spec.Seed = 1
+	j := newSimJob(t, 4, spec, simnet.WithMTU(16<<10))
+	t.Log(amStormOn(t, j, 1, 2000, 1<<20, spec))
+	for j.net.Step() {
+	}
+	var crc, other uint64
+	for r := range 4 {
+		c := j.net.Device(hal.Rank(r)).Counters()
+		crc += c.Drops[hal.DropCRC].Load()
+		other += c.Dropped() - c.Drops[hal.DropCRC].Load()
+	}
+	ns := j.net.Stats()
+	t.Logf("corrupted %d, DropCRC %d, other drops %d, dead %d", ns.Corrupted.Load(), crc, other, ns.Dead.Load())
+	if crc == 0 || other != 0 {
+		t.Errorf("corrupted %d copies, receivers counted %d as DropCRC and %d otherwise", ns.Corrupted.Load(), crc, other)
 	}
 }

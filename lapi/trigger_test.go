@@ -24,10 +24,11 @@ func TestTriggeredChain(t *testing.T) {
 	for _, chunk := range []int{1000, 200 << 10} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%dB/seed%d", chunk, seed), func(t *testing.T) {
-				spec := hostile
+				spec := rough
 				spec.Seed = seed
 				const n, chunks = 4, 6
 				j := newSimJob(t, n, spec, simnet.WithMTU(16<<10))
+				j.requireFaults()
 				defer j.close()
 				bufs := make([][]byte, n)
 				pvos := make([]hal.PVO, n)
@@ -112,7 +113,9 @@ func TestTriggeredChain(t *testing.T) {
 // triggers fail with ErrClosed when the context closes.
 func TestTriggerEdges(t *testing.T) {
 	j := newSimJob(t, 2, hostile)
+	j.requireFaults()
 	defer j.close()
+	j.stir(2000) // its own traffic is a few frames
 	c0, c1 := j.ctxs[0], j.ctxs[1]
 	dst := make([]byte, 64)
 	pvo, _ := c1.TPT().Register(dst, hal.AccessWrite)
