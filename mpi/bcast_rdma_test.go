@@ -17,14 +17,16 @@ func TestBcastRDMA(t *testing.T) {
 		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			t.Setenv("WEFT_TIMEOUT", "120s")
+			var tally faultTally
 			for n := 1; n <= 9; n++ {
 				if faults != "" && n%3 != 0 {
 					continue
 				}
-				if err := Run(n, func(c *Comm) error { return bcastRDMACase(c) }); err != nil {
+				if err := Run(n, tally.body(bcastRDMACase)); err != nil {
 					t.Fatalf("%d ranks: %v", n, err)
 				}
 			}
+			tally.check(t, faults)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -14,23 +15,66 @@ import (
 // that loses, reorders, duplicates and corrupts frames.
 var faultCases = []string{"", "loss=0.05,reorder=0.1,dup=0.02,corrupt=0.01,seed=11"}
 
+// faultTally sums, over the Runs of a test under WEFT_FAULTS, what lapi
+// repaired and what the devices dropped as corrupted, so that the test can
+// show the faults it names bit (check) rather than pass vacuously.
+type faultTally struct {
+	mu                     sync.Mutex
+	frames, repaired, crcs uint64
+}
+
+// body is fn, adding the rank's counters to the tally once fn returns.
+func (f *faultTally) body(fn func(*Comm) error) func(*Comm) error {
+	return func(c *Comm) error {
+		err := fn(c)
+		st := c.World().Stats()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.repaired += st.Retransmits + st.Duplicates + st.Redrives + st.Stale
+		for _, d := range st.Devices {
+			f.frames += d.FramesSent
+			f.crcs += d.DropReasons["crc"]
+		}
+		return err
+	}
+}
+
+// check fails t if, under faults (not ""), lapi repaired nothing or no
+// device dropped a corrupted frame.
+func (f *faultTally) check(t *testing.T, faults string) {
+	t.Helper()
+	if faults == "" {
+		return
+	}
+	t.Logf("under %q: %d frames sent, %d repaired, %d dropped for their CRC", faults, f.frames, f.repaired, f.crcs)
+	if f.repaired == 0 || f.crcs == 0 {
+		t.Errorf("under %q: %d repaired, %d CRC drops in %d frames: a fault named never bit", faults, f.repaired, f.crcs, f.frames)
+	}
+}
+
+// iprobeFaults is faultCases with corruption at 10%: TestIprobe sends
+// about 130 frames in all, too few to meet 1%.
+var iprobeFaults = []string{faultCases[0], "loss=0.05,reorder=0.1,dup=0.02,corrupt=0.1,seed=11"}
+
 // TestIprobe: every rank but 0 sends rank 0 one message, eager or by
 // rendezvous; rank 0 polls Iprobe with wildcards until it has seen each,
 // checks what Iprobe says of it (source, tag, bytes), and receives
 // exactly that message. A tag nobody sends is never found.
 func TestIprobe(t *testing.T) {
-	for _, faults := range faultCases {
+	for _, faults := range iprobeFaults {
 		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			t.Setenv("WEFT_TIMEOUT", "60s")
+			var tally faultTally
 			for n := 1; n <= 9; n++ {
 				if faults != "" && n%2 == 0 {
 					continue
 				}
-				if err := Run(n, iprobeCase); err != nil {
+				if err := Run(n, tally.body(iprobeCase)); err != nil {
 					t.Fatalf("%d ranks: %v", n, err)
 				}
 			}
+			tally.check(t, faults)
 		})
 	}
 }
@@ -116,11 +160,13 @@ func TestWaitAny(t *testing.T) {
 		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			t.Setenv("WEFT_TIMEOUT", "60s")
+			var tally faultTally
 			for n := 1; n <= 9; n += 1 + len(faults)%2 {
-				if err := Run(n, waitAnyCase); err != nil {
+				if err := Run(n, tally.body(waitAnyCase)); err != nil {
 					t.Fatalf("%d ranks: %v", n, err)
 				}
 			}
+			tally.check(t, faults)
 		})
 	}
 }
