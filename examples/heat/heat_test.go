@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/weft-hpc/weft/mpi"
 )
@@ -54,5 +57,49 @@ func TestHeat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestHeatFewerRowsThanRanks: with fewer interior rows than ranks
+// (gorun -n 3 ./examples/heat -n 2) a rank gets an empty band and skips the
+// halo exchange its neighbour waits in, so the job hung. Solve refuses it
+// on every rank (ErrArg).
+func TestHeatFewerRowsThanRanks(t *testing.T) {
+	const n, steps = 2, 3
+	var ref float64
+	if err := mpi.Run(1, func(c *mpi.Comm) error {
+		part, err := Solve(c, n, steps)
+		if err == nil {
+			ref, err = Checksum(c, part, n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := mpi.RunWith(3, mpi.Options{Timeout: 5 * time.Second}, func(c *mpi.Comm) error {
+		part, err := Solve(c, n, steps)
+		if err != nil {
+			return err
+		}
+		sum, err := Checksum(c, part, n)
+		if err == nil && !relClose(sum, ref, 1e-12) {
+			t.Errorf("rank %d: checksum %v, one rank gives %v", c.Rank(), sum, ref)
+		}
+		return err
+	})
+	if !errors.Is(err, mpi.ErrArg) {
+		t.Fatalf("Solve(n=%d) on 3 ranks: %v, want it refused (ErrArg), not a hang", n, err)
+	}
+}
+
+// TestHeatBadSize: a negative grid size (gorun -n 2 ./examples/heat -n -5)
+// panics in makeslice; it must be refused with an error instead.
+func TestHeatBadSize(t *testing.T) {
+	err := mpi.Run(2, func(c *mpi.Comm) error {
+		_, err := Solve(c, -5, 1)
+		return err
+	})
+	if err == nil || strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Solve(n=-5): want an error naming the bad size, got %v", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Command heat solves the 2-D Laplace equation on a square plate with a
-// hot top edge by Jacobi iteration. The rows are split among the ranks;
-// each step exchanges one halo row with each neighbour (Sendrecv) and the
-// residual is combined with Allreduce. The result is checked against the
-// same iteration run on one rank.
+// hot top edge by Jacobi iteration. The rows are split among the ranks
+// (at least one each); each step exchanges one halo row with each
+// neighbour (Sendrecv), and a position-weighted checksum of the result is
+// combined with Allreduce and printed: it is the same on any number of
+// ranks (heat_test.go checks it against one rank's).
 //
 //	go run ./cmd/gorun -n 4 ./examples/heat -n 128 -steps 500
 package main
@@ -54,9 +55,16 @@ type Part struct {
 func rows(n, p, r int) (lo, hi int) { return r * n / p, (r + 1) * n / p }
 
 // Solve runs steps Jacobi iterations on an n×n interior whose top boundary
-// is 1 and other boundaries 0.
+// is 1 and other boundaries 0. Every rank needs a row: n below the
+// communicator's size fails, as do n < 1 and steps < 0, on every rank alike.
 func Solve(c *mpi.Comm, n, steps int) (*Part, error) {
 	p, me := c.Size(), c.Rank()
+	switch {
+	case n < 1 || steps < 0:
+		return nil, fmt.Errorf("heat: a %d×%d grid and %d steps: want n ≥ 1 and steps ≥ 0: %w", n, n, steps, mpi.ErrArg)
+	case n < p:
+		return nil, fmt.Errorf("heat: %d rows among %d ranks: every rank needs one (n ≥ %d): %w", n, p, p, mpi.ErrArg)
+	}
 	lo, hi := rows(n, p, me)
 	h := hi - lo
 	cur, nxt := grid(h+2, n+2), grid(h+2, n+2)

@@ -36,8 +36,11 @@ func main() {
 }
 
 // Pi integrates with n intervals across the communicator; every rank gets
-// the result.
+// the result. n must be at least 1.
 func Pi(c *mpi.Comm, n int) (float64, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("pi: %d intervals: want at least 1: %w", n, mpi.ErrArg)
+	}
 	h := 1 / float64(n)
 	sum := 0.0
 	for i := c.Rank(); i < n; i += c.Size() {

@@ -36,8 +36,11 @@ func main() {
 
 // Ring sends the token round laps times and returns it at rank 0 (other
 // ranks return the last value they forwarded). The final value is
-// laps * size*(size-1)/2.
+// laps * size*(size-1)/2. laps must not be negative.
 func Ring(c *mpi.Comm, laps int) (int64, error) {
+	if laps < 0 {
+		return 0, fmt.Errorf("ring: %d laps: want 0 or more: %w", laps, mpi.ErrArg)
+	}
 	p, me := c.Size(), c.Rank()
 	next, prev := (me+1)%p, (me-1+p)%p
 	tok := []int64{0}

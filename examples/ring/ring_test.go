@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/weft-hpc/weft/mpi"
@@ -18,5 +19,18 @@ func TestRing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRingNegativeLaps: gorun -n 2 ./examples/ring -laps -2 fails with
+// "ring: token 0, want -2", as if the ring had lost the token. A negative
+// lap count must be refused naming it.
+func TestRingNegativeLaps(t *testing.T) {
+	err := mpi.Run(2, func(c *mpi.Comm) error {
+		_, err := Ring(c, -2)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "laps") {
+		t.Fatalf("Ring(laps=-2): want an error naming laps, got %v", err)
 	}
 }
