@@ -111,6 +111,42 @@ func (c *Context) Put(tgt hal.Rank, dst hal.PVO, src []byte, o SendOpts) error {
 	return c.putAM(tgt, dst, src, o)
 }
 
+// PutPlaced is Put with one outcome, told to done: nil once the data is
+// placed at the target (when Put's Completion counter would fire), or
+// the error that ended it (failing to start, too). Notify, by contrast,
+// fires once src may be reused, which for a small Put that lapi copies
+// is at once, before the data has left: a caller that must tell the
+// target "it is in" after the data (mpi's split rendezvous) waits for
+// this. done runs as Notify's completers do.
+func (c *Context) PutPlaced(tgt hal.Rank, dst hal.PVO, src []byte, done Completer) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	k := c.trg.spareCounter()
+	c.trg.armFnLocked(k, 1, func(err error) {
+		done.Complete(err)
+		if err == nil {
+			// Incremented once, by this Put's completion, and never
+			// again: it may count another. (A failed one is left to
+			// the collector: a late increment could still come.)
+			c.mu.Lock()
+			k.v.Store(0)
+			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
+			c.mu.Unlock()
+		}
+	})
+	c.mu.Unlock()
+	if err := c.Put(tgt, dst, src, SendOpts{Completion: k}); err != nil {
+		c.mu.Lock()
+		k.fail(err) // the trigger tells done
+		c.mu.Unlock()
+		c.am.runCompletions()
+	}
+	return nil
+}
+
 // putAM is Put by active message (hPut): lapi's own packets, placed by
 // the target's put handler. Fire-and-forget (o.NoCompletion) goes
 // eagerly, never by rendezvous, whose target answers.

@@ -148,7 +148,11 @@ func (h ctsHandler) OnComplete(src lapi.Rank, cookie any) {
 	if !ok {
 		return
 	}
-	if err := h.w.lc.Put(src, r.sp.dst, r.buf[r.sp.split:r.sp.end], lapi.SendOpts{Notify: r}); err != nil {
+	// PUTFIN goes once the part is placed, not once the buffer may be
+	// reused: a part lapi copies (up to its copy threshold) would be
+	// "done" at once, and PUTFIN, over a device that reorders, overtook
+	// the data: the receive completed without its upper part.
+	if err := h.w.lc.PutPlaced(src, r.sp.dst, r.buf[r.sp.split:r.sp.end], r); err != nil {
 		r.Complete(err)
 	}
 }
