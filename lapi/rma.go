@@ -128,13 +128,7 @@ func (c *Context) PutPlaced(tgt hal.Rank, dst hal.PVO, src []byte, done Complete
 	c.trg.armFnLocked(k, 1, func(err error) {
 		done.Complete(err)
 		if err == nil {
-			// Incremented once, by this Put's completion, and never
-			// again: it may count another. (A failed one is left to
-			// the collector: a late increment could still come.)
-			c.mu.Lock()
-			k.v.Store(0)
-			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
-			c.mu.Unlock()
+			c.trg.recycle(k)
 		}
 	})
 	c.mu.Unlock()

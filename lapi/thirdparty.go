@@ -156,13 +156,7 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 		}
 		c.trg.thirdDone(r, code)
 		if err == nil {
-			// Incremented once, by the transfer's end, and never
-			// again: it may count another. (A failed one is left to
-			// the collector: a late increment could still come.)
-			c.mu.Lock()
-			k.v.Store(0)
-			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
-			c.mu.Unlock()
+			c.trg.recycle(k)
 		}
 	})
 	c.mu.Unlock()
@@ -177,6 +171,17 @@ func (h thirdHandler) OnComplete(_ hal.Rank, cookie any) {
 		c.mu.Unlock()
 		c.am.runCompletions()
 	}
+}
+
+// recycle gives back a spare counter that its one operation incremented
+// and never will again, for another (c.mu not held). One whose operation
+// failed is left to the collector: a late increment could still come.
+func (ts *triggerSet) recycle(k *Counter) {
+	c := ts.c
+	c.mu.Lock()
+	k.v.Store(0)
+	ts.spareCntrs = append(ts.spareCntrs, k)
+	c.mu.Unlock()
 }
 
 // spareCounter is a counter for lapi's own use, recycled (c.mu held).
