@@ -182,11 +182,12 @@ type AMHandler interface {
 }
 
 // AbortHandler is an AMHandler told of a message whose sender failed, or
-// restarted, before all its data came: lapi drops the message and, instead
-// of the OnComplete it will never call, calls OnAbort with the cookie
-// OnHeader returned and the peer's error, in the progress engine with the
-// lock held (it must not block or call into the context). The buffer
-// holds what had come, in no particular order.
+// restarted, before all its data came, or whose data a rendezvous could
+// not read (the sender's buffer refused the read): lapi drops the message
+// and, instead of the OnComplete it will never call, calls OnAbort with
+// the cookie OnHeader returned and the error, with the progress lock held
+// (it must not block or call into the context). The buffer holds what had
+// come, in no particular order.
 type AbortHandler interface {
 	AMHandler
 	OnAbort(src hal.Rank, cookie any, err error)

@@ -80,12 +80,17 @@ func (r rtsHandler) OnHeader(src hal.Rank, uhdr []byte, _ int) ([]byte, any) {
 func (rtsHandler) OnComplete(hal.Rank, any) {}
 
 // Complete runs when the read has placed the data (or failed): the user's
-// completion handler runs, the target counter is bumped and the origin
-// told, with the fault code of a failed read.
+// completion handler runs (OnAbort, for a handler that has one, when the
+// read failed: its OnComplete never comes), the target counter is bumped
+// and the origin told, with the fault code of a failed read.
 func (rv *rvRecv) Complete(err error) {
 	c := rv.c
 	if err == nil {
 		rv.h.OnComplete(rv.src, rv.cookie)
+	} else if ah, ok := rv.h.(AbortHandler); ok {
+		c.mu.Lock() // OnAbort runs as it does from the progress engine
+		ah.OnAbort(rv.src, rv.cookie, err)
+		c.mu.Unlock()
 	}
 	var u [rvFinLen]byte
 	binary.LittleEndian.PutUint32(u[:], rv.id)
