@@ -106,6 +106,12 @@ type collState struct {
 	// once the ring has moved past them (mu): a rank waiting for one
 	// after sigRing more calls would otherwise have none to compare.
 	held map[uint32][2]uint64
+	// inflight counts nonblocking calls posted and not complete (mu);
+	// unlinkIdle says Free came while some were: the communicator stays
+	// findable by its context, for the aborts and signatures of those
+	// calls, until the last completes (release).
+	inflight   int
+	unlinkIdle bool
 	// callShOff is whether the running call goes by messages (shFrom
 	// as it began, or byMessages), which its signature carries: a call
 	// whose steps decide one by one whether to go through the block (a
@@ -367,22 +373,39 @@ func (s *collState) sig(k uint32) (w0, w1 uint64, ok bool) {
 // last, until release: its Request may be waited for long after.
 func (s *collState) hold(k uint32) {
 	w0, w1, ok := s.sig(k)
-	if !ok {
-		return
-	}
 	s.mu.Lock()
-	if s.held == nil {
-		s.held = make(map[uint32][2]uint64)
+	s.inflight++
+	if ok {
+		if s.held == nil {
+			s.held = make(map[uint32][2]uint64)
+		}
+		s.held[k] = [2]uint64{w0, w1}
 	}
-	s.held[k] = [2]uint64{w0, w1}
 	s.mu.Unlock()
 }
 
-// release forgets what hold kept of call k.
+// release forgets what hold kept of call k, which completed; the last
+// in flight on a communicator freed meanwhile unlinks it.
 func (s *collState) release(k uint32) {
 	s.mu.Lock()
 	delete(s.held, k)
+	s.inflight--
+	unlink := s.inflight == 0 && s.unlinkIdle
+	s.unlinkIdle = s.unlinkIdle && !unlink
 	s.mu.Unlock()
+	if unlink {
+		s.c.unlink()
+	}
+}
+
+// freeing reports whether nonblocking calls are in flight on the
+// communicator being freed, which then stays linked until the last one
+// completes.
+func (s *collState) freeing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unlinkIdle = s.inflight > 0
+	return s.unlinkIdle
 }
 
 // compare checks a member's signature of call k against this rank's, and
@@ -678,10 +701,49 @@ func (h abortHandler) OnHeader(_ lapi.Rank, uhdr []byte, _ int) ([]byte, any) {
 		return nil, nil
 	}
 	le := binary.LittleEndian
-	if c := h.w.commByCtx(le.Uint32(uhdr)); c != nil {
-		c.coll.aborted(le.Uint32(uhdr[4:]), uhdr[8], string(uhdr[abortHdrLen:]))
+	ctx, k, cause, msg := le.Uint32(uhdr), le.Uint32(uhdr[4:]), uhdr[8], string(uhdr[abortHdrLen:])
+	if c := h.w.commOrKeep(ctx, pendingAbort{k: k, cause: cause, msg: msg}); c != nil {
+		c.coll.aborted(k, cause, msg)
 	}
 	return nil, nil
+}
+
+// pendingAbort is an abort of a communicator this rank has not made yet
+// (a faster member began a call on it, failed and aborted before this
+// rank's Dup or Split returned): newComm applies it.
+type pendingAbort struct {
+	k     uint32
+	cause uint8
+	msg   string
+}
+
+// maxPendingAborts bounds the aborts kept for communicators not made
+// here: those of a communicator that was freed here are never used
+// (context ids are never reused) and go first.
+const maxPendingAborts = 256
+
+// commOrKeep returns the communicator of context ctx, or keeps a for the
+// communicator when it is made here and returns nil.
+func (w *World) commOrKeep(ctx uint32, a pendingAbort) *Comm {
+	w.commsMu.Lock()
+	defer w.commsMu.Unlock()
+	if c := w.comms[ctx]; c != nil {
+		return c
+	}
+	if w.pendingAborts == nil {
+		w.pendingAborts = make(map[uint32][]pendingAbort)
+	}
+	if len(w.pendingAborts) >= maxPendingAborts {
+		lowest := ctx
+		for c := range w.pendingAborts {
+			lowest = min(lowest, c)
+		}
+		delete(w.pendingAborts, lowest)
+	}
+	if l := w.pendingAborts[ctx]; len(l) < sigRing {
+		w.pendingAborts[ctx] = append(l, a)
+	}
+	return nil
 }
 
 func (abortHandler) OnComplete(lapi.Rank, any) {}

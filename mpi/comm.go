@@ -76,8 +76,22 @@ func newComm(w *World, ctx uint32, rank int, group []int) *Comm {
 	}
 	w.commsMu.Lock()
 	w.comms[ctx] = c
+	pend := w.pendingAborts[ctx]
+	delete(w.pendingAborts, ctx)
 	w.commsMu.Unlock()
+	for _, a := range pend { // members that began its calls before this rank made it
+		c.coll.aborted(a.k, a.cause, a.msg)
+	}
 	return c
+}
+
+// unlink forgets c's context: the agreement's messages for it are no
+// longer taken.
+func (c *Comm) unlink() {
+	c.coll.timer.Stop()
+	c.w.commsMu.Lock()
+	delete(c.w.comms, c.ctx)
+	c.w.commsMu.Unlock()
 }
 
 // Rank is this process's rank in the communicator; -1 in a nil
@@ -204,10 +218,9 @@ func (c *Comm) Free() error {
 		return fmt.Errorf("mpi: free: communicator %d freed already: %w", c.ctx/2, ErrArg)
 	}
 	c.freed = true
-	c.coll.timer.Stop()
-	w.commsMu.Lock()
-	delete(w.comms, c.ctx)
-	w.commsMu.Unlock()
+	if !c.coll.freeing() {
+		c.unlink()
+	} // else the last nonblocking call in flight unlinks it: a member's abort of it must still be heard
 	w.trk.Remove(c.trk)
 	return nil
 }

@@ -28,7 +28,10 @@ type World struct {
 	comm    *Comm
 	commsMu sync.Mutex
 	comms   map[uint32]*Comm // by context, for the agreement handlers (agree.go)
-	closed  atomic.Bool      // Finalize ran: the device may have unmapped the shared block
+	// pendingAborts are aborts of communicators not made here yet, by
+	// context (commsMu; agree.go's commOrKeep).
+	pendingAborts map[uint32][]pendingAbort
+	closed        atomic.Bool // Finalize ran: the device may have unmapped the shared block
 
 	hEager, hRTS, hFin lapi.HandlerID
 	hCTS, hPutFin      lapi.HandlerID
