@@ -148,14 +148,7 @@ func TestAccumulateMoreOpsHostile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		j.run(time.Minute, nil, func() bool {
-			for _, k := range done {
-				if k.Value() < 1 {
-					return false
-				}
-			}
-			return true
-		})
+		j.run(time.Minute, nil, func() bool { return allReached(done, 1) })
 		for i := range want {
 			if dst[i] != want[i] {
 				t.Fatalf("op %d: element %d = %d, want %d", op, i, dst[i], want[i])

@@ -215,14 +215,7 @@ func TestAccumulateHostile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		j.run(time.Minute, nil, func() bool {
-			for _, k := range done {
-				if k.Value() < 1 {
-					return false
-				}
-			}
-			return true
-		})
+		j.run(time.Minute, nil, func() bool { return allReached(done, 1) })
 		got := as[int64](dst)
 		for i := range want {
 			if got[i] != want[i] {

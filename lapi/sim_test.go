@@ -449,3 +449,13 @@ func TestStormCorruptionReachesCRC(t *testing.T) {
 		t.Errorf("corrupted %d copies, receivers counted %d as DropCRC and %d otherwise", ns.Corrupted.Load(), crc, other)
 	}
 }
+
+// allReached reports whether every counter of ks has reached v.
+func allReached(ks []*Counter, v int64) bool {
+	for _, k := range ks {
+		if k.Value() < v {
+			return false
+		}
+	}
+	return true
+}

@@ -13,37 +13,17 @@ import (
 // ErrArg. It waited until WEFT_TIMEOUT (helper-71's review): Free had
 // unlinked the communicator, and the abort was dropped. It now stays
 // linked until its last nonblocking call completes.
-func TestIcollAbortOfFreedComm(t *testing.T) {
-	t.Setenv("WEFT_TIMEOUT", "5s")
-	err := Run(4, func(c *Comm) error {
-		d, err := c.Dup()
-		if err != nil {
-			return err
-		}
-		n := 4
-		if c.Rank() == 2 {
-			n = 5
-		}
-		b := make([]int32, n)
-		q, err := Ibcast(d, b, 0)
-		if ferr := d.Free(); ferr != nil {
-			return ferr
-		}
-		if err == nil { // else the abort was heard before the call began
-			_, err = q.Wait()
-		}
-		return abortedAsWanted(c.Rank(), err)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+func TestIcollAbortOfFreedComm(t *testing.T) { icollAbortCase(t, true) }
 
 // TestIcollAbortOfNewComm: the same with the Dup freed only after the
 // Wait. Rank 2's abort could reach rank 3 before rank 3's Dup had made
 // the communicator, and was dropped (rank 3 waited until WEFT_TIMEOUT);
 // it is now kept for it (World.pendingAborts).
-func TestIcollAbortOfNewComm(t *testing.T) {
+func TestIcollAbortOfNewComm(t *testing.T) { icollAbortCase(t, false) }
+
+// icollAbortCase runs the mismatched Ibcast on a new Dup of 4 ranks,
+// freeing the Dup while the Ibcast is in flight (freeEarly) or after it.
+func icollAbortCase(t *testing.T, freeEarly bool) {
 	t.Setenv("WEFT_TIMEOUT", "5s")
 	err := Run(4, func(c *Comm) error {
 		d, err := c.Dup()
@@ -55,10 +35,15 @@ func TestIcollAbortOfNewComm(t *testing.T) {
 			n = 5
 		}
 		q, err := Ibcast(d, make([]int32, n), 0)
+		if freeEarly {
+			if ferr := d.Free(); ferr != nil {
+				return ferr
+			}
+		}
 		if err == nil { // else the abort was heard before the call began
 			_, err = q.Wait()
 		}
-		if err := abortedAsWanted(c.Rank(), err); err != nil {
+		if err := abortedAsWanted(c.Rank(), err); err != nil || freeEarly {
 			return err
 		}
 		return d.Free()

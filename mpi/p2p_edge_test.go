@@ -114,7 +114,7 @@ func TestP2PAnySourceMixed(t *testing.T) {
 		if c.Rank() != 0 {
 			var reqs []*Request
 			for i := range n {
-				q, err := Isend(c, p2pFill(i+1000*c.Rank(), revSizes[i%len(revSizes)]), 0, c.Rank())
+				q, err := Isend(c, p2pFill(i+1000*c.Rank(), p2pSizes[i%len(p2pSizes)]), 0, c.Rank())
 				if err != nil {
 					return err
 				}
@@ -128,8 +128,8 @@ func TestP2PAnySourceMixed(t *testing.T) {
 			i := next[st.Source]
 			next[st.Source]++
 			left[st.Source]--
-			if st.Count != revSizes[i%len(revSizes)] {
-				return fmt.Errorf("from %d message %d: %d bytes, want %d", st.Source, i, st.Count, revSizes[i%len(revSizes)])
+			if st.Count != p2pSizes[i%len(p2pSizes)] {
+				return fmt.Errorf("from %d message %d: %d bytes, want %d", st.Source, i, st.Count, p2pSizes[i%len(p2pSizes)])
 			}
 			return p2pCheck(buf, i+1000*st.Source, st.Count)
 		}

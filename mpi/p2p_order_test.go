@@ -28,7 +28,7 @@ func p2pCheck(got []byte, i, n int) error {
 	return nil
 }
 
-var revSizes = []int{0, 100, 20 << 10, 4 << 10, 200 << 10, 1, 70 << 10, 0, 300 << 10, 16<<10 - 1, 16 << 10, 8}
+var p2pSizes = []int{0, 100, 20 << 10, 4 << 10, 200 << 10, 1, 70 << 10, 0, 300 << 10, 16<<10 - 1, 16 << 10, 8}
 
 // TestP2PMixedOrderFaults: one sender, one tag, eager and rendezvous (and
 // split) sizes interleaved, under loss, reorder and dup; the receiver
@@ -38,11 +38,11 @@ func TestP2PMixedOrderFaults(t *testing.T) {
 	p2pFaults(t, "loss=0.05,reorder=0.2,dup=0.05,seed=11")
 	const rounds = 6
 	err := Run(2, func(c *Comm) error {
-		n := len(revSizes) * rounds
+		n := len(p2pSizes) * rounds
 		if c.Rank() == 0 {
 			var reqs []*Request
 			for i := range n {
-				r, err := Isend(c, p2pFill(i, revSizes[i%len(revSizes)]), 1, 7)
+				r, err := Isend(c, p2pFill(i, p2pSizes[i%len(p2pSizes)]), 1, 7)
 				if err != nil {
 					return err
 				}
@@ -73,8 +73,8 @@ func TestP2PMixedOrderFaults(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if st.Count != revSizes[i%len(revSizes)] {
-				return fmt.Errorf("late message %d: count %d, want %d", i, st.Count, revSizes[i%len(revSizes)])
+			if st.Count != p2pSizes[i%len(p2pSizes)] {
+				return fmt.Errorf("late message %d: count %d, want %d", i, st.Count, p2pSizes[i%len(p2pSizes)])
 			}
 			if err := p2pCheck(bufs[i], i, st.Count); err != nil {
 				return err
@@ -85,8 +85,8 @@ func TestP2PMixedOrderFaults(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if st.Count != revSizes[i%len(revSizes)] {
-				return fmt.Errorf("early message %d: count %d, want %d", i, st.Count, revSizes[i%len(revSizes)])
+			if st.Count != p2pSizes[i%len(p2pSizes)] {
+				return fmt.Errorf("early message %d: count %d, want %d", i, st.Count, p2pSizes[i%len(p2pSizes)])
 			}
 			if err := p2pCheck(bufs[i], i, st.Count); err != nil {
 				return err
@@ -104,11 +104,11 @@ func TestP2PMixedOrderFaults(t *testing.T) {
 func TestP2PMprobeRendezvous(t *testing.T) {
 	p2pFaults(t, "loss=0.05,reorder=0.2,dup=0.05,seed=3")
 	err := Run(2, func(c *Comm) error {
-		n := len(revSizes) * 3
+		n := len(p2pSizes) * 3
 		if c.Rank() == 0 {
 			var reqs []*Request
 			for i := range n {
-				r, err := Isend(c, p2pFill(i, revSizes[i%len(revSizes)]), 1, i%2)
+				r, err := Isend(c, p2pFill(i, p2pSizes[i%len(p2pSizes)]), 1, i%2)
 				if err != nil {
 					return err
 				}
@@ -140,7 +140,7 @@ func TestP2PMprobeRendezvous(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			want := revSizes[i%len(revSizes)]
+			want := p2pSizes[i%len(p2pSizes)]
 			if st.Count != want || st.Tag != i%2 {
 				return fmt.Errorf("message %d: probe says %d bytes tag %d, want %d tag %d", i, st.Count, st.Tag, want, i%2)
 			}
@@ -176,7 +176,7 @@ func TestP2PMprobeRendezvous(t *testing.T) {
 func TestP2PSelf(t *testing.T) {
 	err := Run(2, func(c *Comm) error {
 		me := c.Rank()
-		for i, n := range revSizes {
+		for i, n := range p2pSizes {
 			s, err := Isend(c, p2pFill(i, n), me, 3)
 			if err != nil {
 				return err

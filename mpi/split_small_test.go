@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// revSplitSizes returns the first byte where buf differs from message i.
+// icollSplitSizesCase returns the first byte where buf differs from message i.
 func splitFirstBad(buf []byte, i int) int {
 	want := p2pFill(i, len(buf))
 	for j := range buf {

@@ -12,16 +12,7 @@ import (
 // between Fences, on 1-5 ranks, over a reliable device and under faults;
 // and refuses an op on a type it is not defined on with ErrArg.
 func TestWinAccumulateOps(t *testing.T) {
-	for _, faults := range winFaults {
-		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
-			t.Setenv("WEFT_FAULTS", faults)
-			for _, n := range []int{1, 2, 3, 5} {
-				if err := Run(n, winAccOpsCase); err != nil {
-					t.Fatalf("%d ranks: %v", n, err)
-				}
-			}
-		})
-	}
+	runWinCases(t, winAccOpsCase, []int{1, 2, 3, 5})
 }
 
 func winAccOpsCase(c *Comm) error {

@@ -23,6 +23,22 @@ import (
 // and corrupts frames (lapi's reliability, and its RDMA redrives, below).
 var winFaults = []string{"", "loss=0.05,reorder=0.1,dup=0.02,corrupt=0.01,seed=11"}
 
+// runWinCases runs fn on each number of ranks in ns, under each of
+// winFaults.
+func runWinCases(t *testing.T, fn func(*Comm) error, ns []int) {
+	t.Helper()
+	for _, faults := range winFaults {
+		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
+			t.Setenv("WEFT_FAULTS", faults)
+			for _, n := range ns {
+				if err := Run(n, fn); err != nil {
+					t.Fatalf("%d ranks: %v", n, err)
+				}
+			}
+		})
+	}
+}
+
 // winLen is rank r's window length in the tests: odd, and different at
 // every rank, so that bounds are per target.
 func winLen(r, scale int) int { return scale + 3*r + 1 }

@@ -15,7 +15,7 @@ func TestIallreduceLarge(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			for _, n := range []int{2, 3, 5} {
 				directRanks(t, n)
-				if err := Run(n, revLarge); err != nil {
+				if err := Run(n, iallreduceLargeCase); err != nil {
 					t.Fatalf("%d ranks: %v", n, err)
 				}
 			}
@@ -23,7 +23,7 @@ func TestIallreduceLarge(t *testing.T) {
 	}
 }
 
-func revLarge(c *Comm) error {
+func iallreduceLargeCase(c *Comm) error {
 	p, me := c.Size(), c.Rank()
 	sizes := []int{40001, 10001, 30000, 9, 0}
 	var reqs []*Request

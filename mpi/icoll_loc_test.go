@@ -13,7 +13,7 @@ func TestIcollLoc(t *testing.T) {
 		t.Setenv("WEFT_FAULTS", faults)
 		for n := 1; n <= 6; n++ {
 			for _, m := range []int{0, 3, 20000} {
-				if err := Run(n, func(c *Comm) error { return revLoc(c, m) }); err != nil {
+				if err := Run(n, func(c *Comm) error { return icollLocCase(c, m) }); err != nil {
 					t.Fatalf("%q %d ranks %d pairs: %v", faults, n, m, err)
 				}
 			}
@@ -21,7 +21,7 @@ func TestIcollLoc(t *testing.T) {
 	}
 }
 
-func revLoc(c *Comm, m int) error {
+func icollLocCase(c *Comm, m int) error {
 	p, me := c.Size(), c.Rank()
 	val := func(r, i int) float64 { return float64((r*5 + i*3) % 4) }
 	s := make([]float64, 2*m)

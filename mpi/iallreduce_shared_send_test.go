@@ -13,13 +13,13 @@ func TestIallreduceSharedSend(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "30s")
 	for _, n := range []int{2, 3, 4} {
 		directRanks(t, n)
-		if err := Run(n, revSharedSend); err != nil {
+		if err := Run(n, sharedSendCase); err != nil {
 			t.Fatalf("%d ranks: %v", n, err)
 		}
 	}
 }
 
-func revSharedSend(c *Comm) error {
+func sharedSendCase(c *Comm) error {
 	p, me := c.Size(), c.Rank()
 	const n = 40000 // 320 KB: direct reads
 	if !direct(c, 8*n, 8) || c.oversubscribed() {

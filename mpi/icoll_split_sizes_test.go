@@ -10,7 +10,7 @@ func TestIcollSplitSizes(t *testing.T) {
 		t.Setenv("WEFT_FAULTS", faults)
 		for _, n := range []int{2, 3, 5} {
 			for _, count := range []int{40000, 100001} {
-				if err := Run(n, func(c *Comm) error { return revNonComm(c, count) }); err != nil {
+				if err := Run(n, func(c *Comm) error { return icollNonCommCase(c, count) }); err != nil {
 					t.Fatalf("%q %d ranks, %d: %v", faults, n, count, err)
 				}
 			}

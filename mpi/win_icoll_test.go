@@ -10,19 +10,10 @@ import (
 // faults; then Fence epochs with Gets of what the Puts wrote.
 func TestWinWithIcoll(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "60s")
-	for _, faults := range winFaults {
-		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
-			t.Setenv("WEFT_FAULTS", faults)
-			for _, n := range []int{1, 2, 3, 5} {
-				if err := Run(n, revWinIcoll); err != nil {
-					t.Fatalf("%d ranks: %v", n, err)
-				}
-			}
-		})
-	}
+	runWinCases(t, winIcollCase, []int{1, 2, 3, 5})
 }
 
-func revWinIcoll(c *Comm) error {
+func winIcollCase(c *Comm) error {
 	p, me := c.Size(), c.Rank()
 	const m = 5001
 	a := make([]float64, m*p)

@@ -9,19 +9,10 @@ import (
 // MinLoc of int32 pairs at odd displacements, several per epoch and
 // overlapping, under shared locks from every rank, under faults.
 func TestWinAccSmallTypes(t *testing.T) {
-	for _, faults := range winFaults {
-		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
-			t.Setenv("WEFT_FAULTS", faults)
-			for _, n := range []int{1, 2, 3} {
-				if err := Run(n, revAccSmall); err != nil {
-					t.Fatalf("%d ranks: %v", n, err)
-				}
-			}
-		})
-	}
+	runWinCases(t, accSmallTypesCase, []int{1, 2, 3})
 }
 
-func revAccSmall(c *Comm) error {
+func accSmallTypesCase(c *Comm) error {
 	const n = 70001
 	p, me := c.Size(), c.Rank()
 	u8 := make([]uint8, n+3)

@@ -14,7 +14,7 @@ func TestIcollNonCommRoots(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			for n := 1; n <= 7; n++ {
 				for _, count := range []int{0, 1, 5, 3000} {
-					if err := Run(n, func(c *Comm) error { return revNonComm(c, count) }); err != nil {
+					if err := Run(n, func(c *Comm) error { return icollNonCommCase(c, count) }); err != nil {
 						t.Fatalf("%d ranks, %d elements: %v", n, count, err)
 					}
 				}
@@ -23,7 +23,7 @@ func TestIcollNonCommRoots(t *testing.T) {
 	}
 }
 
-func revNonComm(c *Comm, count int) error {
+func icollNonCommCase(c *Comm, count int) error {
 	p, me := c.Size(), c.Rank()
 	send := make([]uint64, count)
 	for i := range send {
@@ -86,7 +86,7 @@ func TestIcollSplit(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := revNonComm(d, count); err != nil {
+				if err := icollNonCommCase(d, count); err != nil {
 					return err
 				}
 				return d.Free()

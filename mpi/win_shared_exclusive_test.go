@@ -10,19 +10,10 @@ import (
 // never sees a != b, and the last value is the number of updates.
 func TestWinSharedExclusive(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "60s")
-	for _, faults := range winFaults {
-		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
-			t.Setenv("WEFT_FAULTS", faults)
-			for _, n := range []int{2, 3, 4} {
-				if err := Run(n, revSharedExcl); err != nil {
-					t.Fatalf("%d ranks: %v", n, err)
-				}
-			}
-		})
-	}
+	runWinCases(t, sharedExclCase, []int{2, 3, 4})
 }
 
-func revSharedExcl(c *Comm) error {
+func sharedExclCase(c *Comm) error {
 	const iters = 60
 	p, me := c.Size(), c.Rank()
 	base := make([]int64, 9)

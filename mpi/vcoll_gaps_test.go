@@ -10,13 +10,13 @@ import (
 // collective in flight across them, on 1-6 ranks.
 func TestVcoll(t *testing.T) {
 	for n := 1; n <= 6; n++ {
-		if err := Run(n, revV); err != nil {
+		if err := Run(n, vcollGapsCase); err != nil {
 			t.Fatalf("%d ranks: %v", n, err)
 		}
 	}
 }
 
-func revV(c *Comm) error {
+func vcollGapsCase(c *Comm) error {
 	p, me := c.Size(), c.Rank()
 	cnt := func(r int) int { return (r * 3) % 4 } // zeros included
 	counts, displs := make([]int, p), make([]int, p)

@@ -10,19 +10,10 @@ import (
 // Flush, Put under an exclusive lock, many times; the locks exclude each
 // other, so no increment is lost.
 func TestWinExclusiveCounter(t *testing.T) {
-	for _, faults := range winFaults {
-		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
-			t.Setenv("WEFT_FAULTS", faults)
-			for _, n := range []int{1, 2, 3, 4} {
-				if err := Run(n, revExclCounter); err != nil {
-					t.Fatalf("%d ranks: %v", n, err)
-				}
-			}
-		})
-	}
+	runWinCases(t, exclCounterCase, []int{1, 2, 3, 4})
 }
 
-func revExclCounter(c *Comm) error {
+func exclCounterCase(c *Comm) error {
 	const iters = 40
 	p, me := c.Size(), c.Rank()
 	a := make([]int64, 3)

@@ -15,7 +15,7 @@ func TestIcollMany(t *testing.T) {
 		t.Run(fmt.Sprintf("faults=%q", faults), func(t *testing.T) {
 			t.Setenv("WEFT_FAULTS", faults)
 			for _, n := range []int{1, 2, 3, 4} {
-				if err := Run(n, revMany); err != nil {
+				if err := Run(n, icollManyCase); err != nil {
 					t.Fatalf("%d ranks: %v", n, err)
 				}
 			}
@@ -23,7 +23,7 @@ func TestIcollMany(t *testing.T) {
 	}
 }
 
-func revMany(c *Comm) error {
+func icollManyCase(c *Comm) error {
 	p, me := c.Size(), c.Rank()
 	type check func() error
 	var reqs []*Request

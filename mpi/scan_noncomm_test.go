@@ -11,14 +11,14 @@ import (
 func TestScanNonComm(t *testing.T) {
 	for n := 1; n <= 7; n++ {
 		for _, count := range []int{0, 1, 7, 2000} {
-			if err := Run(n, func(c *Comm) error { return revScan(c, count) }); err != nil {
+			if err := Run(n, func(c *Comm) error { return scanNonCommCase(c, count) }); err != nil {
 				t.Fatalf("%d ranks, %d: %v", n, count, err)
 			}
 		}
 	}
 }
 
-func revScan(c *Comm, count int) error {
+func scanNonCommCase(c *Comm, count int) error {
 	me := c.Rank()
 	mk := func() []uint64 {
 		s := make([]uint64, count)
