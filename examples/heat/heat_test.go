@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,25 +65,8 @@ func TestHeat(t *testing.T) {
 // on every rank (ErrArg).
 func TestHeatFewerRowsThanRanks(t *testing.T) {
 	const n, steps = 2, 3
-	var ref float64
-	if err := mpi.Run(1, func(c *mpi.Comm) error {
-		part, err := Solve(c, n, steps)
-		if err == nil {
-			ref, err = Checksum(c, part, n)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	err := mpi.RunWith(3, mpi.Options{Timeout: 5 * time.Second}, func(c *mpi.Comm) error {
-		part, err := Solve(c, n, steps)
-		if err != nil {
-			return err
-		}
-		sum, err := Checksum(c, part, n)
-		if err == nil && !relClose(sum, ref, 1e-12) {
-			t.Errorf("rank %d: checksum %v, one rank gives %v", c.Rank(), sum, ref)
-		}
+		_, err := Solve(c, n, steps)
 		return err
 	})
 	if !errors.Is(err, mpi.ErrArg) {
@@ -99,7 +81,7 @@ func TestHeatBadSize(t *testing.T) {
 		_, err := Solve(c, -5, 1)
 		return err
 	})
-	if err == nil || strings.Contains(err.Error(), "panicked") {
+	if !errors.Is(err, mpi.ErrArg) {
 		t.Fatalf("Solve(n=-5): want an error naming the bad size, got %v", err)
 	}
 }
