@@ -67,7 +67,7 @@ var layers = []rule{
 	// gorun's logic. internal/trace is a std-only leaf, allowed so that
 	// --trace can trace the launcher itself.
 	{"internal/launch/...", []string{"std", "internal/pmi", "internal/trace", "internal/cpubind",
-		"github.com/pkg/profile", "golang.org/x/sys/..."}},
+		"internal/profile", "github.com/pkg/profile", "golang.org/x/sys/..."}},
 	// Per-rank profiles for gorun --profile, written by the rank itself.
 	{"internal/profile", []string{"std", "github.com/pkg/profile"}},
 	{"internal/osyield", []string{"std", "golang.org/x/sys/unix"}},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/internal/cpubind"
+	"github.com/weft-hpc/weft/internal/profile"
 	"github.com/weft-hpc/weft/internal/trace"
 )
 
@@ -456,6 +457,9 @@ var checkedVars = []envVar{
 		_, err := trace.ParseLevel(v)
 		return err == nil
 	}},
+	{profile.EnvVar, "one of " + strings.Join(profile.Kinds, ", "), func(_ *Options, v string) bool {
+		return slices.Contains(profile.Kinds, v)
+	}},
 }
 
 // snapshotDirForm is what Options.SnapshotDir and WEFT_SNAPSHOT_DIR
@@ -488,8 +492,8 @@ func offBytes(field func(*Options) *int) func(*Options, string) bool {
 // environment (docs/tuning.md lists them); an unset or empty variable
 // leaves its field at the default. A value not of its variable's form is
 // an error wrapping ErrArg that names the variable and the form; with
-// several, the error joins one for each. WEFT_TRACE, which is not a field,
-// is checked the same way.
+// several, the error joins one for each. WEFT_TRACE and WEFT_PROFILE, which
+// are not fields, are checked the same way.
 func OptionsFromEnv() (Options, error) {
 	var o Options
 	var errs []error

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ func envOptions(tb testing.TB) Options {
 // clearEnv unsets (empties) every variable OptionsFromEnv reads, for the
 // test's duration.
 func clearEnv(t *testing.T) {
-	for _, e := range envVars {
+	for _, e := range slices.Concat(envVars, checkedVars) {
 		t.Setenv(e.name, "")
 	}
 }
@@ -353,23 +354,33 @@ func TestEnvironmentDocs(t *testing.T) {
 	}
 }
 
-// TestOptionsFromEnvChecksTrace: a malformed WEFT_TRACE fails Init and Run
-// with the other variables, named once in the error; internal/trace no
-// longer prints it as well (TestInitQuietOnBadEnv).
-func TestOptionsFromEnvChecksTrace(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("WEFT_TRACE", "x")
-	_, err := OptionsFromEnv()
-	if !errors.Is(err, ErrArg) || strings.Count(err.Error(), "WEFT_TRACE") != 1 {
-		t.Errorf("WEFT_TRACE=x: %v; want an ErrArg naming WEFT_TRACE once", err)
-	}
-	if err := Run(2, func(*Comm) error { return nil }); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), `WEFT_TRACE="x"`) {
-		t.Errorf("Run with WEFT_TRACE=x: %v", err)
-	}
-	for _, v := range []string{"off", " 3", "0"} {
-		t.Setenv("WEFT_TRACE", v)
-		if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, Options{}) {
-			t.Errorf("WEFT_TRACE=%q: %+v, %v; want the zero Options", v, o, err)
+// TestOptionsFromEnvChecksOthers: a malformed WEFT_TRACE or WEFT_PROFILE,
+// variables of other packages, fails Init and Run with the other
+// variables, named once in the error (internal/trace no longer prints a
+// bad level as well: TestInitQuietOnBadEnv); a well-formed one leaves
+// Options alone.
+func TestOptionsFromEnvChecksOthers(t *testing.T) {
+	for _, c := range []struct {
+		name, bad string
+		good      []string
+	}{
+		{"WEFT_TRACE", "x", []string{"off", " 3", "0"}},
+		{"WEFT_PROFILE", "bogus", []string{"cpu", "mem", "block", "mutex"}},
+	} {
+		clearEnv(t)
+		t.Setenv(c.name, c.bad)
+		_, err := OptionsFromEnv()
+		if !errors.Is(err, ErrArg) || strings.Count(err.Error(), c.name) != 1 {
+			t.Errorf("%s=%s: %v; want an ErrArg naming %s once", c.name, c.bad, err, c.name)
+		}
+		if err := Run(2, func(*Comm) error { return nil }); !errors.Is(err, ErrArg) || !strings.Contains(err.Error(), c.name+`="`+c.bad+`"`) {
+			t.Errorf("Run with %s=%s: %v", c.name, c.bad, err)
+		}
+		for _, v := range c.good {
+			t.Setenv(c.name, v)
+			if o, err := OptionsFromEnv(); err != nil || !reflect.DeepEqual(o, Options{}) {
+				t.Errorf("%s=%q: %+v, %v; want the zero Options", c.name, v, o, err)
+			}
 		}
 	}
 }

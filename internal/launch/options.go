@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/internal/cpubind"
+	"github.com/weft-hpc/weft/internal/profile"
 )
 
 // Sentinel errors of the launcher, for errors.Is.
@@ -73,8 +74,6 @@ var hiddenFlags = map[string]bool{}
 
 // maxNICs is how many NICs a rank may stripe over (package stripe's bound).
 const maxNICs = 16
-
-var profiles = []string{"cpu", "mem", "block", "mutex"}
 
 const usageText = `usage: gorun [flags] PACKAGE-DIR|BINARY [args...]
        gorun --wrap [--] LAUNCHER [launcher args...]
@@ -164,8 +163,8 @@ func ParseArgs(args []string, stderr io.Writer) (*Options, error) {
 	if o.N < 1 {
 		return nil, fmt.Errorf("%w: -n %d: need at least one rank", ErrUsage, o.N)
 	}
-	if o.Profile != "" && !slices.Contains(profiles, o.Profile) {
-		return nil, fmt.Errorf("%w: --profile %q: want one of %s", ErrUsage, o.Profile, strings.Join(profiles, ", "))
+	if o.Profile != "" && !slices.Contains(profile.Kinds, o.Profile) {
+		return nil, fmt.Errorf("%w: --profile %q: want one of %s", ErrUsage, o.Profile, strings.Join(profile.Kinds, ", "))
 	}
 	if trace != "" {
 		n, err := strconv.Atoi(trace)

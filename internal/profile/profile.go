@@ -4,18 +4,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	pprofile "github.com/pkg/profile"
 )
 
+// EnvVar names the kind of profile a rank writes.
+const EnvVar = "WEFT_PROFILE"
+
+// Kinds are the profiles WEFT_PROFILE may ask for.
+var Kinds = []string{"cpu", "mem", "block", "mutex"}
+
 // StartFromEnv starts the profile WEFT_PROFILE asks for, for this rank, and
 // returns the function that stops it and writes the file. Without
-// WEFT_PROFILE it does nothing and stop is a no-op. A profile is never worth
-// failing a job for: an unknown kind or an unusable directory (gorun checks
-// both, so only a hand-set environment gets there) is said on stderr and
-// the job runs unprofiled.
+// WEFT_PROFILE it does nothing and stop is a no-op. An unknown kind is
+// refused before this by whoever parses the environment (mpi's
+// OptionsFromEnv, gorun); an unusable WEFT_PROFILE_DIR, found only when the
+// file is made, is said on stderr and the job runs unprofiled: a profile
+// is never worth failing a job that is already running for.
 func StartFromEnv(rank int) (stop func()) {
-	stop, err := start(rank, os.Getenv("WEFT_PROFILE"), os.Getenv("WEFT_PROFILE_DIR"))
+	stop, err := start(rank, os.Getenv(EnvVar), os.Getenv("WEFT_PROFILE_DIR"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "weft: rank %d: no profile: %v\n", rank, err)
 	}
@@ -33,7 +41,7 @@ func start(rank int, kind, dir string) (stop func(), err error) {
 		"mutex": pprofile.MutexProfile,
 	}[kind]
 	if mode == nil {
-		return func() {}, fmt.Errorf("WEFT_PROFILE=%q: want cpu, mem, block or mutex", kind)
+		return func() {}, fmt.Errorf("%s=%q: want one of %s", EnvVar, kind, strings.Join(Kinds, ", "))
 	}
 	if dir == "" {
 		dir = "."
