@@ -280,12 +280,14 @@ func (c *Context) Reliable() bool { return c.reliable }
 // RegisterHandler adds an active-message handler and returns its ID. Every
 // rank must register the same handlers in the same order. A packet that
 // came for the ID before it was registered here (a faster peer's) was
-// kept, and is delivered to h now. Past 65,535 handlers it adds nothing
-// and returns NoHandler.
+// kept, and is delivered to h now. A nil h, or one past 65,535 handlers,
+// adds nothing and returns NoHandler, which Amsend refuses: a message for
+// a handler that is not there fails at its origin instead of vanishing
+// at the target once it has been acknowledged.
 func (c *Context) RegisterHandler(h AMHandler) HandlerID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.am.handlers) >= int(NoHandler) {
+	if h == nil || len(c.am.handlers) >= int(NoHandler) {
 		return NoHandler
 	}
 	c.am.handlers = append(c.am.handlers, newHandlerEntry(h))

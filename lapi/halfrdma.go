@@ -66,9 +66,9 @@ type FIFOHandler interface {
 // handlers in the same order, so an ID means the same handler everywhere.
 type FIFOID uint16
 
-// NoFIFO is what RegisterFIFO and RegisterFIFOSource return once their
-// 16-bit ID space is used up (65,535 each); PutToFIFO and GetFromFIFO
-// refuse it.
+// NoFIFO is what RegisterFIFO and RegisterFIFOSource return for nil, and
+// once their 16-bit ID space is used up (65,535 each); PutToFIFO and
+// GetFromFIFO refuse it.
 const NoFIFO FIFOID = 1<<16 - 1
 
 // An RDMA write's arg word, as lapi uses it: an Accumulate's operation
@@ -99,7 +99,7 @@ func (hf Half) RegisterFIFOSource(s FIFOSource) FIFOID {
 	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.rd.sources) >= int(NoFIFO) {
+	if s == nil || len(c.rd.sources) >= int(NoFIFO) {
 		return NoFIFO
 	}
 	c.rd.sources = append(c.rd.sources, s)
@@ -113,7 +113,7 @@ func (hf Half) RegisterFIFO(h FIFOHandler) FIFOID {
 	c := hf.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.rd.fifos) >= int(NoFIFO) {
+	if h == nil || len(c.rd.fifos) >= int(NoFIFO) {
 		return NoFIFO
 	}
 	c.rd.fifos = append(c.rd.fifos, h)
@@ -259,10 +259,6 @@ func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst, data [
 	}
 	if int(id) >= len(r.fifos) {
 		r.keepEarlyFIFO(src, arg, off, dst, data) // early.go
-		return
-	}
-	if r.fifos[id] == nil {
-		c.stats.BadPackets++ // a nil handler registered
 		return
 	}
 	chunk := uint64(arg&^fifoArgBit) >> fifoChunkShift

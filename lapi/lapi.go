@@ -161,9 +161,10 @@ func (c *Config) setDefaults() {
 // handlers in the same order, so an ID means the same handler everywhere.
 type HandlerID uint16
 
-// NoHandler is what RegisterHandler returns once the 16-bit ID space is
-// used up (65,535 handlers): no message can name a further handler, and an
-// ID that wrapped around would name another one. Amsend refuses it.
+// NoHandler is what RegisterHandler returns for a nil handler, and once
+// the 16-bit ID space is used up (65,535 handlers): no message can name a
+// further handler, and an ID that wrapped around would name another one.
+// Amsend refuses it.
 const NoHandler HandlerID = 1<<16 - 1
 
 // firstUserHandler: IDs below it are lapi's own (put, get, rmw, completion).
@@ -268,8 +269,8 @@ var (
 	// life were abandoned.
 	ErrPeerRestarted = errors.New("lapi: peer restarted")
 	// ErrNoHandler: a send names NoHandler or NoFIFO, what a registration
-	// returns once its 16-bit ID space is used up.
-	ErrNoHandler = errors.New("lapi: no handler: its registration ran out of IDs")
+	// of nil returns, and one past the last of the 16-bit IDs.
+	ErrNoHandler = errors.New("lapi: no handler: its registration was of nil or ran out of IDs")
 )
 
 // PeerError says which peer failed and why.
