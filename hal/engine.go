@@ -91,8 +91,8 @@ const (
 	// the origin's Arg. The driver acts on it before the next Handle.
 	// The region was checked when the engine handed Dst up, not when the
 	// driver writes into it: a driver whose regions may be deregistered
-	// by another goroutine meanwhile must keep that from happening (a
-	// lock Deregister takes too) for its write to be safe.
+	// by another goroutine meanwhile writes into Place under TPT.Hold
+	// instead.
 	EvFIFO
 	// EvServeRead: Peer asks to read this rank's memory: send it Stream,
 	// replacing any earlier stream for the same Peer and RCxt, and give
@@ -131,8 +131,12 @@ type RDMAEvent struct {
 	Len         uint64
 	Offset      uint64
 	Dst, Data   []byte
-	Err         error
-	Stream      *RDMAStream
+	// Place is where Dst is (EvFIFO): a driver that writes into it after
+	// Handle returned resolves it again under TPT.Hold, since the region
+	// may have been deregistered since.
+	Place  PVO
+	Err    error
+	Stream *RDMAStream
 }
 
 // RDMAMsg is a header-only completion the driver must send to Peer.
@@ -429,7 +433,7 @@ func (e *RDMAEngine) put(k xferKey, h *RDMAHdr, acc Access) *xfer {
 	if x.place == PlaceFIFO && !k.read {
 		e.tpt.mu.RUnlock() // the driver reduces into Dst: EvFIFO
 		e.ev = append(e.ev, RDMAEvent{Kind: EvFIFO, Peer: k.peer, RCxt: k.rcxt, Tid: x.tid,
-			Cookie: x.cookie, Arg: x.arg, Offset: h.Offset, Dst: mem, Data: h.Data})
+			Cookie: x.cookie, Arg: x.arg, Offset: h.Offset, Dst: mem, Place: x.pvo.Add(h.Offset), Data: h.Data})
 	} else {
 		copy(mem, h.Data)
 		e.tpt.mu.RUnlock()

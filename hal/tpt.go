@@ -215,9 +215,10 @@ func (t *TPT) Entries() []TPTEntry {
 // Deregister returns the memory is its owner's again: nothing more lands
 // in it. Two uses of the memory can outlast it, and are their users' to
 // stop: the Dst of a half-RDMA packet (EvFIFO) the engine handed up
-// before, into which the driver reduces after the engine's check; and
-// the bytes of a read being served (RDMAStream.Next) that a device still
-// holds until its Flush, which are read, never written.
+// before, which a driver writes into after the engine's check unless it
+// resolves the packet's Place again under Hold; and the bytes of a read
+// being served (RDMAStream.Next) that a device still holds until its
+// Flush, which are read, never written.
 func (t *TPT) Deregister(p PVO) error {
 	t.mu.Lock()
 	if _, err := t.lookup(p, 0, 0); err != nil {
@@ -245,6 +246,25 @@ func (t *TPT) Resolve(p PVO, n uint64, acc Access) ([]byte, error) {
 	defer t.mu.RUnlock()
 	return t.lookup(p, n, acc)
 }
+
+// Hold checks an access of n bytes at p as Resolve does and, when it
+// passes, returns the memory with the table left read-locked until
+// Unhold: a Deregister of the region waits for the Unhold, so what the
+// caller writes into the memory meanwhile lands before Deregister returns,
+// never after. Between the two the caller must neither register nor
+// deregister, and should hold the table only as long as a copy takes.
+func (t *TPT) Hold(p PVO, n uint64, acc Access) ([]byte, error) {
+	t.mu.RLock()
+	mem, err := t.lookup(p, n, acc)
+	if err != nil {
+		t.mu.RUnlock()
+		return nil, err
+	}
+	return mem, nil
+}
+
+// Unhold ends a Hold that succeeded.
+func (t *TPT) Unhold() { t.mu.RUnlock() }
 
 // Copy is an RDMA by memory copy within this process: with AccessWrite it
 // copies buf into the region at p, with AccessRead the region into buf,

@@ -129,17 +129,18 @@ type earlyFIFO struct {
 	arg       uint32
 	off       uint64
 	dst, data []byte
+	place     hal.PVO
 }
 
 // keepEarlyFIFO keeps a packet for an unregistered FIFO (c.mu held), or
 // counts it bad when the bound is reached.
-func (r *rdmaState) keepEarlyFIFO(src hal.Rank, arg uint32, off uint64, dst, data []byte) {
+func (r *rdmaState) keepEarlyFIFO(src hal.Rank, arg uint32, off uint64, dst []byte, place hal.PVO, data []byte) {
 	c := r.c
 	if earlyFull(len(r.early), r.earlyBytes, len(data)) {
 		c.stats.BadPackets++
 		return
 	}
-	r.early = append(r.early, earlyFIFO{src: src, arg: arg, off: off, dst: dst, data: append([]byte(nil), data...)})
+	r.early = append(r.early, earlyFIFO{src: src, arg: arg, off: off, dst: dst, place: place, data: append([]byte(nil), data...)})
 	r.earlyBytes += len(data)
 	c.stats.EarlyPackets++
 }
@@ -155,7 +156,7 @@ func (r *rdmaState) deliverEarlyFIFO() {
 			return false
 		}
 		r.earlyBytes -= len(p.data)
-		r.fifoPacket(p.src, p.arg, p.off, p.dst, p.data)
+		r.fifoPacket(p.src, p.arg, p.off, p.dst, p.place, p.data)
 		return true
 	})
 }

@@ -244,11 +244,24 @@ func (hf Half) checkHalf(tgt hal.Rank, n uint64, o *SendOpts) error {
 }
 
 // fifoPacket hands one packet of a half-send write to its taker (c.mu
-// held): an Accumulate's reduction, or a registered FIFOHandler.
-func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst, data []byte) {
+// held): an Accumulate's reduction, or a registered FIFOHandler. dst was
+// checked when the packet came, and place is where it is: an Accumulate
+// reduces into place resolved again with the table held, so that nothing
+// lands in a region whose Deregister (which takes no progress lock) has
+// returned since. A FIFOHandler gets dst, and is the one to keep its
+// regions registered while packets for them may come, since it may
+// deregister from inside OnFIFO.
+func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst []byte, place hal.PVO, data []byte) {
 	c := r.c
 	if arg&fifoArgBit == 0 {
-		if err := reduceInto(dst, data, arg); err != nil {
+		mem, err := c.tpt.Hold(place, uint64(len(dst)), hal.AccessWrite)
+		if err != nil {
+			r.stats.Faults++ // deregistered since: fire-and-forget, no one to tell
+			return
+		}
+		err = reduceInto(mem, data, arg)
+		c.tpt.Unhold()
+		if err != nil {
 			c.stats.BadPackets++
 		}
 		return
@@ -258,7 +271,7 @@ func (r *rdmaState) fifoPacket(src hal.Rank, arg uint32, off uint64, dst, data [
 		return // a transfer of no bytes: its handler sees no packet
 	}
 	if int(id) >= len(r.fifos) {
-		r.keepEarlyFIFO(src, arg, off, dst, data) // early.go
+		r.keepEarlyFIFO(src, arg, off, dst, place, data) // early.go
 		return
 	}
 	chunk := uint64(arg&^fifoArgBit) >> fifoChunkShift
@@ -288,6 +301,7 @@ type fifoAMHandler struct{ c *Context }
 // fifoMsg is a fifoAM message between its handlers.
 type fifoMsg struct {
 	dst, buf []byte
+	place    hal.PVO
 	arg      uint32
 }
 
@@ -312,7 +326,7 @@ func (h fifoAMHandler) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) 
 	if cap(m.buf) < n {
 		m.buf = make([]byte, n)
 	}
-	m.dst, m.buf, m.arg = mem, m.buf[:n], binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])
+	m.dst, m.buf, m.place, m.arg = mem, m.buf[:n], hal.GetPVO(uhdr), binary.LittleEndian.Uint32(uhdr[hal.PVOLen:])
 	return m.buf, m
 }
 
@@ -323,7 +337,7 @@ func (h fifoAMHandler) OnComplete(src hal.Rank, cookie any) {
 	}
 	c := h.c
 	c.mu.Lock()
-	c.rd.fifoPacket(src, m.arg, 0, m.dst, m.buf)
+	c.rd.fifoPacket(src, m.arg, 0, m.dst, m.place, m.buf)
 	m.dst = nil
 	if r := &c.rd; len(r.fifoFree) < maxFIFOFree && cap(m.buf) <= maxFIFOFreeBuf {
 		r.fifoFree = append(r.fifoFree, m)

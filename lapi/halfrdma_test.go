@@ -3,6 +3,7 @@ package lapi
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -718,8 +719,12 @@ func FuzzFIFOArg(f *testing.F) {
 		var got []uint64
 		c.Half().RegisterFIFO(fifoFunc(func(_ hal.Rank, o uint64, _, _ []byte) { got = append(got, o) }))
 		dst := make([]byte, len(data))
+		place, err := c.TPT().Register(dst, hal.AccessWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.mu.Lock()
-		c.rd.fifoPacket(0, arg, off, dst, data)
+		c.rd.fifoPacket(0, arg, off, dst, place, data)
 		h := fifoAMHandler{c}
 		buf, cookie := h.OnHeader(0, uhdr, len(data))
 		c.mu.Unlock()
@@ -877,6 +882,48 @@ func TestRegisterNil(t *testing.T) {
 	}
 	if k.Value() != 0 {
 		t.Fatalf("the origin counter fired %d times for sends that failed", k.Value())
+	}
+}
+
+// TestAccumulateNotAfterDeregister: an Accumulate's packet the engine
+// handed up (EvFIFO) for a region deregistered before the driver reduced
+// it reduces nothing: the owner's memory is its own once Deregister has
+// returned (lapi's Deregister takes no progress lock, so it can come
+// between the engine's check and the reduction).
+func TestAccumulateNotAfterDeregister(t *testing.T) {
+	j := newRDMAJob(t, 2, faults.Spec{})
+	defer j.close()
+	c := j.ctxs[1]
+	mem := make([]byte, 8)
+	place, err := c.TPT().Register(mem, hal.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 8)
+	binary.LittleEndian.PutUint64(data, 5)
+	ev := hal.RDMAEvent{Kind: hal.EvFIFO, Peer: 0, Arg: accArg(AccSum, Int64), Dst: mem, Place: place, Data: data}
+	if err := c.Deregister(place); err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(mem, 7) // the owner's again
+	faults := c.rd.stats.Faults
+	c.mu.Lock()
+	c.rd.rdmaEvent(&ev)
+	c.mu.Unlock()
+	if v := binary.LittleEndian.Uint64(mem); v != 7 {
+		t.Fatalf("the region holds %d after Deregister returned, want the owner's 7: the Accumulate reduced into it", v)
+	}
+	if c.rd.stats.Faults != faults+1 {
+		t.Errorf("faults %d, want %d: the packet for a gone region is counted", c.rd.stats.Faults, faults+1)
+	}
+	// A region still registered is reduced into as before.
+	place, _ = c.TPT().Register(mem, hal.AccessWrite)
+	ev.Place = place
+	c.mu.Lock()
+	c.rd.rdmaEvent(&ev)
+	c.mu.Unlock()
+	if v := binary.LittleEndian.Uint64(mem); v != 12 {
+		t.Fatalf("the region holds %d, want 7+5", v)
 	}
 }
 

@@ -144,7 +144,7 @@ func (r *rdmaState) rdmaEvent(ev *hal.RDMAEvent) {
 			k.incr()
 		}
 	case hal.EvFIFO:
-		r.fifoPacket(ev.Peer, ev.Arg, ev.Offset, ev.Dst, ev.Data)
+		r.fifoPacket(ev.Peer, ev.Arg, ev.Offset, ev.Dst, ev.Place, ev.Data)
 	case hal.EvReadFIFO:
 		op := r.opFor(ev.RCxt)
 		if op == nil || op.g.peer != ev.Peer || op.g.fifo == nil {
