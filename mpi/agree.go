@@ -187,7 +187,14 @@ const sigShOff = 1 << 16
 // sigShOff (ops NewOp made are numbered from 16 on).
 const sigOpHigh = 17
 
+// packSig packs a member's signature of call seq. A user op is packed as
+// firstUserOp, whatever its number, as callDigest digests it: the number
+// is local to its process, so ranks that name one op by different numbers
+// agree, and ranks with different user ops are not told apart.
 func packSig(seq uint32, kind uint8, op Op, root, n int, shOff bool) (uint64, uint64) {
+	if op >= firstUserOp {
+		op = firstUserOp
+	}
 	w0 := uint64(seq)<<32 | uint64(kind)<<8 | uint64(uint8(op)) | uint64(op>>8&0x7fff)<<sigOpHigh
 	if shOff {
 		w0 |= sigShOff
@@ -200,7 +207,11 @@ func sigOp(w0 uint64) Op { return Op(uint8(w0)) | Op(w0>>sigOpHigh&0x7fff)<<8 }
 
 // describeSig says what a signature is, for an error.
 func describeSig(w0, w1 uint64) string {
-	kind, op, n, root := uint8(w0>>8), sigOp(w0), w1>>24, int(w1&0xffffff)
+	kind, n, root := uint8(w0>>8), w1>>24, int(w1&0xffffff)
+	var op any = sigOp(w0)
+	if sigOp(w0) >= firstUserOp {
+		op = "a user op" // packSig keeps no number of one
+	}
 	name := "collective"
 	if int(kind) < len(collNames) {
 		name = collNames[kind]
@@ -211,11 +222,11 @@ func describeSig(w0, w1 uint64) string {
 	switch kind {
 	case collBarrier:
 		return name
-	case collBcast, collGather, collScatter:
+	case collBcast, collGather, collScatter, collIbcast, collIgather, collIscatter:
 		return fmt.Sprintf("%s of %d bytes from root %d", name, n, root)
-	case collReduce:
+	case collReduce, collIreduce:
 		return fmt.Sprintf("%s (%v) of %d bytes to root %d", name, op, n, root)
-	case collAllreduce, collScan, collExscan:
+	case collAllreduce, collScan, collExscan, collIallreduce:
 		return fmt.Sprintf("%s (%v) of %d bytes", name, op, n)
 	case collReduceScatterBlock:
 		return fmt.Sprintf("%s (%v) of %d bytes per rank", name, op, n)

@@ -328,3 +328,78 @@ func TestRootedAbortThenBarrier(t *testing.T) {
 		}
 	}
 }
+
+// TestSigUserOpsAgree: a member's signature holds no user op's number,
+// as the call's digest holds none: the numbers are local to their process,
+// so one op may have different numbers at different ranks, and ranks
+// that compared them failed a legitimate call, and only when a rank was
+// late enough for the others' wait to compare signatures.
+func TestSigUserOpsAgree(t *testing.T) {
+	fn := func(inout, in []uint64) {}
+	a, b := NewOp(fn, false), NewOp(fn, false)
+	for _, kind := range []uint8{collAllreduce, collIallreduce, collReduce, collScan} {
+		a0, a1 := packSig(7, kind, a, 1, 16, false)
+		b0, b1 := packSig(7, kind, b, 1, 16, false)
+		if a0 != b0 || a1 != b1 {
+			t.Errorf("%s: user ops %d and %d sign %x,%x and %x,%x: ranks would be told they disagree",
+				collNames[kind], a, b, a0, a1, b0, b1)
+		}
+		if d := describeSig(a0, a1); !strings.Contains(d, "a user op") {
+			t.Errorf("%s: described as %q, want it to say a user op", collNames[kind], d)
+		}
+		if s0, _ := packSig(7, kind, Sum, 1, 16, false); s0 == a0 {
+			t.Errorf("%s: Sum and a user op sign alike", collNames[kind])
+		}
+	}
+}
+
+// TestIcollMismatchNamed: ranks whose nonblocking collectives disagree on
+// the op or the root fail with ErrArg naming what differs, as the
+// blocking ones do (the error described both calls alike).
+func TestIcollMismatchNamed(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	odd := func(c *Comm, a, b Op) Op {
+		if c.Rank() == 1 {
+			return b
+		}
+		return a
+	}
+	cases := []struct {
+		name string
+		call func(c *Comm) (*Request, error)
+		want []string
+	}{
+		{"Iallreduce Sum/Max", func(c *Comm) (*Request, error) {
+			return Iallreduce(c, make([]int64, 2), make([]int64, 2), odd(c, Sum, Max))
+		}, []string{"Sum", "Max"}},
+		{"Ireduce Sum/Prod", func(c *Comm) (*Request, error) {
+			return Ireduce(c, make([]int64, 2), make([]int64, 2), odd(c, Sum, Prod), 0)
+		}, []string{"Sum", "Prod"}},
+		{"Ibcast root 0/1", func(c *Comm) (*Request, error) {
+			return Ibcast(c, make([]int32, 3), c.Rank()%2)
+		}, []string{"root 0", "root 1"}},
+	}
+	for _, tc := range cases {
+		err := Run(2, func(c *Comm) error {
+			q, err := tc.call(c)
+			if err == nil {
+				_, err = q.Wait()
+			}
+			if err == nil && tc.name != "Iallreduce Sum/Max" {
+				return nil // a rank that only sends in a rooted collective may return nil (doc.go)
+			}
+			if !errors.Is(err, ErrArg) {
+				return fmt.Errorf("rank %d: %v, want ErrArg", c.Rank(), err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					return fmt.Errorf("rank %d: error %q does not name %q", c.Rank(), err, w)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}

@@ -156,9 +156,11 @@
 // and the shared-memory segment if the device kept it (track.go). Off,
 // each creation and release tests one pointer and records nothing.
 //
-// Ranks that call a collective with different lengths, roots or ops get
-// an error wrapping ErrArg that names the disagreement, never another
-// rank's data: a collective's receive must get exactly the bytes this rank
+// Ranks that call a collective with different lengths, roots or
+// predefined ops get an error wrapping ErrArg that names the
+// disagreement, never another rank's data (user ops are numbered per
+// process, so one op may have different numbers at different ranks: two
+// user ops are taken to be the same): a collective's receive must get exactly the bytes this rank
 // expects, a call that fails on one rank is aborted on all of them (its
 // messages are tagged with the call's number, so none of them matches a
 // later call), and a collective wait blocked for 100 ms has the ranks

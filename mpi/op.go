@@ -36,9 +36,13 @@ type userOp struct {
 // x0 ∘ x1 ∘ … ∘ x(n-1) in rank order, whatever the algorithm (the
 // node-aware, ring and direct-read ones are then not used); when it is
 // true the operands may be combined in any order and grouping. f is
-// called on the calling rank's goroutine, on slices of any length up to
-// the call's (a block of it, or the whole), never retained after it
-// returns; it must not call into mpi. A nil f gives an op every reduction
+// called on slices of any length up to the call's (a block of it, or the
+// whole), never retained after it returns; it must not call into mpi. It
+// runs on the calling rank's goroutine, or, for a nonblocking collective,
+// on whichever goroutine of the rank advances it: its Wait or Test, or the
+// rank's progress goroutine while it computes, possibly at the same time
+// as a call on the rank's own goroutine runs f too. So f must not share
+// mutable state without synchronizing it. A nil f gives an op every reduction
 // rejects with ErrArg.
 func NewOp[T Elem](f func(inout, in []T), commutative bool) Op {
 	u := &userOp{elem: reflect.TypeFor[T](), commutative: commutative}
