@@ -142,7 +142,7 @@ func (d *Device) accept(frame []byte, group bool) bool {
 	if _, err := hal.Check(frame, d.cfg.JobKey, true, &d.rxHdr); err != nil {
 		d.counters.DropErr(err)
 		if trace.On(trace.Hot) {
-			d.traceDrop(len(frame), err)
+			d.traceDrop(frame, err)
 		}
 		return false
 	}
@@ -152,16 +152,24 @@ func (d *Device) accept(frame []byte, group bool) bool {
 	if !hal.ForRank(&d.rxHdr, d.cfg.Rank) || (d.cfg.Size > 0 && int(d.rxHdr.Src) >= d.cfg.Size) {
 		d.counters.Drop(hal.DropPeer)
 		if trace.On(trace.Hot) {
-			d.traceDrop(len(frame), fmt.Errorf("from rank %d to rank %d: not for this device", d.rxHdr.Src, d.rxHdr.Dst))
+			d.traceDrop(frame, fmt.Errorf("from rank %d to rank %d: not for this device", d.rxHdr.Src, d.rxHdr.Dst))
 		}
 		return false
 	}
 	return true
 }
 
-// traceDrop reports a received frame discarded (level 4, trace.Hot): the
-// header's fields are as decoded, and may be what a corruption made them.
-func (d *Device) traceDrop(n int, why error) {
+// traceDrop reports a received frame discarded (level 4, trace.Hot). It
+// decodes the header again rather than read d.rxHdr, which a header that
+// failed to decode leaves partly or wholly as the previous frame's: the
+// type and source are named only if the header decodes, and may then be
+// what a corruption made them.
+func (d *Device) traceDrop(frame []byte, why error) {
+	var h hal.Header
+	if hal.DecodeHeader(frame, &h) != nil {
+		trace.Printf(trace.Hot, "udp %d: drop frame of %d bytes (header unreadable): %v", d.cfg.Rank, len(frame), why)
+		return
+	}
 	trace.Printf(trace.Hot, "udp %d: drop %v frame of %d bytes (header says from rank %d): %v",
-		d.cfg.Rank, d.rxHdr.Type, n, d.rxHdr.Src, why)
+		d.cfg.Rank, h.Type, len(frame), h.Src, why)
 }

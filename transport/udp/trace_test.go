@@ -42,3 +42,30 @@ func TestTraceDrop(t *testing.T) {
 		}
 	}
 }
+
+// A datagram whose header does not decode (here too short to hold one) is
+// traced without a type or a sender: the device's decoded header still
+// holds the previous frame's, which the line must not blame.
+func TestTraceDropOfUnreadableHeader(t *testing.T) {
+	d := openRank(t, 1, 3, Options{})
+	raw := rawSender(t, d)
+	var buf bytes.Buffer
+	restore := trace.Redirect(&buf, trace.Hot)
+	defer restore()
+	for _, data := range [][]byte{
+		newFrame(2, 1, []byte("from rank 2")).wire(), // accepted: its header is decoded
+		[]byte("weft?"), // no header at all
+		newFrame(0, 1, []byte("last")).wire(),
+	} {
+		if _, err := raw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recvN(t, d, 2)
+	restore()
+	want := "weft[?] udp 1: drop frame of 5 bytes (header unreadable): hal: bad frame: short\n"
+	got := regexp.MustCompile(`(?m)^weft\[\?\] \d+\.\d{6} `).ReplaceAllString(buf.String(), "weft[?] ")
+	if got != want {
+		t.Errorf("trace %q, want %q", got, want)
+	}
+}
