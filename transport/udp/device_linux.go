@@ -6,6 +6,7 @@ import (
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/lifecycle"
+	"github.com/weft-hpc/weft/internal/trace"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ type Device struct {
 	peers []*sockaddr
 
 	tx  txQueue
-	gso bool // coalesce runs with UDP_SEGMENT (Options.GSO, until the kernel refuses)
+	gso bool // coalesce runs with UDP_SEGMENT (Options.GSO where the kernel has it, until a send is refused)
 	rx  rxRing
 	// rxMu guards the receive ring and the drop counter's last value:
 	// Poll holds it, and Wait, which hal lets run beside a Poll in
@@ -85,7 +86,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		return nil, err
 	}
 	slot, slots := o.MTU+hal.HeaderLen, o.Batch
-	if o.GSO {
+	if si.gro {
 		// A datagram coalesced by UDP_GRO may be as large as any datagram.
 		slot, slots = maxDatagram, min(o.Batch, MaxGROSlots)
 	}
@@ -96,7 +97,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	}
 	mc := mcastSocket{fd: -1}
 	if o.Multicast.IsValid() {
-		mfd, err := openGroup(si.fd, ep, o)
+		mfd, err := openGroup(si.fd, ep, o, si.gro)
 		if err != nil {
 			mc.off = fmt.Errorf("udp: multicast off: %w", err)
 		} else {
@@ -114,8 +115,8 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		addr:  FormatAddr(si.local),
 		efd:   efd,
 		peers: make([]*sockaddr, max(cfg.Size, 0)),
-		tx:    newTxQueue(o.Batch, o.GSO),
-		gso:   o.GSO,
+		tx:    newTxQueue(o.Batch, si.segment),
+		gso:   si.segment,
 		rx:    newRxRing(slots, slot),
 	}
 	d.life.Release = d.release
@@ -126,7 +127,26 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		d.pollfds[2] = unix.PollFd{Fd: int32(mc.fd), Events: unix.POLLIN}
 		d.nfds = 3
 	}
+	if trace.On(trace.Setup) {
+		trace.Printf(trace.Setup, "udp %d: %s, MTU %d, batch %d, %s", cfg.Rank, d.addr, o.MTU, o.Batch, offloadMode(o, si))
+	}
 	return d, nil
+}
+
+// offloadMode says how a device with socket si sends and receives runs
+// of frames, for the Setup trace.
+func offloadMode(o Options, si socketInfo) string {
+	if !o.GSO {
+		return "GSO off (one datagram per frame each way)"
+	}
+	send, recv := "segmented sends (UDP_SEGMENT)", "coalesced receives (UDP_GRO)"
+	if !si.segment {
+		send = fmt.Sprintf("no segmented sends (%v)", si.noSegment)
+	}
+	if !si.gro {
+		recv = fmt.Sprintf("no coalesced receives (%v)", si.noGRO)
+	}
+	return send + ", " + recv
 }
 
 // Caps reports an unreliable, unordered device: the kernel may drop
@@ -137,7 +157,8 @@ func (d *Device) Caps() hal.Caps { return d.caps }
 // Addr is the published address, e.g. "udp:127.0.0.1:45678".
 func (d *Device) Addr() string { return d.addr }
 
-// Options returns the options in force, defaults filled in (MTU included).
+// Options returns the options in force, defaults filled in (MTU included);
+// GSO is as asked, whatever the kernel supports of it (Options.GSO).
 func (d *Device) Options() Options { return d.opts }
 
 // Counters are the device's hal counters. Bytes count whole frames, header

@@ -47,9 +47,10 @@ type sockStep struct {
 }
 
 // openGroup joins o.Multicast on the interface that owns ep for a device
-// whose socket is fd, and returns the receiving socket. An error means
+// whose socket is fd, and returns the receiving socket, with UDP_GRO on if
+// gro (the device's socket has it, so the kernel does). An error means
 // multicast does not work here; the device then opens without it.
-func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
+func openGroup(fd int, ep localEndpoint, o Options, gro bool) (int, error) {
 	g := o.Multicast
 	switch {
 	case !g.Addr().Is4() || !g.Addr().IsMulticast() || g.Port() == 0:
@@ -87,7 +88,7 @@ func openGroup(fd int, ep localEndpoint, o Options) (int, error) {
 		{"bind", func() error { return unix.Bind(mfd, &unix.SockaddrInet4{Addr: g.Addr().As4(), Port: int(g.Port())}) }},
 		{"IP_ADD_MEMBERSHIP", func() error { return unix.SetsockoptIPMreqn(mfd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq) }},
 	}
-	if o.GSO {
+	if gro {
 		steps = append(steps, sockStep{"UDP_GRO", func() error { return unix.SetsockoptInt(mfd, unix.SOL_UDP, unix.UDP_GRO, 1) }})
 	}
 	for _, s := range steps {

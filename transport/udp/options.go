@@ -39,10 +39,13 @@ type Options struct {
 	// UDP_SEGMENT message, which crosses the kernel's network stack once and
 	// is cut into datagrams at the end (by the NIC, or in software), and
 	// turns UDP_GRO on so that such runs may arrive as one buffer. It pays
-	// off for streams of full frames. The device falls back to plain sends
-	// if the kernel refuses (Linux < 4.18, or a route without checksum
-	// offload). It costs a 64 KiB receive slot per Batch, MaxGROSlots at
-	// most.
+	// off for streams of full frames. Each half needs the kernel's support
+	// and falls back on its own: a kernel without UDP_SEGMENT (Linux <
+	// 4.18, found at Open) gets plain sends, as does a route that cannot
+	// segment (no checksum offload, found at the first segmented send); a
+	// kernel without UDP_GRO (Linux < 5.0) delivers each datagram of a run
+	// on its own. With UDP_GRO it costs a 64 KiB receive slot per Batch,
+	// MaxGROSlots at most. The trace (level 2) says which halves are on.
 	GSO bool
 	// Spin is how long Wait busy-polls the socket before blocking in the
 	// kernel. Waking a blocked thread costs tens of microseconds on a VM, so

@@ -65,6 +65,10 @@ type socketInfo struct {
 	family           int
 	local            netip.AddrPort
 	recvBuf, sendBuf int // effective sizes (the kernel doubles requests)
+	// With Options.GSO: whether the kernel segments UDP_SEGMENT sends and
+	// whether it coalesces received runs (UDP_GRO), and if not, why.
+	segment, gro     bool
+	noSegment, noGRO error
 }
 
 // openSocket makes a non-blocking UDP socket bound to ep with port 0, with
@@ -104,11 +108,7 @@ func openSocket(ep localEndpoint, o Options) (si socketInfo, err error) {
 		return si, fmt.Errorf("udp: SO_RXQ_OVFL: %w", err)
 	}
 	if o.GSO {
-		// Runs sent with UDP_SEGMENT then arrive as one buffer per run
-		// (on loopback, or where the NIC path coalesces), split by Poll.
-		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
-			return si, fmt.Errorf("udp: UDP_GRO: %w", err)
-		}
+		si.offload(fd)
 	}
 	if err := unix.Bind(fd, sa); err != nil {
 		return si, fmt.Errorf("udp: bind %v: %w", ep.addr, err)
@@ -127,6 +127,29 @@ func openSocket(ep localEndpoint, o Options) (si socketInfo, err error) {
 	}
 	si.fd = fd
 	return si, nil
+}
+
+// offload finds out what the kernel does of Options.GSO on socket fd.
+// Segmented sends need Linux 4.18 (UDP_SEGMENT), which also brought the
+// socket option of that name: an older kernel refuses the option, and
+// would ignore the control message and send a whole run as one oversized
+// datagram, so the option is what tells. Coalesced receives need Linux 5.0
+// (UDP_GRO); without them each datagram of a run arrives on its own, which
+// only costs speed, so a kernel that has the first and not the second
+// keeps segmented sends.
+func (si *socketInfo) offload(fd int) {
+	if _, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT); err != nil {
+		si.noSegment = fmt.Errorf("UDP_SEGMENT: %w", err)
+	} else {
+		si.segment = true
+	}
+	// Runs sent with UDP_SEGMENT then arrive as one buffer per run (on
+	// loopback, or where the NIC path coalesces), split by Poll.
+	if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
+		si.noGRO = fmt.Errorf("UDP_GRO: %w", err)
+	} else {
+		si.gro = true
+	}
 }
 
 // setBuffer asks for size bytes of socket buffer, first with the FORCE

@@ -11,8 +11,9 @@ type Stats struct {
 	// device's sockets (mostly a full receive buffer), as far as the device
 	// has learned; they are also counted in Counters().Drops[hal.DropQueue].
 	// A buffer is one datagram, one frame, unless the device has GSO on: it
-	// then turns UDP_GRO on, and a buffer may hold up to groMaxFrames (64)
-	// frames, so frames lost are between KernelDrops and 64 × KernelDrops.
+	// then turns UDP_GRO on where the kernel has it, and a buffer may hold
+	// up to groMaxFrames (64) frames, so frames lost are between
+	// KernelDrops and 64 × KernelDrops.
 	KernelDrops uint64
 	// SendErrors counts frames dropped because the kernel refused them with a
 	// hard error (not a full buffer); Flush returned that error.

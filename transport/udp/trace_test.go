@@ -13,10 +13,10 @@ import (
 // line at trace level 4 naming the reason, and with none at level 3.
 func TestTraceDrop(t *testing.T) {
 	for _, l := range []trace.Level{trace.Internal, trace.Hot} {
-		var buf bytes.Buffer
-		restore := trace.Redirect(&buf, l)
 		d := openRank(t, 1, 2, Options{})
 		raw := rawSender(t, d)
+		var buf bytes.Buffer
+		restore := trace.Redirect(&buf, l)
 		f := newFrame(0, 1, []byte("crc"))
 		f.payload[1] ^= 0x10
 		for _, data := range [][]byte{f.wire(), newFrame(0, 1, []byte("last")).wire()} {
