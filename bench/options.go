@@ -21,6 +21,11 @@ var errUsage = errors.New("usage")
 // time, not as an out-of-memory kill halfway through a run.
 const maxSize = 1 << 30
 
+// maxIters caps -iters and -warmup: the loops run warmup+iters times,
+// which must not overflow (it would run them zero times and time nothing),
+// and a billion iterations of even the fastest call take minutes.
+const maxIters = 1_000_000_000
+
 // options is a parsed benchmark command line.
 type options struct {
 	bench  *benchmark
@@ -122,10 +127,10 @@ func parseOptions(name string, args []string, stderr io.Writer) (*options, error
 	switch {
 	case o.min > o.max:
 		return nil, fmt.Errorf("%w: -min %s is larger than -max %s", errUsage, *minS, *maxS)
-	case o.iters < 0:
-		return nil, fmt.Errorf("%w: -iters %d: want 0 (OSU's counts) or more", errUsage, o.iters)
-	case o.warmup < -1:
-		return nil, fmt.Errorf("%w: -warmup %d: want -1 (OSU's counts), 0 or more", errUsage, o.warmup)
+	case o.iters < 0 || o.iters > maxIters:
+		return nil, fmt.Errorf("%w: -iters %d: want 0 (OSU's counts) to %d", errUsage, o.iters, maxIters)
+	case o.warmup < -1 || o.warmup > maxIters:
+		return nil, fmt.Errorf("%w: -warmup %d: want -1 (OSU's counts), or 0 to %d", errUsage, o.warmup, maxIters)
 	case o.blocks < 0:
 		return nil, fmt.Errorf("%w: -blocks %d: want 0 (none) or more", errUsage, o.blocks)
 	case b.windowed && rmaWindow(o.max)*o.max > maxSize:

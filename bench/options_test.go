@@ -113,6 +113,9 @@ func TestParseOptions(t *testing.T) {
 		{"latency", []string{"-min", "1M", "-max", "64K"}, "-min 1M is larger than -max 64K"},
 		{"latency", []string{"-iters", "-3"}, "-iters -3"},
 		{"latency", []string{"-warmup", "-2"}, "-warmup -2"},
+		// warmup+iters would overflow, run no iteration and time nothing.
+		{"latency", []string{"-iters", "9223372036854775807"}, "-iters 9223372036854775807: want 0 (OSU's counts) to 1000000000"},
+		{"latency", []string{"-iters", "1", "-warmup", "9223372036854775807"}, "-warmup 9223372036854775807: want -1 (OSU's counts), or 0 to 1000000000"},
 		{"latency", []string{"-decimals", "-1"}, "-decimals -1: want 0 to 6"},
 		{"latency", []string{"-decimals", "7"}, "-decimals 7: want 0 to 6"},
 		{"latency", []string{"-plot", "out.jpg"}, "ending in .svg or .png"},
