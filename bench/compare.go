@@ -46,7 +46,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 	}
 	var tables []*table
 	for _, path := range fs.Args() {
-		t, err := readTable(path)
+		t, err := readTable(path, "")
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func mergeMain(args []string, stderr io.Writer) error {
 	fs := newFlagSet("bench merge", mergeUsage, stderr)
 	out := fs.String("o", "", "write the merged CSV to `FILE` (required)")
 	label := fs.String("label", "", "series name (default: the first input's)")
-	benchName := fs.String("bench", "", "benchmark name, when the inputs' titles do not say it")
+	benchName := fs.String("bench", "", "benchmark name, for inputs whose titles do not say it (an input that names another is an error)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -171,12 +171,9 @@ func mergeMain(args []string, stderr io.Writer) error {
 	}
 	var rounds []*table
 	for _, path := range fs.Args() {
-		t, err := readTable(path)
+		t, err := readTable(path, *benchName)
 		if err != nil {
 			return err
-		}
-		if *benchName != "" {
-			t.bench = *benchName
 		}
 		if len(rounds) > 0 && t.bench != rounds[0].bench {
 			return fmt.Errorf("%s holds %s results, %s holds %s: merge rounds of one benchmark", fs.Arg(0), rounds[0].bench, path, t.bench)

@@ -153,9 +153,39 @@ func TestCompareAndMergeCommands(t *testing.T) {
 		{[]string{"-o", weft}, "needs -o FILE"},
 		{[]string{"-bench", "nope", "-o", weft, r1}, `-bench "nope"`},
 		{[]string{"-o", weft, r1, bw}, "merge rounds of one benchmark"},
+		{[]string{"-bench", "latency", "-o", weft, r1, bw}, `"# weft MPI Bandwidth Test v1": a bw table, not latency`},
+		{[]string{"-bench", "bw", "-o", filepath.Join(dir, "out.csv"), weft}, "a latency table, not bw"},
 	} {
 		if err := mergeMain(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("merge %q = %v; want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// merge's -bench names the benchmark of inputs whose titles do not: an
+// untitled file (here a timing tool's own title, then OSU's column
+// header) reads as that benchmark, its column header ("Avg Latency")
+// not taken for a title naming latency.
+func TestMergeBenchNamesUntitledInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		bench, text string
+		rows        int
+	}{
+		{"latency", "# my ping-pong v1\n# Size          Time (us)\n1    10.00\n2    12.00\n", 2},
+		{"allreduce", "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations\n4    1.5  1.0  2.0  100\n", 1},
+	} {
+		in := filepath.Join(dir, c.bench+".txt")
+		if err := os.WriteFile(in, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, c.bench+".csv")
+		if err := mergeMain([]string{"-bench", c.bench, "-o", out, in}, io.Discard); err != nil {
+			t.Fatalf("merge -bench %s of a file whose title names no benchmark: %v", c.bench, err)
+		}
+		tb, err := readTable(out, "")
+		if err != nil || tb.bench != c.bench || len(tb.rows) != c.rows {
+			t.Errorf("merged table %+v, %v; want %s with %d rows", tb, err, c.bench, c.rows)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func TestOverlapTable(t *testing.T) {
 	if !strings.Contains(buf.String(), "Overlap(%)") {
 		t.Fatalf("header: %q", buf.String())
 	}
-	got, err := readOSU(&buf)
+	got, err := readOSU(&buf, "")
 	if err != nil {
 		t.Fatal(err)
 	}

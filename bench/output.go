@@ -235,8 +235,12 @@ var titleKeys = []struct{ key, bench string }{
 
 // readOSU reads a table in the OSU layout, as bench and the C programs in
 // bench/c print it (and as OSU's own osu_latency, osu_bw, osu_allreduce,
-// ... do). The benchmark is recognised from the title line.
-func readOSU(r io.Reader) (*table, error) {
+// ... do). The benchmark is recognised from the title line, a comment
+// line before the first row; a column header ("# Size  Latency (us)")
+// names a metric, not a benchmark, and is not taken for one. Without a
+// title naming one, the benchmark is assume, if not empty; a title naming
+// another than assume is an error.
+func readOSU(r io.Reader, assume string) (*table, error) {
 	sc := bufio.NewScanner(r)
 	t := &table{}
 	var b *benchmark
@@ -248,14 +252,17 @@ func readOSU(r io.Reader) (*table, error) {
 			continue
 		}
 		if strings.HasPrefix(text, "#") {
-			if t.bench == "" {
+			if b == nil && !isColumnHeader(text) {
 				low := strings.ToLower(text)
 				for _, k := range titleKeys {
 					if !strings.Contains(low, k.key) {
 						continue
 					}
-					if k.bench == "" {
+					switch {
+					case k.bench == "":
 						return nil, fmt.Errorf("line %d: %q: a benchmark bench has no counterpart of", line, text)
+					case assume != "" && k.bench != assume:
+						return nil, fmt.Errorf("line %d: %q: a %s table, not %s", line, text, k.bench, assume)
 					}
 					t.bench = k.bench
 					b = lookup(k.bench)
@@ -263,6 +270,9 @@ func readOSU(r io.Reader) (*table, error) {
 				}
 			}
 			continue
+		}
+		if b == nil && assume != "" {
+			t.bench, b = assume, lookup(assume)
 		}
 		if b == nil {
 			return nil, fmt.Errorf("line %d: a row before an OSU title line naming the benchmark (# ... Latency Test)", line)
@@ -276,10 +286,21 @@ func readOSU(r io.Reader) (*table, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
+	if b == nil && assume != "" {
+		t.bench, b = assume, lookup(assume)
+	}
 	if b == nil {
 		return nil, errors.New("no OSU title line naming the benchmark (# ... Latency Test)")
 	}
 	return t, nil
+}
+
+// isColumnHeader says whether comment line text is an OSU table's column
+// header, which starts with the first column's name: "# Size", or "# Avg"
+// for osu_barrier's.
+func isColumnHeader(text string) bool {
+	f := strings.Fields(strings.TrimPrefix(text, "#"))
+	return len(f) > 0 && (strings.EqualFold(f[0], "Size") || strings.EqualFold(f[0], "Avg"))
 }
 
 // parseOSURow reads one data line. Collectives may come without the
@@ -335,17 +356,19 @@ func parseOSURow(k kind, f []string) (row, error) {
 
 // readTable reads a CSV written by bench or an OSU-layout text file,
 // telling them apart by the first character. A table without a label is
-// named after its file.
-func readTable(path string) (*table, error) {
+// named after its file. assume, if not empty, is the benchmark of a text
+// file whose title names none (readOSU); a file that names another is an
+// error.
+func readTable(path, assume string) (*table, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var t *table
 	if bytes.HasPrefix(bytes.TrimSpace(data), []byte("#")) {
-		t, err = readOSU(bytes.NewReader(data))
-	} else {
-		t, err = readCSV(bytes.NewReader(data))
+		t, err = readOSU(bytes.NewReader(data), assume)
+	} else if t, err = readCSV(bytes.NewReader(data)); err == nil && assume != "" && t.bench != assume {
+		err = fmt.Errorf("a %s table, not %s", t.bench, assume)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -83,7 +83,7 @@ func TestOSURoundTrip(t *testing.T) {
 			for _, r := range tb.rows {
 				writeRow(&buf, b, r, decimals)
 			}
-			got, err := readOSU(&buf)
+			got, err := readOSU(&buf, "")
 			if err != nil {
 				t.Fatalf("%s, %d decimals: %v", name, decimals, err)
 			}
@@ -109,7 +109,7 @@ func TestOSURoundTrip(t *testing.T) {
 // line and without -f, reads too.
 func TestReadOSUForeign(t *testing.T) {
 	in := "# OSU MPI Broadcast Latency Test v7.0\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n1                      86.56\n2                      87.98\n"
-	got, err := readOSU(strings.NewReader(in))
+	got, err := readOSU(strings.NewReader(in), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestReadOSUForeign(t *testing.T) {
 	in = "# OSU MPI Non-blocking Allreduce Latency Test v5.6.3\n# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n" +
 		"# Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)\n" +
 		"4                       8.77              5.32              4.43             22.08\n"
-	got, err = readOSU(strings.NewReader(in))
+	got, err = readOSU(strings.NewReader(in), "")
 	if err != nil {
 		t.Fatalf("osu_iallreduce's table: %v", err)
 	}
@@ -135,7 +135,7 @@ func TestReadOSUForeign(t *testing.T) {
 		"# OSU MPI Allreduce Latency Test\n4 1 2\n", // neither 1 nor 4 values
 		"# something else\n",
 	} {
-		if _, err := readOSU(strings.NewReader(bad)); err == nil {
+		if _, err := readOSU(strings.NewReader(bad), ""); err == nil {
 			t.Errorf("readOSU(%q) succeeded; want an error", bad)
 		}
 	}
@@ -189,14 +189,14 @@ func TestReadTableNamesByFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "openmpi.latency.txt")
 	os.WriteFile(path, []byte("# OSU MPI Latency Test v7.0\n# Size          Latency (us)\n1                       0.15\n"), 0o644)
-	tb, err := readTable(path)
+	tb, err := readTable(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tb.label != "openmpi.latency" || tb.bench != "latency" {
 		t.Errorf("label %q bench %q; want the file's name and latency", tb.label, tb.bench)
 	}
-	if _, err := readTable(filepath.Join(dir, "missing.csv")); err == nil {
+	if _, err := readTable(filepath.Join(dir, "missing.csv"), ""); err == nil {
 		t.Error("a missing file read without error")
 	}
 }

@@ -141,7 +141,7 @@ func TestCPair(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %q: %v\n%s", c.prog, args, err, out)
 		}
-		back, err := readOSU(strings.NewReader(string(out)))
+		back, err := readOSU(strings.NewReader(string(out)), "")
 		if err != nil || len(back.rows) != 2 || !(back.rows[0].value > 0) {
 			t.Errorf("%s %q printed\n%s\nread back as %+v, %v; want 2 positive rows", c.prog, args, out, back, err)
 		}

@@ -41,7 +41,7 @@ func TestRMATitles(t *testing.T) {
 		"# weft MPI Bandwidth Test v1":            "bw",
 		"# weft MPI Latency Test v1":              "latency",
 	} {
-		tb, err := readOSU(strings.NewReader(title + "\n# Size  x\n8  1.5\n"))
+		tb, err := readOSU(strings.NewReader(title+"\n# Size  x\n8  1.5\n"), "")
 		if err != nil || tb.bench != want {
 			t.Errorf("%q reads back as %v, %v; want %s", title, tb, err, want)
 		}

@@ -75,7 +75,7 @@ func TestBenchmarksInProcess(t *testing.T) {
 			if len(lines) != 2+len(want) || !strings.HasPrefix(lines[0], "# weft MPI ") || !strings.HasPrefix(lines[1], "# ") {
 				t.Errorf("printed table:\n%s\nwant a title, a header and %d rows", out, len(want))
 			}
-			back, err := readOSU(strings.NewReader(out))
+			back, err := readOSU(strings.NewReader(out), "")
 			if err != nil || back.bench != b.name || len(back.rows) != len(want) {
 				t.Errorf("printed table reads back as %+v, %v", back, err)
 			}
@@ -126,7 +126,7 @@ func checkBlocks(t *testing.T, out string, iters, per, want int) {
 			}
 		}
 	}
-	back, err := readOSU(strings.NewReader(out))
+	back, err := readOSU(strings.NewReader(out), "")
 	if err != nil || len(back.rows) != 2 {
 		t.Errorf("output with block lines reads back as %+v, %v; want 2 rows", back, err)
 	}
