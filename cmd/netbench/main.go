@@ -66,15 +66,45 @@ type Result struct {
 type role struct {
 	rank hal.Rank
 	run  func(ctx context.Context, cfg *config, d hal.Device, res *Result) error
+	// maxSize is the largest -size: a frame's payload for the device
+	// roles, a lapi message for the others.
+	maxSize int
 }
 
 var roles = map[string]role{
-	"dev-ping": {0, devPing},
-	"dev-echo": {1, devEcho},
-	"am-ping":  {0, amPing},
-	"am-echo":  {1, amEcho},
-	"am-send":  {0, amSend},
-	"am-recv":  {1, amRecv},
+	"dev-ping": {0, devPing, hal.MaxPayload},
+	"dev-echo": {1, devEcho, hal.MaxPayload},
+	"am-ping":  {0, amPing, maxMessage},
+	"am-echo":  {1, amEcho, maxMessage},
+	"am-send":  {0, amSend, maxMessage},
+	"am-recv":  {1, amRecv, maxMessage},
+}
+
+// Caps on the flags that size what a side allocates before it measures
+// (a message buffer, am-recv's record of the messages seen), so that a
+// typo is refused rather than exhausting memory.
+const (
+	maxMessage = 1 << 30
+	maxCount   = 100_000_000
+)
+
+// check refuses a flag out of range for role r, naming it.
+func (cfg *config) check(r role) error {
+	if cfg.size < 0 || cfg.size > r.maxSize {
+		return fmt.Errorf("-size %d: want 0 to %d for -role %s", cfg.size, r.maxSize, cfg.role)
+	}
+	if cfg.count < 1 || cfg.count > maxCount {
+		return fmt.Errorf("-count %d: want 1 to %d", cfg.count, maxCount)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"-iters", cfg.iters}, {"-rounds", cfg.rounds}, {"-inflight", cfg.inflight}} {
+		if f.v < 1 {
+			return fmt.Errorf("%s %d: want 1 or more", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 func main() {
@@ -83,10 +113,10 @@ func main() {
 	flag.StringVar(&cfg.bind, "bind", udp.DefaultBind, "local address or interface for the device (udp.Options.Bind)")
 	flag.IntVar(&cfg.mtu, "mtu", 0, "frame payload limit; 0 derives it from the interface MTU")
 	flag.BoolVar(&cfg.gso, "gso", true, "send runs of frames with UDP_SEGMENT, receive with UDP_GRO (on, as for a rank: WEFT_GSO)")
-	flag.IntVar(&cfg.size, "size", 1, "message size in bytes")
+	flag.IntVar(&cfg.size, "size", 1, "message size in bytes (at most a frame's payload for dev-*, 1 GiB for am-*)")
 	flag.IntVar(&cfg.iters, "iters", 10000, "ping-pong round trips per round")
 	flag.IntVar(&cfg.rounds, "rounds", 5, "ping-pong rounds (the result has each one and their median)")
-	flag.IntVar(&cfg.count, "count", 1000, "messages to stream")
+	flag.IntVar(&cfg.count, "count", 1000, "messages to stream (at most 100000000)")
 	flag.IntVar(&cfg.inflight, "inflight", 8, "stream messages in flight")
 	flag.BoolVar(&cfg.verify, "verify", true, "am-recv: compare each message's content with what was sent (costs a read of every byte)")
 	flag.Uint64Var(&cfg.jobKey, "key", 0x6e65_7462_656e_6368, "job key (both sides must agree)")
@@ -107,8 +137,8 @@ func run(cfg *config, in io.Reader, out io.Writer) error {
 	if !ok {
 		return fmt.Errorf("unknown role %q (see -h)", cfg.role)
 	}
-	if cfg.size < 0 || cfg.iters < 1 || cfg.rounds < 1 || cfg.count < 1 || cfg.inflight < 1 {
-		return errors.New("-size must be ≥ 0 and -iters, -rounds, -count, -inflight ≥ 1")
+	if err := cfg.check(r); err != nil {
+		return err
 	}
 	d, err := udp.OpenFromEnv(hal.Config{JobKey: cfg.jobKey, Rank: r.rank, Size: 2},
 		udp.Options{Bind: cfg.bind, MTU: cfg.mtu, GSO: cfg.gso})
