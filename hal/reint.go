@@ -38,6 +38,14 @@ import (
 // what a stripe member does, per peer, when its link to that peer comes
 // back or its device was replaced (package stripe); the other peers see
 // nothing of it.
+//
+// A device that never sent BOOTING to a peer (Joined, or its BOOTING went
+// unanswered) has announced its incarnation to nobody there: a peer that
+// knew an earlier life of this rank would take every RDMA_READY of it for
+// a frame of that earlier life. So when such a peer sends BOOTING (its
+// Rejoin), the answer is BOOT_ACK followed by a BOOTING of this device's
+// own incarnation, sent again whenever the peer asks for RDMA_READY again,
+// until the peer acknowledges it.
 type Reintegration struct {
 	self     Rank
 	size     int
@@ -49,6 +57,7 @@ type Reintegration struct {
 	assumed  bool // Joined: peers added by Grow are taken as joined too
 
 	answered []bool     // this incarnation's BOOTING answered by peer
+	acked    []bool     // peer acknowledged ours[peer] with a BOOT_ACK: it knows our incarnation
 	tries    []int      // BOOTINGs sent to peer in this incarnation
 	lastSent time.Time  // when BOOTING or RDMA_READY last went to the unanswered
 	rounds   int        // RDMA_READY rounds sent since ready, for the back-off
@@ -154,6 +163,7 @@ func NewReintegration(self Rank, size int, epoch uint64, cfg ReintConfig) *Reint
 func (r *Reintegration) Grow(size int) {
 	for r.size < size {
 		r.answered = append(r.answered, true)
+		r.acked = append(r.acked, false)
 		r.tries = append(r.tries, 0)
 		r.peerEp = append(r.peerEp, 0)
 		r.ours = append(r.ours, r.epoch)
@@ -192,6 +202,7 @@ func (r *Reintegration) Rejoin(peer Rank, epoch uint64, now time.Time) ([]ReintM
 	}
 	r.ours[peer], r.rejoin[peer], r.parked[peer] = epoch, true, false
 	r.answered[peer], r.rdmaTo[peer], r.owed[peer] = false, false, false
+	r.acked[peer] = false
 	r.tries[peer] = 1
 	r.rounds, r.lastSent = 0, now
 	r.out = append(r.out, ReintMsg{FrameBooting, peer, epoch, false})
@@ -202,6 +213,17 @@ func (r *Reintegration) Rejoin(peer Rank, epoch uint64, now time.Time) ([]ReintM
 // unanswered, or its RDMA_READY not yet returned.
 func (r *Reintegration) Rejoining(peer Rank) bool {
 	return int(peer) < r.size && r.rejoin[peer]
+}
+
+// announce sends peer a BOOTING of our incarnation toward it if the peer
+// has not acknowledged one, we are ready and no Rejoin toward it is under
+// way (whose own BOOTING announces it): a Joined device, or one restarted
+// as a whole, is otherwise known to the peer only by an earlier life's
+// incarnation, and the peer would ignore its RDMA_READY as stale.
+func (r *Reintegration) announce(peer Rank) {
+	if r.ready && !r.acked[peer] && !r.rejoin[peer] {
+		r.out = append(r.out, ReintMsg{FrameBooting, peer, r.ours[peer], false})
+	}
 }
 
 // settle ends a Rejoin toward peer once both ends have said RDMA_READY.
@@ -217,6 +239,7 @@ func (r *Reintegration) Start(now time.Time) ([]ReintMsg, []ReintAction) {
 	r.joining, r.ready = true, false
 	for p := range r.answered {
 		r.answered[p] = Rank(p) == r.self
+		r.acked[p] = false
 		r.tries[p] = 0
 		r.rdmaTo[p] = false
 		r.owed[p] = false
@@ -278,7 +301,11 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		if r.joining && !r.answered[from] && !r.rejoin[from] {
 			r.answered[from] = true // crossing BOOTINGs answer each other
 		}
+		r.announce(from)
 	case FrameBootAck:
+		if ep == r.ours[from] {
+			r.acked[from] = true
+		}
 		if !r.answered[from] && ep == r.ours[from] {
 			r.answered[from] = true
 			if r.rejoin[from] && r.ready {
@@ -321,6 +348,8 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 				// the second case, and the peer only answers it in
 				// the first.
 				r.out = append(r.out, ReintMsg{FrameBooting, from, r.ours[from], false})
+			} else if again {
+				r.announce(from) // the announcing BOOTING may have been lost
 			}
 			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.ours[from], false})
 		} else if ask {

@@ -1,102 +1,12 @@
 package stripe
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
 	"github.com/weft-hpc/weft/internal/faults"
-	"github.com/weft-hpc/weft/internal/simnet"
 )
-
-// failOnce is a member device whose next Send fails with a device error
-// when armed (a transient NIC error).
-type failOnce struct {
-	hal.Device
-	armed bool
-}
-
-var errInjected = errors.New("injected transient device error")
-
-func (f *failOnce) Send(hdr, payload []byte) error {
-	if f.armed {
-		f.armed = false
-		return errInjected
-	}
-	return f.Device.Send(hdr, payload)
-}
-
-// restartRank kills rank r's devices on every network and opens a new
-// stripe over their restarts (a restarted process), connected both ways.
-func restartRank(t *testing.T, f *fabric, s []*Device, r hal.Rank, opts Options) *Device {
-	t.Helper()
-	s[r].Close()
-	var devs []hal.Device
-	for _, n := range f.nets {
-		n.Kill(r)
-		d, err := n.Restart(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		devs = append(devs, d)
-	}
-	o := opts
-	o.Rank, o.JobKey, o.Now = r, simnet.DefaultJobKey, f.now
-	ns, err := New(devs, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	s[r] = ns
-	for p := range s {
-		if hal.Rank(p) == r {
-			continue
-		}
-		if err := ns.Connect(hal.Rank(p), s[p].Addr()); err != nil {
-			t.Fatal(err)
-		}
-		if err := s[p].Connect(r, ns.Addr()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ns
-}
-
-// A member of rank 0 that has a transient device error is taken out and
-// rejoins rank 1 (hal.Reintegration.Rejoin). Once, in rank 1's first life;
-// then rank 1 restarts as a whole (a new process: a new stripe over new
-// devices at the same addresses, which lapi's own reintegration joins), and
-// the same happens again: the member must come back in toward the new
-// life of rank 1 as it did toward the old one.
-func TestRevRejoinAfterPeerRestart(t *testing.T) {
-	f := newFabric(t, 2, []faults.Spec{{Seed: 1}, {Seed: 2}})
-	var flaky *failOnce
-	s := f.stripesOver(t, testOpts, func(r hal.Rank, i int, d hal.Device) hal.Device {
-		if r == 0 && i == 1 {
-			flaky = &failOnce{Device: d}
-			return flaky
-		}
-		return d
-	})
-	x := newMesh(t, f, s)
-	start := f.now()
-	x.run(start.Add(20*time.Millisecond), func(time.Time) {})
-	flaky.armed = true
-	x.run(f.now().Add(60*time.Millisecond), func(time.Time) {})
-	if got := s[0].Link(1, 1); got != LinkIn || s[0].Member(1).Outs != 1 {
-		t.Fatalf("first life: rank 0's member 1 toward rank 1 is %v after a transient error: %v; want out once and back in", got, s[0].Member(1))
-	}
-	restartRank(t, f, s, 1, testOpts)
-	x.run(f.now().Add(20*time.Millisecond), func(time.Time) {})
-	flaky.armed = true
-	x.run(f.now().Add(500*time.Millisecond), func(time.Time) {})
-	if got := s[0].Link(1, 1); got != LinkIn {
-		t.Errorf("rank 1 restarted: rank 0's member 1 toward it is %v 500ms after a transient error, want back in; %v", got, s[0].Member(1))
-		t.Logf("rank 0's member 1 holds rank 1's incarnation %#x; rank 1's new member 1 is %#x and answers with %#x; rank 1's link: %v",
-			s[0].members[1].reint.PeerEpoch(1), s[1].members[1].reint.Epoch(), s[1].members[1].reint.Epoch(), s[1].Link(1, 0))
-	}
-}
 
 // A link that fails in one direction is out at both ends within Silence
 // plus a probe interval (doc.go): the receiving end by silence, the
