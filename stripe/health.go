@@ -92,15 +92,16 @@ func (d *Device) hears(ps *peerState, now time.Time) uint16 {
 // us. A link reported deaf is taken out, unless it came in within
 // Silence (the report may predate the reintegration, during which the
 // peer heard us on it) or is rejoining (the reintegration is the test);
-// one no longer reported deaf may rejoin. Reports
-// older than the last one taken (probes overtake each other on different
-// members) are ignored.
+// one no longer reported deaf may rejoin. Reports older than the last one
+// taken from the same life of the peer's stripe (probes overtake each
+// other on different members) are ignored; a peer that restarted counts
+// its rounds from 1 again, and its first report is taken at once.
 func (d *Device) report(src hal.Rank, ps *peerState, payload []byte, now time.Time) {
-	round := binary.LittleEndian.Uint32(payload[8:])
-	if round-ps.round > 1<<31 && ps.round-round < 64 {
-		return // older than one already taken (a restarted peer starts low: not "older" for long)
+	round, life := binary.LittleEndian.Uint32(payload[8:]), binary.LittleEndian.Uint32(payload[12:])
+	if life == ps.life && round-ps.round > 1<<31 {
+		return // older than one already taken
 	}
-	ps.round = round
+	ps.round, ps.life = round, life
 	deaf := ^uint32(binary.LittleEndian.Uint16(payload[6:])) & (1<<len(d.members) - 1)
 	for i, m := range d.members {
 		l := &ps.links[i]

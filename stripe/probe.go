@@ -21,9 +21,11 @@ const flagStripe uint8 = 1 << 7
 //	5 -      u8      zero
 //	6 hears  u16     bit i: the sender hears the receiver on member i
 //	8 round  u32     the sender's probe round, to order its reports
+//	12 life  u32     the sending stripe's incarnation, drawn at New: rounds
+//	                 of different lives are not ordered
 //
 // These values are part of the wire protocol.
-const probeLen = 12
+const probeLen = 16
 
 var probeMagic = [4]byte{'W', 'S', 'P', 'R'}
 
@@ -85,6 +87,7 @@ func (d *Device) encodeProbe(m *member, peer hal.Rank, ps *peerState, now time.T
 	p[4] = byte(m.idx)
 	binary.LittleEndian.PutUint16(p[6:], d.hears(ps, now))
 	binary.LittleEndian.PutUint32(p[8:], uint32(d.round))
+	binary.LittleEndian.PutUint32(p[12:], d.life)
 	if !m.caps.Reliable {
 		hal.Seal(b, nil)
 	}

@@ -124,6 +124,7 @@ type Device struct {
 	okMask    uint32 // members with no device error
 	peers     []*peerState
 	round     uint64    // probe rounds so far
+	life      uint32    // this stripe's incarnation, in its probes (never 0)
 	lastProbe time.Time // when the last round went out
 	userFn    func(h *hal.Header, payload []byte)
 	cur       *member // the member Poll is draining, for onFrame
@@ -152,6 +153,7 @@ type peerState struct {
 	lastAny   time.Time // when a frame of it last came, on any member (hears)
 	recv      uint64    // frames (data, probes, reintegration) from it on any member
 	round     uint32    // the round of the peer's last probe we took
+	life      uint32    // the incarnation of the peer's stripe that sent it (0: none yet)
 	mask      uint32    // members whose link toward it is in
 	next      int       // the member the next frame to it tries first
 	polled    bool      // in Device.polled: it delivered in this Poll
@@ -175,7 +177,7 @@ func New(members []hal.Device, opts Options) (*Device, error) {
 	if len(members) > maxMembers {
 		return nil, fmt.Errorf("stripe: %d member devices, at most %d: %w", len(members), maxMembers, ErrBadMember)
 	}
-	d := &Device{opts: opts}
+	d := &Device{opts: opts, life: uint32(newEpoch())}
 	d.onFrame = d.frame
 	d.reint = reintConfig(opts)
 	addrs := make([]string, len(members))
