@@ -136,9 +136,9 @@ type Device struct {
 
 	loss peerLoss // peers the members found lost without a send (peerloss.go)
 
-	cmu      sync.Mutex   // serialises refreshes of counters
-	counters hal.Counters // what the layer above sees; drops summed over members
-	drops    [hal.NumDropReasons]atomic.Uint64
+	cmu      sync.Mutex                        // serialises refreshes of counters
+	counters hal.Counters                      // what the layer above sees; drops summed over members
+	drops    [hal.NumDropReasons]atomic.Uint64 // the stripe's own, and those of replaced devices
 }
 
 // peerState is what the stripe keeps per peer: its members' addresses;
@@ -359,16 +359,26 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 	// Close may have run since the check above, from another goroutine:
 	// it closes the members it finds under mmu, so dev is installed only
 	// if Close has not begun, and is otherwise closed here, not leaked.
+	// The old device's drops stay in the stripe's (counters never go
+	// back): they move into d.drops in the same step as the swap, under
+	// cmu, so that no refresh counts them twice or not at all.
+	d.cmu.Lock()
 	d.mmu.Lock()
 	if d.closed.Load() {
 		d.mmu.Unlock()
+		d.cmu.Unlock()
 		if err := dev.Close(); err != nil && !errors.Is(err, hal.ErrClosed) {
 			trace.Printf(trace.Rare, "stripe %d: close member %d's new device after the stripe's Close: %v", d.opts.Rank, i, err)
 		}
 		return errClosed
 	}
+	old := m.dev.Counters()
+	for r := range d.drops {
+		d.drops[r].Add(old.Drops[r].Load())
+	}
 	m.dev, m.caps = dev, c
 	d.mmu.Unlock()
+	d.cmu.Unlock()
 	devs := slices.Clone(*d.devs.Load())
 	devs[i] = dev
 	d.devs.Store(&devs)
@@ -414,8 +424,9 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 // Counters are what the layer above sees: frames and bytes (whole frames,
 // header included) it gave Send and Poll delivered to it, probes and
 // reintegration frames excluded; NoResource counts the stripe's own
-// ErrNoResource returns; Drops are the members' drops summed (plus
-// malformed stripe frames). The sums are refreshed at every Poll and Flush
+// ErrNoResource returns; Drops are the members' drops summed, those of
+// devices Replace retired included (plus malformed stripe frames and
+// refused ones), so they never go back. The sums are refreshed at every Poll and Flush
 // and by this call. Members gives each member's share.
 func (d *Device) Counters() *hal.Counters {
 	d.refresh()
