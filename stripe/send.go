@@ -124,39 +124,51 @@ func (m *member) broadcaster() hal.Broadcaster {
 // next member, round-robin, that broadcasts and has no device error: each
 // member's multicast reaches the members of every peer on its network, so
 // one copy is enough, and the broadcasts spread over the networks as the
-// other frames do. It fails as Send does: ErrNoResource when every such
-// member is full, the member's error when the frame is at fault, and
-// hal.ErrUnknownPeer when no member broadcasts.
+// other frames do. When no such member is left, it tries the broadcasting
+// members that had a device error, as Send does with suspect links rather
+// than stall. It fails as Send does: ErrNoResource when every member
+// without a device error is full, the member's error when the frame is at
+// fault, the last member's device error when every broadcasting member
+// failed, and hal.ErrUnknownPeer when no member broadcasts.
 func (d *Device) SendBroadcast(hdr, payload []byte) error {
 	if err := d.checkFrame(hdr, payload); err != nil {
 		return err
 	}
 	full := false
 	failed := errNoBroadcast
-	for i := range d.members {
-		k := (d.nextBcast + i) % len(d.members)
-		m := d.members[k]
-		b := m.broadcaster()
-		if b == nil || d.okMask&(1<<k) == 0 {
-			continue
+	var tried uint32 // members already tried for this frame
+	// Pass 0 tries the members with no device error, pass 1 the others.
+	for pass := range 2 {
+		if pass == 1 && full {
+			break
 		}
-		err := b.SendBroadcast(hdr, payload)
-		switch {
-		case err == nil:
-			d.nextBcast = k + 1
-			d.countSent(m, len(hdr)+len(payload))
-			return nil
-		case errors.Is(err, hal.ErrNoResource):
-			full = true
-			m.stats.noResource.Add(1)
-		case callerError(err):
-			return fmt.Errorf("stripe: member %d: %w", k, err)
-		default:
-			if d.closed.Load() {
-				return errClosed
+		for i := range d.members {
+			k := (d.nextBcast + i) % len(d.members)
+			m := d.members[k]
+			bit := uint32(1) << k
+			b := m.broadcaster()
+			if b == nil || tried&bit != 0 || (d.okMask&bit != 0) != (pass == 0) {
+				continue
 			}
-			d.failMember(m, ReasonSendError, err)
-			failed = fmt.Errorf("stripe: member %d: %w", k, err)
+			tried |= bit
+			err := b.SendBroadcast(hdr, payload)
+			switch {
+			case err == nil:
+				d.nextBcast = k + 1
+				d.countSent(m, len(hdr)+len(payload))
+				return nil
+			case errors.Is(err, hal.ErrNoResource):
+				full = true
+				m.stats.noResource.Add(1)
+			case callerError(err):
+				return fmt.Errorf("stripe: member %d: %w", k, err)
+			default:
+				if d.closed.Load() {
+					return errClosed
+				}
+				d.failMember(m, ReasonSendError, err)
+				failed = fmt.Errorf("stripe: member %d: %w", k, err)
+			}
 		}
 	}
 	if full {
