@@ -154,6 +154,7 @@ func (d *Device) failMember(m *member, reason OutReason, err error) {
 	}
 	m.failed = true
 	m.lastErr.Store(&err)
+	m.reason.Store(uint32(reason)) // even if every link was out already: the device is what fails now
 	m.ok.Store(false)
 	d.okMask &^= 1 << m.idx
 	d.loss.dirty = true // a peer lost on the other members is lost on every one now

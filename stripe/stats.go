@@ -48,10 +48,10 @@ type member struct {
 	reintDue   time.Time
 	reintDirty bool
 
-	ok      atomic.Bool   // no device error: its links may carry data
-	outTo   atomic.Int32  // connected peers its link toward is not in
-	reason  atomic.Uint32 // OutReason of the last take-out
-	lastErr atomic.Pointer[error]
+	ok      atomic.Bool           // no device error: its links may carry data
+	outTo   atomic.Int32          // connected peers its link toward is not in
+	reason  atomic.Uint32         // OutReason of the last take-out
+	lastErr atomic.Pointer[error] // the last device error (MemberStats.Err while it is the Reason)
 
 	// failed: taken out by a device error; cleared when a round of probes
 	// goes out on it without one (a member that receives but cannot send
@@ -139,8 +139,8 @@ func (d *Device) Member(i int) MemberStats {
 		NoResource: c.noResource.Load(), Outs: c.outs.Load(), Ins: c.ins.Load(),
 		Rejoins: c.rejoins.Load(), Refused: c.refused.Load(), Incarnation: c.incarnation.Load(),
 		Device: dev.Counters()}
-	if e := m.lastErr.Load(); e != nil {
-		s.Err = *e
+	if e := m.lastErr.Load(); e != nil && (s.Reason == ReasonSendError || s.Reason == ReasonPollError) {
+		s.Err = *e // an earlier device error says nothing of a later take-out
 	}
 	return s
 }

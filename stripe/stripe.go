@@ -394,6 +394,7 @@ func (d *Device) Replace(i int, dev hal.Device) error {
 	m.reint.Joined()
 	m.reintDirty = true
 	m.failed, m.backoff, m.skipUntil = false, 0, 0
+	m.lastErr.Store(nil) // the old device's
 	m.ok.Store(true)
 	d.okMask |= 1 << i
 	m.stats.incarnation.Add(1)
