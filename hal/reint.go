@@ -29,7 +29,12 @@ import (
 // while it joined included); it is resent until answered, however long
 // that takes (the interval doubling up to ReintConfig.MaxRetry), since the
 // frames travel on an unreliable device and a rank waits for RDMA toward
-// every peer before it starts.
+// every peer before it starts. The answer is marked as one (Answer), and
+// asks back in turn while the answering device has not had an answer of
+// its own from that peer: each end learns that the other has its
+// RDMA_READY (RDMAFrom), the one that answers first included, so neither
+// needs to send before the other has taken it back (a stripe member
+// sends no data on a link it rejoined until then).
 //
 // A device that is ready may also rejoin one peer (Rejoin): BOOTING with a
 // new incarnation toward that peer only, whose answer must be a BOOT_ACK
@@ -39,8 +44,8 @@ import (
 // back or its device was replaced (package stripe); the other peers see
 // nothing of it.
 //
-// A device that never sent BOOTING to a peer (Joined, or its BOOTING went
-// unanswered) has announced its incarnation to nobody there: a peer that
+// A Joined device that never sent BOOTING to a peer has announced its
+// incarnation to nobody there: a peer that
 // knew an earlier life of this rank would take every RDMA_READY of it for
 // a frame of that earlier life. So when such a peer sends BOOTING (its
 // Rejoin), the answer is BOOT_ACK followed by a BOOTING of this device's
@@ -58,10 +63,12 @@ type Reintegration struct {
 
 	answered []bool     // this incarnation's BOOTING answered by peer
 	acked    []bool     // peer acknowledged ours[peer] with a BOOT_ACK: it knows our incarnation
+	rdmaFrom []bool     // peer answered an RDMA_READY of ours[peer]: it has it
 	tries    []int      // BOOTINGs sent to peer in this incarnation
 	lastSent time.Time  // when BOOTING or RDMA_READY last went to the unanswered
 	rounds   int        // RDMA_READY rounds sent since ready, for the back-off
 	peerEp   []uint64   // the incarnation each peer last announced
+	prevEp   []uint64   // the one before it: a BOOTING of it is from a life that is over
 	ours     []uint64   // the incarnation announced to each peer: epoch, or a Rejoin's
 	rejoin   []bool     // a Rejoin toward peer is under way
 	parked   []bool     // a Rejoin toward peer gave up or was refused: no RDMA_READY until the next
@@ -89,10 +96,11 @@ type ReintConfig struct {
 // ReintMsg is a frame the driver must send: Type to Peer with the
 // incarnation payload (use EncodeReint).
 type ReintMsg struct {
-	Type  FrameType
-	Peer  Rank
-	Epoch uint64
-	Ask   bool // RDMA_READY: answer with an RDMA_READY
+	Type   FrameType
+	Peer   Rank
+	Epoch  uint64
+	Ask    bool // RDMA_READY: answer with an RDMA_READY
+	Answer bool // RDMA_READY: this answers one that asked
 }
 
 // ReintAction is something the driver must do.
@@ -125,7 +133,7 @@ const (
 )
 
 // ReintPayloadLen is the size of a reintegration frame's payload: the
-// incarnation and a flags byte.
+// incarnation and a flags byte (bit 0 Ask, bit 1 Answer).
 const ReintPayloadLen = 9
 
 // EncodeReint writes m's payload into b[:ReintPayloadLen].
@@ -133,7 +141,10 @@ func EncodeReint(b []byte, m ReintMsg) {
 	binary.LittleEndian.PutUint64(b, m.Epoch)
 	b[8] = 0
 	if m.Ask {
-		b[8] = 1
+		b[8] |= 1
+	}
+	if m.Answer {
+		b[8] |= 2
 	}
 }
 
@@ -164,8 +175,10 @@ func (r *Reintegration) Grow(size int) {
 	for r.size < size {
 		r.answered = append(r.answered, true)
 		r.acked = append(r.acked, false)
+		r.rdmaFrom = append(r.rdmaFrom, r.assumed)
 		r.tries = append(r.tries, 0)
 		r.peerEp = append(r.peerEp, 0)
+		r.prevEp = append(r.prevEp, 0)
 		r.ours = append(r.ours, r.epoch)
 		r.rejoin = append(r.rejoin, false)
 		r.parked = append(r.parked, false)
@@ -179,11 +192,13 @@ func (r *Reintegration) Grow(size int) {
 // allowed toward every peer, and sends nothing: a device whose peers were
 // set up by other means (a stripe member, whose rank joined through the
 // stripe as a whole), which later uses Rejoin per peer. Peers added later
-// by Grow are taken as joined too.
+// by Grow are taken as joined too, and every peer as having our
+// RDMA_READY (RDMAFrom).
 func (r *Reintegration) Joined() {
 	r.joining, r.ready, r.rounds, r.assumed = false, true, 0, true
 	for p := range r.answered {
 		r.answered[p], r.rdmaTo[p] = true, Rank(p) != r.self
+		r.rdmaFrom[p] = true
 	}
 }
 
@@ -202,10 +217,10 @@ func (r *Reintegration) Rejoin(peer Rank, epoch uint64, now time.Time) ([]ReintM
 	}
 	r.ours[peer], r.rejoin[peer], r.parked[peer] = epoch, true, false
 	r.answered[peer], r.rdmaTo[peer], r.owed[peer] = false, false, false
-	r.acked[peer] = false
+	r.acked[peer], r.rdmaFrom[peer] = false, false
 	r.tries[peer] = 1
 	r.rounds, r.lastSent = 0, now
-	r.out = append(r.out, ReintMsg{FrameBooting, peer, epoch, false})
+	r.out = append(r.out, ReintMsg{FrameBooting, peer, epoch, false, false})
 	return r.out, r.acts
 }
 
@@ -215,14 +230,14 @@ func (r *Reintegration) Rejoining(peer Rank) bool {
 	return int(peer) < r.size && r.rejoin[peer]
 }
 
-// announce sends peer a BOOTING of our incarnation toward it if the peer
-// has not acknowledged one, we are ready and no Rejoin toward it is under
-// way (whose own BOOTING announces it): a Joined device, or one restarted
-// as a whole, is otherwise known to the peer only by an earlier life's
-// incarnation, and the peer would ignore its RDMA_READY as stale.
+// announce sends peer a BOOTING of our incarnation if we are a Joined
+// device that never sent it one (no Rejoin toward it: ours is still our
+// own epoch) and the peer has not acknowledged one: the peer knows our
+// process only by an earlier life's incarnation, if at all, and would
+// ignore our RDMA_READY as stale.
 func (r *Reintegration) announce(peer Rank) {
-	if r.ready && !r.acked[peer] && !r.rejoin[peer] {
-		r.out = append(r.out, ReintMsg{FrameBooting, peer, r.ours[peer], false})
+	if r.assumed && r.ready && r.ours[peer] == r.epoch && !r.acked[peer] && !r.rejoin[peer] {
+		r.out = append(r.out, ReintMsg{FrameBooting, peer, r.ours[peer], false, false})
 	}
 }
 
@@ -239,7 +254,7 @@ func (r *Reintegration) Start(now time.Time) ([]ReintMsg, []ReintAction) {
 	r.joining, r.ready = true, false
 	for p := range r.answered {
 		r.answered[p] = Rank(p) == r.self
-		r.acked[p] = false
+		r.acked[p], r.rdmaFrom[p] = false, false
 		r.tries[p] = 0
 		r.rdmaTo[p] = false
 		r.owed[p] = false
@@ -264,6 +279,14 @@ func (r *Reintegration) RDMATo(peer Rank) bool {
 	return r.ready && int(peer) < r.size && r.rdmaTo[peer]
 }
 
+// RDMAFrom reports whether peer has our RDMA_READY of the incarnation
+// announced to it: it answered one (a Joined device assumes so of every
+// peer until a Rejoin toward it or its restart), so it accepts RDMA from
+// us and, after a Rejoin, its end is done too.
+func (r *Reintegration) RDMAFrom(peer Rank) bool {
+	return int(peer) < r.size && r.rdmaFrom[peer]
+}
+
 // PeerEpoch is the incarnation peer last announced (0: none heard yet).
 func (r *Reintegration) PeerEpoch(peer Rank) uint64 {
 	if int(peer) >= r.size {
@@ -282,22 +305,28 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 	if int(from) >= r.size || from == r.self || len(payload) != ReintPayloadLen {
 		return r.out, r.acts
 	}
-	ep, ask := binary.LittleEndian.Uint64(payload), payload[8]&1 != 0
+	ep, ask, answer := binary.LittleEndian.Uint64(payload), payload[8]&1 != 0, payload[8]&2 != 0
 	switch t {
 	case FrameBooting:
 		if r.refusing {
-			r.out = append(r.out, ReintMsg{FrameBootNack, from, ep, false})
+			r.out = append(r.out, ReintMsg{FrameBootNack, from, ep, false, false})
+			break
+		}
+		if ep == r.prevEp[from] && ep != 0 {
+			// Delayed on the wire from the life the peer's current one
+			// replaced (incarnations are never reused): taking it as
+			// new would make us ignore the current life's frames.
 			break
 		}
 		// The peer (re)starts: whatever we knew of it is stale. A BOOTING
 		// repeated because our answer was lost is only answered again:
 		// clearing twice would wipe what the new life already set up.
 		if ep != r.peerEp[from] {
-			r.peerEp[from] = ep
-			r.rdmaTo[from] = false
+			r.prevEp[from], r.peerEp[from] = r.peerEp[from], ep
+			r.rdmaTo[from], r.rdmaFrom[from] = false, false
 			r.acts = append(r.acts, ReintAction{ActClearPeer, from})
 		}
-		r.out = append(r.out, ReintMsg{FrameBootAck, from, ep, false}) // its epoch: an answer to this boot
+		r.out = append(r.out, ReintMsg{FrameBootAck, from, ep, false, false}) // its epoch: an answer to this boot
 		if r.joining && !r.answered[from] && !r.rejoin[from] {
 			r.answered[from] = true // crossing BOOTINGs answer each other
 		}
@@ -309,7 +338,7 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		if !r.answered[from] && ep == r.ours[from] {
 			r.answered[from] = true
 			if r.rejoin[from] && r.ready {
-				r.out = append(r.out, ReintMsg{FrameRDMAReady, from, ep, true})
+				r.out = append(r.out, ReintMsg{FrameRDMAReady, from, ep, true, false})
 			}
 		}
 	case FrameBootNack:
@@ -334,6 +363,9 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 			// asks for an answer.
 			break
 		}
+		if answer {
+			r.rdmaFrom[from] = true
+		}
 		again := r.rdmaTo[from]
 		if !r.rdmaTo[from] {
 			r.rdmaTo[from] = true
@@ -347,11 +379,11 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 				// answers of this incarnation. A BOOTING of it mends
 				// the second case, and the peer only answers it in
 				// the first.
-				r.out = append(r.out, ReintMsg{FrameBooting, from, r.ours[from], false})
+				r.out = append(r.out, ReintMsg{FrameBooting, from, r.ours[from], false, false})
 			} else if again {
 				r.announce(from) // the announcing BOOTING may have been lost
 			}
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.ours[from], false})
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, from, r.ours[from], !r.rdmaFrom[from], true})
 		} else if ask {
 			// Not ready yet: answer once we are, or the peer learns it
 			// only from its retry timer (and a driver that sleeps on a
@@ -388,7 +420,7 @@ func (r *Reintegration) Tick(now time.Time) ([]ReintMsg, []ReintAction, time.Tim
 		}
 	}
 	for p := range r.rdmaTo {
-		if r.joining && !r.answered[p] || r.rejoin[p] || r.ready && !r.rdmaTo[p] && !r.parked[p] && Rank(p) != r.self {
+		if r.joining && !r.answered[p] || r.rejoin[p] || r.ready && !(r.rdmaTo[p] && r.rdmaFrom[p]) && !r.parked[p] && Rank(p) != r.self {
 			pending = true
 		}
 	}
@@ -429,21 +461,23 @@ func (r *Reintegration) sendRejoins(now time.Time) {
 			r.acts = append(r.acts, ReintAction{ActGaveUp, Rank(p)})
 		default:
 			r.tries[p]++
-			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false})
+			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false, false})
 		}
 	}
 	r.lastSent = now
 }
 
 // sendReady sends RDMA_READY, asking for one back, to the peers that have
-// not yet said they accept RDMA from us (but for those a Rejoin has not
-// reached yet, or gave up on).
+// not yet said they accept RDMA from us or not answered one of ours (but
+// for those a Rejoin has not reached yet, or gave up on); to a peer that
+// asked while we were joining, it is the answer owed too.
 func (r *Reintegration) sendReady(now time.Time) {
 	r.lastSent = now
 	r.rounds++
 	for p := range r.rdmaTo {
-		if Rank(p) != r.self && !r.rdmaTo[p] && r.answered[p] && !r.parked[p] {
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], true})
+		if Rank(p) != r.self && !(r.rdmaTo[p] && r.rdmaFrom[p]) && r.answered[p] && !r.parked[p] {
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], true, r.owed[p] && r.rdmaTo[p]})
+			r.owed[p] = false
 		}
 	}
 }
@@ -453,7 +487,7 @@ func (r *Reintegration) sendBooting(now time.Time) {
 	for p := range r.answered {
 		if !r.answered[p] {
 			r.tries[p]++
-			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false})
+			r.out = append(r.out, ReintMsg{FrameBooting, Rank(p), r.ours[p], false, false})
 		}
 	}
 }
@@ -473,7 +507,7 @@ func (r *Reintegration) checkDone() {
 	r.sendReady(r.lastSent)
 	for p, o := range r.owed {
 		if o && r.rdmaTo[p] {
-			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], false})
+			r.out = append(r.out, ReintMsg{FrameRDMAReady, Rank(p), r.ours[p], false, true})
 		}
 		r.owed[p] = false
 	}

@@ -218,3 +218,74 @@ func TestReintRejoinAfterPeerRestart(t *testing.T) {
 			a.Rejoining(1), a.RDMATo(1), a.PeerEpoch(1), b.Epoch())
 	}
 }
+
+// TestReintAnswerAsksBack: the end that answers a Rejoin's RDMA_READY
+// marks its answer as one and asks back, and learns that the rejoining end
+// has its RDMA_READY (RDMAFrom) only from that end's answer: a stripe
+// member holds data until then, since the rejoining end refuses data on a
+// stale link until it has the RDMA_READY.
+func TestReintAnswerAsksBack(t *testing.T) {
+	now := time.Unix(0, 0)
+	pay := func(m hal.ReintMsg) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, m)
+		return b
+	}
+	a := hal.NewReintegration(0, 2, 5, hal.ReintConfig{})
+	a.Joined()
+	b := hal.NewReintegration(1, 2, 7, hal.ReintConfig{})
+	b.Joined()
+	a.Rejoin(1, 6, now)
+	b.Handle(0, hal.FrameBooting, pay(hal.ReintMsg{Epoch: 6}), now)
+	out, _ := a.Handle(1, hal.FrameBootAck, pay(hal.ReintMsg{Epoch: 6}), now)
+	if len(out) != 1 || out[0].Type != hal.FrameRDMAReady || !out[0].Ask || out[0].Answer {
+		t.Fatalf("rank 0's BOOT_ACK in: sent %+v, want an RDMA_READY asking back", out)
+	}
+	out, _ = b.Handle(0, hal.FrameRDMAReady, pay(out[0]), now)
+	var ans hal.ReintMsg
+	for _, m := range out {
+		if m.Type == hal.FrameRDMAReady {
+			ans = m
+		}
+	}
+	if !ans.Answer || !ans.Ask || !b.RDMATo(0) || b.RDMAFrom(0) {
+		t.Fatalf("rank 1 answered %+v (RDMA to 0 %v, from 0 %v), want an answer asking back, RDMA to rank 0 on, from it not yet known",
+			out, b.RDMATo(0), b.RDMAFrom(0))
+	}
+	if _, _, next := b.Tick(now); next.IsZero() {
+		t.Error("rank 1 does not resend its RDMA_READY until it is answered")
+	}
+	out, _ = a.Handle(1, hal.FrameRDMAReady, pay(ans), now)
+	if a.Rejoining(1) || !a.RDMATo(1) || !a.RDMAFrom(1) || len(out) != 1 || !out[0].Answer || out[0].Ask {
+		t.Fatalf("rank 0 took rank 1's answer: rejoining %v, RDMA to 1 %v, from 1 %v, sent %+v; want done and one answer that asks nothing",
+			a.Rejoining(1), a.RDMATo(1), a.RDMAFrom(1), out)
+	}
+	b.Handle(0, hal.FrameRDMAReady, pay(out[0]), now)
+	if !b.RDMAFrom(0) {
+		t.Fatal("rank 0's answer in, rank 1 still does not know it has its RDMA_READY")
+	}
+	if _, _, next := b.Tick(now); !next.IsZero() {
+		t.Errorf("both answered, rank 1 still wants a Tick at %v", next)
+	}
+}
+
+// TestReintOldBooting: a BOOTING of the incarnation that a peer's current
+// one replaced, delayed on the wire, is from a life that is over: it
+// clears nothing, and the peer stays known by its current incarnation.
+func TestReintOldBooting(t *testing.T) {
+	now := time.Unix(0, 0)
+	pay := func(ep uint64) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep})
+		return b
+	}
+	r := hal.NewReintegration(0, 2, 5, hal.ReintConfig{})
+	r.Joined()
+	r.Handle(1, hal.FrameBooting, pay(10), now)
+	if _, acts := r.Handle(1, hal.FrameBooting, pay(11), now); len(acts) != 1 || acts[0].Kind != hal.ActClearPeer {
+		t.Fatalf("a new incarnation's BOOTING: actions %+v, want ActClearPeer", acts)
+	}
+	if out, acts := r.Handle(1, hal.FrameBooting, pay(10), now); len(acts) != 0 || len(out) != 0 || r.PeerEpoch(1) != 11 {
+		t.Errorf("the replaced incarnation's BOOTING: sent %+v, did %+v, peer known as %d; want nothing, and 11", out, acts, r.PeerEpoch(1))
+	}
+}

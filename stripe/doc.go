@@ -60,9 +60,13 @@
 // incarnation): an out link whose peer is heard on it again, and no
 // longer reports it deaf, sends BOOTING; the peer clears its end of the
 // link (joining: it sends nothing on it) and answers BOOT_ACK; then
-// RDMA_READY goes both ways, and each end takes the link back in when it
-// has both. After a link heals that takes two
-// probe rounds (one to be heard, one to say so) and two round trips.
+// RDMA_READY goes both ways, each answered (the answer to the first asks
+// for one back): an end takes what arrives on the link as current once it
+// has the peer's RDMA_READY, and takes the link back in, sending data on
+// it, once the peer has also answered its own, so that nothing it sends
+// reaches an end that still refuses it. After a link heals that takes two
+// probe rounds (one to be heard, one to say so) and two and a half round
+// trips.
 // Members' reintegration frames carry flagStripe too, so they are told
 // apart from the rank's own reintegration, which the layer above runs
 // over the stripe as a whole (and which joins every member toward a peer
@@ -72,10 +76,11 @@
 // state and, usually, a new address: Replace puts it in place, and it
 // rejoins every peer before it carries data toward it; its BOOTING carries
 // its address and a restart flag, and the peer connects its member to it.
-// Until such a link is back in it is stale: data frames that arrive on it
-// (sent to or by an incarnation that is gone, such as frames in flight to
-// the old device that reach the new one) are refused and counted
-// (MemberStats.Refused), never delivered. A link that comes back between
+// Until the peer's RDMA_READY of its current incarnation comes, such a
+// link is stale: data frames that arrive on it (sent to or by an
+// incarnation that is gone, such as frames in flight to the old device
+// that reach the new one) are refused and counted (MemberStats.Refused),
+// never delivered. A link that comes back between
 // the same incarnations refuses nothing: what arrives on it is current.
 // A rejoin that gets no answer after 20 BOOTINGs, or a BOOT_NACK, leaves
 // the link out; it is tried again when the peer is heard after Silence.

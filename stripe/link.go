@@ -22,7 +22,7 @@ import (
 //	in ──(silence, peer reports deaf, device error)──▶ out
 //	out ──(heard on the member, not reported deaf, no device error)──▶ joining (our Rejoin)
 //	in, out ──(the peer's BOOTING of a new incarnation: ActClearPeer)──▶ joining
-//	joining ──(BOOT_ACK of ours, RDMA_READY both ways)──▶ in
+//	joining ──(BOOT_ACK of ours, RDMA_READY both ways, each answered)──▶ in
 //	joining ──(no answer after MaxTries, BOOT_NACK, device error)──▶ out
 //
 // In: data frames go both ways. Out: none are sent on it (unless every
@@ -33,9 +33,11 @@ import (
 // delivered too when both ends are the incarnations they were (a link
 // coming back), but when either member is a new incarnation of its device
 // (this end's Replace, or the peer's BOOTING flagged reintRestart) the
-// link is stale until it is in: data frames that arrive on it were sent
-// to or by an incarnation that is gone, and are refused and counted
-// (MemberStats.Refused).
+// link is stale until the peer's RDMA_READY of its current incarnation
+// comes: data frames that arrive on it before were sent to or by an
+// incarnation that is gone, and are refused and counted
+// (MemberStats.Refused). The peer sends data on it only once it has our
+// answer to that RDMA_READY, which we send when we are no longer stale.
 type link struct {
 	state  linkState
 	pub    atomic.Uint32 // state, for Link off the progress lock
@@ -46,7 +48,7 @@ type link struct {
 	in     time.Time     // when it last came in (reports older than Silence then are stale)
 	retry  time.Time     // a failed rejoin is not retried before this
 	fresh  bool          // this end's member is a new incarnation not yet joined with the peer (Replace)
-	stale  bool          // joining with a new incarnation at either end: refuse data frames
+	stale  bool          // joining with a new incarnation at either end, the peer's RDMA_READY not yet in: refuse data frames
 }
 
 // linkState is a link's state.
@@ -220,11 +222,18 @@ func (d *Device) reintResult(m *member, msgs []hal.ReintMsg, acts []hal.ReintAct
 	}
 }
 
-// settle brings member m's joining link toward peer in once both ends
-// have said RDMA_READY of their current incarnations.
+// settle ends member m's rejoin with peer. Once the peer has said
+// RDMA_READY of its current incarnation, what arrives from it is current
+// (the link is no longer stale); once it has also answered ours (it has
+// taken its end of the link back in, and no longer refuses what we send),
+// the link is in.
 func (d *Device) settle(m *member, peer hal.Rank, ps *peerState, now time.Time) {
 	l := &ps.links[m.idx]
 	if l.state != linkJoining || m.failed || m.reint.Rejoining(peer) || !m.reint.RDMATo(peer) {
+		return
+	}
+	l.stale = false
+	if !m.reint.RDMAFrom(peer) {
 		return
 	}
 	d.setLink(m, ps, linkIn)
@@ -262,9 +271,13 @@ func (d *Device) reintFrame(m *member, src hal.Rank, t hal.FrameType, payload []
 			trace.Printf(trace.Rare, "stripe %d: member %d: rank %d's member is now at %s", d.opts.Rank, m.idx, src, addr)
 		}
 	}
+	known := m.reint.PeerEpoch(src)
 	msgs, acts := m.reint.Handle(src, t, f.reint, now)
 	d.reintResult(m, msgs, acts, now)
-	if l := &ps.links[m.idx]; t == hal.FrameBooting && f.flags&reintRestart != 0 && l.state == linkJoining {
+	// A new incarnation of the peer's member makes the link stale; its
+	// BOOTING repeated does not make it stale again once its RDMA_READY
+	// came.
+	if l := &ps.links[m.idx]; t == hal.FrameBooting && f.flags&reintRestart != 0 && l.state == linkJoining && m.reint.PeerEpoch(src) != known {
 		l.stale = true
 	}
 	d.settle(m, src, ps, now)
