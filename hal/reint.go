@@ -356,11 +356,12 @@ func (r *Reintegration) Handle(from Rank, t FrameType, payload []byte, now time.
 		if ep != r.peerEp[from] || ep == 0 {
 			break // from an earlier life of that peer
 		}
-		if r.rejoin[from] && !r.answered[from] {
-			// Sent before the peer saw our Rejoin's BOOTING (an old one
-			// still on its way, or the peer's own crossing Rejoin): it
-			// says nothing of our new incarnation. The peer resends what
-			// asks for an answer.
+		if (r.rejoin[from] || r.joining) && !r.answered[from] {
+			// Sent before the peer saw our Rejoin's or our restart's
+			// BOOTING (an old one still on its way, one meant for our
+			// earlier life, or the peer's own crossing Rejoin): it says
+			// nothing of our new incarnation. The peer resends what asks
+			// for an answer.
 			break
 		}
 		if answer {

@@ -289,3 +289,38 @@ func TestReintOldBooting(t *testing.T) {
 		t.Errorf("the replaced incarnation's BOOTING: sent %+v, did %+v, peer known as %d; want nothing, and 11", out, acts, r.PeerEpoch(1))
 	}
 }
+
+// TestReintRestartIgnoresEarlierLifesReady: a device restarted as a whole
+// (Start) takes no RDMA_READY from a peer before the peer has answered its
+// BOOTING: one that comes first was sent to its earlier life (here the
+// answer to that life's RDMA_READY, still on its way at the restart).
+// Taken, it marked the peer ready, so the new life never sent the peer
+// its own RDMA_READY, and the peer, which waits for it, never enabled RDMA
+// toward the new life (TestRestartedPeerMessages in mpi hung in its join).
+func TestReintRestartIgnoresEarlierLifesReady(t *testing.T) {
+	now := time.Unix(0, 0)
+	pay := func(ep uint64, flags byte) []byte {
+		b := make([]byte, hal.ReintPayloadLen)
+		hal.EncodeReint(b, hal.ReintMsg{Epoch: ep})
+		b[8] = flags
+		return b
+	}
+	r := hal.NewReintegration(1, 2, 99, hal.ReintConfig{})
+	r.Start(now)
+	r.Handle(0, hal.FrameRDMAReady, pay(1, 2), now) // an answer meant for the earlier life
+	if r.RDMATo(0) {
+		t.Fatal("RDMA to the peer enabled by an RDMA_READY sent before it answered our BOOTING")
+	}
+	out, _ := r.Handle(0, hal.FrameBootAck, pay(99, 0), now)
+	sent := false
+	for _, m := range out {
+		sent = sent || m.Type == hal.FrameRDMAReady && m.Peer == 0 && m.Epoch == 99
+	}
+	if !r.Ready() || !sent {
+		t.Fatalf("after the BOOT_ACK: ready %v, sent %+v; want ready and an RDMA_READY of 99 to the peer", r.Ready(), out)
+	}
+	r.Handle(0, hal.FrameRDMAReady, pay(1, 2), now)
+	if !r.RDMATo(0) {
+		t.Fatal("the peer's RDMA_READY after its BOOT_ACK did not enable RDMA toward it")
+	}
+}

@@ -135,6 +135,9 @@ func (tc *tracer) traceReintSend(m hal.ReintMsg, err error) {
 	if m.Ask {
 		ask = ", answer asked"
 	}
+	if m.Answer {
+		ask += ", an answer"
+	}
 	if err != nil {
 		trace.Printf(trace.Internal, "lapi %d: reint: %v to rank %d (epoch %#x%s) not sent: %v", c.rank, m.Type, m.Peer, m.Epoch, ask, err)
 		return
