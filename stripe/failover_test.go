@@ -375,14 +375,7 @@ func TestBackoffWeighting(t *testing.T) {
 // device error.
 func TestMemberErrOfLaterOut(t *testing.T) {
 	f := newFabric(t, 2, []faults.Spec{{Seed: 1}, {Seed: 2}})
-	var flaky *failOnce
-	s := f.stripesOver(t, testOpts, func(r hal.Rank, i int, d hal.Device) hal.Device {
-		if r == 0 && i == 1 {
-			flaky = &failOnce{Device: d}
-			return flaky
-		}
-		return d
-	})
+	s, flaky := f.stripesFailingOnce(t)
 	x := newMesh(t, f, s)
 	x.run(f.now().Add(20*time.Millisecond), func(time.Time) {})
 	flaky.armed = true

@@ -17,6 +17,20 @@ type failOnce struct {
 	armed bool
 }
 
+// stripesFailingOnce makes a stripe per rank of f whose rank 0's member 1
+// fails one Send once its failOnce is armed.
+func (f *fabric) stripesFailingOnce(t *testing.T) ([]*Device, *failOnce) {
+	var flaky *failOnce
+	s := f.stripesOver(t, testOpts, func(r hal.Rank, i int, d hal.Device) hal.Device {
+		if r == 0 && i == 1 {
+			flaky = &failOnce{Device: d}
+			return flaky
+		}
+		return d
+	})
+	return s, flaky
+}
+
 var errInjected = errors.New("injected transient device error")
 
 func (f *failOnce) Send(hdr, payload []byte) error {
@@ -73,14 +87,7 @@ func restartRank(t *testing.T, f *fabric, s []*Device, r hal.Rank, opts Options)
 // incarnation.
 func TestRejoinAfterPeerRestart(t *testing.T) {
 	f := newFabric(t, 2, []faults.Spec{{Seed: 1}, {Seed: 2}})
-	var flaky *failOnce
-	s := f.stripesOver(t, testOpts, func(r hal.Rank, i int, d hal.Device) hal.Device {
-		if r == 0 && i == 1 {
-			flaky = &failOnce{Device: d}
-			return flaky
-		}
-		return d
-	})
+	s, flaky := f.stripesFailingOnce(t)
 	x := newMesh(t, f, s)
 	start := f.now()
 	x.run(start.Add(20*time.Millisecond), func(time.Time) {})
