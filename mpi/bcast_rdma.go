@@ -71,6 +71,10 @@ func bcastMcast(c *Comm, n int) bool {
 	return w.bcastRDMAMin > 0 && n >= w.bcastRDMAMin && c.size > 2 && c.size == w.size && w.lc.CanMulticast()
 }
 
+// bcastDigestShift places a call's digest in a broadcast id's context
+// half: above any context a job makes (two per communicator).
+const bcastDigestShift = 32 - 6
+
 // bcastTree broadcasts b from root by lapi.Broadcast down a binomial
 // tree of the members, relative to root, or by lapi.Multicast when mcast
 // (bcastMcast's choice, which every member makes alike).
@@ -81,9 +85,15 @@ func bcastTree(c *Comm, b []byte, root int, mcast bool) error {
 		group[i] = lapi.Rank(wr)
 	}
 	// The communicator's context and the call's number name the
-	// broadcast at every member, and no other in flight.
+	// broadcast at every member, and no other in flight; the call's digest
+	// (of its kind and root) in the context's top bits sets apart members
+	// that disagree about the root. Their trees may be alike (the node
+	// step of a node-aware Bcast broadcasts from the node's leader
+	// whatever root was named), and a broadcast they all took part in would
+	// complete, with one root's data where another's was asked for.
 	k := c.coll.seq.Load()
-	id := uint64(c.ctx)<<32 | uint64(k)
+	d := uint32(c.coll.digest.Load() & digestMask)
+	id := uint64(c.ctx^d<<bcastDigestShift)<<32 | uint64(k)
 	var done bcastDone
 	abort, waitOn := w.lc.AbortBroadcast, parentIn(c, root)
 	if mcast {
