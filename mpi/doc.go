@@ -169,7 +169,9 @@
 // communicator stays usable; from the call after an aborted one its
 // collectives go by messages, not through shared memory, on every rank
 // alike (a rank that began that call in the block before it heard of the
-// abort runs it again by messages).
+// abort runs it again by messages; where the communicator's collectives
+// are node-aware, whose steps across nodes may have gone already, that
+// call fails with ErrArg instead, and the calls after it go by messages).
 //
 // mpi may import lapi and internal packages (pmi, trace, and
 // internal/devices, which opens the rank's devices at start-up and hands
