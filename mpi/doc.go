@@ -92,7 +92,7 @@
 // on that host.
 //
 // MaxLoc and MinLoc reduce (value, index) pairs held side by side in the
-// slice (loc.go); every algorithm that keeps rank order takes them. The
+// slice (reduce.go); every algorithm that keeps rank order takes them. The
 // bitwise and logical ops BAnd, BOr, BXor, LAnd, LOr and LXor take
 // integer types only and commute, so every algorithm takes them
 // (bitop.go).
@@ -118,8 +118,8 @@
 // point-to-point; their steps' tags carry the call's number, so they
 // complete in any order. They go by messages, never through the shared
 // block or node by node, and keep rank order for an op that does not
-// commute. A rank bound to one core (gorun binds ranks when they are as
-// many as the cores) has one processor for Go, which its computation
+// commute. A rank bound to one core (gorun binds each rank to its share
+// of the cores, one core when they are as many or more) has one processor for Go, which its computation
 // holds: WEFT_ASYNC_PROGRESS=1 gives the progress goroutine a second one
 // (Options.AsyncProgress), which the kernel then shares with the
 // computation.

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,18 +122,24 @@ func Plan(opts *Options) (*Placement, error) {
 	if err != nil {
 		return nil, err
 	}
-	used := map[int]bool{}
+	perNode := map[int]int{}
 	for _, node := range place.NodeOf {
-		used[node] = true
+		perNode[node]++
 	}
-	shm := opts.Transport == "shm" || opts.Transport == "auto" && len(used) == 1 && opts.N > 1
+	// Under auto the ranks of each host reach each other through shared
+	// memory whether or not the job spans hosts.
+	shm := opts.Transport == "shm" || opts.Transport == "auto" && opts.N > 1
 	switch {
-	case opts.Transport == "shm" && len(used) > 1:
+	case opts.Transport == "shm" && len(perNode) > 1:
 		return nil, fmt.Errorf("%w: %s shm: the ranks are on %d hosts, and shared memory reaches only within one; use auto or udp",
-			ErrUsage, opts.transportFrom, len(used))
-	case shm && opts.N > shmMaxRanks:
-		return nil, fmt.Errorf("%w: %d ranks on one host: the shared-memory device (what auto picks within a host) takes at most %d; use --transport udp, or spread the ranks over hosts with -H",
-			ErrUsage, opts.N, shmMaxRanks)
+			ErrUsage, opts.transportFrom, len(perNode))
+	case shm:
+		for node, n := range perNode {
+			if n > shmMaxRanks {
+				return nil, fmt.Errorf("%w: %d ranks on host %s: the shared-memory device (what auto picks within a host) takes at most %d; use --transport udp, or spread the ranks over more hosts with -H",
+					ErrUsage, n, place.Hosts[node].Name, shmMaxRanks)
+			}
+		}
 	}
 	return place, nil
 }
@@ -265,7 +272,9 @@ func (j *job) startRanks(ports map[string]string) {
 			vars = append(vars, nics...)
 			if cpus != nil {
 				r.cpus = cpus[localID[id]]
-				vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
+				if !j.userSets("WEFT_NODE_CPUS") {
+					vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
+				}
 			}
 			err = j.startLocal(r, append(append([]string(nil), base...), vars...))
 		} else {
@@ -331,11 +340,18 @@ func (j *job) rankEnv(local bool) []string {
 	return env
 }
 
+// userSets reports whether the user gives variable name to the ranks, in
+// gorun's environment or with -x: gorun's own setting of it then gives way.
+func (j *job) userSets(name string) bool {
+	set := func(kv string) bool { return strings.HasPrefix(kv, name+"=") }
+	return slices.ContainsFunc(os.Environ(), set) || slices.ContainsFunc(j.opts.Env, set)
+}
+
 // inheritedLauncherVar reports variables gorun must not pass on: they would
 // make a rank believe another launcher started it (gorun run inside srun,
 // mpirun or Hydra), or carry another job's key.
 func inheritedLauncherVar(kv string) bool {
-	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_NODE_CPUS=", "WEFT_BIND_TO=", cpubind.LauncherBootEnv + "=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
+	for _, p := range []string{"PMI_", "PMIX_", "OMPI_COMM_WORLD_", "GORUN_KVS=", "MPI_LOCALRANKID=", "MPI_LOCALNRANKS=", "HYDI_", "WEFT_JOBKEY=", "WEFT_BIND_TO=", cpubind.LauncherBootEnv + "=", pmi.AskEnv + "=", pmi.SnapshotEnv + "="} {
 		if strings.HasPrefix(kv, p) {
 			return true
 		}

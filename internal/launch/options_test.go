@@ -298,3 +298,33 @@ func TestHelpListsOnlyWhatExists(t *testing.T) {
 		}
 	}
 }
+
+// TestRankEnvPassesNodeCPUs: WEFT_NODE_CPUS, a tuning knob of mpi.Options,
+// reaches local and remote ranks from gorun's environment as every WEFT_*
+// variable does (it was dropped), and gorun's own value, when it binds,
+// gives way to the user's (userSets).
+func TestRankEnvPassesNodeCPUs(t *testing.T) {
+	t.Setenv("WEFT_NODE_CPUS", "3")
+	j := &job{opts: &Options{N: 2, Trace: -1, BindTo: "none", Transport: "auto"}}
+	for _, local := range []bool{true, false} {
+		env := j.rankEnv(local)
+		found := false
+		for _, kv := range env {
+			found = found || kv == "WEFT_NODE_CPUS=3"
+		}
+		if !found {
+			t.Errorf("rankEnv(local=%v) with WEFT_NODE_CPUS=3 in gorun's environment and --bind-to none: not passed on", local)
+		}
+	}
+}
+
+// TestUserSetsNodeCPUs: a -x setting is the user's, matched by whole name.
+func TestUserSetsNodeCPUs(t *testing.T) {
+	j := &job{opts: &Options{Env: []string{"WEFT_NODE_CPUS=7"}}}
+	if !j.userSets("WEFT_NODE_CPUS") {
+		t.Error("-x WEFT_NODE_CPUS=7 not seen as the user's")
+	}
+	if j.userSets("WEFT_NODE") {
+		t.Error("a prefix of a name taken for it")
+	}
+}

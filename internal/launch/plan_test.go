@@ -11,7 +11,9 @@ import (
 // TestPlanRefusesWhatTheDeviceCannotRun: a job shared memory cannot carry
 // (more ranks on one host than the shm device takes, or several hosts with
 // --transport shm) is refused with the limit and what to do instead; udp
-// and jobs spread over hosts are not limited.
+// is not limited, nor auto with at most that many ranks on each host (under
+// auto a host's ranks reach each other through shared memory whether or
+// not the job spans hosts: more on one of them failed in Init).
 func TestPlanRefusesWhatTheDeviceCannotRun(t *testing.T) {
 	if shmMaxRanks != shm.MaxRanks {
 		t.Fatalf("shmMaxRanks %d, transport/shm.MaxRanks %d: update shmMaxRanks", shmMaxRanks, shm.MaxRanks)
@@ -21,14 +23,16 @@ func TestPlanRefusesWhatTheDeviceCannotRun(t *testing.T) {
 		o    Options
 		says string // "" for a job Plan accepts
 	}{
-		{Options{N: 257, Transport: "auto"}, "257 ranks on one host: the shared-memory device (what auto picks within a host) takes at most 256; use --transport udp"},
+		{Options{N: 257, Transport: "auto"}, "257 ranks on host localhost: the shared-memory device (what auto picks within a host) takes at most 256; use --transport udp"},
 		{Options{N: 1000, Transport: "shm"}, "at most 256"},
 		{Options{N: 1000, Transport: "auto", Hosts: []Host{{Name: "h1", Slots: 1000}}}, "at most 256"},
 		{Options{N: 2, Transport: "shm", Hosts: two, Oversubscribe: true}, ""},
 		{Options{N: 301, Transport: "shm", Hosts: two}, "--transport shm: the ranks are on 2 hosts"},
 		{Options{N: 256, Transport: "auto"}, ""},
 		{Options{N: 1000, Transport: "udp"}, ""},
-		{Options{N: 600, Transport: "auto", Hosts: two}, ""},
+		{Options{N: 600, Transport: "auto", Hosts: two}, "300 ranks on host h1: the shared-memory device"},
+		{Options{N: 301, Transport: "auto", Hosts: []Host{{Name: "h1", Slots: 300}, {Name: "h2", Slots: 1}}}, "300 ranks on host h1"},
+		{Options{N: 512, Transport: "auto", Hosts: []Host{{Name: "h1", Slots: 256}, {Name: "h2", Slots: 256}}}, ""},
 	} {
 		if tc.o.transportFrom == "" {
 			tc.o.transportFrom = "--transport"

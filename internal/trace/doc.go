@@ -99,7 +99,7 @@
 //	lapi    the reliable layer, RDMA, rendezvous, reintegration
 //	shm udp inproc verbs stripe route
 //	        the devices (hal's implementations)
-//	trace   this package (a bad WEFT_TRACE, a level changed by a signal)
+//	trace   this package (a level changed by a signal)
 //	mark    a user's mark
 //
 // so that grep " lapi " picks one layer out. Lines from concurrent
