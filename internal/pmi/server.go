@@ -301,13 +301,32 @@ func (s *Server) setPhase(rank int, p Phase, cmd string) {
 	}
 }
 
-// session serves one connection.
+// session serves one connection. run owns its state and makes every
+// write; readLoop only reads and parses, so that the connection is read
+// while the rank waits in a fence: another goroutine of the rank may abort
+// then (Client.Abort), and a connection that closes mid-fence must break
+// the fence for the others at once, not once the fence is over.
 type session struct {
 	s    *Server
 	c    net.Conn
-	r    *bufio.Reader
-	rank int // -1 until the connection says (initack, fullinit) or Serve knew
+	r    *bufio.Reader // read by readLoop only
+	rank int           // -1 until the connection says (initack, fullinit) or Serve knew
 	done bool
+
+	// fence is the barrier round the rank waits in, nil outside a fence;
+	// fenceFramed says whether it asked in PMI-2 (kvs-fence), which the
+	// reply must match.
+	fence       *round
+	fenceFramed bool
+}
+
+// inbound is one message readLoop read, or why reading stopped.
+type inbound struct {
+	m      msg
+	framed bool
+	text   string // the message as read, for the trace
+	bad    error  // malformed: answered with an error reply, then serving goes on
+	err    error  // the connection closed or failed; nothing follows
 }
 
 // claim binds the session to rank; each rank connects once.
@@ -327,26 +346,54 @@ func (ss *session) claim(rank int) error {
 	return nil
 }
 
+// run serves requests as they come, those that come while the rank waits
+// in a fence too (as Hydra does), answers the fence when its round ends,
+// and returns once the rank has finalized or aborted or its connection
+// ended.
 func (ss *session) run() {
-	s := ss.s
-	defer s.untrack(ss.c)
-	for {
-		m, framed, err := ss.read()
-		if err != nil {
-			if errors.Is(err, ErrProtocol) {
-				ss.protocolError(err)
-			}
-			ss.lost(err)
-			return
-		}
-		if m == nil {
-			continue // malformed, already answered
+	in := make(chan inbound)
+	quit := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		ss.readLoop(in, quit)
+	}()
+	defer func() {
+		close(quit)
+		ss.c.Close() // ends a read in progress
+		<-readerDone
+		ss.s.untrack(ss.c)
+	}()
+	for !ss.done {
+		var fenced <-chan struct{}
+		if ss.fence != nil {
+			fenced = ss.fence.done
 		}
 		var reply string
-		if framed {
-			reply = ss.handle2(m)
-		} else {
-			reply = ss.handle1(m)
+		select {
+		case <-fenced:
+			reply = ss.fenceOver()
+		case m := <-in:
+			if m.err != nil {
+				if errors.Is(m.err, ErrProtocol) {
+					ss.protocolError(m.err)
+				}
+				ss.lost(m.err)
+				return
+			}
+			ss.trace("->", m.text)
+			switch {
+			case m.bad != nil:
+				ss.protocolError(m.bad)
+				reply = formatLine("error", "rc", "-1", "msg", "malformed_line")
+				if m.framed {
+					reply = formatFrame("error-response", "rc", "-1", "errmsg", "malformed_message")
+				}
+			case m.framed:
+				reply = ss.handle2(m.m)
+			default:
+				reply = ss.handle1(m.m)
+			}
 		}
 		if reply != "" {
 			if err := ss.write(reply); err != nil {
@@ -354,54 +401,59 @@ func (ss *session) run() {
 				return
 			}
 		}
-		if ss.done {
+	}
+}
+
+// readLoop hands run every message of the connection, then the error that
+// ended it, until run quits.
+func (ss *session) readLoop(in chan<- inbound, quit <-chan struct{}) {
+	for {
+		m := ss.read()
+		select {
+		case in <- m:
+		case <-quit:
+			return
+		}
+		if m.err != nil {
 			return
 		}
 	}
 }
 
-// read returns the next message. A malformed one is answered with an error
-// reply and reported, and read returns a nil message.
-func (ss *session) read() (m msg, framed bool, err error) {
+// read reads and parses the next message.
+func (ss *session) read() inbound {
 	head, err := ss.r.Peek(4)
 	if err != nil {
 		if len(head) > 0 && err == io.EOF {
-			return nil, false, fmt.Errorf("%w: connection closed after %d stray bytes", ErrProtocol, len(head))
+			err = fmt.Errorf("%w: connection closed after %d stray bytes", ErrProtocol, len(head))
 		}
-		return nil, false, err
+		return inbound{err: err}
 	}
-	framed = string(head) != "cmd=" && string(head) != "mcmd"
-	var text string
-	if framed {
-		text, err = readFrame(ss.r)
+	in := inbound{framed: string(head) != "cmd=" && string(head) != "mcmd"}
+	if in.framed {
+		in.text, err = readFrame(ss.r)
 	} else {
-		text, err = readLine(ss.r)
+		in.text, err = readLine(ss.r)
 	}
 	if err != nil {
-		return nil, framed, err
+		in.err = err
+		return in
 	}
-	ss.trace("->", text)
-	if framed {
-		m, err = parseFrame(text)
+	if in.framed {
+		in.m, in.bad = parseFrame(in.text)
 	} else {
-		m, err = parseLine(text)
+		in.m, in.bad = parseLine(in.text)
 	}
-	if err != nil {
-		ss.protocolError(err)
-		if framed {
-			return nil, framed, ss.write(formatFrame("error-response", "rc", "-1", "errmsg", "malformed_message"))
-		}
-		return nil, framed, ss.write(formatLine("error", "rc", "-1", "msg", "malformed_line"))
-	}
-	if m.cmd() == "spawn" && !framed {
+	if in.bad == nil && in.m.cmd() == "spawn" && !in.framed {
 		// mcmd=spawn ... endcmd: skip to the end of the multi-line command.
-		for text != "endcmd" {
+		for text := in.text; text != "endcmd"; {
 			if text, err = readLine(ss.r); err != nil {
-				return nil, false, err
+				in.err = err
+				return in
 			}
 		}
 	}
-	return m, framed, nil
+	return in
 }
 
 func (ss *session) write(s string) error {
@@ -453,18 +505,38 @@ func (ss *session) lost(err error) {
 	s.barrier.breakWith(fmt.Errorf("rank %d %v", ss.rank, err), wasInFence)
 }
 
-// fence waits for every rank; it returns "" or why the fence failed.
-func (ss *session) fence() string {
+// enterFence enters the rank in the barrier; run answers once the round
+// ends (fenceOver). It returns "" or, for a second fence while one waits,
+// the error reply.
+func (ss *session) enterFence(framed bool) string {
 	s := ss.s
+	if ss.fence != nil {
+		err := fmt.Errorf("%w: a second fence while rank %d waits in one", ErrProtocol, ss.rank)
+		if framed {
+			return ss.reject2("kvs-fence", err)
+		}
+		return ss.reject1("barrier_in", err)
+	}
 	s.setPhase(ss.rank, PhaseInFence, "")
 	s.event(Event{Kind: EventFence, Rank: ss.rank})
-	r := s.barrier.enter()
-	<-r.done
-	s.setPhase(ss.rank, PhaseInitialized, "")
-	if r.err != nil {
-		return r.err.Error()
-	}
+	ss.fence, ss.fenceFramed = s.barrier.enter(), framed
 	return ""
+}
+
+// fenceOver returns the reply to the fence whose round has ended.
+func (ss *session) fenceOver() string {
+	r := ss.fence
+	ss.fence = nil
+	ss.s.setPhase(ss.rank, PhaseInitialized, "")
+	switch {
+	case ss.fenceFramed && r.err != nil:
+		return formatFrame("kvs-fence-response", "rc", "-1", "errmsg", r.err.Error())
+	case ss.fenceFramed:
+		return formatFrame("kvs-fence-response", "rc", "0")
+	case r.err != nil:
+		return formatLine("barrier_out", "rc", "-1", "msg", safe(r.err.Error()))
+	}
+	return formatLine("barrier_out")
 }
 
 // finish records finalize or abort and ends the session.

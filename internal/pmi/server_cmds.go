@@ -76,10 +76,7 @@ func (ss *session) handle1(m msg) string {
 		}
 		return formatLine("get_result", "rc", "0", "msg", "success", "value", v)
 	case "barrier_in":
-		if why := ss.fence(); why != "" {
-			return formatLine("barrier_out", "rc", "-1", "msg", safe(why))
-		}
-		return formatLine("barrier_out")
+		return ss.enterFence(false)
 	case "finalize":
 		ss.finish(PhaseFinalized, Event{Kind: EventFinalize, Rank: ss.rank})
 		return formatLine("finalize_ack")
@@ -166,10 +163,7 @@ func (ss *session) handle2(m msg) string {
 		}
 		return formatFrame(resp, "found", "FALSE", "rc", "0")
 	case "kvs-fence":
-		if why := ss.fence(); why != "" {
-			return formatFrame(resp, "rc", "-1", "errmsg", why)
-		}
-		return formatFrame(resp, "rc", "0")
+		return ss.enterFence(true)
 	case "finalize":
 		ss.finish(PhaseFinalized, Event{Kind: EventFinalize, Rank: ss.rank})
 		return formatFrame(resp, "rc", "0")

@@ -236,6 +236,59 @@ func TestAbortEvent(t *testing.T) {
 	}
 }
 
+// TestAbortDuringFence: Client.Abort works while another goroutine of the
+// rank waits in a fence (as under Hydra, which reads every connection all
+// the time): the server hears of it at once, and the fence it breaks fails
+// for the other ranks, naming the rank.
+func TestAbortDuringFence(t *testing.T) {
+	for _, proto := range []string{"pmi1", "pmi2"} {
+		t.Run(proto, func(t *testing.T) {
+			j := newTestJob(t, 2)
+			var c0 Client
+			if proto == "pmi1" {
+				c0 = j.pmi1(t, 0)
+			} else {
+				c0 = j.pmi2(t, 0)
+			}
+			c1 := j.pmi1(t, 1) // enters the fence only after the abort
+			go c0.Fence()
+			j.waitEvent(t, EventFence, 0)
+			if err := c0.Abort(7, "fatal error seen by another goroutine"); err != nil {
+				t.Fatal(err)
+			}
+			if e := j.waitEvent(t, EventAbort, 0); e.Code != 7 {
+				t.Errorf("abort code %d, want 7", e.Code)
+			}
+			if err := c1.Fence(); !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "rank 0 already aborted") {
+				t.Errorf("fence after rank 0 aborted: %v, want ErrRejected naming rank 0", err)
+			}
+			if st := j.srv.States()[0]; st.Phase != PhaseAborted {
+				t.Errorf("rank 0 phase %v, want %v", st.Phase, PhaseAborted)
+			}
+		})
+	}
+}
+
+// TestConnectionLostDuringFence: a rank whose connection closes while it
+// waits in a fence (its process died) is reported lost at once, not only
+// when the fence is over, which may be never: the launcher needs the event
+// to end the job.
+func TestConnectionLostDuringFence(t *testing.T) {
+	j := newTestJob(t, 2)
+	conn := j.conn(t, 0)
+	c0, err := newPMI1(newWireConn(conn, "test", testWait), 0, 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.pmi1(t, 1) // never enters the fence
+	go c0.Fence()
+	j.waitEvent(t, EventFence, 0)
+	conn.Close()
+	if e := j.waitEvent(t, EventLost, 0); !strings.Contains(e.Err.Error(), "before finalize") {
+		t.Errorf("lost event says %v", e.Err)
+	}
+}
+
 // TestServerMalformed: garbage gets an error reply and an event, the
 // connection stays usable where the stream is still in sync, and nothing
 // panics.
