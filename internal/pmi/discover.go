@@ -12,12 +12,14 @@ import (
 //
 //  1. PMI_FD or PMI_PORT (gorun, Hydra, srun --mpi=pmi2): PMI-1, or PMI-2
 //     when WEFT_PMI=2, or when PMI_JOBID is set (Slurm) unless WEFT_PMI=1.
-//  2. OMPI_COMM_WORLD_RANK (Open MPI mpirun), SLURM_PROCID (srun without
-//     --mpi=pmi2), PMIX_RANK: rank and size from the environment and the key
-//     value store of the rendezvous named by GORUN_KVS; without GORUN_KVS,
-//     an error wrapping ErrNoKVS that says how to launch instead (a job of
-//     size 1 becomes a singleton).
-//  3. Nothing: a singleton (rank 0 of 1, in-memory store).
+//  2. OMPI_COMM_WORLD_RANK (Open MPI mpirun), SLURM_PROCID with
+//     SLURM_STEP_ID (a task of an srun step without --mpi=pmi2; the size is
+//     SLURM_STEP_NUM_TASKS, else SLURM_NTASKS), PMIX_RANK: rank and size
+//     from the environment and the key value store of the rendezvous named
+//     by GORUN_KVS; without GORUN_KVS, an error wrapping ErrNoKVS that says
+//     how to launch instead (a job of size 1 becomes a singleton).
+//  3. Nothing, or a Slurm batch script's own environment (SLURM_PROCID
+//     but no SLURM_STEP_ID): a singleton (rank 0 of 1, in-memory store).
 //
 // Every reply is awaited at most wait; 0 (or less) means DefaultWait. The
 // caller reads the bound where it reads its other settings (mpi.Init passes
@@ -40,8 +42,15 @@ func discover(getenv func(string) string, wait time.Duration) (Client, error) {
 		c, err = discoverEnv(getenv, wait, "Open MPI's mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
 			"mpirun offers PMIx only, which weft does not speak: run the job with gorun, or wrap mpirun: "+
 				"gorun --wrap -- mpirun -x GORUN_KVS ...")
-	case getenv("SLURM_PROCID") != "":
-		c, err = discoverEnv(getenv, wait, "srun without PMI", "SLURM_PROCID", "SLURM_NTASKS",
+	case getenv("SLURM_PROCID") != "" && getenv("SLURM_STEP_ID") != "":
+		// A task of an srun step. A batch script also has SLURM_PROCID=0
+		// and the allocation's SLURM_NTASKS but no step: a program it
+		// starts directly is a singleton, as an MPICH program is there.
+		sizeVar := "SLURM_STEP_NUM_TASKS"
+		if getenv(sizeVar) == "" {
+			sizeVar = "SLURM_NTASKS"
+		}
+		c, err = discoverEnv(getenv, wait, "srun without PMI", "SLURM_PROCID", sizeVar,
 			"run it with srun --mpi=pmi2 (weft speaks PMI-1 and PMI-2), or wrap srun: gorun --wrap -- srun ...")
 	case getenv("PMIX_RANK") != "":
 		return nil, fmt.Errorf("%w: started by a PMIx launcher (PMIX_RANK=%s), which weft does not speak: "+

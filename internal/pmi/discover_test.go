@@ -41,7 +41,8 @@ func TestDiscoverErrors(t *testing.T) {
 		says string
 	}{
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, ErrNoKVS, "gorun --wrap"},
-		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, ErrNoKVS, "--mpi=pmi2"},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2"}, ErrNoKVS, "--mpi=pmi2"},
+		{map[string]string{"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2"}, ErrEnv, "SLURM_STEP_NUM_TASKS"},
 		{map[string]string{"PMIX_RANK": "0"}, ErrNoKVS, "PMIx"},
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"}, ErrEnv, "OMPI_COMM_WORLD_RANK"},
 		{map[string]string{"PMI_FD": "x"}, ErrEnv, "PMI_FD"},
@@ -121,6 +122,26 @@ func TestKVSRendezvous(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// TestBatchScriptIsSingleton: a program started directly by a Slurm batch
+// script (sbatch -n 4) sees SLURM_PROCID=0 and the allocation's
+// SLURM_NTASKS=4 but, not being in an srun step, no SLURM_STEP_ID (the
+// environment as slurm-wlm 22.05 sets it). It runs as a singleton, as an
+// MPICH program does, not as rank 0 of 4 waiting for a rendezvous.
+func TestBatchScriptIsSingleton(t *testing.T) {
+	batch := map[string]string{
+		"SLURM_JOB_ID": "18", "SLURM_JOBID": "18", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+		"SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_PROCID": "0", "SLURM_TASK_PID": "10276",
+		"SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "4",
+	}
+	c, err := discover(envOf(batch), testWait)
+	if err != nil {
+		t.Fatalf("a program run from a batch script: %v; want a singleton", err)
+	}
+	if c.Kind() != "singleton" || c.Size() != 1 {
+		t.Errorf("kind %s size %d, want a singleton", c.Kind(), c.Size())
 	}
 }
 

@@ -9,10 +9,12 @@
 //     PMI_PORT+PMI_ID (Hydra -pmi-port, remote ranks of gorun);
 //   - PMI-2 on the same connection when WEFT_PMI=2, or by default under Slurm
 //     (PMI_JOBID set), because Slurm's pmi2 plugin is native PMI-2;
-//   - Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE) or a bare srun
-//     (SLURM_PROCID/SLURM_NTASKS): rank and size from the environment and the
-//     key-value store of a gorun --wrap rendezvous server named by GORUN_KVS;
-//   - nothing: a singleton of size 1 with an in-memory store.
+//   - Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE) or a bare srun step
+//     (SLURM_PROCID, SLURM_STEP_ID, SLURM_STEP_NUM_TASKS): rank and size from
+//     the environment and the key-value store of a gorun --wrap rendezvous
+//     server named by GORUN_KVS;
+//   - nothing, or a Slurm batch script itself (SLURM_PROCID but no step): a
+//     singleton of size 1 with an in-memory store.
 //
 // Values are encoded so that they survive every server seen in practice:
 // Hydra 4.0.2 cuts values at the first space and silently truncates keys over
