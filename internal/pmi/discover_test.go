@@ -125,6 +125,38 @@ func TestKVSRendezvous(t *testing.T) {
 	}
 }
 
+// TestKVSFenceAfterPeerFinalized: under gorun --wrap, a rank that has
+// finalized (sent bye) can never enter a fence again, as under gorun's own
+// server. A fence the others then enter fails at once naming that rank,
+// not after the whole PMI wait with a guess at the cause.
+func TestKVSFenceAfterPeerFinalized(t *testing.T) {
+	srv, err := ListenKVS("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const n = 2
+	clients := make([]Client, n)
+	errs := parallel(n, func(r int) (err error) {
+		clients[r], err = discover(envOf(map[string]string{
+			"SLURM_PROCID": strconv.Itoa(r), "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": strconv.Itoa(n),
+			"GORUN_KVS": srv.Addr().String(),
+		}), testWait)
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := clients[1].Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients[0].Fence(); !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "rank 1 already finalized") {
+		t.Errorf("fence with a finalized peer: %v; want ErrRejected naming rank 1", err)
+	}
+}
+
 // TestBatchScriptIsSingleton: a program started directly by a Slurm batch
 // script (sbatch -n 4) sees SLURM_PROCID=0 and the allocation's
 // SLURM_NTASKS=4 but, not being in an srun step, no SLURM_STEP_ID (the

@@ -245,6 +245,10 @@ func (k *KVSServer) serve(c net.Conn) {
 		}
 		reply := k.handle(line, &rank, &bye)
 		if bye {
+			// The rank (known: bye before hello is refused) will never
+			// fence again, so the others' fences fail now, naming it,
+			// instead of waiting out their PMI timeout.
+			k.barrier.breakWith(fmt.Errorf("rank %d already finalized", rank), false)
 			return
 		}
 		if _, err := io.WriteString(c, reply+"\n"); err != nil {
