@@ -17,6 +17,10 @@ var (
 	ErrNotFound = errors.New("pmi: key not found")
 	// ErrProtocol: a message that does not follow the wire protocol.
 	ErrProtocol = errors.New("pmi: protocol error")
+	// ErrBadValue: Get found a stored value that is not in weft's encoding
+	// (codec.go): written by another program, or cut by a server. Only that
+	// Get fails; the client stays usable.
+	ErrBadValue = errors.New("pmi: stored value not in weft's encoding")
 	// ErrRejected: the server answered a request with a non-zero rc.
 	ErrRejected = errors.New("pmi: request rejected by server")
 	// ErrTimeout: no reply within the client's wait limit (see WaitLimit).
@@ -50,12 +54,15 @@ type Client interface {
 	Info() Info
 	// Put stores value under key for all ranks. Keys and values are
 	// arbitrary strings (encoded on the wire, see codec.go); a value may be
-	// up to MaxValueLen bytes. Visible to other ranks after Fence.
+	// up to MaxValueLen bytes. Visible to other ranks after Fence. Keys are
+	// the callers' own: one such as PMI_process_mapping, which the
+	// server predefines, names a key of weft's, not the server's value.
 	Put(key, value string) error
 	// Fence is a barrier over all ranks that makes every Put issued before
 	// it visible to every Get issued after it.
 	Fence() error
-	// Get returns the value put under key, or an error wrapping ErrNotFound.
+	// Get returns the value put under key, or an error wrapping ErrNotFound
+	// (no such key) or ErrBadValue (the value found is not one Put wrote).
 	Get(key string) (string, error)
 	// Abort asks the launcher to kill the whole job with exit code code.
 	// msg is written to this process's stderr first (PMI-1 has no field

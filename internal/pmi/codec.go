@@ -26,9 +26,12 @@ import (
 // encoded value) is stored under key + "#" + i. Get reassembles it.
 //
 // Keys made only of [A-Za-z0-9] and -_.:/ and at most keyMax bytes are used
-// as they are; any other key is replaced by "~" + 22 characters of base64url
-// SHA-256 of it, so that keys of any length and content fit in 63 bytes and
-// never collide with a literal key ('~' is not a literal-key byte).
+// as they are, unless they begin with "PMI_", the prefix of the keys a PMI
+// server predefines (PMI_process_mapping): a caller's key never reads the
+// server's value. Any other key is replaced by "~" + 22 characters of
+// base64url SHA-256 of it, so that keys of any length and content fit in
+// 63 bytes and never collide with a literal key ('~' is not a literal-key
+// byte).
 
 const (
 	// MaxValueLen is the longest value Put accepts (4 MiB: far above any
@@ -99,7 +102,7 @@ func getValue(s store, key string) (string, error) {
 	}
 	n, err := strconv.Atoi(head[1:])
 	if err != nil || n <= 0 || n > maxChunks {
-		return "", fmt.Errorf("%w: key %q holds a bad chunk header %q", ErrProtocol, clip(key), clip(head))
+		return "", fmt.Errorf("%w: key %q holds a bad chunk header %q", ErrBadValue, clip(key), clip(head))
 	}
 	var b strings.Builder
 	for i := range n {
@@ -114,9 +117,12 @@ func getValue(s store, key string) (string, error) {
 
 func chunkKey(wk string, i int) string { return wk + "#" + strconv.Itoa(i) }
 
+// serverKeyPrefix begins every key a PMI server predefines.
+const serverKeyPrefix = "PMI_"
+
 // wireKey maps a caller's key to the key stored on the wire.
 func wireKey(key string) string {
-	if key != "" && len(key) <= keyMax && allBytes(key, isKeyByte) {
+	if key != "" && len(key) <= keyMax && allBytes(key, isKeyByte) && !strings.HasPrefix(key, serverKeyPrefix) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -134,7 +140,7 @@ func encodeValue(v string) string {
 // decodeValue inverts encodeValue.
 func decodeValue(enc string) (string, error) {
 	if enc == "" {
-		return "", fmt.Errorf("%w: empty stored value (not written by weft?)", ErrProtocol)
+		return "", fmt.Errorf("%w: empty stored value (not written by weft?)", ErrBadValue)
 	}
 	switch enc[0] {
 	case 'r':
@@ -142,11 +148,11 @@ func decodeValue(enc string) (string, error) {
 	case 'b':
 		b, err := base64.RawURLEncoding.DecodeString(enc[1:])
 		if err != nil {
-			return "", fmt.Errorf("%w: stored value %q is not base64url: %v", ErrProtocol, clip(enc), err)
+			return "", fmt.Errorf("%w: stored value %q is not base64url: %v", ErrBadValue, clip(enc), err)
 		}
 		return string(b), nil
 	}
-	return "", fmt.Errorf("%w: stored value %q has an unknown tag (not written by weft?)", ErrProtocol, clip(enc))
+	return "", fmt.Errorf("%w: stored value %q has an unknown tag (not written by weft?)", ErrBadValue, clip(enc))
 }
 
 func allBytes(s string, ok func(byte) bool) bool {

@@ -80,8 +80,8 @@ func TestCodecRoundTrip(t *testing.T) {
 func TestDecodeForeignValue(t *testing.T) {
 	for _, v := range []string{"", "x", "b!!!", "c0", "cx"} {
 		h := &hydraStore{t: t, kv: map[string]string{"k": v}}
-		if _, err := getValue(h, "k"); !errors.Is(err, ErrProtocol) {
-			t.Errorf("stored %q: %v, want ErrProtocol", v, err)
+		if _, err := getValue(h, "k"); !errors.Is(err, ErrBadValue) {
+			t.Errorf("stored %q: %v, want ErrBadValue", v, err)
 		}
 	}
 	h := &hydraStore{t: t, kv: map[string]string{"k": "c2", "k#0": "rab"}}

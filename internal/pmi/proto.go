@@ -32,7 +32,9 @@ type client struct {
 // connection, a reply that does not parse) marks the client unusable: a
 // reply may still be in flight, and neither PMI-1's get_result nor
 // PMI-2's kvs-get-response names its key, so the next request would read
-// the earlier one's answer as its own. Later calls fail naming err.
+// the earlier one's answer as its own. Later calls fail naming err. A
+// value that arrived whole but does not decode (ErrBadValue) leaves the
+// client in step.
 func (c *client) broken(err error) error {
 	if errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) || errors.Is(err, ErrProtocol) {
 		c.done = fmt.Errorf("%s client of rank %d unusable, out of step with its server since: %w", c.kind, c.rank, err)

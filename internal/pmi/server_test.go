@@ -289,6 +289,58 @@ func TestConnectionLostDuringFence(t *testing.T) {
 	}
 }
 
+// TestUndecodableValueKeepsClient: a Get whose reply arrived whole and in
+// step, but whose value weft's codec did not write (put by another
+// program, or cut by a server), fails that Get with ErrBadValue and
+// leaves the client usable: a rank that cannot finalize after it is
+// treated as failed by Hydra and gorun.
+func TestUndecodableValueKeepsClient(t *testing.T) {
+	j := newTestJob(t, 1)
+	c := j.pmi1(t, 0)
+	j.srv.mu.Lock()
+	j.srv.kv["foreign"] = "(vector,(0,1,1))"
+	j.srv.mu.Unlock()
+	if _, err := c.Get("foreign"); !errors.Is(err, ErrBadValue) || errors.Is(err, ErrProtocol) {
+		t.Errorf("Get of a value weft did not encode: %v, want ErrBadValue", err)
+	}
+	if err := c.Put("a", "b"); err != nil {
+		t.Errorf("Put after a Get of an undecodable value: %v", err)
+	}
+	if err := c.Finalize(); err != nil {
+		t.Errorf("Finalize after a Get of an undecodable value: %v", err)
+	}
+}
+
+// TestPredefinedKeyIsCallers: a caller's key equal to one the server
+// predefines (PMI_process_mapping) names the caller's own value, never
+// the server's, on both protocols; the client still reads the server's
+// mapping into Info.
+func TestPredefinedKeyIsCallers(t *testing.T) {
+	for _, proto := range []string{"pmi1", "pmi2"} {
+		t.Run(proto, func(t *testing.T) {
+			j := newTestJob(t, 1)
+			var c Client
+			if proto == "pmi1" {
+				c = j.pmi1(t, 0)
+			} else {
+				c = j.pmi2(t, 0)
+			}
+			if in := c.Info(); in.Node != 0 || len(in.LocalRanks) != 1 {
+				t.Errorf("info %+v, want node 0 from the server's mapping", in)
+			}
+			if v, err := c.Get("PMI_process_mapping"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Get of a predefined key never put: %q, %v; want ErrNotFound", v, err)
+			}
+			if err := c.Put("PMI_process_mapping", "mine"); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := c.Get("PMI_process_mapping"); v != "mine" || err != nil {
+				t.Errorf("Get = %q, %v; want the value put", v, err)
+			}
+		})
+	}
+}
+
 // TestServerMalformed: garbage gets an error reply and an event, the
 // connection stays usable where the stream is still in sync, and nothing
 // panics.
