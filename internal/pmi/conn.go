@@ -14,9 +14,10 @@ import (
 // DefaultWait is how long a client waits for any reply, a fence included,
 // before failing with ErrTimeout, unless Discover is given another bound
 // (mpi.Init passes WEFT_TIMEOUT's, which bounds every blocking call of the
-// runtime). A fence waits for the
-// slowest rank to arrive, so the limit is generous; a launcher kills the job
-// sooner when a rank dies.
+// runtime). A fence waits for the slowest rank to arrive, so the limit is
+// generous. gorun and Hydra end the job as soon as a rank dies; srun does
+// only when run with -K (--kill-on-bad-exit), and otherwise the others wait
+// here for the dead rank until the limit.
 const DefaultWait = 5 * time.Minute
 
 // wireConn is a client's connection to a PMI server: one request at a time,

@@ -16,6 +16,12 @@
 //   - nothing, or a Slurm batch script itself (SLURM_PROCID but no step): a
 //     singleton of size 1 with an in-memory store.
 //
+// A launcher that is told of a rank's death may or may not end the job:
+// gorun and Hydra do, but srun by default lets the other tasks run on, and
+// they wait for the dead one (in a fence, or in MPI calls) until the PMI
+// wait (DefaultWait, or WEFT_TIMEOUT under mpi.Init) runs out. Run weft
+// jobs as srun -K (--kill-on-bad-exit) to have Slurm end the step at once.
+//
 // Values are encoded so that they survive every server seen in practice:
 // Hydra 4.0.2 cuts values at the first space and silently truncates keys over
 // 63 bytes and values over 1023 bytes, and neither Hydra nor Slurm round-trips
