@@ -36,6 +36,9 @@ type Device struct {
 	slot   int      // this rank's slot in the segment
 	addr   string
 	caps   hal.Caps
+	// shortMax is the most a short frame carries: a cell's inline room,
+	// but no more than the MTU, which bounds every payload Poll delivers.
+	shortMax int
 	// slots is the slot of each job rank, -1 for a rank that does not
 	// share the segment: one load on the way to a ring.
 	slots []int32
@@ -136,6 +139,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	if d.g, err = newGeometry(ranks, cfg.Size, line, o); err != nil {
 		return nil, err
 	}
+	d.shortMax = min(d.g.inlineMax, o.MTU)
 	name := SegmentName(cfg.JobKey, cfg.Index)
 	if o.Ranks != nil {
 		name = NodeSegmentName(cfg.JobKey, cfg.Index, ranks[0])
@@ -346,8 +350,9 @@ func (d *Device) send(hdr, payload []byte) error {
 }
 
 // SendShort sends a frame whose header the ring implies (hal.ShortSender):
-// type t, hdr then payload, in one cell. A frame that does not fit a cell
-// returns hal.ErrTooLarge, an invalid type hal.ErrBadFrame.
+// type t, hdr then payload, in one cell. A frame of more than ShortMax
+// bytes (more than a cell holds, or than the MTU) returns hal.ErrTooLarge,
+// an invalid type hal.ErrBadFrame.
 func (d *Device) SendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) error {
 	if !d.enter() {
 		return errClosed
@@ -363,8 +368,9 @@ func (d *Device) sendShort(dst hal.Rank, t hal.FrameType, hdr, payload []byte) e
 		return fmt.Errorf("shm: short frame of type %d: %w", t, hal.ErrBadFrame)
 	}
 	n := len(hdr) + len(payload)
-	if n > d.g.inlineMax {
-		return fmt.Errorf("shm: short frame of %d bytes, a cell holds %d: %w", n, d.g.inlineMax, hal.ErrTooLarge)
+	if n > d.shortMax {
+		return fmt.Errorf("shm: short frame of %d bytes, at most %d (a cell holds %d, MTU %d): %w",
+			n, d.shortMax, d.g.inlineMax, d.caps.MTU, hal.ErrTooLarge)
 	}
 	r, p, err := d.outRing(uint32(dst))
 	if err != nil {
@@ -438,8 +444,9 @@ func (d *Device) published(p *peer, n int, err error) error {
 	return nil
 }
 
-// ShortMax is the most a short frame carries: what fits in a cell.
-func (d *Device) ShortMax() int { return d.g.inlineMax }
+// ShortMax is the most a short frame carries: what fits in a cell, and
+// no more than the MTU.
+func (d *Device) ShortMax() int { return d.shortMax }
 
 // compact reports whether hdr is a well-formed frame header, of a frame
 // with n payload bytes toward dst, with nothing in it that the ring does

@@ -469,6 +469,31 @@ func TestSendShort(t *testing.T) {
 	}
 }
 
+// TestSendShortWithinMTU: Poll delivers a short frame as it would the
+// frame Send takes with such a header, and Caps.MTU bounds every payload;
+// with an MTU below a cell's inline room, SendShort must refuse what Send
+// refuses, with hal.ErrTooLarge, and ShortMax must say the MTU.
+func TestSendShortWithinMTU(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{MTU: 64})
+	if m := devs[0].ShortMax(); m != 64 {
+		t.Errorf("MTU 64, a cell holding %d: ShortMax %d, want 64", devs[0].g.inlineMax, m)
+	}
+	payload := make([]byte, 200)
+	serr := devs[0].Send(header(key, 0, 1, len(payload)), payload)
+	sherr := devs[0].SendShort(1, hal.FrameData, nil, payload)
+	over := devs[0].SendShort(1, hal.FrameData, []byte("h"), payload[:64])
+	if !errors.Is(serr, hal.ErrTooLarge) || !errors.Is(sherr, hal.ErrTooLarge) || !errors.Is(over, hal.ErrTooLarge) {
+		t.Errorf("MTU 64: Send of 200 bytes = %v, SendShort of 200 = %v, of 65 = %v; want hal.ErrTooLarge from each", serr, sherr, over)
+	}
+	if err := devs[0].SendShort(1, hal.FrameData, []byte("h"), payload[:63]); err != nil {
+		t.Errorf("MTU 64: SendShort of 64 bytes: %v", err)
+	}
+	var got []int
+	if _, err := devs[1].Poll(func(h *hal.Header, p []byte) { got = append(got, len(p)) }); err != nil || len(got) != 1 || got[0] != 64 {
+		t.Errorf("Poll: %v, payloads of %v bytes; want one of 64", err, got)
+	}
+}
+
 // TestSendToSelf sends a rank frames addressed to itself: Poll skips the
 // ring to itself until the first such frame, and must then deliver them,
 // whole and short, and Wait must see them.
