@@ -189,7 +189,10 @@ func (d *Device) WriteTo(peer hal.Rank, addr uintptr, src []byte) error {
 // guarding against the reuse of its pid: a peer found dead before the copy
 // is not touched, and one found dead after it fails the transfer, since
 // its pid may have named another process during the copy (a process still
-// alive after the copy was alive all through it).
+// alive after the copy was alive all through it). A peer whose device is
+// closed is refused the same way, before and after the copy, as Send
+// refuses it: its memory may no longer be the registered buffers the
+// caller validated the access against.
 func (d *Device) transfer(peer hal.Rank, addr uintptr, buf []byte, write bool) error {
 	if !d.enter() {
 		return errClosed
@@ -205,6 +208,8 @@ func (d *Device) transfer(peer hal.Rank, addr uintptr, buf []byte, write bool) e
 	err = cmaCopy(pid, addr, buf, write)
 	if d.dead(p) {
 		err = *p.lost.Load()
+	} else if atomic.LoadUint32(p.state) == stateClosed {
+		err = closedPeer("cross-memory attach to", peer)
 	}
 	if err != nil {
 		verb := "read"
@@ -228,6 +233,8 @@ func (d *Device) cmaPeer(peer hal.Rank) (int, *peer, error) {
 	switch {
 	case pid == 0:
 		return 0, nil, fmt.Errorf("shm: cross-memory attach to rank %d before Connect: %w", peer, hal.ErrUnknownPeer)
+	case atomic.LoadUint32(p.state) == stateClosed:
+		return 0, nil, closedPeer("cross-memory attach to", peer)
 	case !d.cma.ok.Load() || p.cma.Load() == cmaRefused:
 		why := "refused"
 		if w := d.cma.why.Load(); w != nil {

@@ -414,9 +414,15 @@ func (d *Device) outRing(dst uint32) (*ring, *peer, error) {
 		return nil, nil, r.checkFailed()
 	}
 	if atomic.LoadUint32(p.state) == stateClosed {
-		return nil, nil, fmt.Errorf("shm: send to rank %d: its device is closed: %w", dst, hal.ErrUnknownPeer)
+		return nil, nil, closedPeer("send to", hal.Rank(dst))
 	}
 	return r, p, nil
+}
+
+// closedPeer is the error of a call toward rank r, whose device is
+// closed; op says what the call was.
+func closedPeer(op string, r hal.Rank) error {
+	return fmt.Errorf("shm: %s rank %d: its device is closed: %w", op, r, hal.ErrUnknownPeer)
 }
 
 // published ends a send of n payload bytes toward p whose push returned

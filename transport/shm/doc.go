@@ -123,7 +123,8 @@
 // Send, Poll and the other calls that touch the segment count themselves
 // in and out of one word, and the segment is unmapped by the last call out
 // of a closed device (life_linux.go). A rank that closes marks its block
-// closed, and Sends to it fail with hal.ErrUnknownPeer.
+// closed, and Sends, ReadFroms and WriteTos toward it fail with
+// hal.ErrUnknownPeer.
 //
 // A rank whose process dies marks nothing. Connect opens a pidfd on each
 // peer's process (Linux 5.3 and later; without one a death goes

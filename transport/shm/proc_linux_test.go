@@ -502,6 +502,32 @@ func TestCMALocal(t *testing.T) {
 	}
 }
 
+// TestCMAToClosedPeer: a rank that closes its device marks its block
+// closed, and Sends to it fail with hal.ErrUnknownPeer; ReadFrom and
+// WriteTo toward it must fail the same way and leave its memory alone,
+// since what the caller validated the access against (its registrations)
+// went with its device.
+func TestCMAToClosedPeer(t *testing.T) {
+	devs, key := openLocal(t, 2, Options{})
+	d := devs[0]
+	if !d.CMA() {
+		t.Skip("cross-memory attach refused by this kernel")
+	}
+	mem := make([]byte, 8)
+	if err := devs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	serr := d.Send(header(key, 0, 1, 8), make([]byte, 8))
+	werr := d.WriteTo(1, bufAddr(mem), []byte("written!"))
+	rerr := d.ReadFrom(1, bufAddr(mem), make([]byte, 8))
+	if !errors.Is(serr, hal.ErrUnknownPeer) || !errors.Is(werr, hal.ErrUnknownPeer) || !errors.Is(rerr, hal.ErrUnknownPeer) {
+		t.Errorf("rank 1 closed: Send = %v, WriteTo = %v, ReadFrom = %v; want hal.ErrUnknownPeer from each", serr, werr, rerr)
+	}
+	if string(mem) != "\x00\x00\x00\x00\x00\x00\x00\x00" {
+		t.Errorf("WriteTo a closed rank wrote its memory: %q", mem)
+	}
+}
+
 // A peer whose probe reads back wrong (another process behind the pid, or
 // a pid that is not the one in the segment) turns CMA off, said once at
 // trace level 2.
