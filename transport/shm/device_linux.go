@@ -157,7 +157,7 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 		_ = d.seg.detach(slot)
 		return nil, err
 	}
-	d.addr = fmt.Sprintf("shm:%s:%d:%d", d.seg.name, cfg.Rank, os.Getpid())
+	d.addr = fmt.Sprintf("shm:%s:%d:%d:%016x", d.seg.name, cfg.Rank, os.Getpid(), d.seg.nonce)
 	if trace.On(trace.Setup) {
 		how := "joined"
 		if d.seg.creator {
@@ -228,9 +228,10 @@ func OpenLocal(jobKey uint64, size int, opts Options) ([]*Device, error) {
 // (large transfers go by cross-memory attach, see hal.CrossMemory).
 func (d *Device) Caps() hal.Caps { return d.caps }
 
-// Addr is "shm:<segment name>:<rank>:<pid>", rank being this rank in the
-// job: the segment tells a peer whether it shares this segment (node and
-// job), the pid is for cross-memory attach.
+// Addr is "shm:<segment name>:<rank>:<pid>:<nonce>", rank being this rank
+// in the job and nonce the segment instance's, 16 hex digits: the segment
+// and nonce tell a peer whether it shares this segment (node, job, and the
+// same instance of its name), the pid is for cross-memory attach.
 func (d *Device) Addr() string { return d.addr }
 
 // SharedBlock returns the segment's shared block, or nil when the options
@@ -257,7 +258,11 @@ func (d *Device) Counters() *hal.Counters { return &d.counters }
 // its pid; when cross-memory attach is possible it probes the peer once,
 // so that a refusal shows at setup rather than in the first RDMA. Frames
 // need no Connect; ReadFrom and WriteTo do. A peer that does not share the
-// segment returns hal.ErrUnknownPeer.
+// segment returns hal.ErrUnknownPeer. A peer in another instance of the
+// segment's name (a rank restarted after the name was unlinked, or one
+// that came after every earlier rank had closed, opens a segment of its
+// own under that name) returns ErrMismatch: frames between the two
+// instances would be lost.
 func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if !d.enter() {
 		return errClosed
@@ -267,13 +272,17 @@ func (d *Device) Connect(peer hal.Rank, addr string) error {
 	if s < 0 {
 		return d.notMember("connect to", peer)
 	}
-	name, rank, pid, err := parseAddr(addr)
+	name, rank, pid, nonce, err := parseAddr(addr)
 	if err != nil {
 		return fmt.Errorf("shm: connect to rank %d: %w", peer, err)
 	}
 	if name != d.seg.name || rank != peer {
 		return fmt.Errorf("shm: connect to rank %d: address %q is rank %d of segment %s, not of this node's %s: %w",
 			peer, addr, rank, name, d.seg.name, hal.ErrUnknownPeer)
+	}
+	if nonce != d.seg.nonce {
+		return fmt.Errorf("shm: connect to rank %d: rank %d is in another instance of segment %s (nonce %016x, this rank's %016x): restarted, or started after the others left? %w",
+			peer, peer, name, nonce, d.seg.nonce, ErrMismatch)
 	}
 	p := &d.peers[s]
 	p.connPid.Store(int64(pid))
@@ -301,18 +310,19 @@ func (d *Device) notMember(op string, r hal.Rank) error {
 		op, r, len(d.peers), d.seg.name, hal.ErrUnknownPeer)
 }
 
-// parseAddr splits "shm:<segment>:<rank>:<pid>".
-func parseAddr(addr string) (name string, rank hal.Rank, pid int, err error) {
+// parseAddr splits "shm:<segment>:<rank>:<pid>:<nonce>".
+func parseAddr(addr string) (name string, rank hal.Rank, pid int, nonce uint64, err error) {
 	f := strings.Split(addr, ":")
-	if len(f) != 4 || f[0] != "shm" || f[1] == "" {
-		return "", 0, 0, fmt.Errorf("address %q is not shm:<segment>:<rank>:<pid>: %w", addr, hal.ErrUnknownPeer)
+	if len(f) != 5 || f[0] != "shm" || f[1] == "" {
+		return "", 0, 0, 0, fmt.Errorf("address %q is not shm:<segment>:<rank>:<pid>:<nonce>: %w", addr, hal.ErrUnknownPeer)
 	}
 	r, err1 := strconv.ParseUint(f[2], 10, 32)
 	p, err2 := strconv.ParseUint(f[3], 10, 31)
-	if err := errors.Join(err1, err2); err != nil || p == 0 {
-		return "", 0, 0, fmt.Errorf("address %q has a bad rank or pid: %w", addr, hal.ErrUnknownPeer)
+	n, err3 := strconv.ParseUint(f[4], 16, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || p == 0 || n == 0 || len(f[4]) != 16 {
+		return "", 0, 0, 0, fmt.Errorf("address %q has a bad rank, pid or nonce: %w", addr, hal.ErrUnknownPeer)
 	}
-	return f[1], hal.Rank(r), int(p), nil
+	return f[1], hal.Rank(r), int(p), n, nil
 }
 
 // Send copies the frame, hdr then payload, into the ring toward the rank in

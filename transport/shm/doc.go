@@ -23,14 +23,25 @@
 //     will look for it);
 //   - otherwise the last Close unlinks it (a job that ended before all its
 //     ranks came);
-//   - a rank that finds the segment already abandoned (unlinked because
-//     every earlier rank closed) fails its Open rather than sit alone in it.
+//   - a rank that opened the file just before the last Close unlinked it
+//     finds the segment abandoned and fails its Open rather than sit alone
+//     in it.
 //
 // The open count and the unlinked flag share one word changed by
 // compare-and-swap, so "last one out unlinks" and "a late one joins" cannot
 // interleave. A rank that dies before all have attached leaves the file for
-// gorun's cleanup. Restarting a rank (Open again for a rank that was
-// attached) is not supported: its Open fails.
+// gorun's cleanup.
+//
+// Restarting a rank (Open again for a rank that was attached) is not
+// supported. While the name is there its Open fails (the rank's slot is
+// taken). Once it is gone, the restarted rank's Open, like that of a rank
+// that comes after every earlier one closed, finds no file and creates a
+// new segment under the same name, alone; Open cannot tell this from a
+// first start. Connect tells: the creator draws a random nonce for each
+// instance of the segment and writes it into the header, every member puts
+// it in its Addr, and Connect refuses, with ErrMismatch naming the cause,
+// the address of a rank in another instance. Frames need no Connect: a
+// rank that sends without one loses its frames in its own instance.
 //
 // # Some ranks of a job
 //
@@ -139,8 +150,8 @@
 //
 // Device implements hal.CrossMemory: ReadFrom and WriteTo copy between this
 // process and a peer's address space with process_vm_readv/writev, using
-// the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>",
-// the rank being the job's).
+// the pid the peer publishes in its Addr ("shm:<segment>:<rank>:<pid>:<nonce>",
+// the rank being the job's, the nonce its segment instance's).
 // Open finds out whether the kernel allows it (Yama ptrace_scope, seccomp),
 // Connect probes each peer, and CMA reports the result; a refusal is traced
 // once at level 2. The device checks nothing about the remote addresses: the

@@ -15,7 +15,9 @@ var (
 	// is not used again.
 	ErrCorrupt = errors.New("shm: shared segment corrupted")
 	// ErrMismatch: the segment was made for another job size or geometry
-	// (the ranks were given different Options), or by another user.
+	// (the ranks were given different Options), or by another user; or a
+	// peer's address is of another instance of the segment (a restarted
+	// rank, or one that came after the others had left).
 	ErrMismatch = errors.New("shm: segment does not match this rank's job")
 	// ErrNoCMA: cross-memory attach is not available toward this peer (the
 	// kernel refused it, Options.NoCMA, or the peer's pid is unknown).

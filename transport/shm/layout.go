@@ -21,7 +21,8 @@ import (
 //	  0 ready u32 (readyMagic once initialised; a futex word)
 //	  4 life u32 (open count, and lifeUnlinked)   8 attached u32   12 creator pid u32
 //	segment header, line 2: end marker u64  8 shared block bytes u64
-//	  16 job size u32
+//	  16 job size u32  24 instance nonce u64 (random, never 0: tells this
+//	  segment from another made later under the same name, see Connect)
 //	rank blocks from 3*line, two lines per slot (size is the number of
 //	slots, the members of the segment; slot i is job rank ranks[i]):
 //	  line A (read-mostly): 0 state u32  4 pid u32  8 probe address u64  16 probe value u64
@@ -51,7 +52,7 @@ import (
 const (
 	segMagic   uint64 = 0x316d687374666577 // "weftshm1" read little-endian
 	segEnd     uint64 = 0x444e455354464557 // "WEFTSEND"
-	segVersion        = 4                  // 2: cells a line apart; 3: the shared block; 4: slots' job ranks
+	segVersion        = 5                  // 2: cells a line apart; 3: the shared block; 4: slots' job ranks; 5: the instance nonce
 	readyMagic uint32 = 0x59444552         // "REDY"
 	ringStart  uint64 = 0x474e495254464557 // "WEFTRING"
 	ringEnd    uint64 = 0x21444e45474e4952 // "RINGEND!"
@@ -79,6 +80,7 @@ const (
 	offSegEnd      = 0
 	offSharedBytes = 8
 	offJobSize     = 16
+	offNonce       = 24
 
 	// Rank block fields: line A, then line B (add line).
 	offState     = 0

@@ -544,7 +544,7 @@ func TestCMARefused(t *testing.T) {
 			return devs[1].Addr()
 		}},
 		{"pid", func(devs []*Device) string {
-			return fmt.Sprintf("shm:%s:1:%d", devs[1].seg.name, os.Getpid()+1)
+			return fmt.Sprintf("shm:%s:1:%d:%016x", devs[1].seg.name, os.Getpid()+1, devs[1].seg.nonce)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

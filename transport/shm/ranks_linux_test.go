@@ -52,7 +52,7 @@ func TestRanksSegments(t *testing.T) {
 			if d.g.size != len(node.ranks) {
 				t.Errorf("rank %d: segment for %d ranks, want %d", d.rank, d.g.size, len(node.ranks))
 			}
-			name, rank, _, err := parseAddr(d.Addr())
+			name, rank, _, _, err := parseAddr(d.Addr())
 			if err != nil || name != want || rank != d.rank {
 				t.Errorf("rank %d: Addr %q is rank %d of %s (%v)", d.rank, d.Addr(), rank, name, err)
 			}

@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -19,6 +20,10 @@ type segment struct {
 	mem        []byte
 	g          *geometry
 	creator    bool
+	// nonce tells this instance of the segment from any other made under
+	// the same name: drawn by the creator, in the header and in every
+	// member's Addr.
+	nonce uint64
 
 	// Words of the segment header (line 1).
 	ready, life, attached *uint32
@@ -185,6 +190,8 @@ func (s *segment) init(jobKey uint64) {
 	*word64(b, 2*g.line+offSegEnd) = segEnd
 	*word64(b, 2*g.line+offSharedBytes) = uint64(g.sharedBytes)
 	*word32(b, 2*g.line+offJobSize) = uint32(g.jobSize)
+	s.nonce = rand.Uint64() | 1
+	*word64(b, 2*g.line+offNonce) = s.nonce
 	for i, r := range g.ranks {
 		*word32(b, g.rankBlock(i)+offRank) = uint32(r)
 	}
@@ -255,6 +262,9 @@ func (s *segment) check(jobKey uint64) error {
 			return fmt.Errorf("shm: %s was made with %s %d, this rank has %d: the ranks disagree on the job or its Options: %w",
 				s.path, f.name, f.got, f.want, ErrMismatch)
 		}
+	}
+	if s.nonce = *word64(b, 2*g.line+offNonce); s.nonce == 0 {
+		return fmt.Errorf("shm: %s: instance nonce 0: %w", s.path, ErrCorrupt)
 	}
 	for i, r := range g.ranks {
 		if got := *word32(b, g.rankBlock(i)+offRank); got != uint32(r) {

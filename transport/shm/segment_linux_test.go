@@ -2,8 +2,10 @@ package shm
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,6 +99,61 @@ func TestAbandoned(t *testing.T) {
 	}
 	t.Log(err)
 	*a.seg.life &^= lifeUnlinked
+}
+
+// TestRestartedRankCannotConnect: once every rank has attached, the name
+// is gone, so a rank that opens again (a restarted process) creates a
+// segment of its own under the same name, and nobody reads the rings it
+// writes. Connect, either way between it and a rank of the first
+// instance, must fail with ErrMismatch naming the cause, not connect them
+// and lose their frames.
+func TestRestartedRankCannotConnect(t *testing.T) {
+	key := newJobKey()
+	a := mustOpen(t, key, 0, 2, Options{})
+	b := mustOpen(t, key, 1, 2, Options{})
+	if err := errors.Join(a.Connect(1, b.Addr()), b.Connect(0, a.Addr())); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1 restarts: its old device stays as a killed process's would,
+	// nothing marked, and it opens again.
+	b2, err := openRank(t, key, 1, 2, Options{})
+	if err != nil {
+		t.Logf("Open of rank 1 again: %v", err)
+		return // refusing here would do too
+	}
+	if err := b2.Connect(0, a.Addr()); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "another instance") {
+		t.Errorf("restarted rank 1: Connect(0) = %v, want ErrMismatch naming another instance of the segment", err)
+	}
+	if err := a.Connect(1, b2.Addr()); !errors.Is(err, ErrMismatch) {
+		t.Errorf("rank 0: Connect(1) to the restarted rank 1 = %v, want ErrMismatch", err)
+	}
+	if err := a.Connect(1, b.Addr()); err != nil {
+		t.Errorf("rank 0: Connect(1) to the first rank 1 again: %v", err)
+	}
+}
+
+// TestLateRankAfterAbandonCannotConnect: ranks 0 and 1 of 3 open and
+// close before rank 2 comes; the last close unlinks the name, so rank 2
+// opens a segment of its own, alone. Its Connect to the earlier ranks must
+// fail with ErrMismatch rather than let it send into a segment nobody else
+// will ever map.
+func TestLateRankAfterAbandonCannotConnect(t *testing.T) {
+	key := newJobKey()
+	a := mustOpen(t, key, 0, 3, Options{})
+	b := mustOpen(t, key, 1, 3, Options{})
+	addrs := []string{a.Addr(), b.Addr()}
+	a.Close()
+	b.Close()
+	c, err := openRank(t, key, 2, 3, Options{})
+	if err != nil {
+		t.Logf("Open of the late rank 2: %v", err)
+		return // refusing here would do too
+	}
+	for r, addr := range addrs {
+		if err := c.Connect(hal.Rank(r), addr); !errors.Is(err, ErrMismatch) {
+			t.Errorf("late rank 2, alone in %s: Connect(%d) = %v, want ErrMismatch", c.seg.path, r, err)
+		}
+	}
 }
 
 // A creator that fails before sizing the file removes it; a rank waiting
@@ -319,11 +376,18 @@ func TestConnect(t *testing.T) {
 	devs, _ := openLocal(t, 2, Options{})
 	d := devs[0]
 	other := SegmentName(newJobKey(), 0)
-	for _, addr := range []string{"", "shm", "udp:1.2.3.4:5", "shm:" + d.seg.name + ":1", "shm:" + d.seg.name + ":x:1",
-		"shm:" + d.seg.name + ":1:0", "shm:" + d.seg.name + ":0:1", "shm:" + other + ":1:1"} {
+	seg, nonce := "shm:"+d.seg.name, fmt.Sprintf(":%016x", d.seg.nonce)
+	for _, addr := range []string{"", "shm", "udp:1.2.3.4:5", seg + ":1", seg + ":1:1", seg + ":x:1" + nonce,
+		seg + ":1:0" + nonce, seg + ":0:1" + nonce, "shm:" + other + ":1:1" + nonce, "shm::1:1" + nonce,
+		seg + ":1:1:", seg + ":1:1:0000000000000000", seg + ":1:1:12345", seg + ":1:1:0x12345678901234",
+		seg + ":1:1:zzzzzzzzzzzzzzzz", seg + ":1:1:1234567890abcdef0", seg + ":1:1" + nonce + ":1",
+		seg + ":-1:1" + nonce, seg + ":1:-1" + nonce, seg + ":99999999999:1" + nonce} {
 		if err := d.Connect(1, addr); !errors.Is(err, hal.ErrUnknownPeer) {
 			t.Errorf("Connect(1, %q): %v, want hal.ErrUnknownPeer", addr, err)
 		}
+	}
+	if err := d.Connect(1, fmt.Sprintf("%s:1:%d:%016x", seg, os.Getpid(), d.seg.nonce^2)); !errors.Is(err, ErrMismatch) {
+		t.Errorf("Connect(1) with another instance's nonce: %v, want ErrMismatch", err)
 	}
 	if err := d.Connect(2, devs[1].Addr()); !errors.Is(err, hal.ErrUnknownPeer) {
 		t.Errorf("Connect(2) in a job of 2: %v, want hal.ErrUnknownPeer", err)
