@@ -10,34 +10,6 @@ import (
 	"github.com/weft-hpc/weft/internal/faults"
 )
 
-// runFor drives j for up to d of virtual time, or until done; it reports
-// whether done came.
-func (j *simJob) runFor(d time.Duration, done func() bool) bool {
-	start := j.net.Now()
-	for !done() {
-		if j.net.Now().Sub(start) > d {
-			return false
-		}
-		before := j.net.Now()
-		j.step()
-		if j.net.Now() == before {
-			// Nothing in flight, no timer: one more pass, then give up.
-			for _, c := range j.ctxs {
-				c.Progress()
-			}
-			if done() {
-				return true
-			}
-			if j.net.Now() == before {
-				if _, ok := j.nextEvent(); !ok {
-					return done()
-				}
-			}
-		}
-	}
-	return true
-}
-
 // TestBroadcastAllFailsWhenMemberFails: the root's All waits for every
 // member's have message; a member whose data landed (so the root's Done
 // fired) but which failed before its have message came must fail All

@@ -260,7 +260,7 @@ func (r *rdmaState) startTransfer(g *rdmaGroup, t hal.FrameType, h hal.RDMAHdr, 
 		g.trk = t.Add(fmt.Sprintf("RDMA %s of %d bytes to rank %d (rCxts in flight)", g.kind, h.Total, g.peer), 0)
 	}
 	switch g.kind {
-	case opWrite:
+	case opWrite, opFIFOWrite:
 		r.stats.Writes++
 	case opRead, opFIFORead:
 		r.stats.Reads++
@@ -648,9 +648,10 @@ func (r *rdmaState) roomFor(op *rdmaOp) bool {
 // as TCP's: the origin hears nothing while a chunk streams, so a window
 // of RDMAWindow bytes sent back to back overruns any queue smaller than
 // it on the way (a rate-limited link's), and every loss costs a redrive
-// after a timeout. A redrive halves the window, down to one
-// chunk; a chunk completed at its first drive grows it by a chunk's worth
-// over a window's worth of completions, up to RDMAWindow. A reliable
+// after a timeout. A redrive halves the window, down to one chunk
+// (or RDMAWindow, if that is less); a chunk completed at its first
+// drive grows it by a chunk's worth over a window's worth of
+// completions, up to RDMAWindow. A reliable
 // device loses nothing: the window stays RDMAWindow.
 
 // grow opens peer's window after a chunk of n bytes completed at its
@@ -666,7 +667,7 @@ func (r *rdmaState) grow(peer hal.Rank, n int) {
 // shrink halves peer's window after a loss (a redrive; c.mu held).
 func (r *rdmaState) shrink(peer hal.Rank) {
 	w := &r.cwnd[peer]
-	*w = max(*w/2, rdmaChunk)
+	*w = max(*w/2, min(rdmaChunk, r.c.cfg.RDMAWindow))
 	r.stats.WindowCuts++
 }
 
