@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -11,7 +12,16 @@ import (
 // collectives runs a context's broadcasts (bcast.go) and multicasts
 // (mcast.go) by RDMA; their state is in their handlers' tables.
 type collectives struct {
-	c *Context
+	c       *Context
+	started *sync.Cond // on c.mu: a pulling receiver's read start returned (bcastState.starting)
+}
+
+// startedCond is co.started, made on first use (c.mu held).
+func (co *collectives) startedCond() *sync.Cond {
+	if co.started == nil {
+		co.started = sync.NewCond(&co.c.mu)
+	}
+	return co.started
 }
 
 // Broadcast RDMA (the IBM seed's): one source region placed into a region
@@ -333,9 +343,10 @@ var ErrBcastAborted = errors.New("lapi: broadcast aborted")
 // AbortBroadcast ends this member's part of broadcast id (a caller that
 // gave up on it: the layer above aborted the call): its buffer is
 // released, so nothing more is written into it (a parent's later chunks
-// fail there with a protection fault, which ends the parent's part), and
-// its counters fail with cause, wrapping ErrBcastAborted. A broadcast not
-// in flight here is left alone.
+// fail there with a protection fault, which ends the parent's part; a
+// pulling receiver's reads in flight are ended and their answers
+// dropped), and its counters fail with cause, wrapping ErrBcastAborted.
+// A broadcast not in flight here is left alone.
 func (c *Context) AbortBroadcast(id uint64, cause error) {
 	t := c.coll.bcastTable()
 	c.mu.Lock()
@@ -343,6 +354,12 @@ func (c *Context) AbortBroadcast(id uint64, cause error) {
 	if st := t.live[id]; st != nil {
 		st.failLocked(fmt.Errorf("%w: %w", ErrBcastAborted, cause))
 		st.progressLocked()
+		// A read another goroutine is starting ends once started (its
+		// starter sees the failure); it must not land after this
+		// returns.
+		for st.starting > 0 {
+			c.coll.startedCond().Wait()
+		}
 	}
 	c.mu.Unlock()
 	c.am.runCompletions()
@@ -401,6 +418,7 @@ type bcastState struct {
 	has        []bool     // a pulling receiver's: chunk i has landed
 	ppvo       hal.PVO    // a pulling receiver's: the parent's buffer
 	gotSent    bool       // a pulling receiver told its parent it has it all
+	starting   int        // a pulling receiver's reads being started, outside c.mu
 	landed     int
 	kids       []bcastKid
 	ready      int // children that sent where their chunks go
@@ -516,6 +534,7 @@ func (st *bcastState) progressLocked() {
 			st.registered = false
 			c.tpt.Deregister(st.pvo)
 		}
+		st.endReadsLocked()
 		st.forget()
 		c.pr.wakeLocked()
 		return
@@ -720,7 +739,7 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 
 // offerLocked arms a pulling receiver's reads of its parent's buffer,
 // each on the counter the parent bumps when that chunk is there (c.mu
-// held; they are armed once it is released).
+// held).
 func (st *bcastState) offerLocked(m bcastMsg) []func() {
 	c := st.c
 	if !st.o.Pull || m.from != st.parent || st.vr == 0 || st.ppvo != (hal.PVO{}) {
@@ -728,21 +747,63 @@ func (st *bcastState) offerLocked(m bcastMsg) []func() {
 		return nil
 	}
 	st.ppvo = m.pvo
-	starts := make([]func(), 0, st.n)
 	for i := range st.n {
-		off := i * st.chunk
-		dst := st.buf[off:min(off+st.chunk, len(st.buf))]
-		when, landed, src := st.avail[i], st.cntrs[i], m.pvo.Add(uint64(off))
-		starts = append(starts, func() {
-			if err := c.GetWhen(when, 1, st.parent, src, dst, SendOpts{Origin: landed}); err != nil {
-				c.mu.Lock()
-				landed.fail(err)
-				c.mu.Unlock()
-				c.am.runCompletions()
-			}
-		})
+		c.trg.armFnLocked(st.avail[i], 1, st.readChunk(i))
 	}
-	return starts
+	return nil
+}
+
+// readChunk is the trigger of chunk i's being at a pulling receiver's
+// parent: it reads the chunk into the buffer, unless this member's part
+// has ended. The read starts outside c.mu: an abort meanwhile waits for
+// it (st.starting), and the read is ended as soon as it has started.
+func (st *bcastState) readChunk(i int) func(error) {
+	return func(err error) {
+		c := st.c
+		off := i * st.chunk
+		dst, landed := st.buf[off:min(off+st.chunk, len(st.buf))], st.cntrs[i]
+		c.mu.Lock()
+		if err == nil && st.err != nil {
+			err = st.err
+		}
+		if err != nil {
+			landed.fail(err)
+			c.mu.Unlock()
+			c.am.runCompletions()
+			return
+		}
+		st.starting++
+		c.mu.Unlock()
+		err = c.Get(st.parent, st.ppvo.Add(uint64(off)), dst, SendOpts{Origin: landed})
+		c.mu.Lock()
+		st.starting--
+		if err != nil {
+			landed.fail(err)
+		} else if st.err != nil {
+			st.endReadsLocked() // ended while it started
+		}
+		if st.starting == 0 && st.err != nil {
+			c.coll.startedCond().Broadcast()
+		}
+		c.mu.Unlock()
+		c.am.runCompletions()
+	}
+}
+
+// endReadsLocked ends a pulling receiver's reads in flight, after its part
+// failed (c.mu held): their answers are dropped, so nothing more is
+// written into its buffer once its Done has failed.
+func (st *bcastState) endReadsLocked() {
+	if !st.o.Pull || st.vr == 0 {
+		return
+	}
+	c := st.c
+	for i, k := range st.cntrs {
+		if !st.has[i] {
+			c.rd.cancelReads(k, st.err)
+			c.cancelGets(k, st.err)
+		}
+	}
 }
 
 // bcastTable holds a context's broadcasts in flight, and the ready

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weft-hpc/weft/hal"
+	"github.com/weft-hpc/weft/internal/faults"
 	"github.com/weft-hpc/weft/internal/simnet"
 )
 
@@ -414,4 +415,61 @@ func FuzzBcastMsg(f *testing.F) {
 			t.Fatalf("decode(%x) = %+v encodes to %x", b, m, back)
 		}
 	})
+}
+
+// TestBroadcastPullAbortNothingLands: AbortBroadcast says "its buffer is
+// released, so nothing more is written into it". A pulling receiver
+// (BcastOpts.Pull) whose read of a chunk is in flight when it aborts must
+// not have that read land in its buffer after AbortBroadcast returned.
+func TestBroadcastPullAbortNothingLands(t *testing.T) {
+	j := newRDMAJob(t, 2, faults.Spec{Seed: 1})
+	defer j.close()
+	const id = 11
+	group := []hal.Rank{0, 1}
+	want := make([]byte, 5000)
+	fill(want, 4)
+	root, mine := append([]byte(nil), want...), make([]byte, len(want))
+	// The root's answers to reads are held back until the receiver has
+	// aborted.
+	hold := true
+	j.net.SetFilter(func(src, dst hal.Rank, f []byte) bool {
+		ft := hal.FrameType(f[3])
+		return !(hold && src == 0 && (ft == hal.FrameRDMAWrite || ft == hal.FrameRDMAReadResp))
+	})
+	done1 := j.ctxs[1].NewCounter()
+	if err := j.ctxs[1].Broadcast(group, 0, id, mine, BcastOpts{Pull: true, Done: done1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.ctxs[0].Broadcast(group, 0, id, root, BcastOpts{Pull: true}); err != nil {
+		t.Fatal(err)
+	}
+	reading := func() bool {
+		c := j.ctxs[1]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.rd.groups > 0 && c.rd.stats.Reads > 0
+	}
+	if !j.runFor(time.Minute, reading) {
+		t.Fatal("the receiver never read")
+	}
+	j.ctxs[1].AbortBroadcast(id, errors.New("the call gave up"))
+	if !errors.Is(done1.err, ErrBcastAborted) {
+		t.Fatalf("done: %v, want ErrBcastAborted", done1.err)
+	}
+	for i := range mine {
+		mine[i] = 0xEE // the caller reuses its buffer
+	}
+	hold = false
+	j.runFor(time.Minute, func() bool {
+		c := j.ctxs[1]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.rd.groups == 0 && j.net.InFlight() == 0
+	})
+	for i, b := range mine {
+		if b != 0xEE {
+			t.Fatalf("byte %d of the aborted receiver's buffer was written after AbortBroadcast returned (%#x); it now holds the root's data: %v",
+				i, b, bytes.Equal(mine, want))
+		}
+	}
 }

@@ -633,6 +633,30 @@ func (r *rdmaState) finishOp(op *rdmaOp, err error) {
 	r.freeOps = op
 }
 
+// cancelReads ends the RDMA reads in flight or waiting whose Origin
+// counter is k, failing them with err (c.mu held): the engine stops
+// expecting their data and their local regions are released, so a late
+// or redriven answer places nothing (a collective's part that failed or
+// was aborted).
+func (r *rdmaState) cancelReads(k *Counter, err error) {
+	keep := r.waiting[:0]
+	for _, op := range r.waiting {
+		if op.g.kind == opRead && op.g.org == k {
+			r.nwait[op.g.peer]--
+			r.finishOp(op, err) // it has no rCxt: nothing launches meanwhile
+			continue
+		}
+		keep = append(keep, op)
+	}
+	clear(r.waiting[len(keep):])
+	r.waiting = keep
+	for _, op := range r.ops {
+		if op != nil && op.g.kind == opRead && op.g.org == k {
+			r.finishOp(op, err)
+		}
+	}
+}
+
 // roomFor reports whether op's bytes fit the window toward its peer (a
 // chunk always goes when nothing else is in flight there). On an
 // unreliable device running ahead of the receiver loses packets; on a

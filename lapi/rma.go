@@ -296,6 +296,27 @@ func (t *getTable) failPeer(c *Context, peer hal.Rank, err error) {
 	}
 }
 
+// cancelGets ends the gets waiting for their reply whose Origin counter
+// is k, failing them with err (c.mu held): their reply, or the rest of
+// one arriving, is dropped, so nothing more is written into their
+// buffers (a collective's part that failed or was aborted).
+func (c *Context) cancelGets(k *Counter, err error) {
+	for _, s := range c.gets.slots {
+		if !s.used || s.rv || s.cntr != k {
+			continue
+		}
+		for key, m := range c.am.reasm {
+			if m.cookie == any(s) {
+				m.buf, m.cookie = nil, nil // the rest is counted, not placed
+				c.am.reasm[key] = m
+			}
+		}
+		s.err = err
+		s.finish(c)
+		c.gets.put(s)
+	}
+}
+
 func (t *getTable) put(s *getSlot) {
 	*s = getSlot{gen: s.gen, idx: s.idx}
 	t.free = append(t.free, s.idx)
