@@ -35,7 +35,12 @@ func (co *collectives) startedCond() *sync.Cond {
 // it has landed, by whichever goroutine makes progress: no call of the
 // user's is in the path, and the chunks stream down the tree pipelined.
 // When a receiver's whole subtree has the data it tells its parent (a
-// have message), so the root learns when every member has it.
+// have message), so the root learns when every member has it; a
+// receiver whose part fails before then tells its parent instead (a lost
+// message), and a parent watches each child for failure until its have
+// came, so the root's All fails rather than waits. A receiver of 0 bytes
+// says so too (its ready), and its parent answers with an offer of
+// nothing when its length agrees.
 //
 // With BcastOpts.Pull the receivers read instead: a parent tells each
 // child where its buffer is (an offer message) and when each chunk is
@@ -167,6 +172,13 @@ func (co *collectives) ownCounters(op string, ks ...*Counter) error {
 // children have). It does not block: the counters of o tell when it is
 // done, or fail with the reason (a member failed, a protection check). buf
 // must not be touched until o.Done fires.
+//
+// After a member's part failed or was aborted, the messages its peers
+// still send for id are dropped there until it calls with id again (for
+// the last 1024 such ids): an id is best not reused after a failed
+// broadcast, as a message of the new one that comes before this member
+// has called is taken for a late one, and a late one that comes after for
+// the new one's.
 func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o BcastOpts) error {
 	me, err := c.coll.groupIndex("broadcast", group, root)
 	if err != nil {
@@ -200,7 +212,7 @@ func (c *Context) Broadcast(group []hal.Rank, root int, id uint64, buf []byte, o
 	}
 	st.progressLocked()
 	c.mu.Unlock()
-	if st.vr != 0 && st.n > 0 {
+	if st.vr != 0 {
 		st.sendReady(ids, local)
 	}
 	for _, f := range starts {
@@ -268,6 +280,7 @@ func (co *collectives) enterBcast(t *bcastTable, st *bcastState) error {
 		return fmt.Errorf("lapi: broadcast %#x is already in flight: %w", st.id, ErrBcast)
 	}
 	t.live[st.id] = st
+	t.ended.remove(st.id) // its messages are this call's now
 	return nil
 }
 
@@ -276,25 +289,36 @@ func (co *collectives) enterBcast(t *bcastTable, st *bcastState) error {
 // It returns the chunks' counter IDs, for the parent, or nil at the root.
 func (st *bcastState) armLocked() (ids []byte) {
 	c, o := st.c, st.o
-	if len(st.kids) > 0 && st.n > 0 {
-		for i := range st.kids {
-			k := &st.kids[i]
-			k.sent = c.trg.spareCounter()
-			at := int64(st.n) // every Put's completion
-			if o.Pull {
-				at = 1 // the child's got message
-			}
-			c.trg.armFnLocked(k.sent, at, st.kidSent)
-			c.am.await(k.rank, k.sent) // a child that fails before it is ready fails the broadcast
+	for i := range st.kids {
+		k := &st.kids[i]
+		// A child that fails before its subtree has the data fails
+		// the broadcast, before or after this member's Done.
+		k.have = c.trg.spareCounter()
+		c.am.await(k.rank, k.have)
+		c.trg.armFnLocked(k.have, 1, st.kidHave)
+		if st.n == 0 {
+			continue
 		}
-	} else {
+		k.sent = c.trg.spareCounter()
+		at := int64(st.n) // every Put's completion
+		if o.Pull {
+			at = 1 // the child's got message
+		}
+		c.trg.armFnLocked(k.sent, at, st.kidSent)
+	}
+	if len(st.kids) == 0 || st.n == 0 {
 		st.sentAll = true
 	}
-	if st.n == 0 {
-		st.ready = len(st.kids) // no chunks: nothing to be ready for
-	}
-	if st.vr == 0 || st.n == 0 {
+	if st.vr == 0 {
 		st.landedAll = true
+		return nil
+	}
+	if st.n == 0 {
+		// Nothing to receive: it has landed once the parent took its
+		// length (an offer), unless the parent fails first.
+		st.accepted = c.trg.spareCounter()
+		c.am.await(st.parent, st.accepted)
+		c.trg.armFnLocked(st.accepted, 1, st.acceptedFn)
 		return nil
 	}
 	st.cntrs = make([]*Counter, st.n)
@@ -340,6 +364,11 @@ func (st *bcastState) sendReady(ids []byte, local hal.PVO) {
 // AbortBroadcast ended.
 var ErrBcastAborted = errors.New("lapi: broadcast aborted")
 
+// ErrBcastLost is wrapped by the error of a broadcast member whose child
+// reported that its part failed or was aborted before every member of
+// its subtree had the data.
+var ErrBcastLost = errors.New("lapi: a broadcast member below failed or gave up")
+
 // AbortBroadcast ends this member's part of broadcast id (a caller that
 // gave up on it: the layer above aborted the call): its buffer is
 // released, so nothing more is written into it (a parent's later chunks
@@ -351,6 +380,7 @@ func (c *Context) AbortBroadcast(id uint64, cause error) {
 	t := c.coll.bcastTable()
 	c.mu.Lock()
 	delete(t.early, id)
+	t.ended.add(id) // what its peers still send is dropped
 	if st := t.live[id]; st != nil {
 		st.failLocked(fmt.Errorf("%w: %w", ErrBcastAborted, cause))
 		st.progressLocked()
@@ -414,6 +444,7 @@ type bcastState struct {
 	pvo        hal.PVO    // a receiver's buffer, registered
 	registered bool       // until every chunk has landed
 	cntrs      []*Counter // a receiver's: chunk i's arrival
+	accepted   *Counter   // a receiver of nothing's: its parent took its length
 	avail      []*Counter // a pulling receiver's: chunk i is at the parent
 	has        []bool     // a pulling receiver's: chunk i has landed
 	ppvo       hal.PVO    // a pulling receiver's: the parent's buffer
@@ -436,6 +467,7 @@ type bcastState struct {
 type bcastKid struct {
 	rank  hal.Rank
 	sent  *Counter // the Completion of every Put to the child
+	have  *Counter // bumped by its have message; fails if it fails first
 	pvo   hal.PVO
 	cntrs []uint32
 	ready bool
@@ -501,6 +533,34 @@ func (st *bcastState) kidSent(err error) {
 	c.am.runCompletions()
 }
 
+// acceptedFn is the trigger of a receiver of nothing being accepted by
+// its parent, or of the parent's failure before.
+func (st *bcastState) acceptedFn(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	c.am.runCompletions()
+}
+
+// kidHave is the trigger of a child's have message, or of its failure
+// before it.
+func (st *bcastState) kidHave(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	} else {
+		st.haves++
+	}
+	st.progressLocked()
+	c.mu.Unlock()
+	c.am.runCompletions()
+}
+
 func (st *bcastState) failLocked(err error) {
 	if st.err == nil {
 		st.err = fmt.Errorf("lapi: broadcast %#x: %w", st.id, err)
@@ -512,12 +572,29 @@ func (st *bcastState) failLocked(err error) {
 // the data.
 func (st *bcastState) progressLocked() {
 	c := st.c
-	if st.err != nil && !st.doneSent {
-		// A failure ends this member's part: its counters fail, and its
-		// parent hears nothing more (it fails by the failed peer's
-		// error, or its waiter's deadline).
+	if st.err != nil && !st.over {
+		// A failure ends this member's part: its counters not told yet
+		// fail (All too after Done: a member may fail once its data
+		// landed), and its parent is told that this subtree will not
+		// have the data (a lost message), so that the root's All fails.
+		var landed, done, all *Counter
+		var n Completer
+		if !st.landedTold || st.vr == 0 {
+			landed = st.o.Landed
+		}
+		if !st.doneSent {
+			done, n = st.o.Done, st.o.Notify
+		}
+		if !st.haveSent {
+			all = st.o.All
+			if st.vr != 0 {
+				var u [bcastMsgLen]byte
+				encodeBcastMsg(u[:], bcastMsg{kind: bcastLost, id: st.id})
+				c.am.amsendLocked(st.parent, hBcast, u[:], nil, &SendOpts{}) // a failed parent needs it not
+			}
+		}
 		st.doneSent, st.haveSent = true, true
-		c.coll.failCallerLocked(st.err, st.o.Notify, st.o.Landed, st.o.Done, st.o.All)
+		c.coll.failCallerLocked(st.err, n, landed, done, all)
 		// The triggers still armed on its own counters (forwards,
 		// reads, window) fire with the error and are dropped, rather
 		// than wait for ever for chunks that will not come.
@@ -527,8 +604,16 @@ func (st *bcastState) progressLocked() {
 		for _, k := range st.avail {
 			k.fail(st.err)
 		}
+		if k := st.accepted; k != nil && k.v.Load() == 0 {
+			k.fail(st.err)
+			c.am.awaited(st.parent, k)
+		}
 		for _, k := range st.kids {
 			k.sent.fail(st.err)
+			k.have.fail(st.err)
+			if !k.has {
+				c.am.awaited(k.rank, k.have)
+			}
 		}
 		if st.registered {
 			st.registered = false
@@ -603,7 +688,8 @@ func (st *bcastState) forget() {
 		delete(t.live, st.id)
 	}
 	if st.err != nil {
-		return // a late increment could still come: left to the collector
+		t.ended.add(st.id) // its peers' late messages are dropped
+		return             // a late increment could still come: left to the collector
 	}
 	for _, k := range st.cntrs {
 		k.v.Store(0)
@@ -613,10 +699,16 @@ func (st *bcastState) forget() {
 		k.v.Store(0)
 		c.trg.spareCntrs = append(c.trg.spareCntrs, k)
 	}
+	if k := st.accepted; k != nil {
+		k.v.Store(0)
+		c.trg.spareCntrs = append(c.trg.spareCntrs, k)
+	}
 	for _, k := range st.kids {
-		if k.sent != nil {
-			k.sent.v.Store(0)
-			c.trg.spareCntrs = append(c.trg.spareCntrs, k.sent)
+		for _, kk := range []*Counter{k.sent, k.have} {
+			if kk != nil {
+				kk.v.Store(0)
+				c.trg.spareCntrs = append(c.trg.spareCntrs, kk)
+			}
 		}
 	}
 }
@@ -638,9 +730,17 @@ func (st *bcastState) applyLocked(m bcastMsg) []func() {
 		return nil
 	case bcastGot:
 		for i := range st.kids {
-			if k := &st.kids[i]; k.rank == m.from && k.ready && st.o.Pull {
-				st.c.am.awaited(k.rank, k.sent)
+			if k := &st.kids[i]; k.rank == m.from && k.ready && st.o.Pull && st.n > 0 {
 				k.sent.incr()
+				return nil
+			}
+		}
+		st.c.stats.BadPackets++
+		return nil
+	case bcastLost:
+		for i := range st.kids {
+			if k := &st.kids[i]; k.rank == m.from && !k.has {
+				st.failLocked(fmt.Errorf("rank %d: %w", m.from, ErrBcastLost))
 				return nil
 			}
 		}
@@ -648,9 +748,12 @@ func (st *bcastState) applyLocked(m bcastMsg) []func() {
 		return nil
 	}
 	for i := range st.kids {
-		if k := &st.kids[i]; k.rank == m.from && !k.has {
+		// A have from a child that never said it was ready is no
+		// child's of this broadcast: its length was never checked.
+		if k := &st.kids[i]; k.rank == m.from && k.ready && !k.has {
 			k.has = true
-			st.haves++
+			st.c.am.awaited(k.rank, k.have)
+			k.have.incr()
 			return nil
 		}
 	}
@@ -684,6 +787,16 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 	k := &st.kids[ki]
 	k.ready, k.pvo, k.cntrs = true, m.pvo, m.cntrs
 	st.ready++
+	if st.n == 0 {
+		// Nothing to send: the offer tells the child its length is
+		// this member's.
+		var u [bcastMsgLen]byte
+		encodeBcastMsg(u[:], bcastMsg{kind: bcastOffer, id: st.id})
+		if err := c.am.amsendLocked(k.rank, hBcast, u[:], nil, &SendOpts{}); err != nil {
+			st.failLocked(fmt.Errorf("offer to rank %d: %w", k.rank, err))
+		}
+		return nil
+	}
 	if st.o.Pull {
 		// Tell the child where to read, then which chunks are here.
 		var u [bcastMsgLen]byte
@@ -699,7 +812,6 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 		}
 		return nil
 	}
-	c.am.awaited(k.rank, k.sent)
 	var starts []func()
 	w := st.o.Window
 	for i := range st.n {
@@ -739,10 +851,16 @@ func (st *bcastState) readyLocked(m bcastMsg) []func() {
 
 // offerLocked arms a pulling receiver's reads of its parent's buffer,
 // each on the counter the parent bumps when that chunk is there (c.mu
-// held).
+// held); to a receiver of nothing, it says its parent took its length.
 func (st *bcastState) offerLocked(m bcastMsg) []func() {
 	c := st.c
-	if !st.o.Pull || m.from != st.parent || st.vr == 0 || st.ppvo != (hal.PVO{}) {
+	if m.from == st.parent && st.vr != 0 && st.n == 0 && !st.landedAll && m.pvo == (hal.PVO{}) {
+		st.landedAll = true // the parent took its length: nothing to receive
+		c.am.awaited(st.parent, st.accepted)
+		st.accepted.incr()
+		return nil
+	}
+	if !st.o.Pull || m.from != st.parent || st.vr == 0 || st.n == 0 || st.ppvo != (hal.PVO{}) {
 		c.stats.BadPackets++
 		return nil
 	}
@@ -812,6 +930,7 @@ type bcastTable struct {
 	c     *Context
 	live  map[uint64]*bcastState
 	early map[uint64][]bcastMsg
+	ended endedIDs // broadcasts whose part here failed or was aborted
 }
 
 func (co *collectives) bcastTable() *bcastTable {
@@ -823,7 +942,57 @@ func newBcastTable(c *Context) *bcastTable {
 	return &bcastTable{c: c, live: make(map[uint64]*bcastState), early: make(map[uint64][]bcastMsg)}
 }
 
-// OnHeader takes a ready or have message (c.mu held).
+// dropEarly forgets the messages kept for broadcast id from rank from
+// (c.mu held).
+func (t *bcastTable) dropEarly(id uint64, from hal.Rank) {
+	ms := t.early[id]
+	keep := ms[:0]
+	for _, m := range ms {
+		if m.from != from {
+			keep = append(keep, m)
+		}
+	}
+	if len(keep) == 0 {
+		delete(t.early, id)
+	} else {
+		t.early[id] = keep
+	}
+}
+
+// endedIDs remembers the ids of the last endedMax collectives whose part
+// here failed or was aborted, so that their peers' late messages are
+// dropped rather than kept for a call that will not come (guarded by
+// c.mu). A call with the id takes it out.
+type endedIDs struct {
+	seq  map[uint64]uint64 // id: when it was added
+	ring []uint64          // the ids by when they were added, the oldest at next
+	next uint64            // how many were added
+}
+
+// endedMax bounds endedIDs.
+const endedMax = 1024
+
+func (e *endedIDs) add(id uint64) {
+	if e.seq == nil {
+		e.seq, e.ring = make(map[uint64]uint64), make([]uint64, endedMax)
+	}
+	i := e.next % endedMax
+	if old := e.ring[i]; e.next >= endedMax && e.seq[old] == e.next-endedMax {
+		delete(e.seq, old) // the oldest, not added again since
+	}
+	e.ring[i] = id
+	e.seq[id] = e.next
+	e.next++
+}
+
+func (e *endedIDs) has(id uint64) bool {
+	_, ok := e.seq[id]
+	return ok
+}
+
+func (e *endedIDs) remove(id uint64) { delete(e.seq, id) }
+
+// OnHeader takes a control message (c.mu held).
 func (t *bcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	m, err := decodeBcastMsg(uhdr)
 	if err != nil || m.kind != bcastReady && n != 0 || m.kind == bcastReady && n != 4*int(m.chunks) {
@@ -840,8 +1009,8 @@ func (t *bcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	return buf, p
 }
 
-// OnComplete acts on a ready or have message (the completion runner
-// calls it, outside the progress lock).
+// OnComplete acts on a control message (the completion runner calls it,
+// outside the progress lock).
 func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 	m, ok := cookie.(*bcastMsg)
 	if !ok {
@@ -859,10 +1028,15 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 	st := t.live[m.id]
 	var starts []func()
 	switch {
+	case st == nil && t.ended.has(m.id):
+		// Late, for a part that failed or was aborted here: dropped.
+	case st == nil && m.kind == bcastLost:
+		t.dropEarly(m.id, m.from) // a child that gave up before this member called
+	case st == nil && m.kind == bcastReady:
+		t.early[m.id] = append(t.early[m.id], *m) // this member has not called yet
 	case st == nil:
-		// The member has not called yet (a ready, or a have of a subtree
-		// with nothing to receive), or its part failed and ended.
-		t.early[m.id] = append(t.early[m.id], *m)
+		// Every other message answers one of this member's, so it is
+		// for a part no longer here: nothing can use it.
 	case st.err == nil:
 		starts = st.applyLocked(*m)
 		st.progressLocked()
@@ -877,14 +1051,17 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 // Wire layout of a broadcast control message's user header
 // (little-endian), bcastMsgLen bytes:
 //
-//	 0 kind    u8   bcastReady, bcastHave, bcastOffer or bcastGot
+//	 0 kind    u8   bcastReady, bcastHave, bcastOffer, bcastGot,
+//	                bcastRefuse or bcastLost
 //	 1 id      u64  the broadcast
 //	 9 chunks  u32  ready: how many chunks (the data is that many u32
-//	                counter IDs, one per chunk); others: 0
+//	                counter IDs, one per chunk; 0 for 0 bytes); others: 0
 //	13 total   u64  ready: the receiver's length, bytes; refuse: the
 //	                parent's; others: 0
-//	21 pvo     20B  ready: the sender's region (zero when it pulls);
-//	                offer: the parent's region; others: zero
+//	21 pvo     20B  ready: the sender's region (zero when it pulls or
+//	                has 0 bytes); offer: the parent's region (zero when
+//	                it has 0 bytes: it took the child's length); others:
+//	                zero
 //
 // These values are part of the wire protocol.
 const bcastMsgLen = 1 + 8 + 4 + 8 + hal.PVOLen
@@ -896,6 +1073,7 @@ const (
 	bcastOffer  = 3 // pull: where the parent's buffer is
 	bcastGot    = 4 // pull: the receiver has read every chunk
 	bcastRefuse = 5 // the parent's length is not the receiver's
+	bcastLost   = 6 // a receiver's part failed or was aborted before its subtree had the data
 )
 
 // bcastMsg is a decoded control message (from, cntrs and raw are not on
@@ -929,7 +1107,7 @@ func decodeBcastMsg(b []byte) (bcastMsg, error) {
 	m := bcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), chunks: binary.LittleEndian.Uint32(b[9:]),
 		total: binary.LittleEndian.Uint64(b[13:]), pvo: hal.GetPVO(b[21:])}
 	switch {
-	case m.kind < bcastReady || m.kind > bcastRefuse:
+	case m.kind < bcastReady || m.kind > bcastLost:
 		return bcastMsg{}, fmt.Errorf("%w: control message kind %d", ErrBcast, m.kind)
 	case m.kind != bcastReady && m.chunks != 0:
 		return bcastMsg{}, fmt.Errorf("%w: kind %d message with chunks", ErrBcast, m.kind)
@@ -937,9 +1115,9 @@ func decodeBcastMsg(b []byte) (bcastMsg, error) {
 		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
 	case m.kind != bcastReady && m.kind != bcastRefuse && m.total != 0:
 		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a length", ErrBcast, m.kind)
-	case m.kind == bcastReady && (m.total == 0 || m.total > uint64(m.chunks)*rdmaChunk):
+	case m.kind == bcastReady && ((m.total == 0) != (m.chunks == 0) || m.total > uint64(m.chunks)*rdmaChunk):
 		return bcastMsg{}, fmt.Errorf("%w: ready message for %d bytes in %d chunks", ErrBcast, m.total, m.chunks)
-	case m.kind == bcastReady && (m.chunks == 0 || m.chunks > maxBcastChunks):
+	case m.kind == bcastReady && m.chunks > maxBcastChunks:
 		return bcastMsg{}, fmt.Errorf("%w: ready message for %d chunks", ErrBcast, m.chunks)
 	}
 	return m, nil
