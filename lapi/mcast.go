@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -14,15 +15,21 @@ import (
 // Multicast RDMA (the IBM seed's): broadcast over a device that sends one
 // frame to every peer (hal.Broadcaster: IP multicast on udp), with lapi's
 // reliability repairing what each receiver lost. The receivers are the
-// ranks that posted the broadcast's id (the rCxt's role): a multicast
-// frame of an id a rank has not posted, or no longer has, is dropped and
-// counted (McastStats.Unposted), never placed.
+// ranks that posted the broadcast's id (the rCxt's role) and were told
+// its stream: a multicast frame of a stream a rank was not told, or whose
+// part is over, is dropped and counted (McastStats.Unposted), never
+// placed.
 //
 // The protocol, for a broadcast of len(buf) bytes among a group:
 //
 //  1. Each receiver posts its buffer under the id and tells the root it
-//     is ready (an active message, exactly once, with its length).
-//  2. Once every receiver is ready, the root streams its buffer as
+//     is ready (an active message, exactly once, with its length). The
+//     root answers each with a go message naming this call's stream: a
+//     tag the root makes fresh for each call, which its frames carry as
+//     their id. A receiver places only the frames of the stream it was
+//     told, so a frame of an earlier call with the same id, late on the
+//     wire, is never placed.
+//  2. Once every receiver has taken its go, the root streams its buffer as
 //     multicast frames of one device MTU each, paced by the device: a
 //     full queue (hal.ErrNoResource) is flushed and the stream goes on
 //     once it has room, polling meanwhile.
@@ -64,8 +71,9 @@ type McastStats struct {
 	// Duplicates counts frames of a posted broadcast that brought nothing
 	// new (a duplicate, or a frame after the end message).
 	Duplicates uint64
-	// Unposted counts frames of a broadcast this rank has not posted (it
-	// is not a receiver, or its part is over): dropped.
+	// Unposted counts frames of a stream this rank was not told (it is
+	// not a receiver, it has not called yet, the frame is of an earlier
+	// call) or whose part is over here: dropped.
 	Unposted uint64
 	// Bad counts frames whose header does not fit the posted broadcast
 	// (another length, another sender, a malformed header): dropped.
@@ -137,6 +145,10 @@ func (c *Context) McastStats() McastStats {
 // block: the counters of o tell when it is done, or fail with the reason
 // (a member failed, members that disagree about the length:
 // *BcastLengthError). buf must not be touched until o.Done fires.
+//
+// After a member's part failed or was aborted, its peers' late messages
+// for id are dropped there as Broadcast's are, and id is best not reused
+// for the same reason.
 func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o McastOpts) error {
 	b, ok := c.coll.broadcaster()
 	if !ok {
@@ -163,6 +175,9 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 	}
 	t := c.coll.mcastTable()
 	c.mu.Lock()
+	if st.isRoot {
+		st.tag = t.newStream()
+	}
 	switch {
 	case c.closed:
 		st.releaseLocked()
@@ -174,6 +189,7 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 		return fmt.Errorf("lapi: multicast %#x is already in flight: %w", id, ErrBcast)
 	}
 	t.live[id] = st
+	t.ended.remove(id) // its messages are this call's now
 	var start bool
 	if st.isRoot {
 		st.kids = make(map[hal.Rank]*mcastKid, len(group)-1)
@@ -184,6 +200,12 @@ func (c *Context) Multicast(group []hal.Rank, root int, id uint64, buf []byte, o
 				c.am.await(r, k.done) // a receiver that fails fails the broadcast
 				c.trg.armFnLocked(k.done, 1, st.kidDone)
 			}
+		}
+		if len(st.kids) > 0 {
+			// The stream starts once every receiver has taken its go
+			// (the go's completion), knowing its frames.
+			st.went = c.trg.spareCounter()
+			c.trg.armFnLocked(st.went, int64(len(st.kids)), st.wentAll)
 		}
 		for _, m := range t.early[id] {
 			st.applyLocked(m)
@@ -219,6 +241,7 @@ func (c *Context) AbortMulticast(id uint64, cause error) {
 	t := c.coll.mcastTable()
 	c.mu.Lock()
 	delete(t.early, id)
+	t.ended.add(id) // what its peers still send is dropped
 	if st := t.live[id]; st != nil {
 		st.failLocked(fmt.Errorf("%w: %w", ErrBcastAborted, cause))
 		st.progressLocked()
@@ -239,6 +262,7 @@ type mcastState struct {
 	buf        []byte
 	o          McastOpts
 	seg        uint32 // data bytes per frame (the root's; a receiver's once it has heard)
+	tag        uint64 // this call's stream: the root's tag, a receiver's once told (go, or end)
 	pvo        hal.PVO
 	registered bool
 	err        error
@@ -248,9 +272,11 @@ type mcastState struct {
 
 	// The root's.
 	kids      map[hal.Rank]*mcastKid
-	ready     int  // receivers ready
-	dones     int  // receivers done
-	streaming bool // the stream has started
+	ready     int      // receivers ready
+	went      *Counter // the completions of the go messages
+	goneAll   bool     // every receiver took its go
+	dones     int      // receivers done
+	streaming bool     // the stream has started
 	next      uint64
 	queued    int // frames on the device since its last flush
 	hdrs      [][]byte
@@ -288,13 +314,31 @@ func (st *mcastState) releaseLocked() {
 }
 
 // readyAllLocked reports whether the root may start its stream: every
-// receiver is ready and it has not started (c.mu held).
+// receiver took its go and it has not started (c.mu held).
 func (st *mcastState) readyAllLocked() bool {
-	if st.err != nil || st.streaming || st.ready < len(st.kids) {
+	if st.err != nil || st.streaming || len(st.kids) > 0 && !st.goneAll {
 		return false
 	}
 	st.streaming = true
 	return true
+}
+
+// wentAll is the trigger of every receiver's having taken its go (or of
+// a failure before): the root streams.
+func (st *mcastState) wentAll(err error) {
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		st.failLocked(err)
+	}
+	st.goneAll = true
+	start := st.readyAllLocked()
+	st.progressLocked()
+	c.mu.Unlock()
+	if start {
+		st.stream()
+	}
+	c.am.runCompletions()
 }
 
 // applyLocked acts on a control message (c.mu held).
@@ -315,10 +359,16 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 			st.failLocked(&BcastLengthError{Peer: m.from, Len: len(st.buf), Other: int(m.total)})
 			return
 		}
+		var u [mcastMsgLen]byte
+		encodeMcastMsg(u[:], mcastMsg{kind: mcastGo, id: st.id, stream: st.tag})
+		if err := c.am.amsendLocked(m.from, hMcast, u[:], nil, &SendOpts{Completion: st.went}); err != nil {
+			st.failLocked(fmt.Errorf("go to rank %d: %w", m.from, err))
+			return
+		}
 		k.ready = true
 		st.ready++
 	case m.kind == mcastDone && st.isRoot:
-		if k := st.kids[m.from]; k != nil && k.ready && !k.got {
+		if k := st.kids[m.from]; k != nil && k.ready && !k.got && m.stream == st.tag {
 			k.got = true
 			c.am.awaited(m.from, k.done)
 			k.done.incr()
@@ -326,6 +376,13 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 		}
 		c.coll.mcastTable().stats.Bad++
 	case m.kind == mcastEnd && !st.isRoot && m.from == st.root:
+		if st.tag == 0 {
+			st.hearStream(m.stream) // it overtook the go
+		}
+		if m.stream != st.tag {
+			c.coll.mcastTable().stats.Bad++ // an earlier call's
+			return
+		}
 		if st.endHeard {
 			return // every frame came before it, and the receiver went on
 		}
@@ -342,7 +399,7 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 
 // stream sends the root's buffer as multicast frames, then the end
 // messages. It runs outside the progress lock (Multicast, or the
-// completion runner once the last receiver is ready) and holds it while
+// completion runner once the last receiver took its go) and holds it while
 // it talks to the device, for a burst of mcastBurst frames at a time;
 // between bursts, and while the device is full, it makes progress passes
 // (acknowledgements, arrivals), so that a long stream does not hold up
@@ -406,7 +463,7 @@ func (st *mcastState) pumpLocked() (more bool, err error) {
 		hdr := st.hdrs[st.queued]
 		hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameMcast, Len: uint16(hal.McastHdrLen + len(data)),
 			JobKey: c.cfg.JobKey, Src: c.rank, Dst: hal.BroadcastRank, Life: c.life})
-		hal.EncodeMcast(hdr[hal.HeaderLen:], &hal.McastHdr{ID: st.id, Total: total, Offset: st.next, Seg: st.seg})
+		hal.EncodeMcast(hdr[hal.HeaderLen:], &hal.McastHdr{ID: st.tag, Total: total, Offset: st.next, Seg: st.seg})
 		hal.Seal(hdr, data)
 		if err := st.b.SendBroadcast(hdr, data); err != nil {
 			if !errors.Is(err, hal.ErrNoResource) {
@@ -446,7 +503,7 @@ func (st *mcastState) sendEndsLocked() {
 	c := st.c
 	st.endsSent = true
 	var u [mcastMsgLen]byte
-	encodeMcastMsg(u[:], mcastMsg{kind: mcastEnd, id: st.id, total: uint64(len(st.buf)), pvo: st.pvo, seg: st.seg})
+	encodeMcastMsg(u[:], mcastMsg{kind: mcastEnd, id: st.id, total: uint64(len(st.buf)), pvo: st.pvo, seg: st.seg, stream: st.tag})
 	for _, r := range st.group {
 		if r == c.rank {
 			continue
@@ -559,6 +616,7 @@ func (st *mcastState) progressLocked() {
 		// and are dropped.
 		st.end.fail(st.err)
 		st.repairs.fail(st.err)
+		st.went.fail(st.err)
 		for _, k := range st.kids {
 			k.done.fail(st.err)
 		}
@@ -580,7 +638,7 @@ func (st *mcastState) progressLocked() {
 	case !st.isRoot && st.landed:
 		st.finished = true
 		var u [mcastMsgLen]byte
-		encodeMcastMsg(u[:], mcastMsg{kind: mcastDone, id: st.id})
+		encodeMcastMsg(u[:], mcastMsg{kind: mcastDone, id: st.id, stream: st.tag})
 		if err := c.am.amsendLocked(st.root, hMcast, u[:], nil, &SendOpts{}); err != nil {
 			st.finished = false
 			st.failLocked(fmt.Errorf("done to rank %d: %w", st.root, err))
@@ -627,10 +685,14 @@ func (st *mcastState) forget() {
 	if t.live[st.id] == st {
 		delete(t.live, st.id)
 	}
-	if st.err != nil {
-		return // a late increment could still come: left to the collector
+	if k := (mcastStream{st.root, st.tag}); !st.isRoot && st.tag != 0 && t.streams[k] == st {
+		delete(t.streams, k)
 	}
-	for _, k := range []*Counter{st.end, st.repairs} {
+	if st.err != nil {
+		t.ended.add(st.id) // its peers' late messages are dropped
+		return             // a late increment could still come: left to the collector
+	}
+	for _, k := range []*Counter{st.end, st.repairs, st.went} {
 		if k != nil {
 			k.v.Store(0)
 			c.trg.spareCntrs = append(c.trg.spareCntrs, k)
@@ -642,9 +704,16 @@ func (st *mcastState) forget() {
 	}
 }
 
+// hearStream records the stream a receiver was told (c.mu held): its
+// frames are placed from now on.
+func (st *mcastState) hearStream(stream uint64) {
+	st.tag = stream
+	st.c.coll.mcastTable().streams[mcastStream{st.root, stream}] = st
+}
+
 // onMcast takes a multicast frame from src (c.mu held, in the progress
-// pass): placed if its broadcast is posted here and it brings something
-// new, else dropped and counted.
+// pass): placed if it is of a stream a receiver here was told and it
+// brings something new, else dropped and counted.
 func (co *collectives) onMcast(src hal.Rank, payload []byte) {
 	c := co.c
 	t := co.mcastTable()
@@ -654,11 +723,11 @@ func (co *collectives) onMcast(src hal.Rank, payload []byte) {
 		t.stats.Bad++
 		return
 	}
-	st := t.live[h.ID]
+	st := t.streams[mcastStream{src, h.ID}]
 	switch {
-	case st == nil || st.isRoot || st.err != nil || st.finished:
+	case st == nil || st.err != nil || st.finished:
 		t.stats.Unposted++
-	case src != st.root || h.Total != uint64(len(st.buf)) || st.rx.seg != 0 && h.Seg != st.rx.seg:
+	case h.Total != uint64(len(st.buf)) || st.rx.seg != 0 && h.Seg != st.rx.seg:
 		t.stats.Bad++
 	case st.endSeen:
 		t.stats.Duplicates++ // its Gets write the buffer now
@@ -736,11 +805,31 @@ func frames(total uint64, seg uint32) uint64 { return (total + uint64(seg) - 1) 
 // mcastTable holds a context's multicast broadcasts in flight, the ready
 // messages of receivers whose root has not called yet, and the counters.
 type mcastTable struct {
-	c     *Context
-	live  map[uint64]*mcastState
-	early map[uint64][]mcastMsg
-	stats McastStats
-	off   bool // SetMulticast(false)
+	c       *Context
+	live    map[uint64]*mcastState
+	early   map[uint64][]mcastMsg
+	streams map[mcastStream]*mcastState // receivers told their stream, by it
+	next    uint64                      // the last stream tag made here
+	ended   endedIDs                    // multicasts whose part here failed or was aborted
+	stats   McastStats
+	off     bool // SetMulticast(false)
+}
+
+// mcastStream names a call's stream: its root and the root's tag.
+type mcastStream struct {
+	root hal.Rank
+	tag  uint64
+}
+
+// newStream makes a stream tag for a call of this root (c.mu held):
+// never 0, and not one of its earlier calls' (nor, from a random start,
+// of an earlier life's).
+func (t *mcastTable) newStream() uint64 {
+	t.next++
+	if t.next == 0 {
+		t.next++
+	}
+	return t.next
 }
 
 func (co *collectives) mcastTable() *mcastTable {
@@ -749,14 +838,29 @@ func (co *collectives) mcastTable() *mcastTable {
 }
 
 func newMcastTable(c *Context) *mcastTable {
-	return &mcastTable{c: c, live: make(map[uint64]*mcastState), early: make(map[uint64][]mcastMsg)}
+	return &mcastTable{c: c, live: make(map[uint64]*mcastState), early: make(map[uint64][]mcastMsg),
+		streams: make(map[mcastStream]*mcastState), next: rand.Uint64()}
 }
 
-// OnHeader takes a control message (c.mu held).
+// OnHeader takes a control message (c.mu held). A go message is acted
+// on here, in the progress pass, so that the stream's frames that follow
+// it there are placed.
 func (t *mcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	m, err := decodeMcastMsg(uhdr)
 	if err != nil || n != 0 {
 		t.stats.Bad++
+		return nil, nil
+	}
+	if m.kind == mcastGo {
+		st := t.live[m.id]
+		switch {
+		case st == nil:
+			// For a part no longer here (a go answers its ready).
+		case st.isRoot || src != st.root:
+			t.stats.Bad++
+		case st.tag == 0 && st.err == nil && !st.finished:
+			st.hearStream(m.stream)
+		}
 		return nil, nil
 	}
 	m.from = src
@@ -773,8 +877,9 @@ func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
 	c := t.c
 	c.mu.Lock()
 	st := t.live[m.id]
-	start := false
 	switch {
+	case st == nil && m.kind == mcastReady && t.ended.has(m.id):
+		// Late, for a part that failed or was aborted here: dropped.
 	case st == nil && m.kind == mcastReady:
 		t.early[m.id] = append(t.early[m.id], *m) // the root has not called yet
 	case st == nil && m.kind == mcastEnd:
@@ -783,28 +888,27 @@ func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
 		t.stats.Bad++ // a part that failed and ended
 	case st.err == nil:
 		st.applyLocked(*m)
-		start = st.isRoot && st.readyAllLocked()
 		st.progressLocked()
 	}
 	c.mu.Unlock()
-	if start {
-		st.stream()
-	}
 	c.am.runCompletions()
 }
 
 // Wire layout of a multicast control message's user header
 // (little-endian), mcastMsgLen bytes:
 //
-//	 0 kind    u8   mcastReady, mcastEnd, mcastDone or mcastRefuse
+//	 0 kind    u8   mcastReady, mcastEnd, mcastDone, mcastRefuse or
+//	                mcastGo
 //	 1 id      u64  the broadcast
 //	 9 total   u64  ready: the receiver's length; end, refuse: the
-//	                root's; done: 0
+//	                root's; done, go: 0
 //	17 pvo     20B  end: the root's buffer (zero for 0 bytes); others: zero
 //	37 seg     u32  end: the stream's data per frame; others: 0
+//	41 stream  u64  go, end, done: the call's stream (its frames' id,
+//	                never 0); ready, refuse: 0
 //
 // These values are part of the wire protocol.
-const mcastMsgLen = 1 + 8 + 8 + hal.PVOLen + 4
+const mcastMsgLen = 1 + 8 + 8 + hal.PVOLen + 4 + 8
 
 // Multicast control message kinds.
 const (
@@ -812,16 +916,18 @@ const (
 	mcastEnd    = 2 // the stream has gone: read what you lost here
 	mcastDone   = 3 // a receiver has the data
 	mcastRefuse = 4 // the root's length is not the receiver's
+	mcastGo     = 5 // the root took a receiver's ready: its stream's tag
 )
 
 // mcastMsg is a decoded control message (from is not on the wire).
 type mcastMsg struct {
-	kind  uint8
-	id    uint64
-	total uint64
-	pvo   hal.PVO
-	seg   uint32
-	from  hal.Rank
+	kind   uint8
+	id     uint64
+	total  uint64
+	pvo    hal.PVO
+	seg    uint32
+	stream uint64
+	from   hal.Rank
 }
 
 // encodeMcastMsg writes m into b[:mcastMsgLen].
@@ -832,6 +938,7 @@ func encodeMcastMsg(b []byte, m mcastMsg) {
 	binary.LittleEndian.PutUint64(b[9:], m.total)
 	hal.PutPVO(b[17:], m.pvo)
 	binary.LittleEndian.PutUint32(b[37:], m.seg)
+	binary.LittleEndian.PutUint64(b[41:], m.stream)
 }
 
 // decodeMcastMsg parses a control message.
@@ -840,16 +947,18 @@ func decodeMcastMsg(b []byte) (mcastMsg, error) {
 		return mcastMsg{}, fmt.Errorf("%w: multicast control message of %d bytes, want %d", ErrBcast, len(b), mcastMsgLen)
 	}
 	m := mcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), total: binary.LittleEndian.Uint64(b[9:]),
-		pvo: hal.GetPVO(b[17:]), seg: binary.LittleEndian.Uint32(b[37:])}
+		pvo: hal.GetPVO(b[17:]), seg: binary.LittleEndian.Uint32(b[37:]), stream: binary.LittleEndian.Uint64(b[41:])}
 	switch {
-	case m.kind < mcastReady || m.kind > mcastRefuse:
+	case m.kind < mcastReady || m.kind > mcastGo:
 		return mcastMsg{}, fmt.Errorf("%w: multicast control message kind %d", ErrBcast, m.kind)
 	case m.kind != mcastEnd && (m.pvo != hal.PVO{} || m.seg != 0):
 		return mcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
 	case m.kind == mcastEnd && m.seg == 0:
 		return mcastMsg{}, fmt.Errorf("%w: end message without a frame size", ErrBcast)
-	case m.kind == mcastDone && m.total != 0:
-		return mcastMsg{}, fmt.Errorf("%w: done message with a length", ErrBcast)
+	case (m.kind == mcastDone || m.kind == mcastGo) && m.total != 0:
+		return mcastMsg{}, fmt.Errorf("%w: kind %d message with a length", ErrBcast, m.kind)
+	case (m.kind == mcastReady || m.kind == mcastRefuse) != (m.stream == 0):
+		return mcastMsg{}, fmt.Errorf("%w: kind %d message with stream %#x", ErrBcast, m.kind, m.stream)
 	}
 	return m, nil
 }
