@@ -4,25 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/weft-hpc/weft/hal"
 )
-
-// collectives runs a context's broadcasts (bcast.go) and multicasts
-// (mcast.go) by RDMA; their state is in their handlers' tables.
-type collectives struct {
-	c       *Context
-	started *sync.Cond // on c.mu: a pulling receiver's read start returned (bcastState.starting)
-}
-
-// startedCond is co.started, made on first use (c.mu held).
-func (co *collectives) startedCond() *sync.Cond {
-	if co.started == nil {
-		co.started = sync.NewCond(&co.c.mu)
-	}
-	return co.started
-}
 
 // Broadcast RDMA (the IBM seed's): one source region placed into a region
 // of the same length at every member of a group. No weft device has
@@ -45,7 +29,8 @@ func (co *collectives) startedCond() *sync.Cond {
 // With BcastOpts.Pull the receivers read instead: a parent tells each
 // child where its buffer is (an offer message) and when each chunk is
 // there (a counter of the child's, bumped by a notification), and the
-// child reads the chunk with a Get armed on that counter (GetWhen); the
+// child reads the chunk with a Get armed on that counter (as GetWhen arms
+// one, but ended with the child's part: see AbortBroadcast); the
 // parent's buffer is released once every child has said it has it all (a
 // got message). Where a transfer is one copy by the rank that starts it
 // (cross-memory attach, a shared address space), this spreads the copies
@@ -124,45 +109,6 @@ func (e *BcastLengthError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrBcast) true.
 func (e *BcastLengthError) Unwrap() error { return ErrBcast }
-
-// groupIndex checks the group and root of a collective (op in errors):
-// ranks of this job, none twice, this rank among them, root an index of
-// group. It returns this rank's index in group.
-func (co *collectives) groupIndex(op string, group []hal.Rank, root int) (int, error) {
-	c := co.c
-	me := -1
-	seen := make([]bool, c.cfg.Size)
-	for i, r := range group {
-		switch {
-		case int(r) >= c.cfg.Size:
-			return -1, fmt.Errorf("lapi: %s to rank %d of %d: %w", op, r, c.cfg.Size, ErrBadRank)
-		case seen[r]:
-			return -1, fmt.Errorf("lapi: %s: rank %d twice in the group: %w", op, r, ErrBcast)
-		case r == c.rank:
-			me = i
-		}
-		seen[r] = true
-	}
-	switch {
-	case me < 0:
-		return -1, fmt.Errorf("lapi: %s: rank %d is not in the group: %w", op, c.rank, ErrBcast)
-	case root < 0 || root >= len(group):
-		return -1, fmt.Errorf("lapi: %s: root %d of a group of %d: %w", op, root, len(group), ErrBcast)
-	}
-	return me, nil
-}
-
-// ownCounters checks that each counter given to a collective (op in
-// errors) is nil or this context's.
-func (co *collectives) ownCounters(op string, ks ...*Counter) error {
-	c := co.c
-	for _, k := range ks {
-		if k != nil && k.c != c {
-			return fmt.Errorf("lapi: %s: a counter is not this context's: %w", op, ErrBcast)
-		}
-	}
-	return nil
-}
 
 // Broadcast places the bytes of buf at group[root] into buf at every
 // other member of group (ranks of this context's job, this rank among
@@ -472,20 +418,6 @@ type bcastKid struct {
 	cntrs []uint32
 	ready bool
 	has   bool
-}
-
-// failCallerLocked tells a collective's caller it failed with err: each
-// of its counters (nil ones aside) fails and fires, and n hears (c.mu
-// held).
-func (co *collectives) failCallerLocked(err error, n Completer, ks ...*Counter) {
-	c := co.c
-	for _, k := range ks {
-		if k != nil {
-			k.fail(err)
-			k.incr()
-		}
-	}
-	c.am.note(n, err)
 }
 
 // chunkLanded is the trigger of chunk i's arrival at a receiver.
@@ -959,39 +891,6 @@ func (t *bcastTable) dropEarly(id uint64, from hal.Rank) {
 	}
 }
 
-// endedIDs remembers the ids of the last endedMax collectives whose part
-// here failed or was aborted, so that their peers' late messages are
-// dropped rather than kept for a call that will not come (guarded by
-// c.mu). A call with the id takes it out.
-type endedIDs struct {
-	seq  map[uint64]uint64 // id: when it was added
-	ring []uint64          // the ids by when they were added, the oldest at next
-	next uint64            // how many were added
-}
-
-// endedMax bounds endedIDs.
-const endedMax = 1024
-
-func (e *endedIDs) add(id uint64) {
-	if e.seq == nil {
-		e.seq, e.ring = make(map[uint64]uint64), make([]uint64, endedMax)
-	}
-	i := e.next % endedMax
-	if old := e.ring[i]; e.next >= endedMax && e.seq[old] == e.next-endedMax {
-		delete(e.seq, old) // the oldest, not added again since
-	}
-	e.ring[i] = id
-	e.seq[id] = e.next
-	e.next++
-}
-
-func (e *endedIDs) has(id uint64) bool {
-	_, ok := e.seq[id]
-	return ok
-}
-
-func (e *endedIDs) remove(id uint64) { delete(e.seq, id) }
-
 // OnHeader takes a control message (c.mu held).
 func (t *bcastTable) OnHeader(src hal.Rank, uhdr []byte, n int) ([]byte, any) {
 	m, err := decodeBcastMsg(uhdr)
@@ -1047,82 +946,3 @@ func (t *bcastTable) OnComplete(_ hal.Rank, cookie any) {
 	}
 	c.am.runCompletions()
 }
-
-// Wire layout of a broadcast control message's user header
-// (little-endian), bcastMsgLen bytes:
-//
-//	 0 kind    u8   bcastReady, bcastHave, bcastOffer, bcastGot,
-//	                bcastRefuse or bcastLost
-//	 1 id      u64  the broadcast
-//	 9 chunks  u32  ready: how many chunks (the data is that many u32
-//	                counter IDs, one per chunk; 0 for 0 bytes); others: 0
-//	13 total   u64  ready: the receiver's length, bytes; refuse: the
-//	                parent's; others: 0
-//	21 pvo     20B  ready: the sender's region (zero when it pulls or
-//	                has 0 bytes); offer: the parent's region (zero when
-//	                it has 0 bytes: it took the child's length); others:
-//	                zero
-//
-// These values are part of the wire protocol.
-const bcastMsgLen = 1 + 8 + 4 + 8 + hal.PVOLen
-
-// Broadcast control message kinds.
-const (
-	bcastReady  = 1 // a receiver is ready: where its chunks go
-	bcastHave   = 2 // a receiver's subtree has the data
-	bcastOffer  = 3 // pull: where the parent's buffer is
-	bcastGot    = 4 // pull: the receiver has read every chunk
-	bcastRefuse = 5 // the parent's length is not the receiver's
-	bcastLost   = 6 // a receiver's part failed or was aborted before its subtree had the data
-)
-
-// bcastMsg is a decoded control message (from, cntrs and raw are not on
-// the wire's header).
-type bcastMsg struct {
-	kind   uint8
-	id     uint64
-	chunks uint32
-	total  uint64
-	pvo    hal.PVO
-	from   hal.Rank
-	cntrs  []uint32
-	raw    []byte
-}
-
-// encodeBcastMsg writes m's header fields into b[:bcastMsgLen].
-func encodeBcastMsg(b []byte, m bcastMsg) {
-	_ = b[bcastMsgLen-1]
-	b[0] = m.kind
-	binary.LittleEndian.PutUint64(b[1:], m.id)
-	binary.LittleEndian.PutUint32(b[9:], m.chunks)
-	binary.LittleEndian.PutUint64(b[13:], m.total)
-	hal.PutPVO(b[21:], m.pvo)
-}
-
-// decodeBcastMsg parses a control message's header.
-func decodeBcastMsg(b []byte) (bcastMsg, error) {
-	if len(b) != bcastMsgLen {
-		return bcastMsg{}, fmt.Errorf("%w: control message of %d bytes, want %d", ErrBcast, len(b), bcastMsgLen)
-	}
-	m := bcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), chunks: binary.LittleEndian.Uint32(b[9:]),
-		total: binary.LittleEndian.Uint64(b[13:]), pvo: hal.GetPVO(b[21:])}
-	switch {
-	case m.kind < bcastReady || m.kind > bcastLost:
-		return bcastMsg{}, fmt.Errorf("%w: control message kind %d", ErrBcast, m.kind)
-	case m.kind != bcastReady && m.chunks != 0:
-		return bcastMsg{}, fmt.Errorf("%w: kind %d message with chunks", ErrBcast, m.kind)
-	case m.kind != bcastReady && m.kind != bcastOffer && m.pvo != hal.PVO{}:
-		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
-	case m.kind != bcastReady && m.kind != bcastRefuse && m.total != 0:
-		return bcastMsg{}, fmt.Errorf("%w: kind %d message with a length", ErrBcast, m.kind)
-	case m.kind == bcastReady && ((m.total == 0) != (m.chunks == 0) || m.total > uint64(m.chunks)*rdmaChunk):
-		return bcastMsg{}, fmt.Errorf("%w: ready message for %d bytes in %d chunks", ErrBcast, m.total, m.chunks)
-	case m.kind == bcastReady && m.chunks > maxBcastChunks:
-		return bcastMsg{}, fmt.Errorf("%w: ready message for %d chunks", ErrBcast, m.chunks)
-	}
-	return m, nil
-}
-
-// maxBcastChunks bounds the counter IDs a ready message carries (64 GiB
-// in 1 MiB chunks).
-const maxBcastChunks = 1 << 16

@@ -45,7 +45,7 @@
 // Broadcast (bcast.go) places one rank's buffer into the buffers of a
 // group of ranks as a chain or binomial tree of RDMA Puts (or, with Pull, Gets) in pipelined chunks,
 // each receiver forwarding a chunk to its children by conditional RDMA
-// (PutWhen, GetWhen) as soon as it has landed, with the redrive of every
+// (as PutWhen and GetWhen arm it) as soon as it has landed, with the redrive of every
 // RDMA transfer; counters tell each member when its buffer is filled and
 // free, and the root when every member has the data. Multicast
 // (mcast.go) does it over a device that can send one frame to every peer

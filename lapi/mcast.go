@@ -1,7 +1,6 @@
 package lapi
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -892,73 +891,4 @@ func (t *mcastTable) OnComplete(_ hal.Rank, cookie any) {
 	}
 	c.mu.Unlock()
 	c.am.runCompletions()
-}
-
-// Wire layout of a multicast control message's user header
-// (little-endian), mcastMsgLen bytes:
-//
-//	 0 kind    u8   mcastReady, mcastEnd, mcastDone, mcastRefuse or
-//	                mcastGo
-//	 1 id      u64  the broadcast
-//	 9 total   u64  ready: the receiver's length; end, refuse: the
-//	                root's; done, go: 0
-//	17 pvo     20B  end: the root's buffer (zero for 0 bytes); others: zero
-//	37 seg     u32  end: the stream's data per frame; others: 0
-//	41 stream  u64  go, end, done: the call's stream (its frames' id,
-//	                never 0); ready, refuse: 0
-//
-// These values are part of the wire protocol.
-const mcastMsgLen = 1 + 8 + 8 + hal.PVOLen + 4 + 8
-
-// Multicast control message kinds.
-const (
-	mcastReady  = 1 // a receiver has posted its buffer
-	mcastEnd    = 2 // the stream has gone: read what you lost here
-	mcastDone   = 3 // a receiver has the data
-	mcastRefuse = 4 // the root's length is not the receiver's
-	mcastGo     = 5 // the root took a receiver's ready: its stream's tag
-)
-
-// mcastMsg is a decoded control message (from is not on the wire).
-type mcastMsg struct {
-	kind   uint8
-	id     uint64
-	total  uint64
-	pvo    hal.PVO
-	seg    uint32
-	stream uint64
-	from   hal.Rank
-}
-
-// encodeMcastMsg writes m into b[:mcastMsgLen].
-func encodeMcastMsg(b []byte, m mcastMsg) {
-	_ = b[mcastMsgLen-1]
-	b[0] = m.kind
-	binary.LittleEndian.PutUint64(b[1:], m.id)
-	binary.LittleEndian.PutUint64(b[9:], m.total)
-	hal.PutPVO(b[17:], m.pvo)
-	binary.LittleEndian.PutUint32(b[37:], m.seg)
-	binary.LittleEndian.PutUint64(b[41:], m.stream)
-}
-
-// decodeMcastMsg parses a control message.
-func decodeMcastMsg(b []byte) (mcastMsg, error) {
-	if len(b) != mcastMsgLen {
-		return mcastMsg{}, fmt.Errorf("%w: multicast control message of %d bytes, want %d", ErrBcast, len(b), mcastMsgLen)
-	}
-	m := mcastMsg{kind: b[0], id: binary.LittleEndian.Uint64(b[1:]), total: binary.LittleEndian.Uint64(b[9:]),
-		pvo: hal.GetPVO(b[17:]), seg: binary.LittleEndian.Uint32(b[37:]), stream: binary.LittleEndian.Uint64(b[41:])}
-	switch {
-	case m.kind < mcastReady || m.kind > mcastGo:
-		return mcastMsg{}, fmt.Errorf("%w: multicast control message kind %d", ErrBcast, m.kind)
-	case m.kind != mcastEnd && (m.pvo != hal.PVO{} || m.seg != 0):
-		return mcastMsg{}, fmt.Errorf("%w: kind %d message with a region", ErrBcast, m.kind)
-	case m.kind == mcastEnd && m.seg == 0:
-		return mcastMsg{}, fmt.Errorf("%w: end message without a frame size", ErrBcast)
-	case (m.kind == mcastDone || m.kind == mcastGo) && m.total != 0:
-		return mcastMsg{}, fmt.Errorf("%w: kind %d message with a length", ErrBcast, m.kind)
-	case (m.kind == mcastReady || m.kind == mcastRefuse) != (m.stream == 0):
-		return mcastMsg{}, fmt.Errorf("%w: kind %d message with stream %#x", ErrBcast, m.kind, m.stream)
-	}
-	return m, nil
 }
