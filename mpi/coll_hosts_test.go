@@ -132,13 +132,7 @@ func runSingleCopy(t *testing.T, nodes, singleCopy []int, fn func(c *Comm) error
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := layout{nodes: nodes, slots: make([]int, n), nslots: n}
-		for q := range n {
-			l.slots[q] = -1
-			if nodes[q] == nodes[r] {
-				l.slots[q] = q
-			}
-		}
+		l := pretendLayout(nodes, r)
 		if worlds[r], err = newWorldLayout(lc, opts, l); err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,8 @@
 package mpi
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,13 +66,7 @@ func runRouted(t *testing.T, nodes []int, spec faults.Spec, opts Options, fn fun
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := layout{nodes: nodes, slots: make([]int, n), nslots: n}
-		for q := range n {
-			l.slots[q] = -1
-			if nodes[q] == nodes[r] {
-				l.slots[q] = q
-			}
-		}
+		l := pretendLayout(nodes, r)
 		w, err := newWorldLayout(lc, opts, l)
 		if err != nil {
 			t.Fatal(err)
@@ -82,44 +74,7 @@ func runRouted(t *testing.T, nodes []int, spec faults.Spec, opts Options, fn fun
 		w.oversub = true
 		worlds[r] = w
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	all, allDone := context.WithCancel(context.Background())
-	defer allDone()
-	var running sync.WaitGroup
-	running.Add(n)
-	go func() { running.Wait(); allDone() }()
-	wg.Add(n)
-	for r := range n {
-		go func() {
-			defer wg.Done()
-			err := runRank(r, worlds[r].comm, fn)
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				for q, w := range worlds {
-					if q != r {
-						w.lc.FailPeer(lapi.Rank(r), err.Error())
-					}
-				}
-			}
-			running.Done()
-			if err == nil {
-				_ = worlds[r].lc.Wait(all, func() (bool, error) { return false, nil })
-			}
-		}()
-	}
-	wg.Wait()
-	for _, w := range worlds {
-		w.lc.Close()
-	}
-	return first
+	return runWorlds(worlds, fn)
 }
 
 // TestRoutedHierUnderFaults: the node-aware collectives over routes whose

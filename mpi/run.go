@@ -63,6 +63,14 @@ func runNodes(n int, opts Options, nodes []int, fn func(c *Comm) error) error {
 	if err != nil {
 		return err
 	}
+	return runWorlds(worlds, fn)
+}
+
+// runWorlds runs fn as each world's rank on a goroutine of its own and
+// closes the worlds' contexts once every rank is done: a rank that fails
+// (or panics) is failed at the others, and the first error is returned.
+func runWorlds(worlds []*World, fn func(c *Comm) error) error {
+	n := len(worlds)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

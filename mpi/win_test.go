@@ -895,22 +895,6 @@ func TestWinManyWindows(t *testing.T) {
 	}
 }
 
-// runWorlds runs fn as every rank of worlds, each on its own goroutine,
-// and returns the first error.
-func runWorlds(worlds []*World, fn func(c *Comm) error) error {
-	errs := make(chan error, len(worlds))
-	for _, w := range worlds {
-		go func() { errs <- runRank(w.rank, w.comm, fn) }()
-	}
-	var first error
-	for range worlds {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
 // udpWorlds opens n worlds over UDP devices on the loopback interface in
 // this process, closed when the test ends.
 func udpWorlds(tb testing.TB, n int) []*World {
