@@ -654,29 +654,66 @@ func (j *job) signalled(sig os.Signal) {
 	}
 }
 
-// drain waits, bounded, for the ranks' output to reach gorun, then makes sure
-// nothing the job started is left: each local rank's process group gets a
-// SIGKILL (a grandchild that outlived its rank).
+// drain waits for the ranks' output to reach gorun, then makes sure nothing
+// the job started is left. Every rank has exited; its pipes reach EOF once
+// what it started has exited too. After drainWait each rank's process group
+// gets a SIGKILL (a grandchild that outlived its rank), and the copies go on
+// to EOF, however slowly gorun's own stdout takes what is still in the
+// pipes. A pipe whose copy then waits for input drainWait more is held open
+// by a process that left the group (setsid, a daemon): it is closed.
+// Whatever the copies end with, every group gets a SIGKILL at the end.
 func (j *job) drain() {
 	deadline := time.NewTimer(drainWait)
 	defer deadline.Stop()
+	var killed time.Time // when the groups got their SIGKILL; zero: not yet
 	for _, r := range j.ranks {
 		if r.drained == nil {
 			continue
 		}
-		select {
-		case <-r.drained:
-		case <-deadline.C:
-			deadline.Reset(0)
-			for _, p := range r.pipes {
-				p.Close() // unblocks the copy
+		if killed.IsZero() {
+			select {
+			case <-r.drained:
+				continue
+			case <-deadline.C:
+				killed = time.Now()
+				j.killGroups()
 			}
-			<-r.drained
 		}
+		j.awaitDrained(r, killed)
 	}
+	j.killGroups()
+}
+
+// killGroups sends SIGKILL to every started rank's process group.
+func (j *job) killGroups() {
 	for _, r := range j.ranks {
 		if r.cmd != nil && r.cmd.Process != nil {
 			_ = unix.Kill(-r.pid(), unix.SIGKILL)
+		}
+	}
+}
+
+// awaitDrained waits until r's output is drained, closing a pipe whose copy
+// has waited for input for drainWait since killed, the SIGKILL of the
+// ranks' groups: nothing the job can kill holds it open.
+func (j *job) awaitDrained(r *rank, killed time.Time) {
+	tick := time.NewTicker(drainWait / 10)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.drained:
+			return
+		case <-tick.C:
+			for _, p := range r.pipes {
+				if !p.closed && p.waited(killed) >= drainWait {
+					p.closed = true
+					if j.opts.Trace >= 1 {
+						j.out.say(fmt.Sprintf("rank %d: its %s is still open %v after the SIGKILL of its process group (a process that left the group holds it): closing it",
+							r.id, p.stream, drainWait))
+					}
+					p.Close() // unblocks the copy
+				}
+			}
 		}
 	}
 }

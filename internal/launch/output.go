@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/weft-hpc/weft/internal/pmi"
 )
@@ -20,6 +23,35 @@ import (
 // that the next line starts on its own.
 
 const maxOutLine = 64 << 10
+
+// rankPipe is the read end of a rank's stdout or stderr. It records since
+// when its copy has been waiting for input, which tells drain a pipe that a
+// process holds open without writing (its copy waits) from one whose copy
+// is slow because gorun's own stdout is (its copy is writing).
+type rankPipe struct {
+	*os.File
+	stream    string       // "stdout" or "stderr", for messages
+	readSince atomic.Int64 // UnixNano when the pending Read began; 0: none pending
+	closed    bool         // closed by drain (only drain touches it)
+}
+
+// Read implements io.Reader, recording when it waits.
+func (p *rankPipe) Read(b []byte) (int, error) {
+	p.readSince.Store(time.Now().UnixNano())
+	n, err := p.File.Read(b)
+	p.readSince.Store(0)
+	return n, err
+}
+
+// waited is how long the pending Read has been waiting since t or since it
+// began, whichever is later; 0 when no Read is pending.
+func (p *rankPipe) waited(t time.Time) time.Duration {
+	since := p.readSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Duration(time.Now().UnixNano() - max(since, t.UnixNano()))
+}
 
 // outputMux serialises whole lines onto gorun's stdout and stderr.
 type outputMux struct {

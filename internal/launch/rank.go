@@ -26,7 +26,7 @@ type rank struct {
 	// control is the stdin of the remote wrapper script: it reads signal
 	// names from it and kills the rank on EOF (see remoteScript).
 	control io.WriteCloser
-	pipes   []*os.File    // read ends of stdout and stderr
+	pipes   []*rankPipe   // read ends of stdout and stderr
 	drained chan struct{} // closed when both are drained
 	tail    tailLines     // last stderr lines, for failure reports
 
@@ -138,11 +138,12 @@ func (j *job) startProcess(r *rank) error {
 		return err
 	}
 	r.running = true
-	r.pipes = []*os.File{outR, errR}
+	stdout, stderr := &rankPipe{File: outR, stream: "stdout"}, &rankPipe{File: errR, stream: "stderr"}
+	r.pipes = []*rankPipe{stdout, stderr}
 	r.drained = make(chan struct{})
 	streams := make(chan struct{}, 2)
-	go func() { j.out.copyLines(outR, r.id, false, nil); streams <- struct{}{} }()
-	go func() { j.out.copyLines(errR, r.id, true, &r.tail); streams <- struct{}{} }()
+	go func() { j.out.copyLines(stdout, r.id, false, nil); streams <- struct{}{} }()
+	go func() { j.out.copyLines(stderr, r.id, true, &r.tail); streams <- struct{}{} }()
 	go func() { <-streams; <-streams; close(r.drained) }()
 	go func() {
 		_ = r.cmd.Wait() // the state says how it ended
