@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -50,8 +51,9 @@ type remoteCopy struct {
 }
 
 // copyProgram copies the built program to every remote host of the job,
-// in parallel, and records where it is on each (j.copies).
-func (j *job) copyProgram() error {
+// in parallel, and records where it is on each (j.copies). Cancelling ctx
+// stops the waits for the hosts; endCopies ends the sessions.
+func (j *job) copyProgram(ctx context.Context) error {
 	st, err := os.Stat(j.prog.Path)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrProgram, err)
@@ -68,7 +70,7 @@ func (j *job) copyProgram() error {
 	var mu sync.Mutex
 	for i, host := range hosts {
 		wg.Go(func() {
-			c, err := j.copyTo(host, st.Size())
+			c, err := j.copyTo(ctx, host, st.Size())
 			if c != nil {
 				mu.Lock()
 				j.copies[host] = c
@@ -89,7 +91,7 @@ func (j *job) copyProgram() error {
 // copyTo starts the copy session to host and returns once the host has
 // stored the binary (or failed to). A session that started is returned
 // even with an error, so that endCopies ends it.
-func (j *job) copyTo(host string, size int64) (*remoteCopy, error) {
+func (j *job) copyTo(ctx context.Context, host string, size int64) (*remoteCopy, error) {
 	line := "sh -c " + shellQuote(copyScript) + " weft-copy " + shellQuote(filepath.Base(j.prog.Path)) + " " + strconv.FormatInt(size, 10)
 	cmd := exec.Command(j.opts.Rsh[0], append(append([]string{}, j.opts.Rsh[1:]...), host, line)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -140,6 +142,8 @@ func (j *job) copyTo(host string, size int64) (*remoteCopy, error) {
 			ErrHost, host, j.opts.Rsh[0], code, tailText(stderr.lines()))
 	case <-timer.C:
 		return c, fmt.Errorf("%w: copying the program to %s: no answer in %v%s", ErrHost, host, copyWait, tailText(stderr.lines()))
+	case <-ctx.Done():
+		return c, fmt.Errorf("%w: copying the program to %s: %v", ErrHost, host, context.Cause(ctx))
 	}
 }
 

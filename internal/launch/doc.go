@@ -10,8 +10,11 @@
 // first: copy.go; every
 // rank gets gorun's WEFT_* variables and -x), refuses at once a job its
 // device cannot run (Plan), passes their output through line by line (optionally
-// tagged with the rank), forwards SIGINT/SIGTERM (a second one kills; gorun
-// then exits 128+N), and when a rank fails kills the others and exits with
+// tagged with the rank; a closed stdout only drops it, and a slow one
+// loses none of it), forwards SIGINT/SIGTERM, and SIGTERM for SIGHUP (a
+// second one kills; gorun then exits 128+N; one before the ranks start
+// stops the build or the copies, and gorun cleans up and exits 128+N),
+// and when a rank fails kills the others and exits with
 // the failed rank's status, saying which rank failed and how; at --timeout
 // it asks each rank what MPI call it is blocked in and reports it
 // (report.go, mpi/report.go). It forwards SIGUSR1/SIGUSR2 to every rank

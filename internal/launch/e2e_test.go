@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +98,60 @@ func command(t *testing.T, dir string, env []string, name string, args ...string
 		t.Fatalf("%s: %v", name, err)
 	}
 	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode(), time.Since(start)}
+}
+
+// startGorunBinary starts the gorun binary with args and extra environment,
+// its stdout and stderr read line by line into the returned channels
+// (closed at EOF). The process is killed at the end of the test.
+func startGorunBinary(t *testing.T, env []string, args ...string) (*exec.Cmd, <-chan string, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(bins.gorun, args...)
+	cmd.Env = append(os.Environ(), env...)
+	outPipe, _ := cmd.StdoutPipe()
+	errPipe, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := func(r io.Reader) <-chan string {
+		ch := make(chan string, 1<<16)
+		go func() {
+			defer close(ch)
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				ch <- sc.Text()
+			}
+		}()
+		return ch
+	}
+	return cmd, lines(outPipe), lines(errPipe)
+}
+
+// collect reads out and errs to their ends and waits for cmd.
+func collect(cmd *exec.Cmd, out, errs <-chan string) (stdout, stderr string) {
+	var o, e strings.Builder
+	for l := range out {
+		o.WriteString(l + "\n")
+	}
+	for l := range errs {
+		e.WriteString(l + "\n")
+	}
+	cmd.Wait()
+	return o.String(), e.String()
+}
+
+// waitExit is collect bounded by jobWait.
+func waitExit(t *testing.T, cmd *exec.Cmd, out, errs <-chan string) (stdout, stderr string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { stdout, stderr = collect(cmd, out, errs); close(done) }()
+	select {
+	case <-done:
+		return stdout, stderr
+	case <-time.After(jobWait):
+		t.Fatalf("gorun still running after %v", jobWait)
+	}
+	return "", ""
 }
 
 var rankLine = regexp.MustCompile(`^rank (\d+)/(\d+) kind=(\S+) key=([0-9a-f]{16}) sum=([0-9a-f]{8}) local=\[([\d ]*)\] port=(true|false)$`)

@@ -46,6 +46,8 @@ type job struct {
 
 	copies map[string]*remoteCopy // by host: the built program copied there (copy.go)
 
+	ownsSegments bool // the job's key is claimed in shmDir: its segments are removed at the end
+
 	exits  chan *rank
 	events chan pmi.Event
 	done   chan struct{} // closed when the monitor ends: PMI events are dropped after
@@ -55,7 +57,7 @@ type job struct {
 	failure     *failure    // the first failure: its status is gorun's
 	timedOut    bool        // --timeout expired
 	asking      *asking     // the ranks were asked what they wait for, the report is due (report.go)
-	interrupted os.Signal   // a SIGINT/SIGTERM gorun received and forwarded
+	interrupted os.Signal   // a SIGINT/SIGTERM/SIGHUP gorun received (and forwarded, if ranks ran)
 	killTimer   *time.Timer // SIGKILL after the grace, then abandonRemote after another
 	killedAll   bool        // SIGKILL sent to every rank
 	said        map[int]bool
@@ -81,14 +83,16 @@ type failure struct {
 	code int
 }
 
-// Run runs prog as the job opts describes, its ranks placed by Plan,
-// writing the ranks' output and gorun's messages to stdout and stderr, and
-// returns gorun's exit status.
-func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Writer) int {
+// Run builds or finds the program (ResolveProgram) and runs it as the job
+// opts describes, its ranks placed by Plan, writing the ranks' output and
+// gorun's messages to stdout and stderr, and returns gorun's exit status.
+// gorun handles its signals from the start: a SIGINT, SIGTERM or SIGHUP
+// before the ranks start stops what prepares them (the build, the copies to
+// remote hosts) and removes what it made; gorun then exits 128+N.
+func Run(opts *Options, place *Placement, stdout, stderr io.Writer) int {
 	j := &job{
 		opts:  opts,
 		place: place,
-		prog:  prog,
 		out: &outputMux{stdout: stdout, stderr: stderr, tag: opts.TagOutput, answers: make(chan answer, opts.N),
 			stats: newStatsTable(opts.Stats), snaps: newSnapshots(opts.SnapshotDir)},
 		exits:  make(chan *rank, opts.N),
@@ -99,11 +103,68 @@ func Run(opts *Options, place *Placement, prog *Program, stdout, stderr io.Write
 
 		firstLost: -1,
 	}
-	code, err := j.run()
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, jobSignals...)
+	defer signal.Stop(sigs)
+	code, err := j.run(sigs)
 	if err != nil {
 		j.out.say(err.Error())
 	}
 	return code
+}
+
+// jobSignals are the signals gorun handles (signalled). SIGPIPE is among
+// them so that a write to gorun's closed stdout or stderr (`gorun ... |
+// head -1`) fails with EPIPE instead of killing gorun, which then sees the
+// job to its end and cleans up.
+var jobSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGPIPE, levelSignals[0], levelSignals[1], snapshotSignal}
+
+// stopsJob reports whether sig stops the job: SIGINT, SIGTERM, and SIGHUP
+// (the terminal or ssh session running gorun closed).
+func stopsJob(sig os.Signal) bool {
+	return sig == unix.SIGINT || sig == unix.SIGTERM || sig == unix.SIGHUP
+}
+
+// forwarded is the signal gorun sends the ranks when it receives sig, one
+// that stops the job: sig itself, but SIGTERM for SIGHUP (the ranks have
+// no terminal of gorun's to lose, and SIGTERM is what a rank handles to
+// stop).
+func forwarded(sig os.Signal) unix.Signal {
+	if sig == unix.SIGHUP {
+		return unix.SIGTERM
+	}
+	return sig.(unix.Signal)
+}
+
+// watchPreparation watches sigs while gorun prepares the job, when there is
+// no rank yet to forward a signal to: a signal that stops the job cancels
+// ctx, which stops the preparation; the others are dropped. end stops the
+// watch and returns the signal that cancelled ctx, nil if none came.
+func watchPreparation(sigs <-chan os.Signal) (ctx context.Context, end func() os.Signal) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := make(chan struct{})
+	got := make(chan os.Signal, 1)
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if stopsJob(sig) {
+					cancel()
+					got <- sig
+					return
+				}
+			case <-stop:
+				got <- nil
+				return
+			}
+		}
+	}()
+	return ctx, func() os.Signal {
+		close(stop)
+		sig := <-got
+		cancel()
+		return sig
+	}
 }
 
 // shmMaxRanks is transport/shm's MaxRanks, the most ranks a job on the
@@ -144,24 +205,54 @@ func Plan(opts *Options) (*Placement, error) {
 	return place, nil
 }
 
-func (j *job) run() (int, error) {
-	var err error
-	if j.key, err = pmi.RandomKey(); err != nil {
+func (j *job) run(sigs <-chan os.Signal) (int, error) {
+	ctx, endPrep := watchPreparation(sigs)
+	ports, err := j.prepare(ctx)
+	defer j.cleanUp()
+	if sig := endPrep(); sig != nil {
+		// A build or copy cut short fails with an error of no interest.
+		j.interrupted = sig
+		if j.opts.Trace >= 1 {
+			j.out.say(fmt.Sprintf("%v before the ranks started: stopped", sig))
+		}
+		return j.exitCode(), nil
+	}
+	if err != nil {
 		return exitFailure, err
+	}
+	j.startRanks(ports)
+	j.monitor(sigs)
+	close(j.done)
+	j.drain()
+	if j.out.snaps.unsummed() {
+		j.summarize("written by the ranks", time.Time{}) // at a fatal error or a timeout of their own
+	}
+	if j.out.stats != nil {
+		j.out.stats.print(j.out, len(j.ranks))
+	}
+	return j.exitCode(), nil
+}
+
+// prepare does what precedes the ranks' start, stopping when ctx is
+// cancelled: it builds or finds the program, claims the job's shared-memory
+// segments, starts the PMI server, and for remote hosts opens its listeners
+// and copies a built program there. It returns PMI_PORT for each remote
+// host. What it made is recorded in j for cleanUp, also when it fails.
+func (j *job) prepare(ctx context.Context) (map[string]string, error) {
+	var err error
+	if j.prog, err = ResolveProgram(ctx, j.opts.Program, j.opts.buildTags()...); err != nil {
+		return nil, err
+	}
+	if j.key, err = pmi.RandomKey(); err != nil {
+		return nil, err
 	}
 	for _, key := range sweepStale(shmDir) {
 		j.out.say(fmt.Sprintf("removed shared-memory segments %s%s* of a job whose gorun died", shmDir+"/", segmentPrefix(key)))
 	}
+	j.ownsSegments = true
 	if err := writeOwner(shmDir, j.key); err != nil && j.opts.Trace >= 1 {
 		j.out.say("cannot record the job's owner in " + shmDir + ": " + err.Error())
 	}
-	defer func() {
-		if n, err := removeSegments(shmDir, j.key); err != nil {
-			j.out.say(fmt.Sprintf("removing shared-memory segments %s/%s*: %v", shmDir, segmentPrefix(j.key), err))
-		} else if n > 1 && j.opts.Trace >= 2 {
-			j.out.say(fmt.Sprintf("removed %d shared-memory segments of the job", n-1))
-		}
-	}()
 
 	cfg := pmi.ServerConfig{
 		Size:           j.opts.N,
@@ -178,47 +269,53 @@ func (j *job) run() (int, error) {
 		cfg.Trace = func(rank int, dir, msg string) { j.out.say(fmt.Sprintf("pmi [%d] %s %s", rank, dir, msg)) }
 	}
 	if j.srv, err = pmi.NewServer(cfg); err != nil {
-		return exitFailure, err
+		return nil, err
 	}
-	defer j.srv.Close()
-	ports, err := j.listenForRemote()
+	ports, err := j.listenForRemote(ctx)
 	if err != nil {
-		return exitFailure, err
+		return nil, err
 	}
 	if j.prog.Built && len(ports) > 0 {
-		defer j.endCopies() // after drain: the ranks are done with the copies
-		if err := j.copyProgram(); err != nil {
-			return exitFailure, err
+		if err := j.copyProgram(ctx); err != nil {
+			return nil, err
 		}
 	}
+	return ports, nil
+}
 
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, levelSignals[0], levelSignals[1], snapshotSignal)
-	defer signal.Stop(sigs)
-
-	j.startRanks(ports)
-	j.monitor(sigs)
-	close(j.done)
-	j.drain()
-	if j.out.snaps.unsummed() {
-		j.summarize("written by the ranks", time.Time{}) // at a fatal error or a timeout of their own
+// cleanUp removes what prepare made, once the ranks are done with it: the
+// copies of the program on remote hosts, the built program, the PMI
+// server, and the job's shared-memory segments.
+func (j *job) cleanUp() {
+	if j.copies != nil {
+		j.endCopies()
 	}
-	if j.out.stats != nil {
-		j.out.stats.print(j.out, len(j.ranks))
+	if j.prog != nil {
+		j.prog.Remove()
 	}
-	return j.exitCode(), nil
+	if j.srv != nil {
+		j.srv.Close()
+	}
+	if !j.ownsSegments {
+		return
+	}
+	if n, err := removeSegments(shmDir, j.key); err != nil {
+		j.out.say(fmt.Sprintf("removing shared-memory segments %s/%s*: %v", shmDir, segmentPrefix(j.key), err))
+	} else if n > 1 && j.opts.Trace >= 2 {
+		j.out.say(fmt.Sprintf("removed %d shared-memory segments of the job", n-1))
+	}
 }
 
 // listenForRemote opens one PMI listener (port 0) per local address remote
 // hosts reach this machine by, and returns PMI_PORT for each remote host.
-func (j *job) listenForRemote() (map[string]string, error) {
+func (j *job) listenForRemote(ctx context.Context) (map[string]string, error) {
 	ports := map[string]string{}
 	byIP := map[string]string{}
 	for _, h := range j.place.Hosts {
 		if h.Local {
 			continue
 		}
-		ip, err := localAddrToward(context.Background(), h.Name, j.opts.Rsh)
+		ip, err := localAddrToward(ctx, h.Name, j.opts.Rsh)
 		if err != nil {
 			return nil, err
 		}
@@ -490,7 +587,16 @@ func (j *job) judge(r *rank, phase pmi.Phase) (string, int) {
 	if sig != 0 {
 		how := fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig)
 		if j.interrupted != nil {
-			how += fmt.Sprintf(" after gorun forwarded %v", j.interrupted)
+			fwd := forwarded(j.interrupted)
+			how += fmt.Sprintf(" after gorun forwarded %v", fwd)
+			if fwd != j.interrupted {
+				how += fmt.Sprintf(" for %v", j.interrupted)
+			}
+			if sig == fwd {
+				// gorun's status is the signal it received, as a shell's
+				// for a job it interrupted.
+				code = 128 + int(j.interrupted.(unix.Signal))
+			}
 		}
 		return how, code
 	}
@@ -499,7 +605,11 @@ func (j *job) judge(r *rank, phase pmi.Phase) (string, int) {
 		return fmt.Sprintf("could not be started on %s: %s exited with status 255%s",
 			r.host.Name, j.opts.Rsh[0], tailText(r.tail.get())), 255
 	case r.remote && code > 128 && code <= 128+64:
-		return fmt.Sprintf("exited with status %d on %s (killed by signal %d there)", code, r.host.Name, code-128), code
+		how := fmt.Sprintf("exited with status %d on %s (killed by signal %d there)", code, r.host.Name, code-128)
+		if j.interrupted != nil && unix.Signal(code-128) == forwarded(j.interrupted) {
+			code = 128 + int(j.interrupted.(unix.Signal))
+		}
+		return how, code
 	case code != 0:
 		return fmt.Sprintf("exited with status %d", code), code
 	case phase == pmi.PhaseInitialized || phase == pmi.PhaseInFence || phase == pmi.PhaseLost:
@@ -616,13 +726,18 @@ func (j *job) abandonRemote() {
 	}
 }
 
-// signalled forwards SIGINT/SIGTERM to every rank; a second one kills.
+// signalled forwards SIGINT/SIGTERM to every rank, and SIGTERM for SIGHUP;
+// a second one kills. SIGPIPE is dropped: gorun's stdout or stderr is
+// closed, which only makes its writes there fail (copyLines, say).
 // SIGUSR1/SIGUSR2 change the ranks' trace level, and only that. SIGQUIT
 // asks the ranks for their snapshots (snapshotSignal). While gorun waits
 // for answers to a question that stops the job, the first SIGINT/SIGTERM
 // ends the wait: the report comes with what has come, and the job stops;
 // to SIGQUIT's, it brings the summary of what has come, and is forwarded.
 func (j *job) signalled(sig os.Signal) {
+	if sig == unix.SIGPIPE {
+		return
+	}
 	if isLevelSignal(sig) {
 		j.forwardLevel(sig.(unix.Signal))
 		return
@@ -646,11 +761,16 @@ func (j *job) signalled(sig os.Signal) {
 		return
 	}
 	j.interrupted = sig
+	fwd := forwarded(sig)
 	if j.opts.Trace >= 1 {
-		j.out.say(fmt.Sprintf("forwarding %v to every rank", sig))
+		msg := fmt.Sprintf("forwarding %v to every rank", fwd)
+		if fwd != sig {
+			msg = fmt.Sprintf("%v: %s", sig, msg)
+		}
+		j.out.say(msg)
 	}
 	for _, r := range j.ranks {
-		r.signal(sig.(unix.Signal))
+		r.signal(fwd)
 	}
 }
 

@@ -46,13 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gorun: %v\n", err)
 		return exitFailure
 	}
-	prog, err := ResolveProgram(context.Background(), opts.Program, opts.buildTags()...)
-	if err != nil {
-		fmt.Fprintf(stderr, "gorun: %v\n", err)
-		return exitFailure
-	}
-	defer prog.Remove()
-	return Run(opts, place, prog, stdout, stderr)
+	return Run(opts, place, stdout, stderr)
 }
 
 // wrap runs a foreign launcher (opts.Program with opts.Args) with a

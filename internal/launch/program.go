@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Program is the executable the ranks run.
@@ -54,7 +57,9 @@ func ResolveProgram(ctx context.Context, arg string, tags ...string) (*Program, 
 	return &Program{Path: abs}, nil
 }
 
-// build runs go build on the package in dir, with tags.
+// build runs go build on the package in dir, with tags. The go command runs
+// in its own process group, which cancelling ctx kills whole (go build's
+// compilers and linker with it), and dies with gorun.
 func build(ctx context.Context, dir, abs string, tags []string) (*Program, error) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
@@ -73,6 +78,8 @@ func build(ctx context.Context, dir, abs string, tags []string) (*Program, error
 	}
 	cmd := exec.CommandContext(ctx, gocmd, append(args, ".")...)
 	cmd.Dir = abs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
 	if len(tags) > 0 {
 		// Without cgo -tags verbs would build the device's stub.
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
