@@ -30,18 +30,22 @@ import (
 // that came between the two, when the rank was signalled alone, left
 // alive what the rank had started by then, holding the output open. The
 // right side runs the signal reader in the background and exits with the
-// rank's status (128+N for signal N), after removing the job's
-// shared-memory segments on that host if the rank failed, since gorun
-// cannot reach them (only a prefix of the form .../weft-KEY-: an unset one
-// must never become "rm *").
+// rank's status (128+N for signal N), after killing the rank's process
+// group (what the rank left running would hold the output open, and ssh
+// would wait for it; gorun's drain kills a local rank's group too) and
+// removing the job's shared-memory segments on that host if the rank
+// failed, since gorun cannot reach them (only a prefix of the form
+// .../weft-KEY-: an unset one must never become "rm *").
 const remoteScript = `exec 3<&0 </dev/null 4>&1
-{ g=; if command -v setsid >/dev/null 2>&1; then g=setsid; fi; $g sh -c 'echo "$$"; exec >&4 4>&- 3<&-; exec "$@"' weft-rank "$@"; echo "$?"; } | {
+g=; if command -v setsid >/dev/null 2>&1; then g=setsid; fi
+{ $g sh -c 'echo "$$"; exec >&4 4>&- 3<&-; exec "$@"' weft-rank "$@"; echo "$?"; } | {
 read -r p
 k() { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }
 ( while read -r s <&3; do case $s in USR1|USR2) kill -s "$s" "$p" 2>/dev/null;; *) k "$s";; esac; done; k KILL ) &
 w=$!
 read -r rc || rc=1
 kill "$w" 2>/dev/null
+[ -n "$g" ] && [ -n "$p" ] && kill -s KILL -- "-$p" 2>/dev/null
 if [ "$rc" -ne 0 ]; then case "$WEFT_SHM_PREFIX" in */weft-?*-) rm -f -- "$WEFT_SHM_PREFIX"* 2>/dev/null;; esac; fi
 exit "$rc"
 }`

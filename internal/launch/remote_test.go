@@ -303,3 +303,65 @@ func TestHostIPWithoutRsh(t *testing.T) {
 		t.Errorf("hostIP(unresolvable, no rsh) = %v; want ErrUsage", err)
 	}
 }
+
+// sshLikeRsh writes an rsh that runs the command on this machine as
+// fakeRsh does, but ends as ssh does: only once every process holding the
+// remote command's output has closed it (sshd keeps the channel open
+// until its stdout and stderr reach EOF, not only until the command exits:
+// `ssh host 'sleep 100 &'` takes 100 s).
+func sshLikeRsh(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "ssh-like")
+	os.WriteFile(path, []byte(`#!/bin/bash
+# ssh-like HOST LINE
+setsid -w env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin sh -c "$2" | cat
+exit ${PIPESTATUS[0]}
+`), 0o755)
+	return path
+}
+
+// TestGorunRankBackgroundChild: a rank that leaves a child running behind
+// it (which holds its output) and exits 0 does not keep the job open: for
+// a local rank, gorun's drain kills the rank's process group after
+// drainWait; for a remote rank, the wrapper (remoteScript) kills it once
+// the rank has exited. Were the remote group left alone, the child would
+// keep ssh's output open, ssh would never exit, and gorun would wait for
+// that rank for ever.
+func TestGorunRankBackgroundChild(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	rank := filepath.Join(dir, "bgrank")
+	os.WriteFile(rank, []byte("#!/bin/sh\nsleep 300 &\necho $! > "+shellQuote(pidFile)+"\necho rank done\nexit 0\n"), 0o755)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	for _, hosts := range []string{"localhost:1", "127.0.0.2:1"} {
+		os.Remove(pidFile)
+		cmd, out, errs := startGorunBinary(t, nil, "-n", "1", "-H", hosts, "--rsh", sshLikeRsh(t), "--trace", "2", rank)
+		done := make(chan struct{})
+		var stdout, stderr string
+		go func() { stdout, stderr = collect(cmd, out, errs); close(done) }()
+		select {
+		case <-done:
+			if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(stdout, "rank done") {
+				t.Errorf("-H %s: %v; stdout:\n%s\nstderr:\n%s", hosts, cmd.ProcessState, stdout, stderr)
+			}
+		case <-time.After(10 * drainWait):
+			// Unblock it for the cleanup: kill the child.
+			if b, err := os.ReadFile(pidFile); err == nil {
+				if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			<-done
+			t.Errorf("-H %s: gorun still waiting %v after its only rank exited 0 (a child of the rank holds its output); stderr:\n%s",
+				hosts, 10*drainWait, stderr)
+		}
+	}
+}
