@@ -307,12 +307,13 @@ func (j *job) cleanUp() {
 }
 
 // listenForRemote opens one PMI listener (port 0) per local address remote
-// hosts reach this machine by, and returns PMI_PORT for each remote host.
+// hosts reach this machine by, and returns PMI_PORT for each remote host
+// that has ranks: a host that gets none is not even resolved.
 func (j *job) listenForRemote(ctx context.Context) (map[string]string, error) {
 	ports := map[string]string{}
 	byIP := map[string]string{}
-	for _, h := range j.place.Hosts {
-		if h.Local {
+	for node, h := range j.place.Hosts {
+		if h.Local || !j.place.Uses(node) {
 			continue
 		}
 		ip, err := localAddrToward(ctx, h.Name, j.opts.Rsh)

@@ -304,6 +304,16 @@ func TestHostIPWithoutRsh(t *testing.T) {
 	}
 }
 
+// TestGorunUnusedHostNotResolved: a host of -H (or the hostfile) that gets
+// no rank does not matter: 1 rank on localhost:1 with a second host that
+// cannot be resolved runs. Only hosts with ranks get a PMI listener
+// (listenForRemote) and a copy of the program (copyProgram), so only they
+// are resolved.
+func TestGorunUnusedHostNotResolved(t *testing.T) {
+	r := gorun(t, "-n", "1", "-H", "localhost:1,no-such-host.invalid:1", "--rsh", fakeRsh(t), bins.pmiprog, "-card", "10")
+	checkJob(t, r, 1)
+}
+
 // sshLikeRsh writes an rsh that runs the command on this machine as
 // fakeRsh does, but ends as ssh does: only once every process holding the
 // remote command's output has closed it (sshd keeps the channel open
