@@ -221,6 +221,9 @@ func TestGorunProgramErrors(t *testing.T) {
 		{"./no/such/dir", []string{"not found", "Go package directory"}},
 		{broken, []string{"building", "undefined: undefinedThing"}},
 		{plain, []string{"not an executable"}},
+		// go build -o writes a library package's archive, which would
+		// fail to start with "permission denied", naming no cause.
+		{"../pmi", []string{"../pmi is package pmi, not a main package"}},
 	} {
 		r := gorun(t, tc.prog)
 		if r.code != exitFailure {
@@ -230,6 +233,9 @@ func TestGorunProgramErrors(t *testing.T) {
 			if !strings.Contains(r.stderr, s) {
 				t.Errorf("%s: stderr %q does not say %q", tc.prog, r.stderr, s)
 			}
+		}
+		if strings.Contains(r.stderr, "permission denied") {
+			t.Errorf("%s: stderr %q blames a permission", tc.prog, r.stderr)
 		}
 	}
 	if r := gorun(t, "-n", "3", bins.pmiprog); r.code != exitFailure || !strings.Contains(r.stderr, "--oversubscribe") {

@@ -59,7 +59,8 @@ func ResolveProgram(ctx context.Context, arg string, tags ...string) (*Program, 
 
 // build runs go build on the package in dir, with tags. The go command runs
 // in its own process group, which cancelling ctx kills whole (go build's
-// compilers and linker with it), and dies with gorun.
+// compilers and linker with it), and dies with gorun. A package that is not
+// package main is refused: go build -o writes its archive, which cannot run.
 func build(ctx context.Context, dir, abs string, tags []string) (*Program, error) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {
@@ -97,5 +98,21 @@ func build(ctx context.Context, dir, abs string, tags []string) (*Program, error
 		}
 		return nil, fmt.Errorf("%w: %s failed (%v):\n%s", ErrProgram, how, err, strings.TrimRight(output.String(), "\n"))
 	}
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm()&0o111 == 0 {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("%w: %s is %s, not a main package: gorun runs a program", ErrProgram, dir, packageName(ctx, gocmd, abs))
+	}
 	return &Program{Path: out, Built: true}, nil
+}
+
+// packageName names the package in dir for messages: "package NAME", or
+// "a library package" if go list cannot tell.
+func packageName(ctx context.Context, gocmd, dir string) string {
+	cmd := exec.CommandContext(ctx, gocmd, "list", "-f", "{{.Name}}", ".")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if name := strings.TrimSpace(string(out)); err == nil && name != "" {
+		return "package " + name
+	}
+	return "a library package"
 }
