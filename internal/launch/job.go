@@ -195,8 +195,8 @@ func Plan(opts *Options) (*Placement, error) {
 		return nil, fmt.Errorf("%w: %s shm: the ranks are on %d hosts, and shared memory reaches only within one; use auto or udp",
 			ErrUsage, opts.transportFrom, len(perNode))
 	case shm:
-		for node, n := range perNode {
-			if n > shmMaxRanks {
+		for node := range place.Hosts { // in order: the first host with too many is named
+			if n := perNode[node]; n > shmMaxRanks {
 				return nil, fmt.Errorf("%w: %d ranks on host %s: the shared-memory device (what auto picks within a host) takes at most %d; use --transport udp, or spread the ranks over more hosts with -H",
 					ErrUsage, n, place.Hosts[node].Name, shmMaxRanks)
 			}
