@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weft-hpc/weft/hal"
 )
@@ -445,10 +446,16 @@ func (st *bcastState) chunkLanded(i int) func(error) {
 				c.tpt.Deregister(st.pvo)
 			}
 		}
-		st.progressLocked()
-		c.mu.Unlock()
-		c.am.runCompletions()
+		st.progressUnlock()
 	}
+}
+
+// progressUnlock tells the counters what is done, releases c.mu (held)
+// and runs the completions that queued.
+func (st *bcastState) progressUnlock() {
+	st.progressLocked()
+	st.c.mu.Unlock()
+	st.c.am.runCompletions()
 }
 
 // kidSent is the trigger of every Put to a child having landed.
@@ -460,37 +467,29 @@ func (st *bcastState) kidSent(err error) {
 	}
 	st.kidsSent++
 	st.sentAll = st.kidsSent == len(st.kids)
-	st.progressLocked()
-	c.mu.Unlock()
-	c.am.runCompletions()
+	st.progressUnlock()
 }
 
 // acceptedFn is the trigger of a receiver of nothing being accepted by
 // its parent, or of the parent's failure before.
 func (st *bcastState) acceptedFn(err error) {
-	c := st.c
-	c.mu.Lock()
+	st.c.mu.Lock()
 	if err != nil {
 		st.failLocked(err)
 	}
-	st.progressLocked()
-	c.mu.Unlock()
-	c.am.runCompletions()
+	st.progressUnlock()
 }
 
 // kidHave is the trigger of a child's have message, or of its failure
 // before it.
 func (st *bcastState) kidHave(err error) {
-	c := st.c
-	c.mu.Lock()
+	st.c.mu.Lock()
 	if err != nil {
 		st.failLocked(err)
 	} else {
 		st.haves++
 	}
-	st.progressLocked()
-	c.mu.Unlock()
-	c.am.runCompletions()
+	st.progressUnlock()
 }
 
 func (st *bcastState) failLocked(err error) {
@@ -877,13 +876,7 @@ func newBcastTable(c *Context) *bcastTable {
 // dropEarly forgets the messages kept for broadcast id from rank from
 // (c.mu held).
 func (t *bcastTable) dropEarly(id uint64, from hal.Rank) {
-	ms := t.early[id]
-	keep := ms[:0]
-	for _, m := range ms {
-		if m.from != from {
-			keep = append(keep, m)
-		}
-	}
+	keep := slices.DeleteFunc(t.early[id], func(m bcastMsg) bool { return m.from == from })
 	if len(keep) == 0 {
 		delete(t.early, id)
 	} else {

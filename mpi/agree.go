@@ -149,14 +149,10 @@ func (c *Comm) ctag(tag int) int {
 func callTag(k uint32, d uint8) int { return int(k&seqMask)<<8 | int(d&digestMask)<<digestShift }
 
 // callDigest digests what the members of a call must agree on besides its
-// size (which a receive checks exactly): its kind, its op and its root. A
-// user op (NewOp) is a number local to its process, and ranks may make
-// theirs in different orders: it is not digested.
+// size (which a receive checks exactly): its kind, its op (agreedOp) and
+// its root.
 func callDigest(kind uint8, op Op, root int) uint8 {
-	if op >= firstUserOp {
-		op = firstUserOp
-	}
-	x := uint32(kind)*0x9e3779b1 ^ uint32(op)*0x85ebca77 ^ uint32(root)*0xc2b2ae3d
+	x := uint32(kind)*0x9e3779b1 ^ uint32(agreedOp(op))*0x85ebca77 ^ uint32(root)*0xc2b2ae3d
 	x ^= x >> 15
 	x *= 0x2c1b3c6d
 	x ^= x >> 12
@@ -187,14 +183,15 @@ const sigShOff = 1 << 16
 // sigShOff (ops NewOp made are numbered from 16 on).
 const sigOpHigh = 17
 
-// packSig packs a member's signature of call seq. A user op is packed as
-// firstUserOp, whatever its number, as callDigest digests it: the number
-// is local to its process, so ranks that name one op by different numbers
-// agree, and ranks with different user ops are not told apart.
+// agreedOp is what members compare of op (callDigest, packSig): a user
+// op is firstUserOp, whatever its number, which is local to its process,
+// so ranks that name one op by different numbers agree, and ranks with
+// different user ops are not told apart.
+func agreedOp(op Op) Op { return min(op, firstUserOp) }
+
+// packSig packs a member's signature of call seq, its op as agreedOp.
 func packSig(seq uint32, kind uint8, op Op, root, n int, shOff bool) (uint64, uint64) {
-	if op >= firstUserOp {
-		op = firstUserOp
-	}
+	op = agreedOp(op)
 	w0 := uint64(seq)<<32 | uint64(kind)<<8 | uint64(uint8(op)) | uint64(op>>8&0x7fff)<<sigOpHigh
 	if shOff {
 		w0 |= sigShOff
