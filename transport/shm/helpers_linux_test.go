@@ -5,14 +5,37 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/weft-hpc/weft/hal"
 )
 
 // newJobKey draws a key for one test's job, so that concurrent test runs
-// (and leftovers of crashed ones) never share a segment.
-func newJobKey() uint64 { return rand.Uint64() }
+// (and leftovers of crashed ones) never share a segment. TestMain checks
+// for leftovers of these keys' jobs only: other packages' tests (gorun's
+// jobs) may create and remove segments in the same directory meanwhile.
+func newJobKey() uint64 {
+	k := rand.Uint64()
+	drawnKeys.Store(k, true)
+	return k
+}
+
+// drawnKeys holds every key newJobKey returned.
+var drawnKeys sync.Map
+
+// drawn reports whether a segment file's name is of a job whose key
+// newJobKey returned.
+func drawn(path string) bool {
+	name := filepath.Base(path)
+	found := false
+	drawnKeys.Range(func(k, _ any) bool {
+		found = strings.HasPrefix(name, SegmentName(k.(uint64), 0)[:len("weft-0123456789abcdef-")])
+		return !found
+	})
+	return found
+}
 
 // openLocal opens a job of size ranks in this process, connects every pair,
 // and at cleanup closes them and checks that the segment is gone.
@@ -67,3 +90,17 @@ func header(key uint64, src, dst hal.Rank, n int) []byte {
 
 // ignore is a Poll callback that drops what it gets.
 func ignore(*hal.Header, []byte) {}
+
+// TestDrawn: the leftover check covers the segments of this binary's jobs,
+// a node's partial ones too, and no other job's.
+func TestDrawn(t *testing.T) {
+	key := newJobKey()
+	for _, name := range []string{SegmentName(key, 0), NodeSegmentName(key, 1, 3)} {
+		if !drawn(filepath.Join(DefaultDir, name)) {
+			t.Errorf("drawn(%s) = false, want true", name)
+		}
+	}
+	if other := SegmentName(^key, 0); drawn(filepath.Join(DefaultDir, other)) {
+		t.Errorf("drawn(%s) = true for a key never drawn", other)
+	}
+}
