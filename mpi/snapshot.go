@@ -68,9 +68,12 @@ func (w *World) snapFailedWait(r *request, err error) {
 // snapFatal writes the snapshot of a peer's failure, unless one was
 // written automatically already (under
 // lapi's lock: peerFailed's, before it fails the requests, so that they
-// are seen pending).
+// are seen pending). A failure found once Finalize's barrier has passed
+// writes none: every rank was in Finalize, and a peer that finished first
+// and exited is seen dead by the devices that watch its process (shm),
+// which is the normal end of a job, not something that went wrong.
 func (w *World) snapFatal(tx *lapi.Tx, peer lapi.Rank, err error) {
-	if !w.snap.on() || w.snap.auto.Swap(true) {
+	if !w.snap.on() || w.closed.Load() || w.snap.auto.Swap(true) {
 		return
 	}
 	w.writeSnapshot(w.snapshotLocked(tx, fmt.Sprintf("fatal: rank %d failed: %v", peer, err), nil), "")

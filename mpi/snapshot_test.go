@@ -273,3 +273,34 @@ func TestSnapshotOnSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNoSnapshotAfterFinalize: a peer seen failed once Finalize's barrier
+// has passed (under gorun, shm watches the peer's process, which exits as
+// soon as its own Finalize is done) writes no snapshot: the job ended
+// well, and gorun would report "rank 1 failed" for it.
+func TestNoSnapshotAfterFinalize(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	worlds, err := openInproc(2, Options{SnapshotDir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, w := range worlds {
+			w.lc.Close()
+		}
+	}()
+	errs := make(chan error, 2)
+	for _, w := range worlds {
+		go func() { errs <- w.Finalize() }()
+	}
+	for range worlds {
+		if err := <-errs; err != nil {
+			t.Fatalf("Finalize: %v", err)
+		}
+	}
+	worlds[0].lc.FailPeer(1, "shm: rank 1 (pid 1) died: hal: unknown peer")
+	if _, err := os.Stat(filepath.Join(dir, pmi.SnapshotFile(0))); !os.IsNotExist(err) {
+		t.Errorf("rank 0 wrote a snapshot for a peer lost after Finalize (stat: %v)", err)
+	}
+}
