@@ -208,8 +208,8 @@ func TestWithArm(t *testing.T) {
 }
 
 // TestWaitReport: WaitReport's report runs once, when the wait stops
-// spinning (it blocks, or yields), and not at all for a wait that ends
-// at once. The waiting goroutine is released only by a frame sent after
+// spinning (it blocks, or has yielded for 8 polls), and not at all for a
+// wait that ends at once, or for a yielding one after a few polls. The waiting goroutine is released only by a frame sent after
 // the report: a wait that blocked without reporting would time out.
 func TestWaitReport(t *testing.T) {
 	for _, tc := range []struct {
@@ -236,6 +236,17 @@ func TestWaitReport(t *testing.T) {
 			}
 			if n := reports.Load(); n != 0 {
 				t.Errorf("a wait done at once reported %d times, want 0", n)
+			}
+			if tc.yield > 0 {
+				passes := 0
+				if err := c1.WaitReport(ctx, func() (bool, error) { passes++; return passes > 3, nil }, report); err != nil {
+					t.Fatal(err)
+				}
+				if n := reports.Load(); n != 0 {
+					// (mpi's report allocates: a rank sharing its core
+					// would pay it on most waits of a ping-pong.)
+					t.Errorf("a yielding wait done after 3 passes reported %d times, want 0", n)
+				}
 			}
 
 			go func() {

@@ -184,9 +184,10 @@ func (c *Context) Wait(ctx context.Context, cond func() (done bool, err error)) 
 }
 
 // WaitReport is Wait that calls report (if not nil; outside the lock)
-// once, when the wait stops spinning and first yields or blocks: a wait
-// that long is worth naming in reports, one that ends while spinning (a
-// ping-pong's) pays nothing for it. Counting polls instead failed: a
+// once, when the wait stops spinning and first blocks, or (Config.Yield)
+// reads the clock between its yields, every 8th poll: a wait that long is
+// worth naming in reports, one that ends while spinning or after a yield
+// or two (a ping-pong's) pays nothing for it. Counting polls instead failed: a
 // goroutine descheduled through its spin blocks after as few as 16.
 func (c *Context) WaitReport(ctx context.Context, cond func() (done bool, err error), report func()) error {
 	return c.pr.waitFor(ctx, cond, nil, report, c.cfg.Spin, c.cfg.Yield)
