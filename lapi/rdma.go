@@ -166,13 +166,16 @@ type RDMAStats struct {
 	Engine                     hal.RDMAStats
 }
 
-// rdmaHdrSlab is how many packets may go to the device between flushes.
-// Over an unreliable device pushRDMA also polls the device and sends the
+// rdmaHdrSlab is how many packets may go to the device between flushes:
+// as many as a UDP device's flush carries by default (udp.DefaultBatch,
+// six full segmented datagrams at an Ethernet MTU), since the kernel's
+// cost is per system call and per datagram more than per byte. Over an
+// unreliable device pushRDMA also polls the device and sends the
 // acknowledgements owed after each slab, so that what the peer sends this
 // way (acknowledgements, completions, reports, its protocol's messages)
 // is not held behind a whole window of bulk data, and the round trips
-// timed meanwhile are not inflated by it.
-const rdmaHdrSlab = 64
+// timed meanwhile are not inflated by more than a slab's time on the wire.
+const rdmaHdrSlab = 264
 
 func (r *rdmaState) initRDMA() {
 	c := r.c

@@ -160,7 +160,7 @@ type Options struct {
 	// UDPBatch is how many frames one sendmmsg carries, and datagrams one
 	// recvmmsg takes, on the UDP devices (WEFT_UDP_BATCH), 1-1024; with
 	// GSO a run of frames to one peer is cut at the batch's end as well as
-	// at 64 KiB. 0 means the device's default, 64. Init only.
+	// at 64 KiB. 0 means the device's default, 264. Init only.
 	UDPBatch int
 
 	// UDPMcast has a UDP device join the job's IP multicast group

@@ -66,9 +66,12 @@ type Options struct {
 const (
 	DefaultBind         = "127.0.0.1"
 	DefaultSocketBuffer = 8 << 20
-	// DefaultBatch lets one Flush carry a full GSO datagram (44 frames at
-	// an Ethernet MTU) and the start of the next.
-	DefaultBatch = 64
+	// DefaultBatch lets one Flush carry six full GSO datagrams (44 frames
+	// each at an Ethernet MTU): each system call, and each datagram the
+	// kernel carries across its stack, costs about the same whatever it
+	// holds, and a stream cut into flushes of 64 frames (one full datagram
+	// and a third of another) paid for them twice as often.
+	DefaultBatch = 6 * 44
 	// MaxGROSlots caps the receive ring of a GSO device: a slot holds a
 	// whole coalesced buffer, 64 KiB, and 32 of them (2 MiB) already hold
 	// what a batch of sends delivers.
