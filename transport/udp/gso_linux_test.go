@@ -71,7 +71,8 @@ func (r received) payload0(t *testing.T) int {
 // With the default batch, a stream of full frames leaves in six runs of a
 // whole GSO datagram (44 frames of 1,472 bytes at an Ethernet MTU), none
 // cut at the batch, and a GSO device's receive ring holds MaxGROSlots
-// coalesced buffers while a plain one holds a slot per frame of its batch.
+// coalesced buffers while a plain one holds a slot per frame of its batch
+// at an Ethernet MTU, and no more than 2 MiB of them at a larger one.
 func TestDefaultBatchRuns(t *testing.T) {
 	a := openRank(t, 0, 2, Options{GSO: true})
 	b := openRank(t, 1, 2, Options{})
@@ -91,7 +92,13 @@ func TestDefaultBatchRuns(t *testing.T) {
 	if n := len(a.rx.msgs); n != min(DefaultBatch, MaxGROSlots) {
 		t.Errorf("GSO device: %d receive slots, want %d", n, min(DefaultBatch, MaxGROSlots))
 	}
-	if n := len(b.rx.msgs); n != DefaultBatch {
-		t.Errorf("plain device: %d receive slots, want %d", n, DefaultBatch)
+	// A plain device's ring holds 2 MiB at most: at the loopback's MTU,
+	// 32 slots; at an Ethernet MTU, a slot per frame of the batch.
+	if n := len(b.rx.msgs); b.Caps().MTU < 60000 || n != MaxGROSlots {
+		t.Errorf("plain device, MTU %d: %d receive slots, want %d", b.Caps().MTU, n, MaxGROSlots)
+	}
+	c := openRank(t, 1, 2, Options{MTU: 1472 - hal.HeaderLen})
+	if n := len(c.rx.msgs); n != DefaultBatch {
+		t.Errorf("plain device, MTU %d: %d receive slots, want %d", c.Caps().MTU, n, DefaultBatch)
 	}
 }

@@ -29,7 +29,8 @@ type Options struct {
 	RecvBuffer, SendBuffer int
 	// Batch is how many frames Send may queue before Flush must run, and how
 	// many datagrams one Poll receives per system call (with GSO at most
-	// MaxGROSlots: each slot then holds a coalesced buffer of up to 64 KiB).
+	// MaxGROSlots: each slot then holds a coalesced buffer of up to 64 KiB;
+	// without, as many as 2 MiB of MTU-sized slots hold, and 32 at least).
 	// 0 means DefaultBatch.
 	Batch int
 	// Unbatched makes Flush send each frame with its own sendmsg instead of
@@ -82,6 +83,10 @@ const (
 	// stable slow mode: each side's spin expires while the other is being
 	// woken, so every message pays a wake-up (~50 µs one-way instead of ~4).
 	DefaultSpin = 200 * time.Microsecond
+	// maxRxRing bounds a plain device's receive ring as MaxGROSlots bounds
+	// a GSO device's: at a loopback's 64 KiB MTU a batch of slots would
+	// take 17 MiB, where 32 of them already hold what a flush delivers.
+	maxRxRing = MaxGROSlots * maxDatagram
 	// MaxBatch bounds Batch: the kernel caps sendmmsg/recvmmsg at
 	// UIO_MAXIOV (1024) messages, and each receive slot holds a whole
 	// datagram.
