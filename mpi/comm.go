@@ -41,6 +41,9 @@ type Comm struct {
 	// hier runs the collectives node by node when the members span
 	// nodes (hier.go); nil: flat, as on one node.
 	hier *hierarchy
+	// winSync is the communicator the windows made over this one
+	// synchronise on (win.go), while any is open; nil: none.
+	winSync *winSync
 	// freed: Free has run. trk is the communicator's record
 	// (Options.Track) from Dup or Split until Free.
 	freed bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/weft-hpc/weft/internal/track"
@@ -142,7 +143,10 @@ func (w *World) winProgress(ctx context.Context, done chan struct{}) {
 // compute while others lock them wants WEFT_ASYNC_PROGRESS=1 or more
 // cores per rank.
 type Win[T Elem] struct {
+	// c is the communicator the window synchronises on (sync's): the
+	// ranks of the one it was made over, in its order.
 	c     *Comm
+	sync  *winSync
 	lc    *lapi.Context
 	base  []T
 	mem   []byte   // base's bytes
@@ -189,14 +193,21 @@ type winPeer struct {
 }
 
 // winRecLen is a rank's record in NewWin's exchange: its window's PVO, its
-// lock word's PVO, the window's length in elements and its element type.
-const winRecLen = 2*lapi.PVOLen + 12
+// lock word's PVO, the window's length in elements, its element type and
+// its next free context id (for the window's own communicator).
+const winRecLen = 2*lapi.PVOLen + 16
 
 // NewWin makes base the calling rank's part of a window over c
 // (MPI_Win_create); collective over c. Every rank learns every other's
 // length, so a range outside a target's window fails at the origin
 // before anything moves. Ranks may expose windows of different lengths,
-// empty ones included, but of one element type.
+// empty ones included, but of one element type. The windows over c
+// synchronise on a communicator of their own, of c's ranks in c's order
+// (MPI_Win_create duplicates c): c may be freed while a window lives, and
+// Fence and Free are no collective calls on c, whose order against c's
+// own collectives (nonblocking ones in flight) is free. That communicator
+// is shared by c's windows, so that ranks fencing different windows of c
+// are told they disagree instead of waiting for each other.
 func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	if c == nil {
 		return nil, errNilComm("NewWin")
@@ -231,15 +242,21 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	lapi.PutPVO(me[lapi.PVOLen:], win.lreg)
 	binary.LittleEndian.PutUint64(me[2*lapi.PVOLen:], uint64(len(base)))
 	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+8:], uint32(elemTypeOf[T]()))
+	w.mu.Lock()
+	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+12:], w.nextCtx)
+	sync := c.winSync
+	w.mu.Unlock()
 	all := make([]byte, c.size*winRecLen)
 	// Each record comes straight from its owner (exchangePVOs), so that
 	// the PVOs are in the receivers' replicas of its TPT by then.
 	err = c.collective("new window", collAllgather, 0, 0, winRecLen, func() error {
 		return exchangePVOs(c, me[:], all)
 	})
+	var ctx uint32 // the window's communicator's: as agreeContext agrees one
 	if err == nil {
 		for q := range c.size {
 			r := all[q*winRecLen:]
+			ctx = max(ctx, binary.LittleEndian.Uint32(r[2*lapi.PVOLen+12:]))
 			// The element type, not only its size: an int64 Accumulate
 			// into another rank's float64 would add integer bits to a
 			// float's without an error.
@@ -257,6 +274,20 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		win.deregister()
 		return nil, err
 	}
+	if sync == nil {
+		// c's first open window (at every rank: NewWin and Free are
+		// collective over c): its communicator, on the context agreed
+		// in the exchange.
+		sync = &winSync{c: newComm(w, ctx, c.rank, slices.Clone(c.group)), of: c}
+		w.mu.Lock()
+		w.nextCtx = max(w.nextCtx, ctx+2)
+		c.winSync = sync
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	sync.open++
+	w.mu.Unlock()
+	win.c, win.sync = sync.c, sync
 	win.rmw, win.rel = w.win.counter(lc), w.win.counter(lc)
 	if c.size > 1 {
 		w.winOpened()
@@ -266,6 +297,29 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		win.trk = w.trk.Add(fmt.Sprintf("window of %d %T", len(base), zero), 0)
 	}
 	return win, nil
+}
+
+// winSync is the communicator the windows over a communicator (of)
+// synchronise on, and how many of them are open.
+type winSync struct {
+	c    *Comm
+	of   *Comm
+	open int
+}
+
+// release is a window's Free: the last one unlinks the communicator, and
+// the next window over the same one makes another.
+func (s *winSync) release(w *World) {
+	w.mu.Lock()
+	s.open--
+	last := s.open == 0
+	if last && s.of.winSync == s {
+		s.of.winSync = nil
+	}
+	w.mu.Unlock()
+	if last {
+		s.c.unlink()
+	}
 }
 
 // deregister releases the window's registrations.
@@ -301,6 +355,7 @@ func (win *Win[T]) Free() error {
 		return fmt.Errorf("mpi: window free: %w", err)
 	}
 	win.freed = true
+	win.sync.release(win.c.w)
 	win.c.w.trk.Remove(win.trk)
 	win.deregister()
 	s := &win.c.w.win

@@ -39,8 +39,9 @@ func main() {
 	_, err = mpi.Isend(c, make([]byte, 1<<20), peer, 8) // rendezvous, never received
 	leak(fmt.Sprintf("Isend request (to rank %d tag 8)", peer), above())
 	check(err)
+	// Communicator 2: the window above synchronises on number 1, its own.
 	_, err = c.Dup()
-	leak("communicator 1 from Dup (2 ranks)", above())
+	leak("communicator 2 from Dup (2 ranks)", above())
 	check(err)
 
 	report := ""

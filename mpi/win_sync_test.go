@@ -5,10 +5,10 @@ import (
 	"testing"
 )
 
-// TestReviewWinCommFreed: MPI lets a program free the communicator a
+// TestWinOutlivesItsComm: MPI lets a program free the communicator a
 // window was made over while the window lives on (MPI_Win_create
 // duplicates it); Fence and Free of the window must still work.
-func TestReviewWinCommFreed(t *testing.T) {
+func TestWinOutlivesItsComm(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
 	err := Run(2, func(c *Comm) error {
 		d, err := c.Dup()
@@ -45,11 +45,11 @@ func TestReviewWinCommFreed(t *testing.T) {
 	}
 }
 
-// TestReviewWinFenceIcollOrder: a window's Fence is collective over the
-// window, not a collective on its communicator: a rank may start an
-// Ibarrier on the communicator before its Fence while another starts it
-// after (legal MPI: MPI_Win_create duplicates the communicator).
-func TestReviewWinFenceIcollOrder(t *testing.T) {
+// TestWinFenceBesideCommCollectives: a window's Fence is no collective
+// call on the communicator it was made over: a rank may start an Ibarrier
+// on that communicator before its Fence while another starts it after
+// (legal MPI: MPI_Win_create duplicates the communicator).
+func TestWinFenceBesideCommCollectives(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
 	err := Run(2, func(c *Comm) error {
 		base := make([]int64, 4)
@@ -81,11 +81,10 @@ func TestReviewWinFenceIcollOrder(t *testing.T) {
 	}
 }
 
-// TestReviewWinFreeAfterCommFree: a program that uses the window in
-// passive-target epochs only and frees the communicator first cannot
-// free the window at all: its registrations, counters and the rank's
-// window progress goroutine stay until Finalize.
-func TestReviewWinFreeAfterCommFree(t *testing.T) {
+// TestWinFreeAfterCommFree: a window used in passive-target epochs only
+// is freed after its communicator was: its Free succeeds, and the rank's
+// window progress goroutine stops (no window is counted open after it).
+func TestWinFreeAfterCommFree(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
 	err := Run(2, func(c *Comm) error {
 		d, err := c.Dup()
@@ -116,6 +115,13 @@ func TestReviewWinFreeAfterCommFree(t *testing.T) {
 			open := w.win.open
 			w.win.mu.Unlock()
 			return fmt.Errorf("window Free after the communicator's Free: %w (windows still open: %d)", err, open)
+		}
+		w := c.World()
+		w.win.mu.Lock()
+		open := w.win.open
+		w.win.mu.Unlock()
+		if open != 0 {
+			return fmt.Errorf("%d windows counted open after the last one's Free", open)
 		}
 		if base[0] != int64(2-c.Rank()) {
 			return fmt.Errorf("window %v", base)
