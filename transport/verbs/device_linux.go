@@ -176,6 +176,11 @@ type rxRing struct {
 	next, n int
 	repost  *[2 * batch]C.uint32_t
 	nrepost int
+	// least is how many buffers Poll collects before it posts them again:
+	// 1 with Datagrams; over reliable connections half a batch, or half
+	// the ring when that is smaller, so that a small ring still has
+	// buffers posted while Poll collects the others.
+	least   int
 	hdr     hal.Header // passed to Poll's callback; reused so delivery does not allocate
 	pollfds [2]unix.PollFd
 }
@@ -306,7 +311,7 @@ func (d *Device) open() error {
 		return err
 	}
 	d.tx.desc = make([]C.weft_tx, udSend)
-	d.rx = rxRing{slotLen: d.udSlot, grh: grhLen, cq: d.rcq, buf: d.rbuf, mr: d.rmr, cqe: &d.scratch.cqe, repost: &d.scratch.repost}
+	d.rx = rxRing{slotLen: d.udSlot, grh: grhLen, cq: d.rcq, buf: d.rbuf, mr: d.rmr, cqe: &d.scratch.cqe, repost: &d.scratch.repost, least: 1}
 	for s := 0; s < udRecv; s++ {
 		d.rx.repost[d.rx.nrepost] = C.uint32_t(s)
 		d.rx.nrepost++
@@ -537,9 +542,9 @@ func (d *Device) verbErr(verb string) error {
 func (d *Device) postRecv() error { return d.postRecvFrom(1) }
 
 // postRecvFrom posts the buffers collected in rx.repost when there are at
-// least least (1 or more) of them. Over reliable connections Poll gives back fewer than
-// half a batch later (the shared receive queue has hundreds more): one
-// call to the adapter per message less on the latency path.
+// least least (1 or more) of them. Over reliable connections Poll gives
+// back fewer than rx.least later (the shared receive queue has the
+// others): one call to the adapter per message less on the latency path.
 func (d *Device) postRecvFrom(least int) error {
 	if d.rx.nrepost < least {
 		return nil
@@ -817,11 +822,7 @@ func (d *Device) Poll(fn func(h *hal.Header, payload []byte)) (int, error) {
 			rx.nrepost++
 		}
 	}
-	least := 1
-	if d.srq != nil {
-		least = batch / 2
-	}
-	if perr := d.postRecvFrom(least); err == nil {
+	if perr := d.postRecvFrom(rx.least); err == nil {
 		err = perr
 	}
 	d.counters.FramesRecv.Add(frames)

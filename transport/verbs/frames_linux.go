@@ -192,6 +192,7 @@ func (d *Device) openFrames(slot int) error {
 		d.fc[i].fifo = make([]uint32, n)
 	}
 	d.rx.slotLen, d.rx.grh, d.rx.cq, d.rx.buf, d.rx.mr = slot, 0, d.fcq, d.frbuf, d.frmr
+	d.rx.least = min(batch/2, max(1, d.opts.RecvRing/2))
 	for s := 0; s < d.opts.RecvRing; s++ {
 		d.rx.repost[d.rx.nrepost] = C.uint32_t(s)
 		d.rx.nrepost++

@@ -5,6 +5,7 @@ package verbs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -165,5 +166,24 @@ func TestFramesNoAlloc(t *testing.T) {
 				t.Errorf("%v allocations per frame sent and delivered, want 0", a)
 			}
 		})
+	}
+}
+
+// TestFramesSmallRecvRing: with fewer receive buffers than Poll would
+// otherwise collect before posting them again (RecvRing 4, below half a
+// batch), Poll still gives them back, so frames keep arriving past the
+// first RecvRing; were none posted again, the sender would wait for a
+// buffer (receive not ready) for ever.
+func TestFramesSmallRecvRing(t *testing.T) {
+	d := openRank(t, 0, 1, Options{Device: rxeDevs(t)[0], RecvRing: 4})
+	const frames = 12
+	for i := range frames {
+		msg := []byte(fmt.Sprintf("frame %d", i))
+		if err := sendAll(d, frameTo(0, 0, msg), msg); err != nil {
+			t.Fatal(err)
+		}
+		if got := recvOne(t, d); !bytes.Equal(got, msg) {
+			t.Fatalf("frame %d of %d: got %q, want %q", i, frames, got, msg)
+		}
 	}
 }
