@@ -217,3 +217,59 @@ func TestLapiOneSidedQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestLapiPutLargerThanQueue: with Options.RCQueue 4 (four RDMA work
+// requests of the port's max_msg_sz, 8 MiB on rxe, in flight at most), a
+// Put of more than 32 MiB goes by hardware RDMA in parts and lands exact:
+// the device no longer refuses a transfer that could never fit (which
+// lapi kept queued for room for ever).
+func TestLapiPutLargerThanQueue(t *testing.T) {
+	names := verbs.RxeDevs(t)
+	c0, c1 := lapiPair(t, names[0], names[0], verbs.Options{RCQueue: 4})
+	stop := serve(c1)
+	defer stop()
+	const small, big = 1 << 20, 32<<20 + 4096
+	mem := make([]byte, big)
+	p, err := c1.TPT().Register(mem, hal.AccessWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop0 := serve(c0)
+	if err := c1.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop0()
+	// Small Puts until one went by hardware RDMA: the connection is up.
+	src := make([]byte, big)
+	for round := 1; c0.OneSidedStats().Writes == 0; round++ {
+		if round > 100 {
+			t.Fatalf("after 100 rounds no Put by hardware RDMA: %+v", c0.OneSidedStats())
+		}
+		k := c0.NewCounter()
+		if err := c0.Put(1, p, src[:small], lapi.SendOpts{Completion: k}); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Wait(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range src {
+		src[j] = byte(j*7 + 1)
+	}
+	before := c0.OneSidedStats()
+	k := c0.NewCounter()
+	if err := c0.Put(1, p, src, lapi.SendOpts{Completion: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Wait(ctx, 1); err != nil {
+		t.Fatalf("Put of %d bytes with RCQueue 4: %v (%+v)", big, err, c0.OneSidedStats())
+	}
+	if !bytes.Equal(mem, src) {
+		t.Fatal("memory differs after the Put")
+	}
+	if s := c0.OneSidedStats(); s.Writes != before.Writes+1 || s.Fallbacks != before.Fallbacks || s.Retries != before.Retries {
+		t.Fatalf("the Put did not go by hardware RDMA alone: before %+v, after %+v", before, s)
+	}
+}

@@ -56,8 +56,9 @@ type Options struct {
 	Spin time.Duration
 	// RCQueue bounds the RDMA Write and Read work requests in flight over
 	// all reliable-connected queue pairs (the size of their completion
-	// queue); beyond, Write and Read return hal.ErrNoResource. 0 means
-	// DefaultRCQueue.
+	// queue); with none free, Write and Read return hal.ErrNoResource. A
+	// transfer needing more (one per port's max_msg_sz) goes in parts as
+	// completions free room. 0 means DefaultRCQueue.
 	RCQueue int
 	// ConnectTimeout bounds how long a Send toward a peer waits for the
 	// reliable connection Connect started toward it (the peer's device

@@ -70,17 +70,17 @@ int weft_rc_connect(struct ibv_qp *qp, uint8_t port, uint8_t sgid_index, const u
 	                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-// weft_post_rdma posts one RDMA Write (write != 0) or Read of len bytes as
-// pieces of at most max_msg bytes, each signaled with wr_id; it returns
-// how many it posted in *posted.
+// weft_post_rdma posts an RDMA Write (write != 0) or Read of len bytes as
+// pieces of at most max_msg bytes, each signaled with wr_id, max_wr pieces
+// at most; it returns how many it posted in *posted.
 int weft_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int write, uint64_t laddr, uint64_t len, uint32_t lkey,
-                   uint64_t raddr, uint32_t rkey, uint64_t max_msg, int *posted) {
+                   uint64_t raddr, uint32_t rkey, uint64_t max_msg, int max_wr, int *posted) {
 	enum { N = 32 };
 	struct ibv_send_wr wr[N], *bad = NULL;
 	struct ibv_sge sge[N];
-	int n = 0;
+	int n = 0, total = 0;
 	*posted = 0;
-	for (uint64_t off = 0; off < len;) {
+	for (uint64_t off = 0; off < len && total < max_wr;) {
 		uint64_t l = len - off < max_msg ? len - off : max_msg;
 		sge[n].addr = laddr + off;
 		sge[n].length = (uint32_t)l;
@@ -95,7 +95,8 @@ int weft_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int write, uint64_t laddr,
 		wr[n].wr.rdma.rkey = rkey;
 		off += l;
 		n++;
-		if (n == N || off == len) {
+		total++;
+		if (n == N || off == len || total == max_wr) {
 			for (int i = 0; i < n; i++) wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 			int rc = ibv_post_send(qp, wr, &bad);
 			if (rc) {
@@ -169,14 +170,22 @@ type rcPeer struct {
 	inflight  int  // work requests posted and not completed
 }
 
-// rcOp is one Write or Read in flight: the caller's id and how many work
-// requests it was posted as that have not completed.
+// rcOp is one Write or Read in flight: the caller's id, how many of its
+// work requests are posted and not completed, and what is left to post of
+// one that needs more work requests than the queues had room for.
 type rcOp struct {
 	id    uint64
 	peer  hal.Rank
 	parts int
 	err   error
 	used  bool
+	write bool
+	qpn   uint32 // the queue pair its first part went on: the rest go on it too
+	lkey  uint32
+	rkey  uint32
+	laddr uint64 // where the part not yet posted begins, locally
+	raddr uint64 // and at the peer
+	left  uint64 // bytes not yet posted
 }
 
 // rcSide is the device's one-sided half: a queue pair per peer, created
@@ -199,6 +208,12 @@ type rcSide struct {
 	busy     atomic.Int64 // inflight, for Wait (which may run beside the caller)
 	ops      []rcOp
 	free     []uint32
+	// partial is the op (an index into ops) with bytes left to post, if
+	// hasPartial: PollOneSided posts more of it as completions free room,
+	// and Write and Read return hal.ErrNoResource until all of it is
+	// posted, so that transfers go on the queue pairs in order.
+	partial    uint32
+	hasPartial bool
 
 	// mu guards the completion queue and wc, completions taken from it
 	// but not yet reported (wc[next:n]): PollOneSided holds it; Wait,
@@ -521,8 +536,8 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 		return fmt.Errorf("verbs: RDMA of %d bytes outside registration %d (%d bytes at %#x)", len(local), mr.ID, mr.Len, mr.Addr)
 	}
 	p := &r.peers[peer]
-	parts := int((uint64(len(local)) + r.maxMsg - 1) / r.maxMsg)
-	if p.inflight+parts > r.depth || r.inflight+parts > r.cqSize {
+	room := min(r.depth-p.inflight, r.cqSize-r.inflight)
+	if room <= 0 || r.hasPartial {
 		d.counters.NoResource.Add(1)
 		return hal.ErrNoResource
 	}
@@ -535,24 +550,20 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 		r.ops = append(r.ops, rcOp{})
 	}
 	op := &r.ops[slot]
-	*op = rcOp{id: id, peer: peer, used: true}
-	var w C.int
-	if write {
-		w = 1
-	}
-	var posted C.int
-	rc := C.weft_post_rdma(p.qp, C.uint64_t(slot), w, C.uint64_t(uintptr(unsafe.Pointer(unsafe.SliceData(local)))),
-		C.uint64_t(len(local)), C.uint32_t(mr.LKey), C.uint64_t(raddr), C.uint32_t(rkey), C.uint64_t(r.maxMsg), &posted)
-	op.parts = int(posted)
-	p.inflight += int(posted)
-	r.inflight += int(posted)
-	r.busy.Store(int64(r.inflight))
+	*op = rcOp{id: id, peer: peer, used: true, write: write, qpn: p.qpn, lkey: mr.LKey, rkey: rkey,
+		laddr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(local)))), raddr: raddr, left: uint64(len(local))}
+	rc := d.postMore(slot, room)
 	if rc == 0 {
+		if op.left > 0 {
+			// More work requests than the queues have room for: the
+			// rest goes as completions free room (PollOneSided).
+			r.partial, r.hasPartial = slot, true
+		}
 		return nil
 	}
 	err := fmt.Errorf("verbs: %s: ibv_post_send (RDMA) toward rank %d: %v", d.devName, peer, syscall.Errno(rc))
-	if posted == 0 {
-		op.used = false
+	if op.parts == 0 {
+		*op = rcOp{}
 		r.free = append(r.free, slot)
 		if rc == C.int(syscall.ENOMEM) {
 			d.counters.NoResource.Add(1)
@@ -561,8 +572,74 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 		return err
 	}
 	// Part of it went: its completion reports the failure.
-	op.err = err
+	op.err, op.left = err, 0
 	return nil
+}
+
+// postMore posts up to room more work requests of the op in slot, from
+// where the last left off, and returns ibv_post_send's error (rc.connMu
+// held).
+func (d *Device) postMore(slot uint32, room int) C.int {
+	r := &d.rc
+	op := &r.ops[slot]
+	p := &r.peers[op.peer]
+	var w C.int
+	if op.write {
+		w = 1
+	}
+	var posted C.int
+	rc := C.weft_post_rdma(p.qp, C.uint64_t(slot), w, C.uint64_t(op.laddr), C.uint64_t(op.left), C.uint32_t(op.lkey),
+		C.uint64_t(op.raddr), C.uint32_t(op.rkey), C.uint64_t(r.maxMsg), C.int(room), &posted)
+	// Every piece but the last is maxMsg bytes long.
+	n := min(op.left, uint64(posted)*r.maxMsg)
+	op.laddr += n
+	op.raddr += n
+	op.left -= n
+	op.parts += int(posted)
+	p.inflight += int(posted)
+	r.inflight += int(posted)
+	r.busy.Store(int64(r.inflight))
+	return rc
+}
+
+// continuePartial posts more of the op with bytes left to post, as far as
+// the queues have room (PollOneSided, rc.mu held). A failed post or a
+// broken connection ends the op once its posted parts have completed; if
+// none is in flight, it reports the op to fn at once and returns true.
+func (d *Device) continuePartial(fn func(id uint64, err error)) bool {
+	r := &d.rc
+	r.connMu.Lock()
+	slot := r.partial
+	op := &r.ops[slot]
+	p := &r.peers[op.peer]
+	switch {
+	case op.err != nil:
+		op.left = 0
+	case !p.ready || p.qpn != op.qpn:
+		op.err = fmt.Errorf("verbs: %s: RDMA toward rank %d: the connection broke with %d bytes not yet posted: %w",
+			d.devName, op.peer, op.left, hal.ErrNotConnected)
+		op.left = 0
+	default:
+		if room := min(r.depth-p.inflight, r.cqSize-r.inflight); room > 0 {
+			if rc := d.postMore(slot, room); rc != 0 {
+				op.err = fmt.Errorf("verbs: %s: ibv_post_send (RDMA) toward rank %d: %v", d.devName, op.peer, syscall.Errno(rc))
+				op.left = 0
+			}
+		}
+	}
+	if op.left > 0 || op.parts > 0 {
+		// More to post, or the last completion reports it.
+		r.hasPartial = op.left > 0
+		r.connMu.Unlock()
+		return false
+	}
+	r.hasPartial = false
+	id, err := op.id, op.err
+	*op = rcOp{}
+	r.free = append(r.free, slot)
+	r.connMu.Unlock() // not around fn, which may post again
+	fn(id, err)
+	return true
 }
 
 // PollOneSided reports the Writes and Reads that have completed
@@ -606,13 +683,17 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 				if op.err == nil {
 					op.err = d.wcError(op.peer, wc.status)
 				}
+				op.left = 0 // nothing more of it is posted
 				// The queue pair is in error now: what is still posted
 				// on it completes flushed, and it is replaced.
 				p.state, p.ready = rcBroken, false
 			}
 			r.connMu.Unlock()
-			if op.parts > 0 {
-				continue
+			if op.parts > 0 || op.left > 0 {
+				continue // more to complete, or to post
+			}
+			if r.hasPartial && r.partial == slot {
+				r.hasPartial = false
 			}
 			id, err := op.id, op.err
 			*op = rcOp{}
@@ -620,6 +701,9 @@ func (d *Device) PollOneSided(fn func(id uint64, err error)) (int, error) {
 			done++
 			fn(id, err)
 		}
+	}
+	if r.hasPartial && d.continuePartial(fn) {
+		done++
 	}
 	r.busy.Store(int64(r.inflight))
 	return done, nil

@@ -310,3 +310,54 @@ func benchRegCache(b *testing.B, dev string, size int, cached bool) {
 	}
 	b.ReportMetric(float64(regs), "registrations")
 }
+
+// TestOneSidedLargerThanQueue: a Write, then a Read, needing more work
+// requests (one per port's max_msg_sz) than the queue pair may have in
+// flight (RCQueue 2) is posted in parts, more as completions free room;
+// while it is, another Write waits (hal.ErrNoResource); and the data
+// arrive exact. Refused outright, such a transfer could never be posted,
+// and lapi would wait for room for it for ever.
+func TestOneSidedLargerThanQueue(t *testing.T) {
+	dev := rxeDevs(t)[0]
+	d0 := openRank(t, 0, 2, Options{Device: dev, RCQueue: 2})
+	d1 := openRank(t, 1, 2, Options{Device: dev})
+	connectBoth(t, d0, d1)
+	connect(t, d0, d1)
+	size := int(d0.rc.maxMsg)*d0.rc.depth + 1
+	t.Logf("max message %d, depth %d: transfers of %d bytes", d0.rc.maxMsg, d0.rc.depth, size)
+	local := make([]byte, size)
+	for i := range local {
+		local[i] = byte(i * 7)
+	}
+	remote := make([]byte, size)
+	back := make([]byte, size)
+	lmr, rmr, bmr := register(t, d0, local), register(t, d1, remote), register(t, d0, back)
+	err := complete(t, d0, d1, func() error {
+		if err := d0.Write(1, 7, local, lmr, rmr.Addr, rmr.RKey); err != nil {
+			return err
+		}
+		if !d0.rc.hasPartial {
+			t.Errorf("a Write of %d work requests went whole into a queue of %d", (size+int(d0.rc.maxMsg)-1)/int(d0.rc.maxMsg), d0.rc.depth)
+		}
+		if err := d0.Write(1, 8, local[:1], lmr, rmr.Addr, rmr.RKey); !errors.Is(err, hal.ErrNoResource) {
+			t.Errorf("a Write beside one not yet all posted: %v, want hal.ErrNoResource", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(local, remote) {
+		t.Fatal("remote region differs after the Write")
+	}
+	if err := complete(t, d0, d1, func() error { return d0.Read(1, 7, back, bmr, rmr.Addr, rmr.RKey) }); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back, local) {
+		t.Fatal("the Read brought back other bytes")
+	}
+	if d0.rc.inflight != 0 || d0.rc.hasPartial || len(d0.rc.free) != len(d0.rc.ops) {
+		t.Fatalf("after both: %d work requests in flight, partial %v, %d of %d ops free",
+			d0.rc.inflight, d0.rc.hasPartial, len(d0.rc.free), len(d0.rc.ops))
+	}
+}
