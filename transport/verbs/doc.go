@@ -80,7 +80,8 @@
 // hal.ErrNoResource. Poll drains the frames' receive completion queue,
 // checks each frame's header (job key, destination; no CRC, which the
 // link and the adapter's ICRC cover), and posts buffers back to the
-// shared receive queue once half a batch has collected. Receive
+// shared receive queue once half a batch (16), or half the ring when
+// Options.RecvRing is smaller than a batch, has collected. Receive
 // completions go to the channel Wait sleeps on.
 //
 // # Frames as datagrams (Options.Datagrams)
@@ -120,9 +121,14 @@
 // connections connLoop sends them and takes the answers). Write and Read
 // post one signaled work request per port's max_msg_sz (8 MiB on rxe);
 // PollOneSided reaps one completion queue for all peers, without
-// blocking; Options.RCQueue bounds the work in flight (hal.ErrNoResource
-// beyond). A failed work request (a remote access error: an rkey the
-// peer's adapter no longer honours, wrapping hal.ErrRemoteAccess) puts
+// blocking. Options.RCQueue bounds the work in flight (and 256 a queue
+// pair's): with no room, Write and Read return hal.ErrNoResource; a
+// transfer needing more work requests than there is room for is posted in
+// part, and PollOneSided posts the rest as completions free room (so a
+// transfer of any size completes), Write and Read returning
+// hal.ErrNoResource until all of it is posted. A failed work request (a
+// remote access error: an rkey the peer's adapter no longer honours,
+// wrapping hal.ErrRemoteAccess) puts
 // the queue pair in the error state: what is still posted on it completes
 // flushed (wrapping hal.ErrNotConnected: lapi does it again by the
 // software engine), and once it has drained it is destroyed and the next
@@ -158,9 +164,12 @@
 // itself, a dead peer's loss (ErrPeerLost within seconds) found by a
 // send and by a rank that only waits, a closed peer not taken for a lost
 // one, a connection never answered (ConnectTimeout), no allocation per
-// frame (TestFrames*), the device's own ping-pong (-test.bench PingPong),
-// and the suite again with Options.Datagrams; TestLapiOneSidedQueue has many Puts wait in lapi for
-// room in a device with Options.RCQueue 4. TestVM runs
+// frame and a receive ring smaller than a batch (TestFrames*), the
+// device's own ping-pong (-test.bench PingPong), and the suite again with
+// Options.Datagrams; TestLapiOneSidedQueue has many Puts wait in lapi for
+// room in a device with Options.RCQueue 4, and TestOneSidedLargerThanQueue
+// and TestLapiPutLargerThanQueue move transfers needing more work requests
+// than the queues hold. TestVM runs
 // the script from a plain `go test` when it can (root, qemu, libibverbs-dev
 // and the script present) and skips saying what is missing otherwise.
 //
@@ -178,7 +187,14 @@
 // (gorun --transport verbs), choosing the device, port and GID from
 // WEFT_VERBS_DEVICE, WEFT_VERBS_PORT and WEFT_VERBS_GID (docs/tuning.md),
 // and publishes Addr through the process manager as it does other
-// devices' addresses. auto does not pick it.
+// devices' addresses. With WEFT_TRANSPORT auto (the default), in a binary
+// built with the tag, every rank tries to open it and says whether it
+// could (one PMI fence): if every rank could, it is the network device,
+// toward the ranks of other nodes (shared memory stays within a node);
+// if any could not, every rank uses UDP (internal/devices' autoVerbs).
+// With WEFT_NICS auto keeps the NICs' stripe of UDP devices. Frames go
+// over reliable connections in both: mpi does not set
+// Options.Datagrams.
 //
 // # Not yet
 //
@@ -186,7 +202,7 @@
 // which reads by Get); everything else (active messages, the rendezvous
 // of active messages, accumulate, broadcast RDMA's chunks below the
 // threshold, transfers before the connection is up) still runs on the
-// software engine over the datagrams, so Caps.NativeRDMA stays false.
+// software engine over frames, so Caps.NativeRDMA stays false.
 // A peer lost without a send is reported through hal.PeerLoss, which a
 // route or stripe does not pass on yet. The frame queue pairs are made for every peer Connect
 // names, at once: a job of N ranks has N-1 of them per rank, plus the RDMA
@@ -195,8 +211,8 @@
 // honoured until the cache releases it); RDMA Write with immediate data
 // for target notification (lapi sends a message after the completion);
 // hardware RDMA toward a peer reached
-// through a route or stripe; auto picking this device; counting adapter
-// drops (the port's hw_counters).
+// through a route or stripe; counting adapter drops (the port's
+// hw_counters).
 //
 // The package imports hal, golang.org/x/sys/unix and, with the tag,
 // libibverbs through cgo; nothing else in weft uses cgo.
