@@ -214,6 +214,9 @@ type rcSide struct {
 	// posted, so that transfers go on the queue pairs in order.
 	partial    uint32
 	hasPartial bool
+	// posted is where weft_post_rdma says how many work requests it
+	// posted (connMu held).
+	posted C.int
 
 	// mu guards the completion queue and wc, completions taken from it
 	// but not yet reported (wc[next:n]): PollOneSided holds it; Wait,
@@ -587,9 +590,11 @@ func (d *Device) postMore(slot uint32, room int) C.int {
 	if op.write {
 		w = 1
 	}
-	var posted C.int
+	// (r.posted, not a local: a local's address handed to C escapes, an
+	// allocation per post.)
 	rc := C.weft_post_rdma(p.qp, C.uint64_t(slot), w, C.uint64_t(op.laddr), C.uint64_t(op.left), C.uint32_t(op.lkey),
-		C.uint64_t(op.raddr), C.uint32_t(op.rkey), C.uint64_t(r.maxMsg), C.int(room), &posted)
+		C.uint64_t(op.raddr), C.uint32_t(op.rkey), C.uint64_t(r.maxMsg), C.int(room), &r.posted)
+	posted := r.posted
 	// Every piece but the last is maxMsg bytes long.
 	n := min(op.left, uint64(posted)*r.maxMsg)
 	op.laddr += n

@@ -157,6 +157,28 @@ func testOneSided(t *testing.T, dev0, dev1 string) {
 		t.Fatal("Read: local region differs from the remote one, or was written past the read")
 	}
 
+	// Posting and completing a transfer allocates nothing once warm.
+	var done int
+	onDone := func(id uint64, err error) {
+		if err != nil {
+			t.Errorf("completion %d: %v", id, err)
+		}
+		done++
+	}
+	write := func() {
+		if err := d0.Write(1, 7, local[:4096], lmr, raddr, rmr.RKey); err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		for want := done + 1; done < want; {
+			if _, err := d0.PollOneSided(onDone); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(100, write); a != 0 {
+		t.Errorf("a 4 KiB Write and its completion: %v allocations, want 0", a)
+	}
+
 	// A registration outside the local region is refused before posting.
 	if err := d0.Write(1, 7, remote, lmr, raddr, rmr.RKey); err == nil {
 		t.Error("Write of memory outside its registration posted")
