@@ -307,9 +307,11 @@ func TestReintRestartIgnoresEarlierLifesReady(t *testing.T) {
 	}
 	r := hal.NewReintegration(1, 2, 99, hal.ReintConfig{})
 	r.Start(now)
-	r.Handle(0, hal.FrameRDMAReady, pay(1, 2), now) // an answer meant for the earlier life
-	if r.RDMATo(0) {
-		t.Fatal("RDMA to the peer enabled by an RDMA_READY sent before it answered our BOOTING")
+	_, acts := r.Handle(0, hal.FrameRDMAReady, pay(1, 2), now) // an answer meant for the earlier life
+	for _, a := range acts {
+		if a.Kind == hal.ActEnablePeer {
+			t.Fatal("the peer enabled by an RDMA_READY sent before it answered our BOOTING")
+		}
 	}
 	out, _ := r.Handle(0, hal.FrameBootAck, pay(99, 0), now)
 	sent := false

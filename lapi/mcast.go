@@ -271,7 +271,6 @@ type mcastState struct {
 
 	// The root's.
 	kids      map[hal.Rank]*mcastKid
-	ready     int      // receivers ready
 	went      *Counter // the completions of the go messages
 	goneAll   bool     // every receiver took its go
 	dones     int      // receivers done
@@ -365,7 +364,6 @@ func (st *mcastState) applyLocked(m mcastMsg) {
 			return
 		}
 		k.ready = true
-		st.ready++
 	case m.kind == mcastDone && st.isRoot:
 		if k := st.kids[m.from]; k != nil && k.ready && !k.got && m.stream == st.tag {
 			k.got = true

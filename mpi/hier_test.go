@@ -14,20 +14,6 @@ import (
 // on a node, and nodes interleaved in rank order.
 var hierLayouts = [][]int{{0, 0, 2, 2}, {0, 0, 0, 3, 3}, {0, 1, 1, 1}, {0, 1, 0, 1, 0}}
 
-// pretendLayout is rank r's layout of a job whose ranks pretend to be on
-// nodes, each rank's device its own: a node's ranks find each other in the
-// shared block by world rank.
-func pretendLayout(nodes []int, r int) layout {
-	l := layout{nodes: nodes, slots: make([]int, len(nodes)), nslots: len(nodes)}
-	for q := range nodes {
-		l.slots[q] = -1
-		if nodes[q] == nodes[r] {
-			l.slots[q] = q
-		}
-	}
-	return l
-}
-
 // runLayout runs fn on len(nodes) goroutine ranks pretending to be on
 // nodes, with the environment's options, shared-memory collectives on or
 // off, and a timeout that turns a hang into an error.

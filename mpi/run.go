@@ -171,13 +171,7 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 		}
 		l := layout{nodes: nodes}
 		if nodes != nil {
-			l.slots, l.nslots = make([]int, n), n
-			for q := range n {
-				l.slots[q] = -1
-				if nodes[q] == nodes[r] {
-					l.slots[q] = q
-				}
-			}
+			l = pretendLayout(nodes, r)
 		}
 		w, err := newWorldLayout(lc, opts, l)
 		if err != nil {
@@ -193,3 +187,17 @@ func openInproc(n int, opts Options, nodes []int) ([]*World, error) {
 
 // lapiDefaultSpin: 0 selects lapi's default.
 const lapiDefaultSpin time.Duration = 0
+
+// pretendLayout is rank r's layout of a job whose ranks pretend to be on
+// nodes, each rank's device its own: a node's ranks find each other in the
+// shared block by world rank.
+func pretendLayout(nodes []int, r int) layout {
+	l := layout{nodes: nodes, slots: make([]int, len(nodes)), nslots: len(nodes)}
+	for q := range nodes {
+		l.slots[q] = -1
+		if nodes[q] == nodes[r] {
+			l.slots[q] = q
+		}
+	}
+	return l
+}

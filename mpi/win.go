@@ -244,7 +244,7 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+8:], uint32(elemTypeOf[T]()))
 	w.mu.Lock()
 	binary.LittleEndian.PutUint32(me[2*lapi.PVOLen+12:], w.nextCtx)
-	sync := c.winSync
+	ws := c.winSync
 	w.mu.Unlock()
 	all := make([]byte, c.size*winRecLen)
 	// Each record comes straight from its owner (exchangePVOs), so that
@@ -274,20 +274,21 @@ func NewWin[T Elem](c *Comm, base []T) (*Win[T], error) {
 		win.deregister()
 		return nil, err
 	}
-	if sync == nil {
-		// c's first open window (at every rank: NewWin and Free are
-		// collective over c): its communicator, on the context agreed
-		// in the exchange.
-		sync = &winSync{c: newComm(w, ctx, c.rank, slices.Clone(c.group)), of: c}
-		w.mu.Lock()
-		w.nextCtx = max(w.nextCtx, ctx+2)
-		c.winSync = sync
-		w.mu.Unlock()
+	// c's first open window (at every rank: NewWin and Free are
+	// collective over c) makes the windows' communicator, on the context
+	// agreed in the exchange.
+	first := ws == nil
+	if first {
+		ws = &winSync{c: newComm(w, ctx, c.rank, slices.Clone(c.group)), of: c}
 	}
 	w.mu.Lock()
-	sync.open++
+	if first {
+		w.nextCtx = max(w.nextCtx, ctx+2)
+		c.winSync = ws
+	}
+	ws.open++
 	w.mu.Unlock()
-	win.c, win.sync = sync.c, sync
+	win.c, win.sync = ws.c, ws
 	win.rmw, win.rel = w.win.counter(lc), w.win.counter(lc)
 	if c.size > 1 {
 		w.winOpened()

@@ -11,12 +11,7 @@ import (
 func TestWinOutlivesItsComm(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
 	err := Run(2, func(c *Comm) error {
-		d, err := c.Dup()
-		if err != nil {
-			return err
-		}
-		base := make([]int64, 4)
-		win, err := NewWin(d, base)
+		d, win, base, err := windowOverDup(c)
 		if err != nil {
 			return err
 		}
@@ -87,12 +82,7 @@ func TestWinFenceBesideCommCollectives(t *testing.T) {
 func TestWinFreeAfterCommFree(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
 	err := Run(2, func(c *Comm) error {
-		d, err := c.Dup()
-		if err != nil {
-			return err
-		}
-		base := make([]int64, 4)
-		win, err := NewWin(d, base)
+		d, win, base, err := windowOverDup(c)
 		if err != nil {
 			return err
 		}
@@ -131,4 +121,16 @@ func TestWinFreeAfterCommFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// windowOverDup makes a window of 4 int64 over a Dup of c, and returns
+// the Dup, the window and its base.
+func windowOverDup(c *Comm) (*Comm, *Win[int64], []int64, error) {
+	d, err := c.Dup()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	base := make([]int64, 4)
+	win, err := NewWin(d, base)
+	return d, win, base, err
 }

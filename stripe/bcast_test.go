@@ -124,8 +124,10 @@ func TestBroadcastAfterTransientErrors(t *testing.T) {
 		w.armed = true
 	}
 	hdr, payload := msg(0, 1, 1, 8)
-	err := s[0].Send(hdr, payload)
-	t.Logf("Send as both members fail once: %v", err)
+	// Both members fail it: both are suspect from now on.
+	if err := s[0].Send(hdr, payload); !errors.Is(err, errInjected) {
+		t.Fatalf("Send as both members fail once: %v, want the members' %v", err, errInjected)
+	}
 	f.advance(time.Millisecond)
 	if !s[0].Caps().Broadcast {
 		t.Fatal("Caps.Broadcast false")

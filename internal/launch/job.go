@@ -46,8 +46,6 @@ type job struct {
 
 	copies map[string]*remoteCopy // by host: the built program copied there (copy.go)
 
-	ownsSegments bool // the job's key is claimed in shmDir: its segments are removed at the end
-
 	exits  chan *rank
 	events chan pmi.Event
 	done   chan struct{} // closed when the monitor ends: PMI events are dropped after
@@ -249,7 +247,6 @@ func (j *job) prepare(ctx context.Context) (map[string]string, error) {
 	for _, key := range sweepStale(shmDir) {
 		j.out.say(fmt.Sprintf("removed shared-memory segments %s%s* of a job whose gorun died", shmDir+"/", segmentPrefix(key)))
 	}
-	j.ownsSegments = true
 	if err := writeOwner(shmDir, j.key); err != nil && j.opts.Trace >= 1 {
 		j.out.say("cannot record the job's owner in " + shmDir + ": " + err.Error())
 	}
@@ -296,8 +293,8 @@ func (j *job) cleanUp() {
 	if j.srv != nil {
 		j.srv.Close()
 	}
-	if !j.ownsSegments {
-		return
+	if j.key == 0 {
+		return // prepare stopped before it claimed a key: no segment is the job's
 	}
 	if n, err := removeSegments(shmDir, j.key); err != nil {
 		j.out.say(fmt.Sprintf("removing shared-memory segments %s/%s*: %v", shmDir, segmentPrefix(j.key), err))
@@ -339,6 +336,7 @@ func (j *job) listenForRemote(ctx context.Context) (map[string]string, error) {
 func (j *job) startRanks(ports map[string]string) {
 	base := j.rankEnv(true)
 	remoteBase := j.rankEnv(false)
+	userCPUs := userSets(base, "WEFT_NODE_CPUS")
 	localID, localN := j.place.LocalRanks()
 	var cpus [][]int // by local rank id; nil: not bound
 	var shared int
@@ -370,7 +368,7 @@ func (j *job) startRanks(ports map[string]string) {
 			vars = append(vars, nics...)
 			if cpus != nil {
 				r.cpus = cpus[localID[id]]
-				if !j.userSets("WEFT_NODE_CPUS") {
+				if !userCPUs {
 					vars = append(vars, "WEFT_NODE_CPUS="+strconv.Itoa(shared))
 				}
 			}
@@ -438,11 +436,11 @@ func (j *job) rankEnv(local bool) []string {
 	return env
 }
 
-// userSets reports whether the user gives variable name to the ranks, in
-// gorun's environment or with -x: gorun's own setting of it then gives way.
-func (j *job) userSets(name string) bool {
-	set := func(kv string) bool { return strings.HasPrefix(kv, name+"=") }
-	return slices.ContainsFunc(os.Environ(), set) || slices.ContainsFunc(j.opts.Env, set)
+// userSets reports whether env, the ranks' environment as rankEnv makes
+// it from gorun's and -x, gives variable name: gorun's own setting of it
+// then gives way.
+func userSets(env []string, name string) bool {
+	return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
 }
 
 // inheritedLauncherVar reports variables gorun must not pass on: they would

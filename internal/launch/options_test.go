@@ -320,11 +320,12 @@ func TestRankEnvPassesNodeCPUs(t *testing.T) {
 
 // TestUserSetsNodeCPUs: a -x setting is the user's, matched by whole name.
 func TestUserSetsNodeCPUs(t *testing.T) {
-	j := &job{opts: &Options{Env: []string{"WEFT_NODE_CPUS=7"}}}
-	if !j.userSets("WEFT_NODE_CPUS") {
+	j := &job{opts: &Options{Env: []string{"WEFT_NODE_CPUS=7"}, Trace: -1, BindTo: "none", Transport: "auto"}}
+	env := j.rankEnv(true)
+	if !userSets(env, "WEFT_NODE_CPUS") {
 		t.Error("-x WEFT_NODE_CPUS=7 not seen as the user's")
 	}
-	if j.userSets("WEFT_NODE") {
+	if userSets(env, "WEFT_NODE") {
 		t.Error("a prefix of a name taken for it")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,16 +26,16 @@ func newJobKey() uint64 {
 // drawnKeys holds every key newJobKey returned.
 var drawnKeys sync.Map
 
-// drawn reports whether a segment file's name is of a job whose key
-// newJobKey returned.
+// drawn reports whether a segment file's name (weft-<key>-...) is of a
+// job whose key newJobKey returned.
 func drawn(path string) bool {
-	name := filepath.Base(path)
-	found := false
-	drawnKeys.Range(func(k, _ any) bool {
-		found = strings.HasPrefix(name, SegmentName(k.(uint64), 0)[:len("weft-0123456789abcdef-")])
-		return !found
-	})
-	return found
+	hex, ok := strings.CutPrefix(filepath.Base(path), "weft-")
+	if !ok || len(hex) < 16 {
+		return false
+	}
+	k, err := strconv.ParseUint(hex[:16], 16, 64)
+	_, seen := drawnKeys.Load(k)
+	return err == nil && seen
 }
 
 // openLocal opens a job of size ranks in this process, connects every pair,

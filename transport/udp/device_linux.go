@@ -85,7 +85,8 @@ func Open(cfg hal.Config, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot, slots := o.MTU+hal.HeaderLen, min(o.Batch, max(MaxGROSlots, maxRxRing/(o.MTU+hal.HeaderLen)))
+	slot := o.MTU + hal.HeaderLen
+	slots := min(o.Batch, max(MaxGROSlots, maxRxRing/slot))
 	if si.gro {
 		// A datagram coalesced by UDP_GRO may be as large as any datagram.
 		slot, slots = maxDatagram, min(o.Batch, MaxGROSlots)
