@@ -32,6 +32,11 @@ const (
 // their output pipes to reach EOF (a grandchild may hold them open).
 const drainWait = 2 * time.Second
 
+// exitOutputWait bounds how long a rank's exit waits, before gorun judges
+// it, for the rank's output pipes to reach EOF (a process the rank started
+// may hold them open).
+const exitOutputWait = 200 * time.Millisecond
+
 // job is one run of a program over its ranks, and the monitor that sees it
 // to the end. Only the monitor goroutine touches its fields after start.
 type job struct {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -147,6 +148,16 @@ func (j *job) startProcess(r *rank) error {
 	go func() { <-streams; <-streams; close(r.drained) }()
 	go func() {
 		_ = r.cmd.Wait() // the state says how it ended
+		// What the rank wrote before it exited (its own snapshot, its
+		// last words) is taken before its end is judged: a failure's
+		// summary would otherwise miss them. A pipe something the rank
+		// started holds open is waited for exitOutputWait at most.
+		t := time.NewTimer(exitOutputWait)
+		select {
+		case <-r.drained:
+		case <-t.C:
+		}
+		t.Stop()
 		j.exits <- r
 	}()
 	return nil
