@@ -59,13 +59,13 @@ type OneSided interface {
 	// (frames of its own, consumed inside Poll), and a later call may
 	// report true; meanwhile the caller uses another path.
 	OneSidedReady(peer Rank) bool
-	// Write posts an RDMA Write of local, which lies inside mr, to raddr
-	// at peer under rkey. The device reads local until the completion
-	// tagged id is reported.
+	// Write posts an RDMA Write of local, at least one byte that lies
+	// inside mr, to raddr at peer under rkey. The device reads local
+	// until the completion tagged id is reported.
 	Write(peer Rank, id uint64, local []byte, mr MR, raddr uint64, rkey uint32) error
-	// Read posts an RDMA Read of len(local) bytes at raddr at peer under
-	// rkey into local, which lies inside mr; local holds the data once
-	// the completion tagged id is reported.
+	// Read posts an RDMA Read of len(local) bytes (at least one) at
+	// raddr at peer under rkey into local, which lies inside mr; local
+	// holds the data once the completion tagged id is reported.
 	Read(peer Rank, id uint64, local []byte, mr MR, raddr uint64, rkey uint32) error
 	// PollOneSided calls fn for each Write and Read that has completed,
 	// without blocking, with nil or the reason it failed, and returns how

@@ -535,6 +535,11 @@ func (d *Device) postRDMA(peer hal.Rank, id uint64, write bool, local []byte, mr
 	if int(peer) >= len(r.peers) || !r.peers[peer].ready {
 		return fmt.Errorf("verbs: RDMA toward rank %d: %w", peer, hal.ErrNotConnected)
 	}
+	if len(local) == 0 {
+		// Nothing to post: a work request of no bytes would complete,
+		// but its completion would tell the caller nothing.
+		return fmt.Errorf("verbs: RDMA of 0 bytes toward rank %d: a Write or Read moves at least one byte", peer)
+	}
 	if !mr.Contains(local) {
 		return fmt.Errorf("verbs: RDMA of %d bytes outside registration %d (%d bytes at %#x)", len(local), mr.ID, mr.Len, mr.Addr)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +178,14 @@ func testOneSided(t *testing.T, dev0, dev1 string) {
 	}
 	if a := testing.AllocsPerRun(100, write); a != 0 {
 		t.Errorf("a 4 KiB Write and its completion: %v allocations, want 0", a)
+	}
+
+	// Zero bytes are refused, saying so, rather than posted.
+	if err := d0.Write(1, 7, local[:0], lmr, raddr, rmr.RKey); err == nil || !strings.Contains(err.Error(), "at least one byte") {
+		t.Errorf("Write of 0 bytes: %v, want a refusal that says a transfer needs a byte", err)
+	}
+	if err := d0.Read(1, 7, local[:0], lmr, raddr, rmr.RKey); err == nil || !strings.Contains(err.Error(), "at least one byte") {
+		t.Errorf("Read of 0 bytes: %v, want a refusal that says a transfer needs a byte", err)
 	}
 
 	// A registration outside the local region is refused before posting.
