@@ -13,7 +13,7 @@ import (
 
 // Ranks that disagree about a collective (different lengths, roots or
 // ops) must all get an error naming the disagreement, never wrong data and
-// never a hang. Three mechanisms see to it, none of which costs a message
+// never a hang. Four mechanisms see to it, none of which costs a message
 // while the ranks agree:
 //
 //   - A collective's receive takes exactly the bytes this rank expects: a
@@ -33,6 +33,9 @@ import (
 //     0 (member 0's goes to every other), which compares it with its own
 //     for the same call (the n-th collective on the communicator) and
 //     aborts on a difference.
+//   - Ranks that disagree but only send block nowhere. A step that
+//     arrives for a call begun here under another digest makes this rank
+//     send its signature to the step's sender (stray.go).
 
 // agreeAfter is how long a collective wait blocks before this rank asks
 // the others whether they agree on the call: long enough that a wait for a
@@ -119,11 +122,26 @@ type collState struct {
 	// an abort of an earlier call comes. Only the caller's goroutine
 	// reads or writes it.
 	callShOff bool
-	asked     atomic.Uint32 // the last call whose signature went out
-	blocked   atomic.Uint32 // the call a wait of which is blocked now; 0: none
-	since     atomic.Int64  // when that wait blocked (sinceStart)
-	armed     atomic.Bool   // timer is running
-	timer     *time.Timer   // fires agreeAfter after a wait first blocks
+	// running is the call begun last while it runs here, as a blocking
+	// call or until a nonblocking one is held (0: none).
+	running atomic.Uint32
+	// early, strays and late are stray.go's (mu): steps that came before
+	// their call began here, calls of which a stray step came, and the
+	// disagreement the next call reports.
+	early  []earlyStep
+	nearly atomic.Int32 // len(early)
+	strays map[uint32]bool
+	late   error
+	lateK  uint32       // the call late is about
+	nlate  atomic.Int32 // 1 while late is set
+	// lastAborted is the latest call aborted, if anyAborted (mu).
+	lastAborted uint32
+	anyAborted  bool
+	asked       atomic.Uint32 // the last call whose signature went out
+	blocked     atomic.Uint32 // the call a wait of which is blocked now; 0: none
+	since       atomic.Int64  // when that wait blocked (sinceStart)
+	armed       atomic.Bool   // timer is running
+	timer       *time.Timer   // fires agreeAfter after a wait first blocks
 }
 
 // A collective step's tag carries, above the step's kind (8 bits), the
@@ -150,9 +168,9 @@ func callTag(k uint32, d uint8) int { return int(k&seqMask)<<8 | int(d&digestMas
 
 // callDigest digests what the members of a call must agree on besides its
 // size (which a receive checks exactly): its kind, its op (agreedOp) and
-// its root.
+// its root (as far as a signature keeps it, so that sigDigest agrees).
 func callDigest(kind uint8, op Op, root int) uint8 {
-	x := uint32(kind)*0x9e3779b1 ^ uint32(agreedOp(op))*0x85ebca77 ^ uint32(root)*0xc2b2ae3d
+	x := uint32(kind)*0x9e3779b1 ^ uint32(agreedOp(op))*0x85ebca77 ^ uint32(root&0xffffff)*0xc2b2ae3d
 	x ^= x >> 15
 	x *= 0x2c1b3c6d
 	x ^= x >> 12
@@ -172,6 +190,11 @@ type sigCheck struct {
 	from   int // member
 	seq    uint32
 	w0, w1 uint64
+	// tell says the member sent it on a stray step (stray.go), not from
+	// a blocked wait, and tellDone that its part of the call had finished
+	// then: a difference with a call finished at both is kept for the
+	// next call rather than sent as an abort.
+	tell, tellDone bool
 }
 
 // sigShOff marks a signature of a rank whose collectives no longer go
@@ -256,8 +279,18 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	slot[0].Store(0)
 	slot[1].Store(w1)
 	slot[0].Store(w0)
-	s.digest.Store(uint32(callDigest(kind, op, root)))
+	d := callDigest(kind, op, root)
+	s.digest.Store(uint32(d))
+	s.running.Store(k)
 	s.seq.Store(k)
+	if s.nearly.Load() != 0 {
+		s.checkEarly(k, d)
+	}
+	if s.nlate.Load() != 0 {
+		if err := s.takeLate(); err != nil {
+			return err
+		}
+	}
 	if s.naborts.Load() != 0 {
 		if err := s.abortOf(k); err != nil {
 			return err
@@ -287,6 +320,7 @@ func (c *Comm) collective(name string, kind uint8, op Op, root, n int, body func
 			err = body()
 		}
 	}
+	c.coll.running.Store(0)
 	if err = c.end(err); err != nil {
 		return fmt.Errorf("mpi: %s: %w", name, err)
 	}
@@ -426,6 +460,16 @@ func (s *collState) compare(chk sigCheck) error {
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
+	if chk.tell && s.finished(chk.seq) {
+		// Both parts finished: an abort would come to members long past
+		// the call, which go on through the shared block, so the next
+		// call fails instead, and its abort tells them (stray.go). A
+		// member whose part still runs will ask, blocked, and abort.
+		if chk.tellDone {
+			s.setLate(chk.seq, fmt.Errorf("%s: %w", msg, ErrArg))
+		}
+		return nil
+	}
 	s.abort(chk.seq, causeArg, msg)
 	return s.abortOf(chk.seq)
 }
@@ -524,12 +568,7 @@ func (s *collState) ask(k uint32) {
 	if !ok || s.asked.Swap(k) == k {
 		return
 	}
-	var b [agreeLen]byte
-	le := binary.LittleEndian
-	le.PutUint32(b[0:], c.ctx)
-	le.PutUint32(b[4:], uint32(c.rank))
-	le.PutUint64(b[8:], w0)
-	le.PutUint64(b[16:], w1)
+	b := s.sigMsg(w0, w1, false, false)
 	w := c.w
 	for m, wr := range c.group {
 		if m != c.rank && (c.rank == 0 || m == 0) {
@@ -624,6 +663,7 @@ func (s *collState) aborted(k uint32, cause uint8, msg string) {
 	}
 	s.aborts[k] = err
 	s.naborts.Store(int32(len(s.aborts)))
+	s.abortedLate(k)
 	// Ranks that disagreed may have taken the shared block in different
 	// calls, leaving its rounds out of step: from call k+1 on this
 	// rank's collectives go by messages, whose tags name the call. Every
@@ -682,7 +722,9 @@ func (h agreeHandler) OnHeader(src lapi.Rank, uhdr []byte, _ int) ([]byte, any) 
 	if c == nil {
 		return nil, nil
 	}
-	chk := sigCheck{from: int(le.Uint32(uhdr[4:])), w0: le.Uint64(uhdr[8:]), w1: le.Uint64(uhdr[16:])}
+	member := le.Uint32(uhdr[4:])
+	chk := sigCheck{from: int(member &^ (sigTell | sigTellDone)), w0: le.Uint64(uhdr[8:]), w1: le.Uint64(uhdr[16:]),
+		tell: member&sigTell != 0, tellDone: member&sigTellDone != 0}
 	chk.seq = uint32(chk.w0 >> 32)
 	s := c.coll
 	// Compared here if this rank has begun the call; else kept for begin.

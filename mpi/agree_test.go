@@ -3,9 +3,11 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // mismatchCase runs collective kind on c with n elements at this rank,
@@ -412,10 +414,52 @@ func TestIcollMismatchNamed(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 		} else if failed.Load() == 0 && !strings.HasPrefix(tc.name, "Ibcast") {
-			// (Ibcast's two ranks are both roots that only send, and
-			// neither is told: doc.go's limit. Its case checks the
-			// naming only where a rank does fail.)
+			// (Ibcast's two ranks are both roots that only send: each
+			// finishes, and is told by its next call,
+			// TestRootsDisagreeTold.)
 			t.Errorf("%s: no rank failed: some rank must be told of the mismatch", tc.name)
 		}
+	}
+}
+
+// TestRootsDisagreeTold: ranks that name different roots in a rooted
+// nonblocking call, where each such root only sends, finish the call with
+// their own data, but are told by their next collective on the
+// communicator, which fails with ErrArg naming both calls (stray.go); the
+// calls after it work.
+func TestRootsDisagreeTold(t *testing.T) {
+	t.Setenv("WEFT_TIMEOUT", "20s")
+	for _, roots := range [][]int{{0, 1}, {0, 1, 0}, {1, 0, 0, 2}} {
+		t.Run(fmt.Sprint(roots), func(t *testing.T) {
+			err := Run(len(roots), func(c *Comm) error {
+				buf := []int32{int32(c.Rank()), 2, 3}
+				q, err := Ibcast(c, buf, roots[c.Rank()])
+				if err == nil {
+					_, err = q.Wait()
+				}
+				// A rank that receives may be told by the call itself.
+				for deadline := time.Now().Add(10 * time.Second); err == nil; {
+					if time.Now().After(deadline) {
+						return fmt.Errorf("rank %d: no call failed in 10 s after Ibcast with roots %v", c.Rank(), roots)
+					}
+					err = c.Barrier()
+				}
+				if !errors.Is(err, ErrArg) {
+					return fmt.Errorf("rank %d: %v, want ErrArg", c.Rank(), err)
+				}
+				if named := regexp.MustCompile(`Ibcast of 12 bytes from root \d`).FindAllString(err.Error(), -1); len(named) != 2 || named[0] == named[1] {
+					return fmt.Errorf("rank %d: error %q does not name two Ibcasts from different roots", c.Rank(), err)
+				}
+				// The communicator is usable after the failed call.
+				sum := []int64{1}
+				if err := Allreduce(c, sum, sum, Sum); err != nil || sum[0] != int64(c.Size()) {
+					return fmt.Errorf("rank %d: Allreduce after: %v, sum %d", c.Rank(), err, sum[0])
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

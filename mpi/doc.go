@@ -165,7 +165,10 @@
 // messages are tagged with the call's number, so none of them matches a
 // later call), and a collective wait blocked for 100 ms has the ranks
 // compare what each of them called (agree.go). In a rooted collective a
-// rank whose data is right, or that only sends, may return nil. The
+// rank whose data is right, or that only sends, may return nil; where
+// every rank that disagrees only sends (ranks that each name themselves
+// root), so that no wait blocks, the next collective on the communicator
+// fails instead at such a rank, naming the disagreement (stray.go). The
 // communicator stays usable; from the call after an aborted one its
 // collectives go by messages, not through shared memory, on every rank
 // alike (a rank that began that call in the block before it heard of the

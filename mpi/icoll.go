@@ -41,11 +41,14 @@ func istartClean(c *Comm, name string, kind uint8, op Op, root, n int, build fun
 		rounds, cleanup, err = build()
 	}
 	if err != nil {
+		c.coll.running.Store(0)
 		if err = c.end(err); err != nil {
 			return nil, fmt.Errorf("mpi: %s: %w", name, err)
 		}
 	}
-	return startSchedule(c, name, rounds, cleanup), nil
+	q := startSchedule(c, name, rounds, cleanup)
+	c.coll.running.Store(0) // held now (startSchedule)
+	return q, nil
 }
 
 // Ibarrier starts a barrier: its Request completes once every rank of

@@ -642,6 +642,9 @@ func (h eagerHandler) OnWhole(src lapi.Rank, uhdr, data []byte) bool {
 		a.env, a.from, a.complete = env, src, true
 		a.data = a.keep(data)
 		w.m.unexpected.push(a)
+		if env.ctx&1 != 0 {
+			w.strayCheck(a)
+		}
 		w.mu.Unlock()
 		return true
 	}
@@ -677,6 +680,9 @@ func (w *World) place(a *arrival) {
 			w.finishRecv(a)
 		}
 		return
+	}
+	if a.req == nil && a.env.ctx&1 != 0 {
+		w.strayCheck(a) // a collective step queued as unexpected
 	}
 	if a.data != nil {
 		return // held with a temporary buffer, still arriving

@@ -1,0 +1,210 @@
+package mpi
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/weft-hpc/weft/lapi"
+)
+
+// Strays. A collective step whose tag names a call this rank has begun,
+// but carries another digest (another kind, op or root), is one no receive
+// of this rank's will ever meet. Usually some rank is blocked in such a
+// call, and agree.go's comparison aborts it on every member; but where the
+// ranks that disagree only send (an Ibcast whose ranks each name
+// themselves root), every rank finishes the call with its own data and no
+// error, and nothing blocks. So a rank that queues such a step as
+// unexpected sends its signature of the call to the step's sender (tell),
+// saying whether its own part has finished. The sender compares: where its
+// part still runs, it aborts the call, as a blocked wait would; where both
+// parts have finished, and no abort of the call came, its next collective
+// on the communicator fails with ErrArg naming the disagreement (begin),
+// and that call's abort tells the other members. (An abort of a call every
+// member has left would reach them later, in different calls, which may go
+// through the shared block.) Steps that come before their call begins
+// here are kept, a few, and looked at when it begins.
+
+// earlyStep is a collective step that came before its call began here.
+type earlyStep struct {
+	k    uint32 // the call's number, as far as the tag carries it (seqMask)
+	d    uint8  // the digest the tag carries
+	from lapi.Rank
+}
+
+// maxEarly bounds the early steps a communicator keeps: a disagreement
+// among those past it is found only where a wait blocks.
+const maxEarly = 64
+
+// strayCheck looks at a collective step queued as unexpected (w.mu and
+// lapi's lock held).
+func (w *World) strayCheck(a *arrival) {
+	if c := w.commByCtx(a.env.ctx &^ 1); c != nil {
+		c.coll.step(a.env.tag, a.from)
+	}
+}
+
+// step looks at a step, tagged tag, that from sent and that waits as
+// unexpected.
+func (s *collState) step(tag int, from lapi.Rank) {
+	tk := uint32(tag>>8) & seqMask
+	d := uint8(tag>>digestShift) & digestMask
+	if ahead := (tk - s.seq.Load()) & seqMask; ahead != 0 && ahead < seqMask/2 {
+		s.mu.Lock()
+		if len(s.early) < maxEarly {
+			s.early = append(s.early, earlyStep{k: tk, d: d, from: from})
+			s.nearly.Store(int32(len(s.early)))
+		}
+		s.mu.Unlock()
+		return
+	}
+	k := s.callOf(tag)
+	if w0, w1, ok := s.sig(k); ok && sigDigest(w0, w1) != d {
+		s.strayed(k, from)
+	}
+}
+
+// sigDigest is the callDigest of the call a signature describes.
+func sigDigest(w0, w1 uint64) uint8 { return callDigest(uint8(w0>>8), sigOp(w0), int(w1&0xffffff)) }
+
+// checkEarly looks at the early steps of call k, which has just begun
+// with digest d, and forgets them and any of calls before it.
+func (s *collState) checkEarly(k uint32, d uint8) {
+	var strays []lapi.Rank
+	s.mu.Lock()
+	keep := s.early[:0]
+	for _, e := range s.early {
+		switch {
+		case e.k == k&seqMask:
+			if e.d != d {
+				strays = append(strays, e.from)
+			}
+		case (e.k-k)&seqMask < seqMask/2:
+			keep = append(keep, e) // a later call's
+		}
+	}
+	s.early = keep
+	s.nearly.Store(int32(len(keep)))
+	s.mu.Unlock()
+	for _, from := range strays {
+		s.strayed(k, from)
+	}
+}
+
+// strayed records that from sent a step of call k under other arguments:
+// from is sent this rank's signature of the call, once per call.
+func (s *collState) strayed(k uint32, from lapi.Rank) {
+	s.mu.Lock()
+	if s.strays == nil {
+		s.strays = make(map[uint32]bool)
+	}
+	first := !s.strays[k]
+	if first {
+		forgetOld(s.strays, k)
+		s.strays[k] = true
+	}
+	s.mu.Unlock()
+	if first {
+		go s.tell(k, from) // Amsend: not under lapi's lock
+	}
+}
+
+// forgetOld removes from m, which grows by one call at a time, the calls
+// more than sigRing before k.
+func forgetOld[V any](m map[uint32]V, k uint32) {
+	if len(m) < sigRing {
+		return
+	}
+	for old := range m {
+		if int32(k-old) > sigRing {
+			delete(m, old)
+		}
+	}
+}
+
+// finished reports whether call k, begun here, is no longer running: a
+// blocking call returned, a nonblocking one completed.
+func (s *collState) finished(k uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, inFlight := s.held[k]
+	return !inFlight && s.running.Load() != k && int32(k-s.seq.Load()) <= 0
+}
+
+// setLate keeps the first disagreement found about call k, finished here,
+// which the next call reports, unless call k or a later one was aborted:
+// that abort told the members (those whose part of the call it failed;
+// one whose part only sent may return nil, doc.go).
+func (s *collState) setLate(k uint32, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.late == nil && !(s.anyAborted && int32(s.lastAborted-k) >= 0) {
+		s.late, s.lateK = err, k
+		s.nlate.Store(1)
+	}
+}
+
+// abortedLate is aborted's, for an abort of call k (mu held): a
+// disagreement kept about call k or an earlier one is not reported.
+func (s *collState) abortedLate(k uint32) {
+	if !s.anyAborted || int32(k-s.lastAborted) > 0 {
+		s.lastAborted, s.anyAborted = k, true
+	}
+	if s.late != nil && int32(k-s.lateK) >= 0 {
+		s.late = nil
+		s.nlate.Store(0)
+	}
+}
+
+// takeLate returns, once, an abort of a call finished here that the next
+// call reports.
+func (s *collState) takeLate() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.late
+	s.late = nil
+	s.nlate.Store(0)
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("an earlier call on this communicator, finished here, was found to disagree: %w", err)
+}
+
+// sigTell marks the member of a signature message sent by tell, and
+// sigTellDone one whose sender's part of the call had finished.
+const (
+	sigTell     = 1 << 31
+	sigTellDone = 1 << 30
+)
+
+// sigMsg is a signature message: context, member (with sigTell if tell,
+// and sigTellDone if done), signature.
+func (s *collState) sigMsg(w0, w1 uint64, tell, done bool) [agreeLen]byte {
+	var b [agreeLen]byte
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], s.c.ctx)
+	member := uint32(s.c.rank)
+	if tell {
+		member |= sigTell
+	}
+	if done {
+		member |= sigTellDone
+	}
+	le.PutUint32(b[4:], member)
+	le.PutUint64(b[8:], w0)
+	le.PutUint64(b[16:], w1)
+	return b
+}
+
+// tell sends this rank's signature of call k to world rank to, which
+// compares it with its own (agreeHandler).
+func (s *collState) tell(k uint32, to lapi.Rank) {
+	w0, w1, ok := s.sig(k)
+	if !ok {
+		return
+	}
+	b := s.sigMsg(w0, w1, true, s.finished(k))
+	w := s.c.w
+	// A member that cannot be reached fails the call by itself.
+	_ = w.lc.Amsend(to, w.hAgree, b[:], nil, lapi.SendOpts{})
+	w.agreeSent.Add(1)
+}
