@@ -125,12 +125,15 @@ type collState struct {
 	// running is the call begun last while it runs here, as a blocking
 	// call or until a nonblocking one is held (0: none).
 	running atomic.Uint32
-	// early, strays and late are stray.go's (mu): steps that came before
-	// their call began here, calls of which a stray step came, and the
-	// disagreement the next call reports.
+	// early, strays, tells and late are stray.go's (mu): steps that
+	// came before their call began here, calls of which a stray step
+	// came, signatures to send about them, and the disagreement the next
+	// call reports.
 	early  []earlyStep
 	nearly atomic.Int32 // len(early)
 	strays map[uint32]bool
+	tells  []pendingTell // signatures strayed has yet to send
+	ntells atomic.Int32  // len(tells)
 	late   error
 	lateK  uint32       // the call late is about
 	nlate  atomic.Int32 // 1 while late is set
@@ -285,6 +288,9 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	s.seq.Store(k)
 	if s.nearly.Load() != 0 {
 		s.checkEarly(k, d)
+	}
+	if s.ntells.Load() != 0 {
+		s.sendTells()
 	}
 	if s.nlate.Load() != 0 {
 		if err := s.takeLate(); err != nil {
@@ -460,12 +466,12 @@ func (s *collState) compare(chk sigCheck) error {
 	}
 	msg := fmt.Sprintf("ranks disagree on collective #%d: rank %d calls %s, rank %d calls %s",
 		chk.seq, chk.from, describeSig(chk.w0, chk.w1), c.rank, describeSig(w0, w1))
-	if chk.tell && s.finished(chk.seq) {
-		// Both parts finished: an abort would come to members long past
-		// the call, which go on through the shared block, so the next
-		// call fails instead, and its abort tells them (stray.go). A
-		// member whose part still runs will ask, blocked, and abort.
-		if chk.tellDone {
+	if chk.tell {
+		// Where both parts finished, an abort would come to members long
+		// past the call, which go on through the shared block: the next
+		// call fails instead, and its abort tells them (stray.go). Where
+		// either part still runs, its wait blocks, asks and aborts.
+		if chk.tellDone && s.finished(chk.seq) {
 			s.setLate(chk.seq, fmt.Errorf("%s: %w", msg, ErrArg))
 		}
 		return nil
@@ -727,6 +733,17 @@ func (h agreeHandler) OnHeader(src lapi.Rank, uhdr []byte, _ int) ([]byte, any) 
 		tell: member&sigTell != 0, tellDone: member&sigTellDone != 0}
 	chk.seq = uint32(chk.w0 >> 32)
 	s := c.coll
+	if chk.tell {
+		// A stray's: its comparison sends nothing (stray.go), so it is
+		// made now, not by a goroutine, which a rank in a tight loop of
+		// collectives on one processor may not run for milliseconds.
+		// (One about a call not begun here cannot come: the member had
+		// this rank's step of it.)
+		if int32(chk.seq-s.seq.Load()) <= 0 {
+			_ = s.compare(chk)
+		}
+		return nil, nil
+	}
 	// Compared here if this rank has begun the call; else kept for begin.
 	// The store and the second look pair with begin's store of seq and
 	// its look at npending, so that one of the two always compares.

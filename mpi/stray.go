@@ -15,14 +15,16 @@ import (
 // themselves root), every rank finishes the call with its own data and no
 // error, and nothing blocks. So a rank that queues such a step as
 // unexpected sends its signature of the call to the step's sender (tell),
-// saying whether its own part has finished. The sender compares: where its
-// part still runs, it aborts the call, as a blocked wait would; where both
-// parts have finished, and no abort of the call came, its next collective
-// on the communicator fails with ErrArg naming the disagreement (begin),
-// and that call's abort tells the other members. (An abort of a call every
-// member has left would reach them later, in different calls, which may go
-// through the shared block.) Steps that come before their call begins
-// here are kept, a few, and looked at when it begins.
+// saying whether its own part has finished, at its next collective's
+// begin or from a goroutine, whichever comes first. The sender compares at
+// once, in the handler: where both parts have finished, and no abort of
+// the call came, its next collective on the communicator fails with ErrArg
+// naming the disagreement (begin), and that call's abort tells the other
+// members; where either part still runs, that part's wait blocks, and its
+// comparison aborts the call (agree.go). (An abort of a call every member
+// has left would reach them later, in different calls, which may go
+// through the shared block.) Steps that come before their call begins here
+// are kept, a few, and looked at when it begins.
 
 // earlyStep is a collective step that came before its call began here.
 type earlyStep struct {
@@ -102,9 +104,35 @@ func (s *collState) strayed(k uint32, from lapi.Rank) {
 		forgetOld(s.strays, k)
 		s.strays[k] = true
 	}
+	if first {
+		s.tells = append(s.tells, pendingTell{k: k, to: from})
+		s.ntells.Store(int32(len(s.tells)))
+	}
 	s.mu.Unlock()
 	if first {
-		go s.tell(k, from) // Amsend: not under lapi's lock
+		// Sent by the next collective's begin, or by this goroutine if
+		// it runs first (Amsend: not under lapi's lock, where a step
+		// is looked at; and a rank in a tight loop of collectives on
+		// one processor may not run a goroutine for milliseconds).
+		go s.sendTells()
+	}
+}
+
+// pendingTell is a signature strayed has yet to send.
+type pendingTell struct {
+	k  uint32
+	to lapi.Rank
+}
+
+// sendTells sends the signatures strayed asked for.
+func (s *collState) sendTells() {
+	s.mu.Lock()
+	tells := s.tells
+	s.tells = nil
+	s.ntells.Store(0)
+	s.mu.Unlock()
+	for _, t := range tells {
+		s.tell(t.k, t.to)
 	}
 }
 

@@ -247,13 +247,22 @@ func (w *World) Comm() *Comm { return w.comm }
 // still live, with the file:line of the call that made it: "mpi:
 // finalize: 2 resources leaked: Irecv request (from rank 1 tag 7)
 // created at main.go:42; window of 100 int32 created at main.go:30".
-// Every call after it that would communicate, Finalize included, fails
-// with an error wrapping ErrFinalized.
+// It fails with ErrArg if ranks were found to disagree about an earlier
+// collective on the world's communicator that no later call reported
+// (doc.go). Every call after it that would communicate, Finalize
+// included, fails with an error wrapping ErrFinalized.
 func (w *World) Finalize() error {
 	if err := w.finalized("finalize"); err != nil {
 		return err
 	}
 	err := w.comm.Barrier()
+	if err == nil {
+		// A disagreement found during that Barrier (stray.go) has no
+		// later call on the world's communicator to report it.
+		if e := w.comm.coll.takeLate(); e != nil {
+			err = fmt.Errorf("mpi: finalize: %w", e)
+		}
+	}
 	leaks := w.postedLeft()
 	w.mu.Lock()
 	leaks += w.reqs.live() + w.icoll.inFlight()
