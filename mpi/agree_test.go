@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // mismatchCase runs collective kind on c with n elements at this rank,
@@ -431,11 +430,14 @@ func TestIcollMismatchNamed(t *testing.T) {
 
 // TestRootsDisagreeTold: ranks that name different roots in a rooted
 // nonblocking call, where each such root only sends, finish the call with
-// their own data, but are told by their next collective on the
+// their own data, but are told by one of their next collectives on the
 // communicator, which fails with ErrArg naming both calls (stray.go); the
 // calls after it work.
 func TestRootsDisagreeTold(t *testing.T) {
 	t.Setenv("WEFT_TIMEOUT", "20s")
+	// By messages: through the shared block, which polls no device, the
+	// signatures may come too late to be reported (stray.go's lateWindow).
+	t.Setenv("WEFT_SHMCOLL", "off")
 	for _, roots := range [][]int{{0, 1}, {0, 1, 0}, {1, 0, 0, 2}} {
 		t.Run(fmt.Sprint(roots), func(t *testing.T) {
 			err := Run(len(roots), func(c *Comm) error {
@@ -444,11 +446,9 @@ func TestRootsDisagreeTold(t *testing.T) {
 				if err == nil {
 					_, err = q.Wait()
 				}
-				// A rank that receives may be told by the call itself.
-				for deadline := time.Now().Add(10 * time.Second); err == nil; {
-					if time.Now().After(deadline) {
-						return fmt.Errorf("rank %d: no call failed in 10 s after Ibcast with roots %v", c.Rank(), roots)
-					}
+				// A rank that receives may be told by the call itself;
+				// one that only sent, by one of the three after it.
+				for i := 0; i < lateWindow+1 && err == nil; i++ {
 					err = c.Barrier()
 				}
 				if !errors.Is(err, ErrArg) {

@@ -167,8 +167,9 @@
 // compare what each of them called (agree.go). In a rooted collective a
 // rank whose data is right, or that only sends, may return nil; where
 // every rank that disagrees only sends (ranks that each name themselves
-// root), so that no wait blocks, the next collective on the communicator
-// fails instead at such a rank, naming the disagreement (stray.go). The
+// root), so that no wait blocks, one of the next three collectives on the
+// communicator fails instead at such a rank, naming the disagreement
+// (stray.go; through shared memory, as it finds out in time). The
 // communicator stays usable; from the call after an aborted one its
 // collectives go by messages, not through shared memory, on every rank
 // alike (a rank that began that call in the block before it heard of the

@@ -19,12 +19,13 @@ import (
 // begin or from a goroutine, whichever comes first. The sender compares at
 // once, in the handler: where both parts have finished, and no abort of
 // the call came, its next collective on the communicator fails with ErrArg
-// naming the disagreement (begin), and that call's abort tells the other
-// members; where either part still runs, that part's wait blocks, and its
-// comparison aborts the call (agree.go). (An abort of a call every member
-// has left would reach them later, in different calls, which may go
-// through the shared block.) Steps that come before their call begins here
-// are kept, a few, and looked at when it begins.
+// naming the disagreement (begin; one found more than lateWindow calls
+// late is dropped), and that call's abort tells the other members; where
+// either part still runs, that part's wait blocks, and its comparison
+// aborts the call (agree.go). (An abort of a call every member has left
+// would reach them later, in different calls, which may go through the
+// shared block.) Steps that come before their call begins here are kept,
+// a few, and looked at when it begins.
 
 // earlyStep is a collective step that came before its call began here.
 type earlyStep struct {
@@ -32,6 +33,16 @@ type earlyStep struct {
 	d    uint8  // the digest the tag carries
 	from lapi.Rank
 }
+
+// lateWindow is how many calls after a call a disagreement about it may
+// still be kept for the next one to report: the report comes at most
+// lateWindow+1 calls after the bad call, so that a program sees it near
+// the call, and one that goes on after an error is not failed at random
+// later. Where the calls go by messages the signature arrives while the
+// call after the bad one runs; where they go through the shared block,
+// which polls no device, it may come later than that, and then it is not
+// reported.
+const lateWindow = 2
 
 // maxEarly bounds the early steps a communicator keeps: a disagreement
 // among those past it is found only where a wait blocks.
@@ -159,12 +170,16 @@ func (s *collState) finished(k uint32) bool {
 }
 
 // setLate keeps the first disagreement found about call k, finished here,
-// which the next call reports, unless call k or a later one was aborted:
-// that abort told the members (those whose part of the call it failed;
-// one whose part only sent may return nil, doc.go).
+// which the next call reports, unless call k or a later one was aborted
+// (that abort told the members: those whose part of the call it failed;
+// one whose part only sent may return nil, doc.go), or this rank has
+// begun more than lateWindow calls since k.
 func (s *collState) setLate(k uint32, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if int32(s.seq.Load()-k) > lateWindow {
+		return
+	}
 	if s.late == nil && !(s.anyAborted && int32(s.lastAborted-k) >= 0) {
 		s.late, s.lateK = err, k
 		s.nlate.Store(1)

@@ -109,13 +109,20 @@ func TestCollectivesUnderFaults(t *testing.T) {
 //
 // With -roots, an Ibcast whose every rank names itself root (each only
 // sends, nothing blocks): a Barrier after it fails at every rank, naming
-// the disagreement (mpi's stray.go), and the Allreduces after are exact.
+// the disagreement (mpi's stray.go), and the Allreduces after are exact
+// (by messages: over shm with shared-memory collectives off, and udp).
 func TestMismatchAcrossProcesses(t *testing.T) {
 	for _, tr := range []string{"shm", "udp"} {
 		for _, shmcoll := range []string{"on", "off"} {
 			for _, ab := range [][2]string{{"1000", "15"}, {"100000", "100001"}, {"10", "11"}, {"roots", ""}} {
 				if tr == "udp" && shmcoll == "off" {
 					continue // no shared block on udp
+				}
+				if ab[0] == "roots" && tr == "shm" && shmcoll == "on" {
+					// Through the shared block, which polls no device,
+					// the disagreement may be found too late to report
+					// (mpi's stray.go, lateWindow).
+					continue
 				}
 				t.Run(tr+"/shmcoll="+shmcoll+"/"+ab[0]+"-"+ab[1], func(t *testing.T) {
 					prog := []string{bins.mismatch, "-a", ab[0], "-b", ab[1]}
