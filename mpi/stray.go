@@ -114,8 +114,6 @@ func (s *collState) strayed(k uint32, from lapi.Rank) {
 	if first {
 		forgetOld(s.strays, k)
 		s.strays[k] = true
-	}
-	if first {
 		s.tells = append(s.tells, pendingTell{k: k, to: from})
 		s.ntells.Store(int32(len(s.tells)))
 	}
