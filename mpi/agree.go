@@ -130,21 +130,18 @@ type collState struct {
 	// came, signatures to send about them, and the disagreement the next
 	// call reports.
 	early  []earlyStep
-	nearly atomic.Int32 // len(early)
 	strays map[uint32]bool
 	tells  []pendingTell // signatures strayed has yet to send
-	ntells atomic.Int32  // len(tells)
 	late   error
-	lateK  uint32       // the call late is about
-	nlate  atomic.Int32 // 1 while late is set
-	// lastAborted is the latest call aborted, if anyAborted (mu).
-	lastAborted uint32
-	anyAborted  bool
-	asked       atomic.Uint32 // the last call whose signature went out
-	blocked     atomic.Uint32 // the call a wait of which is blocked now; 0: none
-	since       atomic.Int64  // when that wait blocked (sinceStart)
-	armed       atomic.Bool   // timer is running
-	timer       *time.Timer   // fires agreeAfter after a wait first blocks
+	lateK  uint32 // the call late is about
+	// strayWork says early, tells or late is set, for begin to look at
+	// without mu.
+	strayWork atomic.Bool
+	asked     atomic.Uint32 // the last call whose signature went out
+	blocked   atomic.Uint32 // the call a wait of which is blocked now; 0: none
+	since     atomic.Int64  // when that wait blocked (sinceStart)
+	armed     atomic.Bool   // timer is running
+	timer     *time.Timer   // fires agreeAfter after a wait first blocks
 }
 
 // A collective step's tag carries, above the step's kind (8 bits), the
@@ -286,14 +283,8 @@ func (c *Comm) begin(kind uint8, op Op, root, n int) error {
 	s.digest.Store(uint32(d))
 	s.running.Store(k)
 	s.seq.Store(k)
-	if s.nearly.Load() != 0 {
-		s.checkEarly(k, d)
-	}
-	if s.ntells.Load() != 0 {
-		s.sendTells()
-	}
-	if s.nlate.Load() != 0 {
-		if err := s.takeLate(); err != nil {
+	if s.strayWork.Load() {
+		if err := s.beginStrays(k, d); err != nil {
 			return err
 		}
 	}
@@ -418,7 +409,8 @@ func (s *collState) sig(k uint32) (w0, w1 uint64, ok bool) {
 }
 
 // hold keeps call k's signature, a nonblocking call's that has begun
-// last, until release: its Request may be waited for long after.
+// last, until release: its Request may be waited for long after. From
+// here the call counts as running by being held, not by running.
 func (s *collState) hold(k uint32) {
 	w0, w1, ok := s.sig(k)
 	s.mu.Lock()
@@ -429,6 +421,7 @@ func (s *collState) hold(k uint32) {
 		}
 		s.held[k] = [2]uint64{w0, w1}
 	}
+	s.running.Store(0)
 	s.mu.Unlock()
 }
 
@@ -660,16 +653,15 @@ func (s *collState) aborted(k uint32, cause uint8, msg string) {
 		s.mu.Unlock()
 		return
 	}
-	if len(s.aborts) >= sigRing { // keep the recent ones
-		for old := range s.aborts {
-			if int32(k-old) > sigRing {
-				delete(s.aborts, old)
-			}
-		}
-	}
+	forgetOld(s.aborts, k) // keep the recent ones
 	s.aborts[k] = err
 	s.naborts.Store(int32(len(s.aborts)))
-	s.abortedLate(k)
+	if s.late != nil && int32(k-s.lateK) >= 0 {
+		// This abort tells the members: a disagreement kept about call
+		// k or an earlier one is not reported (stray.go).
+		s.late = nil
+		s.noteStrayWorkLocked()
+	}
 	// Ranks that disagreed may have taken the shared block in different
 	// calls, leaving its rounds out of step: from call k+1 on this
 	// rank's collectives go by messages, whose tags name the call. Every

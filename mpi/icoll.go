@@ -46,9 +46,7 @@ func istartClean(c *Comm, name string, kind uint8, op Op, root, n int, build fun
 			return nil, fmt.Errorf("mpi: %s: %w", name, err)
 		}
 	}
-	q := startSchedule(c, name, rounds, cleanup)
-	c.coll.running.Store(0) // held now (startSchedule)
-	return q, nil
+	return startSchedule(c, name, rounds, cleanup), nil
 }
 
 // Ibarrier starts a barrier: its Request completes once every rank of

@@ -65,7 +65,7 @@ func (s *collState) step(tag int, from lapi.Rank) {
 		s.mu.Lock()
 		if len(s.early) < maxEarly {
 			s.early = append(s.early, earlyStep{k: tk, d: d, from: from})
-			s.nearly.Store(int32(len(s.early)))
+			s.noteStrayWorkLocked()
 		}
 		s.mu.Unlock()
 		return
@@ -96,7 +96,7 @@ func (s *collState) checkEarly(k uint32, d uint8) {
 		}
 	}
 	s.early = keep
-	s.nearly.Store(int32(len(keep)))
+	s.noteStrayWorkLocked()
 	s.mu.Unlock()
 	for _, from := range strays {
 		s.strayed(k, from)
@@ -115,7 +115,7 @@ func (s *collState) strayed(k uint32, from lapi.Rank) {
 		forgetOld(s.strays, k)
 		s.strays[k] = true
 		s.tells = append(s.tells, pendingTell{k: k, to: from})
-		s.ntells.Store(int32(len(s.tells)))
+		s.noteStrayWorkLocked()
 	}
 	s.mu.Unlock()
 	if first {
@@ -138,7 +138,7 @@ func (s *collState) sendTells() {
 	s.mu.Lock()
 	tells := s.tells
 	s.tells = nil
-	s.ntells.Store(0)
+	s.noteStrayWorkLocked()
 	s.mu.Unlock()
 	for _, t := range tells {
 		s.tell(t.k, t.to)
@@ -175,39 +175,43 @@ func (s *collState) finished(k uint32) bool {
 func (s *collState) setLate(k uint32, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if int32(s.seq.Load()-k) > lateWindow {
+	if s.late != nil || int32(s.seq.Load()-k) > lateWindow {
 		return
 	}
-	if s.late == nil && !(s.anyAborted && int32(s.lastAborted-k) >= 0) {
-		s.late, s.lateK = err, k
-		s.nlate.Store(1)
+	for a := range s.aborts {
+		if int32(a-k) >= 0 {
+			return
+		}
 	}
+	s.late, s.lateK = err, k
+	s.noteStrayWorkLocked()
 }
 
-// abortedLate is aborted's, for an abort of call k (mu held): a
-// disagreement kept about call k or an earlier one is not reported.
-func (s *collState) abortedLate(k uint32) {
-	if !s.anyAborted || int32(k-s.lastAborted) > 0 {
-		s.lastAborted, s.anyAborted = k, true
-	}
-	if s.late != nil && int32(k-s.lateK) >= 0 {
-		s.late = nil
-		s.nlate.Store(0)
-	}
-}
-
-// takeLate returns, once, an abort of a call finished here that the next
-// call reports.
+// takeLate returns, once, the disagreement kept for the next call.
 func (s *collState) takeLate() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.late
 	s.late = nil
-	s.nlate.Store(0)
+	s.noteStrayWorkLocked()
 	if err == nil {
 		return nil
 	}
 	return fmt.Errorf("an earlier call on this communicator, finished here, was found to disagree: %w", err)
+}
+
+// beginStrays is begin's part when strayWork is set: the early steps of
+// call k (digest d) are looked at, the signatures due are sent, and a
+// disagreement kept is reported as this call's error.
+func (s *collState) beginStrays(k uint32, d uint8) error {
+	s.checkEarly(k, d)
+	s.sendTells()
+	return s.takeLate()
+}
+
+// noteStrayWorkLocked sets strayWork from early, tells and late (mu held).
+func (s *collState) noteStrayWorkLocked() {
+	s.strayWork.Store(len(s.early) > 0 || len(s.tells) > 0 || s.late != nil)
 }
 
 // sigTell marks the member of a signature message sent by tell, and

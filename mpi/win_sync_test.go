@@ -100,17 +100,9 @@ func TestWinFreeAfterCommFree(t *testing.T) {
 			return err
 		}
 		if err := win.Free(); err != nil {
-			w := c.World()
-			w.win.mu.Lock()
-			open := w.win.open
-			w.win.mu.Unlock()
-			return fmt.Errorf("window Free after the communicator's Free: %w (windows still open: %d)", err, open)
+			return fmt.Errorf("window Free after the communicator's Free: %w (windows still open: %d)", err, openWindows(c.World()))
 		}
-		w := c.World()
-		w.win.mu.Lock()
-		open := w.win.open
-		w.win.mu.Unlock()
-		if open != 0 {
+		if open := openWindows(c.World()); open != 0 {
 			return fmt.Errorf("%d windows counted open after the last one's Free", open)
 		}
 		if base[0] != int64(2-c.Rank()) {
@@ -133,4 +125,11 @@ func windowOverDup(c *Comm) (*Comm, *Win[int64], []int64, error) {
 	base := make([]int64, 4)
 	win, err := NewWin(d, base)
 	return d, win, base, err
+}
+
+// openWindows is how many windows w counts open.
+func openWindows(w *World) int {
+	w.win.mu.Lock()
+	defer w.win.mu.Unlock()
+	return w.win.open
 }
