@@ -28,8 +28,10 @@ type outPkt struct {
 	fastRtx bool // already fast-retransmitted once
 	msg     *outMsg
 	peer    hal.Rank
-	own     []byte  // owned buffer for copied data
-	next    *outPkt // free list and send queues
+	own     []byte   // owned buffer for copied data
+	slab    *msgSlab // holding buf and data, when the message was copied into one
+	hbuf    []byte   // the packet's own header buffer, buf when slab is nil
+	next    *outPkt  // free list and send queues
 }
 
 // link is the reliability state toward one peer: the sending half (sequence

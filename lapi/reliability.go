@@ -24,6 +24,7 @@ type reliability struct {
 	flushed  []*outPkt // sent on a reliable device, released at Flush
 	acks     [][]byte  // per peer acknowledgement-only packet buffers
 	freePkt  *outPkt
+	slabs    slabPool  // copied messages' packets, back to back (slab.go)
 	nextTick time.Time // earliest retransmission or delayed-ack deadline
 	// releaseFn and rtxFn are release and the retransmission hook, made
 	// once so that passing them allocates nothing.
@@ -322,7 +323,8 @@ func (rl *reliability) sendAck(peer hal.Rank) {
 func (rl *reliability) getPkt() *outPkt {
 	p := rl.freePkt
 	if p == nil {
-		return &outPkt{buf: make([]byte, 0, pktBufLen)}
+		b := make([]byte, 0, pktBufLen)
+		return &outPkt{buf: b, hbuf: b}
 	}
 	rl.freePkt = p.next
 	p.next = nil
@@ -330,6 +332,10 @@ func (rl *reliability) getPkt() *outPkt {
 }
 
 func (rl *reliability) putPkt(p *outPkt) {
+	if p.slab != nil {
+		rl.slabs.put(p.slab)
+		p.slab, p.buf = nil, p.hbuf
+	}
 	p.data, p.msg = nil, nil
 	p.next = rl.freePkt
 	rl.freePkt = p

@@ -153,6 +153,15 @@ func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *S
 	if !rel {
 		ph.flags = flagSeq
 	}
+	// Copied toward an unreliable peer, the packets go back to back into
+	// one slab (slab.go), headers and data alike, when one is large
+	// enough: the device then gathers a run of them as one piece.
+	var slab *msgSlab
+	hdrLen := hal.HeaderLen + pktHdrLen + len(uhdr) // frameHeader's, when !rel
+	if copyData && !rel && len(data) > 0 && room > 0 {
+		slab = c.rel.slabs.get((len(data)+room-1)/room*hdrLen + len(data))
+	}
+	at := 0 // slab bytes taken
 	for off := 0; ; {
 		n := min(room, len(data)-off)
 		p := c.rel.getPkt()
@@ -161,13 +170,25 @@ func (ad *dispatcher) queueMsg(tgt hal.Rank, ph *pktHdr, uhdr, data []byte, o *S
 		if m != nil && !rel && off+n == len(data) {
 			ph.flags |= flagAckNow
 		}
-		p.buf = ad.frameHeader(p.buf[:cap(p.buf)], tgt, ph, uhdr, n)
-		if copyData {
+		hb := p.buf[:cap(p.buf)]
+		if slab != nil {
+			hb = slab.b[at : at+hdrLen : at+hdrLen]
+		}
+		p.buf = ad.frameHeader(hb, tgt, ph, uhdr, n)
+		switch {
+		case slab != nil:
+			end := at + hdrLen + n
+			p.data = slab.b[at+hdrLen : end : end]
+			copy(p.data, data[off:off+n])
+			p.slab = slab
+			slab.refs++
+			at = end
+		case copyData:
 			if cap(p.own) < n {
 				p.own = make([]byte, 0, max(n, 256))
 			}
 			p.data = append(p.own[:0], data[off:off+n]...)
-		} else {
+		default:
 			p.data = data[off : off+n]
 			if m != nil {
 				p.msg = m

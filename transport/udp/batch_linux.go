@@ -8,9 +8,10 @@ import (
 
 // txQueue is the send batch: msgs[head:tail] are queued frames, each
 // message pointing at two iovecs (header, payload) that reference the
-// caller's buffers, so queuing copies nothing. The iovecs of consecutive
-// frames are adjacent, so a run of frames can also go out as one message
-// whose iovec list spans them all: that is how GSO sends a run.
+// caller's buffers, so queuing copies nothing; one iovec when the payload
+// follows the header in memory. The iovecs of consecutive frames are
+// adjacent, so a run of frames can also go out as one message whose iovec
+// list spans them all: that is how GSO sends a run.
 type txQueue struct {
 	msgs       []unix.Mmsghdr
 	iovs       []unix.Iovec
@@ -18,9 +19,15 @@ type txQueue struct {
 
 	// With GSO, wire[k] is one message carrying runs[k] consecutive frames,
 	// with a UDP_SEGMENT control message in ctrl when it carries several.
-	wire []unix.Mmsghdr
-	runs []int
-	ctrl []byte
+	// A run's iovecs are gathered into wiov[:nwiov], those that continue
+	// one another in memory merged: the kernel's cost of a send grows
+	// with the iovecs, not only with the bytes (the copy into its buffers
+	// is set up afresh for each).
+	wire  []unix.Mmsghdr
+	runs  []int
+	ctrl  []byte
+	wiov  []unix.Iovec
+	nwiov int
 }
 
 // GSO limits. The kernel refuses more than UDP_MAX_SEGMENTS segments (64
@@ -42,6 +49,7 @@ func newTxQueue(n int, gso bool) txQueue {
 		q.wire = make([]unix.Mmsghdr, n)
 		q.runs = make([]int, n)
 		q.ctrl = make([]byte, n*gsoCtrlLen)
+		q.wiov = make([]unix.Iovec, 2*n)
 		for k := range q.wire {
 			h := (*unix.Cmsghdr)(unsafe.Pointer(&q.ctrl[k*gsoCtrlLen]))
 			h.Level = unix.SOL_UDP
@@ -60,8 +68,11 @@ func (q *txQueue) push(dst *sockaddr, hdr, payload []byte) {
 	m.Name = dst.ptr()
 	m.Namelen = dst.len
 	setIov(&q.iovs[2*i], hdr)
-	if len(payload) == 0 {
-		// Empty, not absent: a GSO run's iovec list still steps over it.
+	if len(payload) == 0 || follows(hdr, payload) {
+		// One iovec for both (the caller keeps payload alive until
+		// Flush). The second is empty, not absent: a GSO run's iovec
+		// list steps over it.
+		q.iovs[2*i].SetLen(len(hdr) + len(payload))
 		q.iovs[2*i+1] = unix.Iovec{}
 		m.SetIovlen(1)
 		return
@@ -80,7 +91,14 @@ func (q *txQueue) release(from, to int) {
 	}
 	if to == q.tail {
 		q.head, q.tail = 0, 0
+		clear(q.wiov[:q.nwiov])
+		q.nwiov = 0
 	}
+}
+
+// follows reports whether b starts where a ends in memory.
+func follows(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && uintptr(unsafe.Pointer(&a[0]))+uintptr(len(a)) == uintptr(unsafe.Pointer(&b[0]))
 }
 
 // frameLen is the size on the wire of queued message i.
@@ -98,7 +116,7 @@ func (q *txQueue) frameLen(i int) int {
 // size, so the whole run crosses the network stack once. It returns the
 // number of wire messages.
 func (q *txQueue) coalesce() int {
-	k := 0
+	k, nw := 0, 0
 	for i := q.head; i < q.tail; k++ {
 		seg := q.frameLen(i)
 		name := q.msgs[i].Hdr.Name
@@ -118,7 +136,19 @@ func (q *txQueue) coalesce() int {
 		*w = q.msgs[i].Hdr
 		q.runs[k] = j - i
 		if j-i > 1 {
-			w.SetIovlen(2 * (j - i))
+			first := nw
+			for _, v := range q.iovs[2*i : 2*j] {
+				switch {
+				case v.Len == 0:
+				case nw > first && uintptr(unsafe.Pointer(q.wiov[nw-1].Base))+uintptr(q.wiov[nw-1].Len) == uintptr(unsafe.Pointer(v.Base)):
+					q.wiov[nw-1].Len += v.Len
+				default:
+					q.wiov[nw] = v
+					nw++
+				}
+			}
+			w.Iov = &q.wiov[first]
+			w.SetIovlen(nw - first)
 			c := q.ctrl[k*gsoCtrlLen:]
 			*(*uint16)(unsafe.Pointer(&c[unix.SizeofCmsghdr])) = uint16(seg)
 			w.Control = &c[0]
@@ -126,5 +156,6 @@ func (q *txQueue) coalesce() int {
 		}
 		i = j
 	}
+	q.nwiov = max(q.nwiov, nw)
 	return k
 }

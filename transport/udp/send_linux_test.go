@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"net/netip"
@@ -72,5 +73,64 @@ func TestSockaddr(t *testing.T) {
 	}
 	if err := s.setAddr(unix.AF_INET6, netip.MustParseAddrPort("127.0.0.1:9")); err == nil {
 		t.Error("IPv4 peer accepted on an IPv6 socket")
+	}
+}
+
+// Frames laid out back to back in one buffer (each payload right after its
+// header, each header right after the previous payload, as lapi copies a
+// message) go to the kernel as one iovec per frame, and a GSO run of them
+// as one iovec in all; frames whose parts lie apart keep two iovecs each.
+// Either way every frame arrives intact, in every send mode.
+func TestContiguousFramesOneIovec(t *testing.T) {
+	const frames, size = 5, 1000
+	for mode, opts := range sendModes {
+		a, b := openPair(t, opts)
+		slab := make([]byte, frames*(hal.HeaderLen+size))
+		var want [][]byte
+		for i := range frames {
+			f := slab[i*(hal.HeaderLen+size) : (i+1)*(hal.HeaderLen+size)]
+			hdr, payload := f[:hal.HeaderLen], f[hal.HeaderLen:]
+			for x := range payload {
+				payload[x] = byte(i*31 + x)
+			}
+			hal.EncodeHeader(hdr, &hal.Header{Type: hal.FrameData, Len: size, JobKey: testJobKey, Src: 0, Dst: 1})
+			hal.Seal(hdr, payload)
+			if err := a.Send(hdr, payload); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, payload)
+		}
+		apart := newFrame(0, 1, bytes.Repeat([]byte{7}, size))
+		if err := a.Send(apart.hdr[:], apart.payload); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, apart.payload)
+		q := &a.tx
+		for i := range frames {
+			if n := q.msgs[i].Hdr.Iovlen; n != 1 {
+				t.Errorf("%s: frame %d of the slab has %d iovecs, want 1", mode, i, n)
+			}
+		}
+		if n := q.msgs[frames].Hdr.Iovlen; n != 2 {
+			t.Errorf("%s: a frame whose payload lies apart has %d iovecs, want 2", mode, n)
+		}
+		if mode == "gso" {
+			if k := q.coalesce(); k != 1 || q.runs[0] != frames+1 {
+				t.Fatalf("gso: %d wire messages, runs %v: want one run of %d", k, q.runs[:k], frames+1)
+			}
+			w := &q.wire[0].Hdr
+			iov := unsafe.Slice(w.Iov, w.Iovlen)
+			if len(iov) != 3 || iov[0].Len != uint64(len(slab)) {
+				t.Errorf("gso: the run goes as %d iovecs (first %d bytes), want 3: the slab's %d bytes whole, then the apart frame's two",
+					len(iov), iov[0].Len, len(slab))
+			}
+		}
+		flushOrFail(t, a, nil)
+		got := recvN(t, b, len(want))
+		for i, r := range got {
+			if !bytes.Equal(r.payload, want[i]) {
+				t.Fatalf("%s: frame %d arrived as %d bytes, not what was sent", mode, i, len(r.payload))
+			}
+		}
 	}
 }
