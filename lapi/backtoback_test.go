@@ -1,6 +1,8 @@
 package lapi
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -134,5 +136,68 @@ func TestCopiedMessageBackToBack(t *testing.T) {
 	}
 	if c0.Stats().Retransmits == 0 {
 		t.Error("no retransmission: the loss did not test slab packets sent again")
+	}
+}
+
+// TestRDMAWriteBackToBack: over an unreliable device with an Ethernet MTU,
+// each RDMA write packet's data reaches the device right after its
+// header, and the packets of a flush follow one another, so that the UDP
+// device sends a run as one piece of memory; the Put arrives intact under
+// loss. Where packets are larger than rdmaStageMax (a jumbo MTU) the data
+// goes from the caller's buffer as before.
+func TestRDMAWriteBackToBack(t *testing.T) {
+	for _, tc := range []struct {
+		mtu   int
+		stage bool
+	}{{1500, true}, {9000, false}} {
+		var flog *frameLog
+		j := newRDMAJobCfg(t, 2, faults.Spec{Loss: 0.05, Seed: 5}, func(c *Config) {
+			if c.Rank == 0 {
+				flog = &frameLog{Device: c.Device}
+				c.Device = flog
+			}
+		}, simnet.WithMTU(tc.mtu))
+		dst := make([]byte, 300_000)
+		region, err := j.ctxs[1].TPT().Register(dst, hal.AccessWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := make([]byte, len(dst))
+		fill(src, 9)
+		k := j.ctxs[0].NewCounter()
+		if err := j.ctxs[0].Put(1, region, src, SendOpts{Completion: k}); err != nil {
+			t.Fatal(err)
+		}
+		j.run(time.Minute, nil, func() bool { return k.Value() >= 1 })
+		if err := k.Wait(context.Background(), 1); err != nil {
+			t.Fatalf("MTU %d: %v", tc.mtu, err)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("MTU %d: the Put did not arrive intact", tc.mtu)
+		}
+		var writes []loggedFrame
+		for _, f := range flog.frames {
+			if f.typ == hal.FrameRDMAWrite && f.dataLen > 0 {
+				writes = append(writes, f)
+			}
+		}
+		joined, adjacent := 0, 0
+		for x, f := range writes {
+			if f.payload == f.hdr+uintptr(f.hdrLen) {
+				joined++
+			}
+			if x > 0 && writes[x-1].payload+uintptr(writes[x-1].dataLen) == f.hdr {
+				adjacent++
+			}
+		}
+		t.Logf("MTU %d: %d write packets, %d with data after their header, %d after the packet before", tc.mtu, len(writes), joined, adjacent)
+		switch {
+		case tc.stage && (joined != len(writes) || adjacent < len(writes)/2):
+			t.Errorf("MTU %d: of %d write packets %d had their data after their header (want all) and %d followed the one before (want most)",
+				tc.mtu, len(writes), joined, adjacent)
+		case !tc.stage && joined != 0:
+			t.Errorf("MTU %d: %d write packets had their data copied after their header, want none (packets above rdmaStageMax)", tc.mtu, joined)
+		}
+		j.close()
 	}
 }
