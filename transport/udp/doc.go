@@ -20,7 +20,11 @@
 // cancellation write to wake it). Steady-state Send, Flush and Poll allocate
 // nothing. With Options.GSO, a run of equal-size frames to one peer goes as
 // one UDP_SEGMENT message and may arrive as one UDP_GRO buffer, so it
-// crosses the kernel's network stack once instead of once per frame.
+// crosses the kernel's network stack once instead of once per frame. The
+// kernel's cost of a send also grows with the iovecs it gathers: a frame
+// whose payload follows its header in memory takes one iovec, and a run of
+// frames that lie back to back one in all (lapi lays out what it copies
+// so).
 //
 // With Options.Multicast (for a rank: mpi.Options' BcastMcast or
 // UDPMcast, WEFT_UDP_MCAST) the device also joins the job's IPv4
