@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -359,7 +360,10 @@ func (c *Comm) end(err error) error {
 		return err
 	}
 	if k := c.coll.seq.Load(); c.coll.abortOf(k) == nil {
-		c.coll.abort(k, abortCause(err), fmt.Sprintf("rank %d: %v", c.rank, err))
+		// The members' errors wrap the cause's sentinel again (aborted).
+		cause := abortCause(err)
+		msg := strings.TrimSuffix(fmt.Sprintf("rank %d: %v", c.rank, err), ": "+causeSentinel(cause).Error())
+		c.coll.abort(k, cause, msg)
 	}
 	return err
 }
@@ -607,6 +611,15 @@ func abortCause(err error) uint8 {
 	return causeArg
 }
 
+// causeSentinel is the sentinel an abort's cause stands for: ErrArg for
+// a cause this rank does not know.
+func causeSentinel(cause uint8) error {
+	if int(cause) < len(abortCauses) {
+		return abortCauses[cause]
+	}
+	return ErrArg
+}
+
 // abort ends call k with msg and cause (an index in abortCauses): every
 // member is told, and this rank's operations of the call fail.
 func (s *collState) abort(k uint32, cause uint8, msg string) {
@@ -640,11 +653,7 @@ const abortHdrLen = 9
 // rank does not know) (lapi's lock held, which the matcher's queues are
 // under).
 func (s *collState) aborted(k uint32, cause uint8, msg string) {
-	sentinel := ErrArg
-	if int(cause) < len(abortCauses) {
-		sentinel = abortCauses[cause]
-	}
-	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, sentinel)
+	err := fmt.Errorf("collective #%d aborted: %s: %w", k, msg, causeSentinel(cause))
 	s.mu.Lock()
 	if s.aborts == nil {
 		s.aborts = make(map[uint32]error)

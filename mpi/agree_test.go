@@ -457,6 +457,9 @@ func TestRootsDisagreeTold(t *testing.T) {
 				if named := regexp.MustCompile(`Ibcast of 12 bytes from root \d`).FindAllString(err.Error(), -1); len(named) != 2 || named[0] == named[1] {
 					return fmt.Errorf("rank %d: error %q does not name two Ibcasts from different roots", c.Rank(), err)
 				}
+				if n := strings.Count(err.Error(), ErrArg.Error()); n != 1 {
+					return fmt.Errorf("rank %d: error %q says %q %d times", c.Rank(), err, ErrArg, n)
+				}
 				// The communicator is usable after the failed call.
 				sum := []int64{1}
 				if err := Allreduce(c, sum, sum, Sum); err != nil || sum[0] != int64(c.Size()) {
