@@ -25,7 +25,9 @@
 //
 // `gorun --wrap -- LAUNCHER ...` instead runs a foreign launcher (Open MPI's
 // mpirun, a bare srun) with a GORUN_KVS rendezvous server, for launchers whose
-// own key-value store weft cannot speak.
+// own key-value store weft cannot speak; in the foreground of a terminal
+// it gives the launcher the terminal, so that a Ctrl-C reaches it once
+// and a Ctrl-Z stops the job (wrap.go).
 //
 // cmd/gorun is a thin main around Main. launch may import internal/pmi,
 // github.com/pkg/profile (through internal/profile, for the rank side of

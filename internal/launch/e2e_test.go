@@ -29,6 +29,9 @@ var bins struct{ dir, gorun, pmiprog, pi, collcheck, mismatch, deadlock, pairpin
 const jobWait = 60 * time.Second
 
 func TestMain(m *testing.M) {
+	if os.Getenv(jobShellEnv) != "" {
+		os.Exit(jobShell(os.Args[1:])) // a terminal's shell for TestWrapTerminalSignals
+	}
 	dir, err := os.MkdirTemp("", "gorun-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
