@@ -425,9 +425,11 @@ func (rl *reliability) onPacket(src hal.Rank, ph *pktHdr) bool {
 		if trace.On(trace.Hot) {
 			c.tr.traceAck(src, ph, n)
 		}
-		if rl.queues[src].head != nil {
-			rl.pushLocked(src, c.pr.pollNow) // the window opened
-		}
+		// What the window now lets go is pushed after the poll (every
+		// caller of pollLocked pushes what is queued), once for all the
+		// acknowledgements it took: a push here, a system call for
+		// each acknowledgement of 32 packets, held a stream of eager
+		// messages to a fraction of the link.
 	}
 	if ph.kind == kindAck {
 		return false
