@@ -55,6 +55,32 @@ type loggedFrame struct {
 	typ             hal.FrameType
 }
 
+// withData is the logged frames of type typ that carry data.
+func (d *frameLog) withData(typ hal.FrameType) []loggedFrame {
+	var fs []loggedFrame
+	for _, f := range d.frames {
+		if f.typ == typ && f.dataLen > 0 {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// backToBack counts the frames whose payload follows their header in
+// memory (joined), and those whose header follows the frame before
+// (adjacent).
+func backToBack(fs []loggedFrame) (joined, adjacent int) {
+	for x, f := range fs {
+		if f.payload == f.hdr+uintptr(f.hdrLen) {
+			joined++
+		}
+		if x > 0 && fs[x-1].payload+uintptr(fs[x-1].dataLen) == f.hdr {
+			adjacent++
+		}
+	}
+	return joined, adjacent
+}
+
 func (d *frameLog) Send(hdr, payload []byte) error {
 	f := loggedFrame{hdr: uintptr(unsafe.Pointer(&hdr[0])), hdrLen: len(hdr), dataLen: len(payload), typ: hal.FrameType(hdr[3])}
 	if len(payload) > 0 {
@@ -97,25 +123,13 @@ func TestCopiedMessageBackToBack(t *testing.T) {
 		if k.err != nil {
 			t.Fatal(k.err)
 		}
-		var data []loggedFrame
-		for _, f := range flog.frames {
-			if f.typ == hal.FrameData && f.dataLen > 0 {
-				data = append(data, f)
-			}
-		}
+		data := flog.withData(hal.FrameData)
 		room := c0.mtuOf(1) - pktHdrLen - len(u)
 		if want := (size + room - 1) / room; len(data) < want {
 			t.Fatalf("%d bytes: %d data frames sent, want at least %d", size, len(data), want)
 		}
-		joined := 0
-		for x, f := range data {
-			if f.payload == f.hdr+uintptr(f.hdrLen) {
-				joined++
-			}
-			if x > 0 && data[x-1].payload+uintptr(data[x-1].dataLen) == f.hdr {
-				joined++
-			}
-		}
+		joined, adjacent := backToBack(data)
+		joined += adjacent
 		if size <= 128<<10 {
 			// The first transmissions come in order, back to back; a
 			// retransmission starts a run of its own.
@@ -175,21 +189,8 @@ func TestRDMAWriteBackToBack(t *testing.T) {
 		if !bytes.Equal(dst, src) {
 			t.Fatalf("MTU %d: the Put did not arrive intact", tc.mtu)
 		}
-		var writes []loggedFrame
-		for _, f := range flog.frames {
-			if f.typ == hal.FrameRDMAWrite && f.dataLen > 0 {
-				writes = append(writes, f)
-			}
-		}
-		joined, adjacent := 0, 0
-		for x, f := range writes {
-			if f.payload == f.hdr+uintptr(f.hdrLen) {
-				joined++
-			}
-			if x > 0 && writes[x-1].payload+uintptr(writes[x-1].dataLen) == f.hdr {
-				adjacent++
-			}
-		}
+		writes := flog.withData(hal.FrameRDMAWrite)
+		joined, adjacent := backToBack(writes)
 		t.Logf("MTU %d: %d write packets, %d with data after their header, %d after the packet before", tc.mtu, len(writes), joined, adjacent)
 		switch {
 		case tc.stage && (joined != len(writes) || adjacent < len(writes)/2):

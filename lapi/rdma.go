@@ -182,10 +182,10 @@ const rdmaHdrSlab = 264
 // its header slot toward an unreliable peer, so that the slots of a flush
 // lie back to back and the UDP device sends a run of them as one piece of
 // memory: the kernel's cost of a send grows with the pieces it gathers
-// (a header and a data slice each) as well as the bytes, and a copy of
-// the data into memory already in the cache costs the sender less. With
-// larger packets a piece carries enough bytes, and the slots would take
-// more memory than they save.
+// (a header and a data slice each) as well as the bytes, and the copy,
+// into memory the CRC then reads from the cache, costs the sender less
+// than the gathering it saves. With larger packets a piece carries enough
+// bytes, and the slots would take more memory than they save.
 const rdmaStageMax = 4096
 
 func (r *rdmaState) initRDMA() {
@@ -438,8 +438,8 @@ func (r *rdmaState) pushStream(o outStream, pushed *int, now *time.Time) bool {
 			return true
 		}
 		if !c.reliableTo(o.s.Peer) {
-			if r.stage && len(data) > 0 && len(hdr)+len(data) <= cap(slot) {
-				data = slot[len(hdr) : len(hdr)+copy(slot[len(hdr):cap(slot)], data)]
+			if r.stage && len(data) > 0 && len(hdr)+len(data) <= len(slot) {
+				data = slot[len(hdr) : len(hdr)+copy(slot[len(hdr):], data)]
 			}
 			hal.Seal(hdr, data)
 		}

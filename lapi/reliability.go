@@ -427,9 +427,9 @@ func (rl *reliability) onPacket(src hal.Rank, ph *pktHdr) bool {
 		}
 		// What the window now lets go is pushed after the poll (every
 		// caller of pollLocked pushes what is queued), once for all the
-		// acknowledgements it took: a push here, a system call for
-		// each acknowledgement of 32 packets, held a stream of eager
-		// messages to a fraction of the link.
+		// acknowledgements it took, not a system call for each (an
+		// acknowledgement covers AckEvery packets, less than one
+		// segmented datagram).
 	}
 	if ph.kind == kindAck {
 		return false

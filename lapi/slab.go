@@ -13,8 +13,9 @@ type msgSlab struct {
 	next *msgSlab
 }
 
-// Slab sizes are powers of two from minSlab to maxSlab: a message whose
-// packets need more is copied packet by packet (outPkt.own).
+// Slab sizes are the powers of two from 1<<minSlabShift to
+// 1<<maxSlabShift: a message whose packets need more is copied packet by
+// packet (outPkt.own).
 const (
 	minSlabShift = 11 // 2 KiB: one frame of an Ethernet MTU
 	maxSlabShift = 17 // 128 KiB: a NetCopyThreshold message and its headers

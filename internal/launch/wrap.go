@@ -105,6 +105,32 @@ func setForeground(fd, pg int) {
 // (CLD_STOPPED, <signal.h>; x/sys/unix does not name it).
 const cldStopped = 5
 
+// waitStop waits until child pid stops or exits, and reports whether it
+// stopped (the stop's report taken). An exit is left for exec.Cmd.Wait to
+// collect (WNOWAIT); an error reports false too.
+func waitStop(pid int) bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return false
+		}
+	}
+	if info.Code != cldStopped {
+		return false
+	}
+	// Take the stop's report (it is not an exit: nothing is reaped).
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil)
+		if err != unix.EINTR {
+			return err == nil
+		}
+	}
+}
+
 // jobControl follows the launcher pid, leader of its own process group and
 // the terminal's foreground, until it exits, leaving its exit to be
 // collected: when it stops (a Ctrl-Z), gorun takes the terminal back and
@@ -112,22 +138,7 @@ const cldStopped = 5
 // continues gorun, the launcher's group is continued too, and gets the
 // terminal again if gorun got it (fg, not bg).
 func jobControl(pid int) {
-	for {
-		var info unix.Siginfo
-		// WNOWAIT: an exit is left for cmd.Wait to collect.
-		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			return
-		}
-		if info.Code != cldStopped {
-			return
-		}
-		// Take the stop's report (it is not an exit: nothing is reaped).
-		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil); err != nil && err != unix.EINTR {
-			return
-		}
+	for waitStop(pid) {
 		setForeground(0, unix.Getpgrp())
 		_ = unix.Kill(unix.Getpid(), unix.SIGTSTP) // returns once the shell continues gorun
 		if inForeground(0) {

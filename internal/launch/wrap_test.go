@@ -110,12 +110,7 @@ func jobShell(args []string) int {
 		return 127
 	}
 	pid := cmd.Process.Pid
-	for {
-		var info unix.Siginfo
-		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil); err != nil || info.Code != cldStopped {
-			break
-		}
-		unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil) // the stop's report, taken
+	for waitStop(pid) {
 		fmt.Println("shell: job stopped")
 		setForeground(0, pid)
 		unix.Kill(-pid, unix.SIGCONT)

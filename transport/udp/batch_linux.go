@@ -68,7 +68,7 @@ func (q *txQueue) push(dst *sockaddr, hdr, payload []byte) {
 	m.Name = dst.ptr()
 	m.Namelen = dst.len
 	setIov(&q.iovs[2*i], hdr)
-	if len(payload) == 0 || follows(hdr, payload) {
+	if len(payload) == 0 || continues(q.iovs[2*i], &payload[0]) {
 		// One iovec for both (the caller keeps payload alive until
 		// Flush). The second is empty, not absent: a GSO run's iovec
 		// list steps over it.
@@ -96,9 +96,9 @@ func (q *txQueue) release(from, to int) {
 	}
 }
 
-// follows reports whether b starts where a ends in memory.
-func follows(a, b []byte) bool {
-	return len(a) > 0 && len(b) > 0 && uintptr(unsafe.Pointer(&a[0]))+uintptr(len(a)) == uintptr(unsafe.Pointer(&b[0]))
+// continues reports whether next is where v's bytes end in memory.
+func continues(v unix.Iovec, next *byte) bool {
+	return uintptr(unsafe.Pointer(v.Base))+uintptr(v.Len) == uintptr(unsafe.Pointer(next))
 }
 
 // frameLen is the size on the wire of queued message i.
@@ -140,7 +140,7 @@ func (q *txQueue) coalesce() int {
 			for _, v := range q.iovs[2*i : 2*j] {
 				switch {
 				case v.Len == 0:
-				case nw > first && uintptr(unsafe.Pointer(q.wiov[nw-1].Base))+uintptr(q.wiov[nw-1].Len) == uintptr(unsafe.Pointer(v.Base)):
+				case nw > first && continues(q.wiov[nw-1], v.Base):
 					q.wiov[nw-1].Len += v.Len
 				default:
 					q.wiov[nw] = v
